@@ -1,0 +1,180 @@
+//! `cairn`: the command-line interface. One module per area; each owns its argument structs
+//! and a `run` function returning an exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use cairn_core::paths::DataDir;
+use cairn_core::settings::{Loaded, Settings};
+
+use crate::exit;
+
+pub mod capture;
+pub mod ops;
+pub mod recall;
+
+/// cairn: a persistent memory for Claude Code.
+///
+/// Hooks (`cairn-hook`) capture every prompt, tool call and turn end into a durable queue;
+/// the worker (`cairn-worker`) compresses them into searchable observations and turn
+/// summaries; this command searches them, shows what the next session will be told, and
+/// keeps the whole thing healthy.
+///
+/// Exit codes: 0 success (with results), 1 no results or something needs attention,
+/// 2 error.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cairn",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// Data dir to use instead of CAIRN_DATA_DIR or ~/.cairn.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// More log output on stderr (-v info, -vv debug).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a recorded Claude Code session through the real pipeline and show the result.
+    Demo(ops::DemoArgs),
+    /// Show whether cairn is healthy: worker, queue, skipped jobs, quarantine, tokens.
+    Status(ops::StatusArgs),
+    /// Inspect, replay and purge the job queue.
+    #[command(subcommand)]
+    Queue(ops::QueueCommand),
+    /// Check the database, files, hooks, worker and model settings, and say what to fix.
+    Doctor(ops::DoctorArgs),
+    /// Print the effective settings and where each value came from.
+    Config(ops::ConfigArgs),
+    /// Take an online backup of the database.
+    Backup(ops::BackupArgs),
+    /// Replace the database with a backup (refused while a worker runs).
+    Restore(ops::RestoreArgs),
+    /// Export observations, summaries and prompts.
+    Export(ops::ExportArgs),
+    /// Import memories from a cairn export or from claude-mem.
+    #[command(subcommand)]
+    Import(ops::ImportCommand),
+    /// Search observations, summaries and prompts.
+    Search(recall::SearchArgs),
+    /// Show what happened around an observation or a search hit, in time order.
+    Timeline(recall::TimelineArgs),
+    /// Show full observations by id.
+    Show(recall::ShowArgs),
+    /// Print the context block the next session of a project would get.
+    Context(recall::ContextArgs),
+    /// Save a memory by hand.
+    Save(recall::SaveArgs),
+    /// Run the MCP server on stdio (for `claude mcp add`).
+    Mcp(recall::McpArgs),
+    /// Add cairn's hooks to Claude Code's settings.
+    Install(capture::InstallArgs),
+    /// Remove exactly the hooks `cairn install` added.
+    Uninstall(capture::InstallArgs),
+}
+
+/// What every command gets: the data dir and the effective settings.
+#[derive(Debug)]
+pub struct Ctx {
+    pub data_dir: DataDir,
+    pub loaded: Loaded,
+    pub verbose: u8,
+}
+
+impl Ctx {
+    pub fn settings(&self) -> &Settings {
+        &self.loaded.settings
+    }
+}
+
+/// Parses the command line and runs the command. Errors are printed once, as
+/// `error: ...`, and exit with code 2.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::ERROR
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            return exit::code(code);
+        }
+    };
+    match run(cli) {
+        Ok(code) => exit::code(code),
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            exit::code(exit::ERROR)
+        }
+    }
+}
+
+/// The error and its causes on one line.
+pub fn chain(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+    }
+    parts.join(": ")
+}
+
+fn run(cli: Cli) -> anyhow::Result<u8> {
+    let level = match cli.verbose {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        _ => log::LevelFilter::Debug,
+    };
+    crate::logging::init("cairn", None, crate::logging::Target::Stderr, level);
+    let data_dir = match &cli.data_dir {
+        Some(d) => DataDir::new(d),
+        None => DataDir::from_env()?,
+    };
+    // `demo` makes its own data dir; it must not trip over a broken settings file elsewhere.
+    if let Command::Demo(args) = &cli.command {
+        return ops::demo(args, cli.data_dir.as_deref(), cli.verbose);
+    }
+    let loaded = Settings::load(&data_dir)?;
+    for w in &loaded.warnings {
+        log::warn!("{w}");
+    }
+    let ctx = Ctx {
+        data_dir,
+        loaded,
+        verbose: cli.verbose,
+    };
+    match cli.command {
+        Command::Demo(_) => unreachable!("handled above"),
+        Command::Status(a) => ops::status(&ctx, &a),
+        Command::Queue(c) => ops::queue(&ctx, &c),
+        Command::Doctor(a) => ops::doctor(&ctx, &a),
+        Command::Config(a) => ops::config(&ctx, &a),
+        Command::Backup(a) => ops::backup(&ctx, &a),
+        Command::Restore(a) => ops::restore(&ctx, &a),
+        Command::Export(a) => ops::export(&ctx, &a),
+        Command::Import(c) => ops::import(&ctx, &c),
+        Command::Search(a) => recall::search(&ctx, &a),
+        Command::Timeline(a) => recall::timeline(&ctx, &a),
+        Command::Show(a) => recall::show(&ctx, &a),
+        Command::Context(a) => recall::context(&ctx, &a),
+        Command::Save(a) => recall::save(&ctx, &a),
+        Command::Mcp(a) => recall::mcp(&ctx, &a),
+        Command::Install(a) => capture::install(&ctx, &a),
+        Command::Uninstall(a) => capture::uninstall(&ctx, &a),
+    }
+}

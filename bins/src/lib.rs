@@ -1,0 +1,6 @@
+//! The code shared by cairn's three binaries: command-line parsing, logging setup and exit
+//! codes. Decisions live in `cairn_core`; this crate wires them to processes.
+
+pub mod cli;
+pub mod exit;
+pub mod logging;

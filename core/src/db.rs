@@ -1,0 +1,333 @@
+//! Opening the database: pragmas, the switch to WAL, migrations, and the one way to write.
+//!
+//! Invariants:
+//! - every connection sets `busy_timeout` first, then checks the journal mode and switches
+//!   to WAL only when needed (the switch does not wait on the busy handler, so it is retried
+//!   here with jitter), then `foreign_keys=ON` and `synchronous=NORMAL`;
+//! - every write goes through [`write`], a `BEGIN IMMEDIATE` transaction;
+//! - a database from a newer cairn, or a SQLite file that is not cairn's, is refused before
+//!   anything is written to it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::error::{Error, Result};
+use crate::paths::{DataDir, ensure_private_file};
+
+/// The embedded migrations, applied in order. Never edit one once shipped.
+const MIGRATIONS: &[(&str, &str)] =
+    &[("0001_init", include_str!("../../migrations/0001_init.sql"))];
+
+/// The schema version this cairn writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How long a connection waits on other writers before giving up.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    pub busy_timeout: Duration,
+    /// Create the database file when missing (hooks and the worker do; most CLI commands
+    /// do not, so that a typo in `CAIRN_DATA_DIR` is an error, not a new empty database).
+    pub create: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(10),
+            create: true,
+        }
+    }
+}
+
+/// Opens (and if allowed creates) the database of a data dir, migrated and ready.
+pub fn open_data_dir(dir: &DataDir, opts: OpenOptions) -> Result<Connection> {
+    let path = dir.db();
+    if opts.create {
+        dir.ensure()?;
+        ensure_private_file(&path)?;
+    } else if !path.exists() {
+        return Err(Error::Invalid(format!(
+            "no cairn database at {} (set CAIRN_DATA_DIR, or run `cairn demo` to make one)",
+            path.display()
+        )));
+    }
+    open(&path, opts)
+}
+
+/// Opens a database file, migrated and ready. `:memory:` is accepted for tests.
+pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI
+        | if opts.create {
+            OpenFlags::SQLITE_OPEN_CREATE
+        } else {
+            OpenFlags::empty()
+        };
+    let conn = Connection::open_with_flags(path, flags)?;
+    let not_db = |e: rusqlite::Error| classify_open_error(path, e);
+    conn.busy_timeout(opts.busy_timeout).map_err(not_db)?;
+    let version = schema_version(&conn).map_err(not_db)?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version == 0 && has_foreign_tables(&conn).map_err(not_db)? {
+        return Err(Error::NotADatabase {
+            path: path.to_path_buf(),
+            reason: "it holds tables but no cairn schema".into(),
+        });
+    }
+    if path != Path::new(":memory:") {
+        ensure_wal(&conn, path, Instant::now() + opts.busy_timeout)?;
+    }
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
+        .map_err(not_db)?;
+    let mut conn = conn;
+    if version < SCHEMA_VERSION {
+        migrate(&mut conn)?;
+    }
+    Ok(conn)
+}
+
+fn classify_open_error(path: &Path, e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
+            Error::NotADatabase {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }
+        }
+        _ if crate::error::is_busy(&e) => Error::Locked {
+            path: path.to_path_buf(),
+        },
+        _ => Error::Sqlite(e),
+    }
+}
+
+/// `PRAGMA user_version`: 0 for a new file, else the last migration applied.
+pub fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+fn has_foreign_tables(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+}
+
+/// Switches to WAL unless already there. Changing the journal mode takes an exclusive lock
+/// without calling the busy handler, so a fresh database opened by many hooks at once sees
+/// SQLITE_BUSY immediately; retry with jitter until the deadline.
+fn ensure_wal(conn: &Connection, path: &Path, deadline: Instant) -> Result<()> {
+    let mut attempt: u32 = 0;
+    loop {
+        let result = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get::<_, String>(0))
+            .and_then(|mode| {
+                if mode.eq_ignore_ascii_case("wal") {
+                    Ok(mode)
+                } else {
+                    conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+                }
+            });
+        match result {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => {
+                return Err(Error::Invalid(format!(
+                    "database {} cannot use WAL (journal mode stays {mode})",
+                    path.display()
+                )));
+            }
+            Err(e) if crate::error::is_busy(&e) && Instant::now() < deadline => {
+                attempt += 1;
+                std::thread::sleep(jitter(attempt));
+            }
+            Err(e) => return Err(classify_open_error(path, e)),
+        }
+    }
+}
+
+/// A short sleep that grows with the attempt and varies between processes.
+pub(crate) fn jitter(attempt: u32) -> Duration {
+    let base = 1u64 << attempt.min(5); // 2..32 ms
+    let noise = crate::rand::below(base.max(2));
+    Duration::from_millis(base / 2 + noise)
+}
+
+/// Applies the migrations this database lacks, each inside `BEGIN IMMEDIATE`, re-checking
+/// the version inside the transaction so racing processes apply each one exactly once.
+pub fn migrate(conn: &mut Connection) -> Result<()> {
+    for (index, (name, sql)) in MIGRATIONS.iter().enumerate() {
+        let target = index as i64 + 1;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let current = schema_version(&tx)?;
+        if current > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                path: tx.path().map(Into::into).unwrap_or_default(),
+                found: current,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if current >= target {
+            continue;
+        }
+        log::info!("applying migration {name}");
+        tx.execute_batch(sql)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {target}"))?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+/// Runs `f` inside a `BEGIN IMMEDIATE` transaction and commits it; on error nothing is
+/// written. The only way cairn writes.
+pub fn write<T>(conn: &mut Connection, f: impl FnOnce(&Transaction) -> Result<T>) -> Result<T> {
+    let path = conn.path().unwrap_or_default().to_owned();
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| match crate::error::is_busy(&e) {
+            true => Error::Locked { path: path.into() },
+            false => Error::Sqlite(e),
+        })?;
+    let value = f(&tx)?;
+    tx.commit()?;
+    Ok(value)
+}
+
+/// Runs `PRAGMA integrity_check` and the FTS5 integrity checks; returns the problems found.
+pub fn integrity_problems(conn: &Connection) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+    let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+    for row in rows {
+        let line = row?;
+        if line != "ok" {
+            problems.push(line);
+        }
+    }
+    for fts in [
+        "observations_fts",
+        "session_summaries_fts",
+        "user_prompts_fts",
+    ] {
+        if let Err(e) = conn.execute(
+            &format!("INSERT INTO {fts} ({fts}, rank) VALUES ('integrity-check', 1)"),
+            [],
+        ) {
+            problems.push(format!("{fts}: {e}"));
+        }
+    }
+    Ok(problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_db() -> (tempfile::TempDir, DataDir) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("data"));
+        (tmp, dd)
+    }
+
+    #[test]
+    fn migrates_an_empty_file_and_twice_is_a_no_op() {
+        let (_tmp, dd) = temp_db();
+        let conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(schema_version(&conn).expect("version"), SCHEMA_VERSION);
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .expect("mode");
+        assert_eq!(mode, "wal");
+        let fk: i64 = conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .expect("fk");
+        assert_eq!(fk, 1);
+        let tables_before: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .expect("count");
+        drop(conn);
+        let mut conn = open_data_dir(&dd, OpenOptions::default()).expect("reopen");
+        migrate(&mut conn).expect("migrate again");
+        let tables_after: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(tables_before, tables_after);
+        assert!(integrity_problems(&conn).expect("check").is_empty());
+        assert_eq!(crate::paths::mode_of(&dd.db()), Some(0o600));
+    }
+
+    #[test]
+    fn refuses_a_newer_schema_without_touching_it() {
+        let (_tmp, dd) = temp_db();
+        let conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
+        conn.execute_batch("PRAGMA user_version = 99")
+            .expect("bump");
+        drop(conn);
+        let before = std::fs::read(dd.db()).expect("read");
+        let err = open_data_dir(&dd, OpenOptions::default()).expect_err("newer");
+        assert!(
+            matches!(err, Error::SchemaTooNew { found: 99, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("upgrade cairn"));
+        assert_eq!(before, std::fs::read(dd.db()).expect("read"));
+    }
+
+    #[test]
+    fn refuses_garbage_and_foreign_databases() {
+        let (_tmp, dd) = temp_db();
+        dd.ensure().expect("dir");
+        std::fs::write(dd.db(), vec![b'x'; 8192]).expect("write");
+        let err = open_data_dir(&dd, OpenOptions::default()).expect_err("garbage");
+        assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+
+        std::fs::remove_file(dd.db()).expect("rm");
+        let other = Connection::open(dd.db()).expect("other");
+        other
+            .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .expect("foreign");
+        drop(other);
+        let err = open_data_dir(&dd, OpenOptions::default()).expect_err("foreign");
+        assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+    }
+
+    #[test]
+    fn missing_database_is_an_error_when_creation_is_off() {
+        let (_tmp, dd) = temp_db();
+        let opts = OpenOptions {
+            create: false,
+            ..OpenOptions::default()
+        };
+        let err = open_data_dir(&dd, opts).expect_err("missing");
+        assert!(err.to_string().contains("no cairn database"), "{err}");
+        assert!(!dd.exists());
+    }
+
+    #[test]
+    fn write_rolls_back_on_error() {
+        let (_tmp, dd) = temp_db();
+        let mut conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let r: Result<()> = write(&mut conn, |tx| {
+            tx.execute(
+                "INSERT INTO sessions (session_id, project, started_at, updated_at) VALUES ('s', 'p', 1, 1)",
+                [],
+            )?;
+            Err(Error::Invalid("boom".into()))
+        });
+        assert!(r.is_err());
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(n, 0);
+    }
+}

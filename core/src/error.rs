@@ -1,0 +1,80 @@
+//! The error type of the storage layer and everything built on it.
+
+use std::path::PathBuf;
+
+/// What went wrong in `cairn_core`. Callers branch on the variant, never on the message.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// SQLite refused or failed a statement.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+
+    /// A file or directory could not be read, written or created.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The database was written by a newer cairn; it is left untouched.
+    #[error(
+        "database {} has schema version {found}, newer than this cairn supports ({supported}); upgrade cairn",
+        path.display()
+    )]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+
+    /// The file is not a SQLite database, or is damaged.
+    #[error("database {} is not a usable cairn database: {reason}", path.display())]
+    NotADatabase { path: PathBuf, reason: String },
+
+    /// The database stayed locked by other writers past the busy timeout.
+    #[error("database {} is locked by another process", path.display())]
+    Locked { path: PathBuf },
+
+    /// A settings file or value is invalid.
+    #[error("{0}")]
+    Settings(String),
+
+    /// A caller passed something the operation cannot accept.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Error {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True when the failure is SQLite reporting a lock it waited on in vain.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Error::Locked { .. } => true,
+            Error::Sqlite(e) => is_busy(e),
+            _ => false,
+        }
+    }
+}
+
+/// True when a rusqlite error is SQLITE_BUSY or SQLITE_LOCKED.
+pub fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

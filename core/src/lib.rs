@@ -1,0 +1,18 @@
+//! cairn's library. Every decision lives here; the binaries parse arguments, load settings,
+//! call into this crate and map errors to exit codes. See ARCHITECTURE.md for the map.
+
+pub mod clock;
+pub mod db;
+pub mod error;
+pub mod memory;
+pub mod paths;
+pub mod queue;
+pub mod rand;
+pub mod sessions;
+pub mod settings;
+
+pub use error::{Error, Result};
+
+/// Set in the environment of processes cairn starts (the `claude` CLI provider), so that
+/// cairn's own hooks inside them do nothing and memory never observes itself.
+pub const SUPPRESS_HOOKS_ENV: &str = "CAIRN_SUPPRESS_HOOKS";

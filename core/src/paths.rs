@@ -1,0 +1,139 @@
+//! Where cairn keeps its files. Everything lives under one data dir:
+//!
+//! ```text
+//! <data dir>/            0700; `CAIRN_DATA_DIR`, else ~/.cairn
+//!   cairn.db             0600; the database (plus -wal, -shm)
+//!   settings.json        optional settings
+//!   worker.lock          held (flock) by the running worker
+//!   spool/               events hooks could not write to the database
+//!   logs/                daily log files
+//!   backups/             online backups
+//! ```
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The environment variable that picks the data dir.
+pub const DATA_DIR_ENV: &str = "CAIRN_DATA_DIR";
+
+/// The data dir and the well-known files inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    /// `CAIRN_DATA_DIR` if set and non-empty, else `~/.cairn`.
+    pub fn from_env() -> Result<Self> {
+        if let Some(dir) = std::env::var_os(DATA_DIR_ENV).filter(|v| !v.is_empty()) {
+            return Ok(Self::new(dir));
+        }
+        match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            Some(home) => Ok(Self::new(Path::new(&home).join(".cairn"))),
+            None => Err(Error::Invalid(format!(
+                "cannot find the data dir: neither {DATA_DIR_ENV} nor HOME is set"
+            ))),
+        }
+    }
+
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn db(&self) -> PathBuf {
+        self.root.join("cairn.db")
+    }
+    pub fn settings(&self) -> PathBuf {
+        self.root.join("settings.json")
+    }
+    pub fn worker_lock(&self) -> PathBuf {
+        self.root.join("worker.lock")
+    }
+    pub fn spool(&self) -> PathBuf {
+        self.root.join("spool")
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+    pub fn backups(&self) -> PathBuf {
+        self.root.join("backups")
+    }
+
+    /// True when the directory exists.
+    pub fn exists(&self) -> bool {
+        self.root.is_dir()
+    }
+
+    /// Creates the data dir (mode 0700) if missing. Safe to race: many hooks may call it at
+    /// once on a fresh machine.
+    pub fn ensure(&self) -> Result<()> {
+        ensure_private_dir(&self.root)
+    }
+
+    /// Creates a subdirectory of the data dir (mode 0700) if missing.
+    pub fn ensure_sub(&self, sub: &Path) -> Result<()> {
+        self.ensure()?;
+        ensure_private_dir(sub)
+    }
+}
+
+/// Creates `dir` and its parents with mode 0700 when missing; an existing dir is left as is.
+pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if dir.is_dir() => {
+            log::debug!("create {} raced: {e}", dir.display());
+            Ok(())
+        }
+        Err(e) => Err(Error::io("cannot create directory", dir, e)),
+    }
+}
+
+/// Creates `file` with mode 0600 if missing, without truncating an existing one.
+pub fn ensure_private_file(file: &Path) -> Result<()> {
+    if file.exists() {
+        return Ok(());
+    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(file)
+        .map(drop)
+        .map_err(|e| Error::io("cannot create", file, e))
+}
+
+/// The permission bits of a path (for `cairn doctor`).
+pub fn mode_of(path: &Path) -> Option<u32> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_private_dirs_and_files() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("a/b/cairn"));
+        dd.ensure().expect("ensure");
+        dd.ensure().expect("ensure twice");
+        assert_eq!(mode_of(dd.root()), Some(0o700));
+        ensure_private_file(&dd.db()).expect("file");
+        assert_eq!(mode_of(&dd.db()), Some(0o600));
+        dd.ensure_sub(&dd.spool()).expect("sub");
+        assert_eq!(mode_of(&dd.spool()), Some(0o700));
+    }
+}

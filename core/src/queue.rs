@@ -1,0 +1,810 @@
+//! The durable job queue, `pending_messages`: the only module that writes it (and its
+//! error history, `job_errors`).
+//!
+//! A job moves `pending → claimed → done`, or back to `pending` on a failed attempt, or to
+//! `skipped` once it has failed `max_attempts` times; `replay` brings skipped jobs back.
+//!
+//! Invariants:
+//! - a claim is one `BEGIN IMMEDIATE` transaction ending in one guarded
+//!   `UPDATE … RETURNING`; a batch holds jobs of one session, one kind and one prompt;
+//! - a session never has two batches in flight, so a turn's summary follows its
+//!   observations;
+//! - every later change to a claimed job is fenced by its batch's `claim_token`: a worker
+//!   whose lease was rescued changes nothing, and is told so.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use crate::db;
+use crate::error::Result;
+use crate::settings::Settings;
+
+/// Longest error text kept per failed attempt.
+const MAX_ERROR_CHARS: usize = 2_000;
+
+/// What a job asks the worker to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// Compress a tool event into observations.
+    Observation,
+    /// Summarize a finished turn.
+    Summarize,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Observation => "observation",
+            JobKind::Summarize => "summarize",
+        }
+    }
+
+    fn parse(s: &str) -> rusqlite::Result<Self> {
+        match s {
+            "observation" => Ok(JobKind::Observation),
+            "summarize" => Ok(JobKind::Summarize),
+            other => Err(rusqlite::Error::InvalidColumnType(
+                0,
+                format!("kind {other}"),
+                rusqlite::types::Type::Text,
+            )),
+        }
+    }
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Pending,
+    Claimed,
+    Done,
+    Skipped,
+}
+
+impl JobStatus {
+    pub const ALL: [JobStatus; 4] = [
+        JobStatus::Pending,
+        JobStatus::Claimed,
+        JobStatus::Done,
+        JobStatus::Skipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Claimed => "claimed",
+            JobStatus::Done => "done",
+            JobStatus::Skipped => "skipped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// A job to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewJob<'a> {
+    pub session_id: &'a str,
+    pub project: &'a str,
+    pub kind: JobKind,
+    pub prompt_number: i64,
+    /// A JSON document; the worker reads it.
+    pub payload: &'a str,
+    /// Unique across the queue: a second job with the same key is not added.
+    pub dedupe_key: &'a str,
+}
+
+/// What `enqueue` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new job with this id.
+    Added(i64),
+    /// A job with the same dedupe key was still pending; its payload was replaced by the
+    /// newer one (a repeated `Stop` carries the final assistant message).
+    Refreshed(i64),
+    /// A job with the same dedupe key exists and is in flight or processed; nothing changed.
+    Duplicate(i64),
+}
+
+/// The queue's timing and batching rules, from settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub batching: bool,
+    pub max_size: u32,
+    pub max_wait_ms: i64,
+    pub lease_ms: i64,
+    pub max_attempts: u32,
+    pub retry_base_ms: i64,
+    pub retry_max_ms: i64,
+}
+
+impl Policy {
+    pub fn from_settings(s: &Settings) -> Self {
+        let ms = |secs: u64| i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        Self {
+            batching: s.batch.enabled,
+            max_size: s.batch.max_size.max(1),
+            max_wait_ms: ms(s.batch.max_wait_secs),
+            lease_ms: ms(s.queue.lease_secs),
+            max_attempts: s.queue.max_attempts.max(1),
+            retry_base_ms: ms(s.queue.retry_base_secs),
+            retry_max_ms: ms(s.queue.retry_max_secs),
+        }
+    }
+
+    /// Delay before the next try after `attempts` failed attempts: the base doubled per
+    /// attempt, capped, then scaled by a random factor in [0.5, 1.0) so that jobs failed
+    /// together do not retry together.
+    pub fn retry_delay_ms(&self, attempts: u32) -> i64 {
+        let exp = attempts.saturating_sub(1).min(30);
+        let full = self
+            .retry_base_ms
+            .saturating_mul(1i64 << exp)
+            .min(self.retry_max_ms)
+            .max(0);
+        let half = full / 2;
+        half + crate::rand::below(u64::try_from(full - half).unwrap_or(0).max(1)) as i64
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::from_settings(&Settings::default())
+    }
+}
+
+/// A claimed job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    pub id: i64,
+    pub session_id: String,
+    pub project: String,
+    pub kind: JobKind,
+    pub prompt_number: i64,
+    pub payload: String,
+    /// Failed attempts before this one.
+    pub attempts: u32,
+    pub created_at: i64,
+}
+
+/// Jobs claimed together by one worker under one lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub worker: String,
+    /// Fences every later change to these jobs.
+    pub token: i64,
+    pub lease_until: i64,
+    /// In id order; never empty.
+    pub jobs: Vec<Job>,
+}
+
+impl Batch {
+    pub fn session_id(&self) -> &str {
+        &self.jobs[0].session_id
+    }
+    pub fn project(&self) -> &str {
+        &self.jobs[0].project
+    }
+    pub fn kind(&self) -> JobKind {
+        self.jobs[0].kind
+    }
+    pub fn prompt_number(&self) -> i64 {
+        self.jobs[0].prompt_number
+    }
+    pub fn ids(&self) -> Vec<i64> {
+        self.jobs.iter().map(|j| j.id).collect()
+    }
+}
+
+/// Adds a job in the caller's transaction (which also wrote the session row it refers to).
+pub fn enqueue(tx: &Transaction, job: &NewJob, max_attempts: u32, now: i64) -> Result<Enqueued> {
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO pending_messages
+                 (session_id, project, kind, prompt_number, payload, dedupe_key,
+                  max_attempts, available_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8)
+             ON CONFLICT (dedupe_key) DO NOTHING
+             RETURNING id",
+        )?
+        .query_row(
+            params![
+                job.session_id,
+                job.project,
+                job.kind.as_str(),
+                job.prompt_number,
+                job.payload,
+                job.dedupe_key,
+                max_attempts.max(1),
+                now
+            ],
+            |r| r.get::<_, i64>(0),
+        )
+        .optional()?;
+    if let Some(id) = added {
+        return Ok(Enqueued::Added(id));
+    }
+    let (id, status): (i64, String) = tx
+        .prepare_cached("SELECT id, status FROM pending_messages WHERE dedupe_key = ?1")?
+        .query_row([job.dedupe_key], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if job.kind == JobKind::Summarize && status == "pending" {
+        tx.prepare_cached(
+            "UPDATE pending_messages SET payload = ?2, updated_at = ?3 WHERE id = ?1 AND status = 'pending'",
+        )?
+        .execute(params![id, job.payload, now])?;
+        return Ok(Enqueued::Refreshed(id));
+    }
+    Ok(Enqueued::Duplicate(id))
+}
+
+/// Picks the oldest ready job of a session with nothing in flight: the batch starts there.
+const READY_SQL: &str = "
+SELECT p.session_id, p.kind, p.prompt_number
+FROM pending_messages p
+WHERE p.status = 'pending' AND p.available_at <= ?1
+  AND NOT EXISTS (SELECT 1 FROM pending_messages c
+                  WHERE c.session_id = p.session_id AND c.status = 'claimed')
+  AND CASE p.kind
+      WHEN 'summarize' THEN NOT EXISTS (
+          SELECT 1 FROM pending_messages o
+          WHERE o.session_id = p.session_id AND o.status = 'pending'
+            AND o.kind = 'observation' AND o.prompt_number <= p.prompt_number)
+      ELSE ?2
+        OR p.created_at <= ?1 - ?3
+        OR EXISTS (SELECT 1 FROM pending_messages s
+                   WHERE s.session_id = p.session_id AND s.status = 'pending'
+                     AND s.kind = 'summarize')
+        OR EXISTS (SELECT 1 FROM sessions x
+                   WHERE x.session_id = p.session_id
+                     AND (x.prompt_counter > p.prompt_number OR x.status = 'ended'))
+        OR (SELECT count(*) FROM (SELECT 1 FROM pending_messages o
+                                  WHERE o.session_id = p.session_id AND o.status = 'pending'
+                                    AND o.kind = 'observation'
+                                  LIMIT ?4)) >= ?4
+      END
+ORDER BY p.id
+LIMIT 1";
+
+/// Claims the jobs of one session, kind and prompt, up to the batch size, under a lease.
+const CLAIM_SQL: &str = "
+UPDATE pending_messages
+SET status = 'claimed', claimed_by = ?1, claim_token = ?2, lease_until = ?3, updated_at = ?4
+WHERE id IN (SELECT id FROM pending_messages
+             WHERE session_id = ?5 AND kind = ?6 AND prompt_number = ?7
+               AND status = 'pending' AND available_at <= ?4
+             ORDER BY id LIMIT ?8)
+  AND status = 'pending'
+RETURNING id, session_id, project, kind, prompt_number, payload, attempts, created_at";
+
+/// Claims the next ready batch for `worker`, or `None` when nothing is ready.
+pub fn claim_batch(
+    conn: &mut Connection,
+    worker: &str,
+    policy: &Policy,
+    now: i64,
+) -> Result<Option<Batch>> {
+    db::write(conn, |tx| {
+        let start = tx
+            .prepare_cached(READY_SQL)?
+            .query_row(
+                params![now, !policy.batching, policy.max_wait_ms, policy.max_size],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((session_id, kind, prompt_number)) = start else {
+            return Ok(None);
+        };
+        let limit = if kind == "summarize" || !policy.batching {
+            1
+        } else {
+            policy.max_size
+        };
+        let token = (crate::rand::u64() >> 1) as i64;
+        let lease_until = now.saturating_add(policy.lease_ms);
+        let mut jobs = tx
+            .prepare_cached(CLAIM_SQL)?
+            .query_map(
+                params![
+                    worker,
+                    token,
+                    lease_until,
+                    now,
+                    session_id,
+                    kind,
+                    prompt_number,
+                    limit
+                ],
+                |r| {
+                    Ok(Job {
+                        id: r.get(0)?,
+                        session_id: r.get(1)?,
+                        project: r.get(2)?,
+                        kind: JobKind::parse(&r.get::<_, String>(3)?)?,
+                        prompt_number: r.get(4)?,
+                        payload: r.get(5)?,
+                        attempts: r.get(6)?,
+                        created_at: r.get(7)?,
+                    })
+                },
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        if jobs.is_empty() {
+            return Ok(None);
+        }
+        jobs.sort_by_key(|j| j.id);
+        Ok(Some(Batch {
+            worker: worker.to_string(),
+            token,
+            lease_until,
+            jobs,
+        }))
+    })
+}
+
+/// What `ack`, `heartbeat` and `release` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The batch was still ours; the change is made.
+    Done,
+    /// The lease expired and the jobs were rescued (and maybe claimed again): nothing was
+    /// changed, the results were not written.
+    LeaseLost,
+}
+
+/// Marks the batch `done` and runs `write_results` in the same transaction. Fenced: when
+/// the batch is no longer ours, nothing is written and `LeaseLost` is returned. When
+/// `write_results` fails, nothing is written and its error is returned.
+pub fn ack<F>(conn: &mut Connection, batch: &Batch, now: i64, write_results: F) -> Result<Fenced>
+where
+    F: FnOnce(&Transaction) -> Result<()>,
+{
+    db::write(conn, |tx| {
+        if !still_ours(tx, batch)? {
+            log::warn!(
+                "ack of jobs {:?} by {} refused: lease lost",
+                batch.ids(),
+                batch.worker
+            );
+            return Ok(Fenced::LeaseLost);
+        }
+        tx.prepare_cached(
+            "UPDATE pending_messages
+             SET status = 'done', done_at = ?3, updated_at = ?3, lease_until = NULL
+             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'",
+        )?
+        .execute(params![batch.token, batch.worker, now])?;
+        write_results(tx)?;
+        Ok(Fenced::Done)
+    })
+}
+
+/// True when every job of the batch is still claimed under its token.
+fn still_ours(tx: &Transaction, batch: &Batch) -> Result<bool> {
+    let n: i64 = tx
+        .prepare_cached(
+            "SELECT count(*) FROM pending_messages
+             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'",
+        )?
+        .query_row(params![batch.token, batch.worker], |r| r.get(0))?;
+    Ok(n == batch.jobs.len() as i64)
+}
+
+/// What `fail` did with the batch's jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailOutcome {
+    /// Back to `pending`, to be tried again later.
+    pub retrying: usize,
+    /// Out of attempts: `skipped`, with the error kept.
+    pub skipped: usize,
+    /// The batch was no longer ours; nothing changed.
+    pub lease_lost: bool,
+}
+
+/// Records a failed attempt of every job in the batch: below `max_attempts` the job goes
+/// back to `pending`, available after an exponential delay with jitter; at the limit it is
+/// `skipped` with the error kept. Fenced like `ack`.
+pub fn fail(
+    conn: &mut Connection,
+    batch: &Batch,
+    error: &str,
+    policy: &Policy,
+    now: i64,
+) -> Result<FailOutcome> {
+    let error = clip(error);
+    db::write(conn, |tx| {
+        let mut out = FailOutcome::default();
+        for job in &batch.jobs {
+            let attempts = job.attempts + 1;
+            let next = now.saturating_add(policy.retry_delay_ms(attempts));
+            let status: Option<String> = tx
+                .prepare_cached(
+                    "UPDATE pending_messages
+                     SET attempts = attempts + 1, last_error = ?4, updated_at = ?5,
+                         claim_token = NULL, lease_until = NULL,
+                         status = CASE WHEN attempts + 1 >= max_attempts THEN 'skipped' ELSE 'pending' END,
+                         available_at = CASE WHEN attempts + 1 >= max_attempts THEN available_at ELSE ?6 END
+                     WHERE id = ?1 AND claim_token = ?2 AND claimed_by = ?3 AND status = 'claimed'
+                     RETURNING status",
+                )?
+                .query_row(params![job.id, batch.token, batch.worker, error, now, next], |r| r.get(0))
+                .optional()?;
+            match status.as_deref() {
+                Some("skipped") => out.skipped += 1,
+                Some(_) => out.retrying += 1,
+                None => {
+                    out.lease_lost = true;
+                    continue;
+                }
+            }
+            record_error(tx, job.id, error, now)?;
+        }
+        Ok(out)
+    })
+}
+
+/// Gives the batch back without counting an attempt (shutdown, token budget spent), to be
+/// claimed again after `delay_ms`. Fenced like `ack`.
+pub fn release(conn: &mut Connection, batch: &Batch, delay_ms: i64, now: i64) -> Result<Fenced> {
+    db::write(conn, |tx| {
+        if !still_ours(tx, batch)? {
+            return Ok(Fenced::LeaseLost);
+        }
+        tx.prepare_cached(
+            "UPDATE pending_messages
+             SET status = 'pending', claim_token = NULL, lease_until = NULL,
+                 available_at = ?3, updated_at = ?4
+             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'",
+        )?
+        .execute(params![
+            batch.token,
+            batch.worker,
+            now.saturating_add(delay_ms),
+            now
+        ])?;
+        Ok(Fenced::Done)
+    })
+}
+
+/// Extends the lease of a batch still in flight. Fenced like `ack`.
+pub fn heartbeat(
+    conn: &mut Connection,
+    batch: &mut Batch,
+    policy: &Policy,
+    now: i64,
+) -> Result<Fenced> {
+    let lease_until = now.saturating_add(policy.lease_ms);
+    let fenced = db::write(conn, |tx| {
+        if !still_ours(tx, batch)? {
+            return Ok(Fenced::LeaseLost);
+        }
+        tx.prepare_cached(
+            "UPDATE pending_messages SET lease_until = ?3, updated_at = ?4
+             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'",
+        )?
+        .execute(params![batch.token, batch.worker, lease_until, now])?;
+        Ok(Fenced::Done)
+    })?;
+    if fenced == Fenced::Done {
+        batch.lease_until = lease_until;
+    }
+    Ok(fenced)
+}
+
+/// Which claimed jobs `rescue` takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RescueScope<'a> {
+    /// Jobs whose lease has expired.
+    Expired,
+    /// Every claimed job not held by this worker. Only for the holder of the worker lock,
+    /// which knows no other worker is alive.
+    AllBut(&'a str),
+}
+
+/// What `rescue` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rescued {
+    pub retrying: usize,
+    pub skipped: usize,
+}
+
+/// Takes claimed jobs back from workers that died or stalled. Each counts as a failed
+/// attempt, so a job that kills its worker every time ends `skipped` instead of looping.
+pub fn rescue(conn: &mut Connection, scope: RescueScope, now: i64) -> Result<Rescued> {
+    db::write(conn, |tx| {
+        let (cond, other) = match scope {
+            RescueScope::Expired => ("lease_until < ?1", None),
+            RescueScope::AllBut(me) => ("claimed_by IS NOT ?2", Some(me)),
+        };
+        let sql = format!(
+            "UPDATE pending_messages
+             SET attempts = attempts + 1, updated_at = ?1, available_at = ?1,
+                 last_error = 'lease of worker ' || coalesce(claimed_by, '?') || ' lost: the worker died or stalled',
+                 claim_token = NULL, lease_until = NULL,
+                 status = CASE WHEN attempts + 1 >= max_attempts THEN 'skipped' ELSE 'pending' END
+             WHERE status = 'claimed' AND {cond}
+             RETURNING id, status, last_error"
+        );
+        let mut stmt = tx.prepare(&sql)?;
+        let map = |r: &rusqlite::Row| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        };
+        let rows: Vec<(i64, String, String)> = match other {
+            None => stmt
+                .query_map(params![now], map)?
+                .collect::<rusqlite::Result<_>>()?,
+            Some(me) => stmt
+                .query_map(params![now, me], map)?
+                .collect::<rusqlite::Result<_>>()?,
+        };
+        drop(stmt);
+        let mut out = Rescued::default();
+        for (id, status, error) in rows {
+            if status == "skipped" {
+                out.skipped += 1;
+            } else {
+                out.retrying += 1;
+            }
+            record_error(tx, id, &error, now)?;
+        }
+        if out.retrying + out.skipped > 0 {
+            log::warn!(
+                "rescued {} jobs from lost leases ({} skipped)",
+                out.retrying + out.skipped,
+                out.skipped
+            );
+        }
+        Ok(out)
+    })
+}
+
+fn record_error(tx: &Transaction, job_id: i64, error: &str, now: i64) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO job_errors (job_id, attempt, error, created_at)
+         SELECT id, attempts, ?2, ?3 FROM pending_messages WHERE id = ?1",
+    )?
+    .execute(params![job_id, error, now])?;
+    Ok(())
+}
+
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Which skipped jobs `replay` brings back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    Ids(Vec<i64>),
+    Session(String),
+    /// Skipped at or after this time (ms).
+    Since(i64),
+    AllSkipped,
+}
+
+/// Puts skipped jobs back to `pending` with their attempts reset; returns how many.
+/// Jobs in any other state are left alone (replaying a done job would duplicate it).
+pub fn replay(conn: &mut Connection, selector: &Selector, now: i64) -> Result<usize> {
+    const SET: &str = "UPDATE pending_messages
+        SET status = 'pending', attempts = 0, available_at = ?1, updated_at = ?1,
+            claimed_by = NULL, claim_token = NULL, lease_until = NULL
+        WHERE status = 'skipped'";
+    db::write(conn, |tx| {
+        Ok(match selector {
+            Selector::AllSkipped => tx.prepare_cached(SET)?.execute([now])?,
+            Selector::Session(s) => tx
+                .prepare_cached(&format!("{SET} AND session_id = ?2"))?
+                .execute(params![now, s])?,
+            Selector::Since(t) => tx
+                .prepare_cached(&format!("{SET} AND updated_at >= ?2"))?
+                .execute(params![now, t])?,
+            Selector::Ids(ids) => {
+                let mut stmt = tx.prepare_cached(&format!("{SET} AND id = ?2"))?;
+                let mut n = 0;
+                for id in ids {
+                    n += stmt.execute(params![now, id])?;
+                }
+                n
+            }
+        })
+    })
+}
+
+/// Deletes `done` jobs last changed before `cutoff` (ms), with their error history.
+/// Pending, claimed and skipped jobs are never purged. Returns how many were deleted.
+pub fn purge(conn: &mut Connection, cutoff: i64) -> Result<usize> {
+    db::write(conn, |tx| {
+        Ok(tx
+            .prepare_cached(
+                "DELETE FROM pending_messages WHERE status = 'done' AND updated_at < ?1",
+            )?
+            .execute([cutoff])?)
+    })
+}
+
+/// A job as listed by `cairn queue`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobRow {
+    pub id: i64,
+    pub session_id: String,
+    pub project: String,
+    pub kind: JobKind,
+    pub prompt_number: i64,
+    pub status: JobStatus,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub available_at: i64,
+    pub claimed_by: Option<String>,
+    pub lease_until: Option<i64>,
+    pub last_error: Option<String>,
+    pub dedupe_key: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub done_at: Option<i64>,
+}
+
+/// One failed attempt of a job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobError {
+    pub attempt: u32,
+    pub error: String,
+    pub created_at: i64,
+}
+
+const ROW_COLUMNS: &str =
+    "id, session_id, project, kind, prompt_number, status, attempts, max_attempts,
+    available_at, claimed_by, lease_until, last_error, dedupe_key, created_at, updated_at, done_at";
+
+fn job_row(r: &rusqlite::Row) -> rusqlite::Result<JobRow> {
+    let status: String = r.get(5)?;
+    Ok(JobRow {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        project: r.get(2)?,
+        kind: JobKind::parse(&r.get::<_, String>(3)?)?,
+        prompt_number: r.get(4)?,
+        status: JobStatus::parse(&status).unwrap_or(JobStatus::Pending),
+        attempts: r.get(6)?,
+        max_attempts: r.get(7)?,
+        available_at: r.get(8)?,
+        claimed_by: r.get(9)?,
+        lease_until: r.get(10)?,
+        last_error: r.get(11)?,
+        dedupe_key: r.get(12)?,
+        created_at: r.get(13)?,
+        updated_at: r.get(14)?,
+        done_at: r.get(15)?,
+    })
+}
+
+/// Filter for `list`.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub status: Option<JobStatus>,
+    pub session_id: Option<String>,
+    pub limit: usize,
+}
+
+/// Jobs, newest first.
+pub fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobRow>> {
+    let sql = format!(
+        "SELECT {ROW_COLUMNS} FROM pending_messages
+         WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR session_id = ?2)
+         ORDER BY id DESC LIMIT ?3"
+    );
+    let limit = if filter.limit == 0 {
+        i64::MAX
+    } else {
+        filter.limit as i64
+    };
+    let rows = conn
+        .prepare(&sql)?
+        .query_map(
+            params![
+                filter.status.map(JobStatus::as_str),
+                filter.session_id,
+                limit
+            ],
+            job_row,
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// One job with its payload and every failed attempt.
+pub fn get(conn: &Connection, id: i64) -> Result<Option<(JobRow, String, Vec<JobError>)>> {
+    let found = conn
+        .prepare(&format!(
+            "SELECT {ROW_COLUMNS}, payload FROM pending_messages WHERE id = ?1"
+        ))?
+        .query_row([id], |r| Ok((job_row(r)?, r.get::<_, String>(16)?)))
+        .optional()?;
+    let Some((row, payload)) = found else {
+        return Ok(None);
+    };
+    let errors = conn
+        .prepare("SELECT attempt, error, created_at FROM job_errors WHERE job_id = ?1 ORDER BY id")?
+        .query_map([id], |r| {
+            Ok(JobError {
+                attempt: r.get(0)?,
+                error: r.get(1)?,
+                created_at: r.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Some((row, payload, errors)))
+}
+
+/// The queue at a glance.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// `status` → count.
+    pub by_status: BTreeMap<String, i64>,
+    /// `kind/status` → count.
+    pub by_kind: BTreeMap<String, i64>,
+    /// Age in ms of the oldest pending job.
+    pub oldest_pending_age_ms: Option<i64>,
+    /// The latest skipped jobs (up to 10), newest first.
+    pub recent_skipped: Vec<JobRow>,
+}
+
+impl Stats {
+    pub fn count(&self, status: JobStatus) -> i64 {
+        self.by_status.get(status.as_str()).copied().unwrap_or(0)
+    }
+}
+
+/// Counts by status and kind, oldest pending age, and the latest skipped jobs.
+pub fn stats(conn: &Connection, now: i64) -> Result<Stats> {
+    let mut out = Stats::default();
+    for status in JobStatus::ALL {
+        out.by_status.insert(status.as_str().to_string(), 0);
+    }
+    let mut stmt =
+        conn.prepare("SELECT kind, status, count(*) FROM pending_messages GROUP BY kind, status")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (kind, status, n) = row?;
+        *out.by_status.entry(status.clone()).or_default() += n;
+        out.by_kind.insert(format!("{kind}/{status}"), n);
+    }
+    out.oldest_pending_age_ms = conn
+        .query_row(
+            "SELECT min(created_at) FROM pending_messages WHERE status = 'pending'",
+            [],
+            |r| r.get::<_, Option<i64>>(0),
+        )?
+        .map(|t| (now - t).max(0));
+    out.recent_skipped = list(
+        conn,
+        &ListFilter {
+            status: Some(JobStatus::Skipped),
+            session_id: None,
+            limit: 10,
+        },
+    )?;
+    Ok(out)
+}

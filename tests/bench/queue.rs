@@ -1,0 +1,2 @@
+//! Queue benchmark (filled in with the queue benchmark work).
+fn main() {}

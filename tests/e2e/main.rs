@@ -1,0 +1,4 @@
+//! End-to-end tests: the real binaries on temp data dirs. One test binary; each area in a
+//! module of its own.
+
+mod support;

@@ -1,0 +1,102 @@
+//! Helpers shared by the end-to-end tests: temp data dirs, running the real binaries,
+//! opening the database they wrote.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Path of one of cairn's binaries, built by Cargo for this test run.
+pub fn bin(name: &str) -> PathBuf {
+    match name {
+        "cairn" => PathBuf::from(env!("CARGO_BIN_EXE_cairn")),
+        "cairn-hook" => PathBuf::from(env!("CARGO_BIN_EXE_cairn-hook")),
+        "cairn-worker" => PathBuf::from(env!("CARGO_BIN_EXE_cairn-worker")),
+        other => panic!("no binary {other}"),
+    }
+}
+
+/// The repository's `tests/fixtures` folder.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+/// A real Claude Code hook payload from `tests/fixtures/claude-code-hooks/`.
+pub fn hook_fixture(name: &str) -> String {
+    let path = fixtures().join("claude-code-hooks").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// A temp dir holding a data dir that does not exist yet, removed on drop.
+pub struct TestEnv {
+    pub tmp: tempfile::TempDir,
+    pub data_dir: PathBuf,
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data_dir = tmp.path().join("cairn-data");
+        TestEnv { tmp, data_dir }
+    }
+
+    /// A command for one of the binaries with this env's data dir, no autostarted worker
+    /// and a clean HOME.
+    pub fn cmd(&self, name: &str) -> Command {
+        let mut c = Command::new(bin(name));
+        c.env("CAIRN_DATA_DIR", &self.data_dir)
+            .env("HOME", self.tmp.path())
+            .env("CAIRN_WORKER__AUTOSTART", "false")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_BASE_URL")
+            .env_remove("CAIRN_SUPPRESS_HOOKS");
+        c
+    }
+
+    /// Runs a binary with `stdin` as input and waits for it.
+    pub fn run(&self, name: &str, args: &[&str], stdin: &[u8]) -> Output {
+        let mut c = self.cmd(name);
+        c.args(args);
+        run_with_stdin(c, stdin)
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("cairn.db")
+    }
+
+    /// A plain connection to the database the binaries wrote.
+    pub fn db(&self) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(self.db_path()).expect("open db");
+        c.busy_timeout(std::time::Duration::from_secs(10))
+            .expect("busy");
+        c
+    }
+
+    pub fn count(&self, sql: &str) -> i64 {
+        self.db().query_row(sql, [], |r| r.get(0)).expect(sql)
+    }
+}
+
+/// Runs a prepared command with `stdin` as input and waits for it.
+pub fn run_with_stdin(mut c: Command, stdin: &[u8]) -> Output {
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let mut pipe = child.stdin.take().expect("stdin");
+    let input = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait");
+    let _ = writer.join();
+    out
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
