@@ -2,10 +2,14 @@
 //! call into this crate and map errors to exit codes. See ARCHITECTURE.md for the map.
 
 pub mod clock;
+pub mod context;
 pub mod db;
 pub mod error;
+pub mod lock;
 pub mod memory;
 pub mod paths;
+pub mod payload;
+pub mod project;
 pub mod queue;
 pub mod rand;
 pub mod sessions;

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::paths::DataDir;
 
 /// Every setting cairn reads. Defaults are what a fresh install needs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
     pub log: LogSettings,
@@ -155,21 +155,6 @@ pub struct BackupSettings {
     pub daily: bool,
     /// Daily backups kept.
     pub keep: usize,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            log: LogSettings::default(),
-            queue: QueueSettings::default(),
-            batch: BatchSettings::default(),
-            capture: CaptureSettings::default(),
-            worker: WorkerSettings::default(),
-            model: ModelSettings::default(),
-            context: ContextSettings::default(),
-            backup: BackupSettings::default(),
-        }
-    }
 }
 
 impl Default for LogSettings {

@@ -1,0 +1,137 @@
+//! Which project a working directory belongs to: the name of the git repository containing
+//! it (a worktree maps to its main repository), else the directory's own name.
+
+use std::path::{Path, PathBuf};
+
+/// The project name for `cwd`. Reads the file system (looks for `.git` upwards) but never
+/// runs git.
+pub fn detect(cwd: &Path) -> String {
+    match repo_root(cwd) {
+        Some(root) => dir_name(&root),
+        None => dir_name(cwd),
+    }
+}
+
+/// The main repository's working directory for `cwd`, if it is inside one.
+pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
+    for dir in cwd.ancestors() {
+        let dot_git = dir.join(".git");
+        let Ok(meta) = std::fs::metadata(&dot_git) else {
+            continue;
+        };
+        if meta.is_dir() {
+            return Some(dir.to_path_buf());
+        }
+        // A worktree or submodule: `.git` is a file `gitdir: <path>`.
+        if let Ok(text) = std::fs::read_to_string(&dot_git)
+            && let Some(gitdir) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
+        {
+            let gitdir = dir.join(gitdir.trim());
+            return Some(main_worktree_of(&gitdir).unwrap_or_else(|| dir.to_path_buf()));
+        }
+        return Some(dir.to_path_buf());
+    }
+    None
+}
+
+/// `<main>/.git/worktrees/<name>` → `<main>`.
+fn main_worktree_of(gitdir: &Path) -> Option<PathBuf> {
+    let parent = gitdir.parent()?;
+    if parent.file_name()? != "worktrees" {
+        return None;
+    }
+    let dot_git = parent.parent()?;
+    if dot_git.file_name()? != ".git" {
+        return None;
+    }
+    dot_git.parent().map(Path::to_path_buf)
+}
+
+fn dir_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| p.to_string_lossy().into_owned())
+}
+
+/// True when `name` matches a glob with `*` (any run) and `?` (one character).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    let (mut pi, mut ni) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_repo_worktree_and_plain_dir() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let repo = tmp.path().join("acme-api");
+        std::fs::create_dir_all(repo.join(".git/worktrees/feature")).expect("mkdir");
+        std::fs::create_dir_all(repo.join("src/deep")).expect("mkdir");
+        assert_eq!(detect(&repo.join("src/deep")), "acme-api");
+        assert_eq!(detect(&repo), "acme-api");
+
+        let wt = tmp.path().join("acme-feature");
+        std::fs::create_dir_all(wt.join("lib")).expect("mkdir");
+        std::fs::write(
+            wt.join(".git"),
+            format!(
+                "gitdir: {}\n",
+                repo.join(".git/worktrees/feature").display()
+            ),
+        )
+        .expect("write");
+        assert_eq!(detect(&wt.join("lib")), "acme-api");
+
+        let plain = tmp.path().join("scratch");
+        std::fs::create_dir_all(&plain).expect("mkdir");
+        // tmp itself is not in a repo on CI; the name of the dir is the project.
+        if repo_root(&plain).is_none() {
+            assert_eq!(detect(&plain), "scratch");
+        }
+        assert_eq!(
+            detect(Path::new("/home/dev/does-not-exist-acme")),
+            "does-not-exist-acme"
+        );
+    }
+
+    #[test]
+    fn globs() {
+        for (p, n, want) in [
+            ("acme-*", "acme-api", true),
+            ("acme-*", "acme", false),
+            ("*", "", true),
+            ("a?c", "abc", true),
+            ("a?c", "ac", false),
+            ("*secret*", "my-secret-proj", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ] {
+            assert_eq!(glob_match(p, n), want, "{p} vs {n}");
+        }
+    }
+}
