@@ -59,8 +59,10 @@ CREATE INDEX pending_messages_claimed ON pending_messages (session_id, lease_unt
     WHERE status = 'claimed';
 CREATE INDEX pending_messages_claimed_lease ON pending_messages (lease_until)
     WHERE status = 'claimed';
--- Purge, replay, listing by status.
-CREATE INDEX pending_messages_status_time ON pending_messages (status, updated_at);
+-- Purge of done jobs, replay of skipped ones. Partial indexes only: a plain index on
+-- status tempts the planner away from the per-session ones above.
+CREATE INDEX pending_messages_done_time ON pending_messages (updated_at) WHERE status = 'done';
+CREATE INDEX pending_messages_skipped_time ON pending_messages (updated_at) WHERE status = 'skipped';
 
 -- Every failed attempt of a job, for `cairn queue show`.
 CREATE TABLE job_errors (

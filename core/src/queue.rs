@@ -808,3 +808,673 @@ pub fn stats(conn: &Connection, now: i64) -> Result<Stats> {
     )?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::DataDir;
+
+    const W: &str = "worker-a";
+
+    struct Q {
+        _tmp: tempfile::TempDir,
+        conn: Connection,
+        policy: Policy,
+    }
+
+    fn q() -> Q {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let conn =
+            db::open_data_dir(&DataDir::new(tmp.path()), db::OpenOptions::default()).expect("open");
+        let policy = Policy {
+            batching: true,
+            max_size: 3,
+            max_wait_ms: 60_000,
+            lease_ms: 1_000,
+            max_attempts: 3,
+            retry_base_ms: 100,
+            retry_max_ms: 1_000,
+        };
+        Q {
+            _tmp: tmp,
+            conn,
+            policy,
+        }
+    }
+
+    impl Q {
+        fn session(&mut self, s: &str, prompt_counter: i64) {
+            db::write(&mut self.conn, |tx| {
+                crate::sessions::ensure(tx, s, "proj", "/p", 0)?;
+                tx.execute(
+                    "UPDATE sessions SET prompt_counter = ?2 WHERE session_id = ?1",
+                    params![s, prompt_counter],
+                )?;
+                Ok(())
+            })
+            .expect("session");
+        }
+        fn add(&mut self, s: &str, kind: JobKind, prompt: i64, key: &str, now: i64) -> Enqueued {
+            let job = NewJob {
+                session_id: s,
+                project: "proj",
+                kind,
+                prompt_number: prompt,
+                payload: &format!("{{\"key\":\"{key}\"}}"),
+                dedupe_key: key,
+            };
+            let max = self.policy.max_attempts;
+            db::write(&mut self.conn, |tx| enqueue(tx, &job, max, now)).expect("enqueue")
+        }
+        fn obs(&mut self, s: &str, prompt: i64, key: &str, now: i64) -> i64 {
+            match self.add(s, JobKind::Observation, prompt, key, now) {
+                Enqueued::Added(id) => id,
+                other => panic!("expected a new job, got {other:?}"),
+            }
+        }
+        fn claim(&mut self, worker: &str, now: i64) -> Option<Batch> {
+            let p = self.policy;
+            claim_batch(&mut self.conn, worker, &p, now).expect("claim")
+        }
+        fn status(&self, id: i64) -> (String, u32, i64) {
+            self.conn
+                .query_row(
+                    "SELECT status, attempts, available_at FROM pending_messages WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .expect("row")
+        }
+    }
+
+    #[test]
+    fn enqueue_dedupes_and_refreshes_pending_summaries() {
+        let mut q = q();
+        q.session("s", 1);
+        let id = q.obs("s", 1, "tool:1", 10);
+        assert_eq!(
+            q.add("s", JobKind::Observation, 1, "tool:1", 11),
+            Enqueued::Duplicate(id)
+        );
+        let sid = match q.add("s", JobKind::Summarize, 1, "turn:s:1", 12) {
+            Enqueued::Added(id) => id,
+            other => panic!("{other:?}"),
+        };
+        let job = NewJob {
+            session_id: "s",
+            project: "proj",
+            kind: JobKind::Summarize,
+            prompt_number: 1,
+            payload: "{\"last\":\"final\"}",
+            dedupe_key: "turn:s:1",
+        };
+        let r = db::write(&mut q.conn, |tx| enqueue(tx, &job, 3, 13)).expect("refresh");
+        assert_eq!(r, Enqueued::Refreshed(sid));
+        let payload: String = q
+            .conn
+            .query_row(
+                "SELECT payload FROM pending_messages WHERE id = ?1",
+                [sid],
+                |r| r.get(0),
+            )
+            .expect("payload");
+        assert_eq!(payload, "{\"last\":\"final\"}");
+        let n: i64 = q
+            .conn
+            .query_row("SELECT count(*) FROM pending_messages", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn enqueue_refuses_unknown_sessions_and_bad_json() {
+        let mut q = q();
+        let job = NewJob {
+            session_id: "nobody",
+            project: "proj",
+            kind: JobKind::Observation,
+            prompt_number: 0,
+            payload: "{}",
+            dedupe_key: "k",
+        };
+        assert!(db::write(&mut q.conn, |tx| enqueue(tx, &job, 3, 1)).is_err());
+        q.session("s", 0);
+        let bad = NewJob {
+            session_id: "s",
+            payload: "not json",
+            ..job
+        };
+        assert!(db::write(&mut q.conn, |tx| enqueue(tx, &bad, 3, 1)).is_err());
+    }
+
+    #[test]
+    fn observations_wait_until_a_batch_is_ready() {
+        let mut q = q();
+        q.session("s", 1);
+        q.obs("s", 1, "a", 1_000);
+        assert_eq!(
+            q.claim(W, 1_000),
+            None,
+            "fresh job of the current prompt waits"
+        );
+        // The oldest waited max_wait.
+        let b = q.claim(W, 1_000 + 60_000).expect("aged batch");
+        assert_eq!(b.jobs.len(), 1);
+    }
+
+    #[test]
+    fn each_readiness_rule_releases_a_batch() {
+        // batching disabled
+        let mut q1 = q();
+        q1.policy.batching = false;
+        q1.session("s", 1);
+        q1.obs("s", 1, "a", 0);
+        q1.obs("s", 1, "b", 0);
+        let b = q1.claim(W, 0).expect("disabled → ready");
+        assert_eq!(b.jobs.len(), 1, "no batching means one job per batch");
+
+        // a summarize job exists (turn ended)
+        let mut q2 = q();
+        q2.session("s", 1);
+        q2.obs("s", 1, "a", 0);
+        assert_eq!(q2.claim(W, 0), None);
+        q2.add("s", JobKind::Summarize, 1, "turn", 0);
+        let b = q2.claim(W, 0).expect("turn end → ready");
+        assert_eq!(b.kind(), JobKind::Observation);
+
+        // max_size jobs waiting
+        let mut q3 = q();
+        q3.session("s", 1);
+        q3.obs("s", 1, "a", 0);
+        q3.obs("s", 1, "b", 0);
+        assert_eq!(q3.claim(W, 0), None);
+        q3.obs("s", 1, "c", 0);
+        q3.obs("s", 1, "d", 0);
+        let b = q3.claim(W, 0).expect("overflow → ready");
+        assert_eq!(b.jobs.len(), 3, "at most max_size");
+
+        // a later prompt started
+        let mut q4 = q();
+        q4.session("s", 1);
+        q4.obs("s", 1, "a", 0);
+        assert_eq!(q4.claim(W, 0), None);
+        q4.session("s", 2);
+        assert!(q4.claim(W, 0).is_some(), "next prompt → ready");
+
+        // the session ended
+        let mut q5 = q();
+        q5.session("s", 1);
+        q5.obs("s", 1, "a", 0);
+        q5.conn
+            .execute(
+                "UPDATE sessions SET status = 'ended' WHERE session_id = 's'",
+                [],
+            )
+            .expect("end");
+        assert!(q5.claim(W, 0).is_some(), "ended → ready");
+    }
+
+    #[test]
+    fn a_batch_is_one_session_one_prompt_in_id_order() {
+        let mut q = q();
+        q.policy.max_size = 10;
+        q.session("s", 3);
+        q.session("t", 2);
+        let a = q.obs("s", 1, "a", 0);
+        q.obs("t", 1, "x", 0);
+        let b = q.obs("s", 1, "b", 0);
+        q.obs("s", 2, "c", 0);
+        let batch = q.claim(W, 0).expect("batch");
+        assert_eq!(batch.session_id(), "s");
+        assert_eq!(batch.prompt_number(), 1);
+        assert_eq!(batch.ids(), vec![a, b]);
+        assert_eq!(batch.project(), "proj");
+        // Session s has a batch in flight: the next claim goes to t, never to s.
+        let other = q.claim("worker-b", 0);
+        let other = other.expect("t is free");
+        assert_eq!(other.session_id(), "t");
+        assert_eq!(q.claim("worker-b", 0), None, "s is busy, t is busy");
+    }
+
+    #[test]
+    fn summaries_follow_their_observations() {
+        let mut q = q();
+        q.session("s", 1);
+        let o = q.obs("s", 1, "a", 0);
+        let sum = match q.add("s", JobKind::Summarize, 1, "turn", 0) {
+            Enqueued::Added(id) => id,
+            other => panic!("{other:?}"),
+        };
+        let b = q.claim(W, 0).expect("observation first");
+        assert_eq!(b.ids(), vec![o]);
+        assert_eq!(
+            q.claim(W, 0),
+            None,
+            "summary waits while its observations are claimed"
+        );
+        assert_eq!(
+            ack(&mut q.conn, &b, 1, |_| Ok(())).expect("ack"),
+            Fenced::Done
+        );
+        let s = q.claim(W, 2).expect("summary now");
+        assert_eq!(s.ids(), vec![sum]);
+        assert_eq!(s.kind(), JobKind::Summarize);
+    }
+
+    #[test]
+    fn a_summary_waits_for_observations_that_are_backing_off() {
+        let mut q = q();
+        q.session("s", 1);
+        q.obs("s", 1, "a", 0);
+        q.add("s", JobKind::Summarize, 1, "turn", 0);
+        let b = q.claim(W, 0).expect("batch");
+        let p = q.policy;
+        let out = fail(&mut q.conn, &b, "model down", &p, 0).expect("fail");
+        assert_eq!(out.retrying, 1);
+        assert_eq!(
+            q.claim(W, 1),
+            None,
+            "neither the retrying job (not due) nor the summary"
+        );
+        let again = q.claim(W, 10_000).expect("due again");
+        assert_eq!(again.kind(), JobKind::Observation);
+    }
+
+    #[test]
+    fn summaries_do_not_wait_for_later_prompts() {
+        let mut q = q();
+        q.session("s", 2);
+        q.add("s", JobKind::Summarize, 1, "turn1", 0);
+        q.obs("s", 2, "later", 0);
+        let b = q.claim(W, 0).expect("summary of prompt 1");
+        assert_eq!(b.kind(), JobKind::Summarize);
+    }
+
+    #[test]
+    fn ack_writes_results_in_the_same_transaction_and_is_fenced() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.session("s", 1);
+        let id = q.obs("s", 1, "a", 0);
+        let b = q.claim(W, 0).expect("batch");
+        // A failing results writer leaves everything as it was.
+        let err = ack(&mut q.conn, &b, 5, |tx| {
+            tx.execute("INSERT INTO model_calls (provider, model, purpose, latency_ms, outcome, created_at) VALUES ('x','m','t',1,'ok',1)", [])?;
+            Err(crate::Error::Invalid("disk full".into()))
+        });
+        assert!(err.is_err());
+        assert_eq!(q.status(id).0, "claimed");
+        let calls: i64 = q
+            .conn
+            .query_row("SELECT count(*) FROM model_calls", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(calls, 0);
+        // A good ack.
+        let r = ack(&mut q.conn, &b, 6, |tx| {
+            tx.execute("INSERT INTO model_calls (provider, model, purpose, latency_ms, outcome, created_at) VALUES ('x','m','t',1,'ok',1)", [])?;
+            Ok(())
+        })
+        .expect("ack");
+        assert_eq!(r, Fenced::Done);
+        assert_eq!(q.status(id).0, "done");
+        // A second ack of the same batch is refused and writes nothing.
+        let mut wrote = false;
+        let r = ack(&mut q.conn, &b, 7, |_| {
+            wrote = true;
+            Ok(())
+        })
+        .expect("ack again");
+        assert_eq!(r, Fenced::LeaseLost);
+        assert!(!wrote);
+    }
+
+    #[test]
+    fn a_rescued_batch_cannot_be_acked_by_its_old_worker() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.session("s", 1);
+        let id = q.obs("s", 1, "a", 0);
+        let mut old = q.claim(W, 0).expect("batch");
+        let r = rescue(&mut q.conn, RescueScope::Expired, 500).expect("rescue early");
+        assert_eq!(r, Rescued::default(), "lease not expired yet");
+        let r = rescue(&mut q.conn, RescueScope::Expired, 1_001).expect("rescue");
+        assert_eq!(r.retrying, 1);
+        assert_eq!(q.status(id), ("pending".into(), 1, 1_001));
+        // Same worker name claims it again: a new token.
+        let new = q.claim(W, 1_002).expect("again");
+        assert_ne!(new.token, old.token);
+        let p = q.policy;
+        assert_eq!(
+            ack(&mut q.conn, &old, 1_003, |_| Ok(())).expect("old ack"),
+            Fenced::LeaseLost
+        );
+        assert!(
+            fail(&mut q.conn, &old, "x", &p, 1_003)
+                .expect("old fail")
+                .lease_lost
+        );
+        assert_eq!(
+            release(&mut q.conn, &old, 0, 1_003).expect("old release"),
+            Fenced::LeaseLost
+        );
+        assert_eq!(
+            heartbeat(&mut q.conn, &mut old, &p, 1_003).expect("old hb"),
+            Fenced::LeaseLost
+        );
+        assert_eq!(q.status(id).0, "claimed");
+        assert_eq!(
+            ack(&mut q.conn, &new, 1_004, |_| Ok(())).expect("new ack"),
+            Fenced::Done
+        );
+        let errors: i64 = q
+            .conn
+            .query_row(
+                "SELECT count(*) FROM job_errors WHERE job_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .expect("n");
+        assert_eq!(errors, 1);
+    }
+
+    #[test]
+    fn heartbeat_extends_the_lease() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.session("s", 1);
+        q.obs("s", 1, "a", 0);
+        let mut b = q.claim(W, 0).expect("batch");
+        assert_eq!(b.lease_until, 1_000);
+        let p = q.policy;
+        assert_eq!(
+            heartbeat(&mut q.conn, &mut b, &p, 900).expect("hb"),
+            Fenced::Done
+        );
+        assert_eq!(b.lease_until, 1_900);
+        assert_eq!(
+            rescue(&mut q.conn, RescueScope::Expired, 1_500).expect("rescue"),
+            Rescued::default()
+        );
+        assert_eq!(
+            ack(&mut q.conn, &b, 1_600, |_| Ok(())).expect("ack"),
+            Fenced::Done
+        );
+    }
+
+    #[test]
+    fn failures_back_off_then_skip_and_replay_revives() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.session("s", 1);
+        let id = q.obs("s", 1, "a", 0);
+        let p = q.policy;
+        let mut now = 0;
+        for attempt in 1..=3u32 {
+            let b = q.claim(W, now).expect("due");
+            let out = fail(&mut q.conn, &b, &format!("error {attempt}"), &p, now).expect("fail");
+            let (status, attempts, available_at) = q.status(id);
+            assert_eq!(attempts, attempt);
+            if attempt < 3 {
+                assert_eq!((out.retrying, out.skipped), (1, 0));
+                assert_eq!(status, "pending");
+                let delay = available_at - now;
+                let full = (100i64 << (attempt - 1)).min(1_000);
+                assert!(
+                    delay >= full / 2 && delay < full.max(1),
+                    "delay {delay} for attempt {attempt}"
+                );
+                assert_eq!(q.claim(W, now), None, "not due yet");
+                now = available_at;
+            } else {
+                assert_eq!((out.retrying, out.skipped), (0, 1));
+                assert_eq!(status, "skipped");
+            }
+        }
+        assert_eq!(
+            q.claim(W, now + 1_000_000),
+            None,
+            "skipped jobs are never claimed"
+        );
+        let (row, _, errors) = get(&q.conn, id).expect("get").expect("exists");
+        assert_eq!(row.last_error.as_deref(), Some("error 3"));
+        assert_eq!(
+            errors.iter().map(|e| e.attempt).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        let st = stats(&q.conn, now).expect("stats");
+        assert_eq!(st.count(JobStatus::Skipped), 1);
+        assert_eq!(st.recent_skipped[0].id, id);
+
+        assert_eq!(
+            replay(&mut q.conn, &Selector::AllSkipped, now).expect("replay"),
+            1
+        );
+        assert_eq!(q.status(id), ("pending".into(), 0, now));
+        assert_eq!(
+            replay(&mut q.conn, &Selector::AllSkipped, now).expect("again"),
+            0,
+            "only skipped jobs"
+        );
+        let b = q.claim(W, now).expect("claimable again");
+        assert_eq!(
+            ack(&mut q.conn, &b, now, |_| Ok(())).expect("ack"),
+            Fenced::Done
+        );
+        assert_eq!(
+            replay(&mut q.conn, &Selector::Ids(vec![id]), now).expect("done job"),
+            0,
+            "done jobs are not replayed"
+        );
+    }
+
+    fn skip_all(q: &mut Q, now: i64) {
+        let p = Policy {
+            max_attempts: 1,
+            ..q.policy
+        };
+        while let Some(b) = claim_batch(&mut q.conn, W, &p, now).expect("claim") {
+            fail(&mut q.conn, &b, "boom", &p, now).expect("fail");
+        }
+    }
+
+    #[test]
+    fn replay_selectors() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.policy.max_attempts = 1;
+        q.session("s", 1);
+        q.session("t", 1);
+        let a = q.obs("s", 1, "a", 0);
+        let b = q.obs("s", 1, "b", 0);
+        let c = q.obs("t", 1, "c", 0);
+        skip_all(&mut q, 100);
+        let d = q.obs("t", 1, "d", 0);
+        skip_all(&mut q, 200);
+        assert_eq!(
+            replay(&mut q.conn, &Selector::Ids(vec![b, 999]), 300).expect("ids"),
+            1
+        );
+        assert_eq!(q.status(b).0, "pending");
+        assert_eq!(
+            replay(&mut q.conn, &Selector::Since(150), 300).expect("since"),
+            1
+        );
+        assert_eq!(q.status(d).0, "pending");
+        assert_eq!(
+            replay(&mut q.conn, &Selector::Session("t".into()), 300).expect("session"),
+            1
+        );
+        assert_eq!(q.status(c).0, "pending");
+        assert_eq!(q.status(a).0, "skipped");
+    }
+
+    #[test]
+    fn release_returns_jobs_without_counting_an_attempt() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.session("s", 1);
+        let id = q.obs("s", 1, "a", 0);
+        let b = q.claim(W, 0).expect("batch");
+        assert_eq!(
+            release(&mut q.conn, &b, 5_000, 10).expect("release"),
+            Fenced::Done
+        );
+        assert_eq!(q.status(id), ("pending".into(), 0, 5_010));
+        assert_eq!(q.claim(W, 4_000), None);
+        assert!(q.claim(W, 5_010).is_some());
+    }
+
+    #[test]
+    fn rescue_all_but_me_takes_back_every_other_claim_and_skips_at_the_limit() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.policy.max_attempts = 2;
+        q.session("s", 1);
+        q.session("t", 1);
+        let a = q.obs("s", 1, "a", 0);
+        let b = q.obs("t", 1, "b", 0);
+        q.claim("dead-worker", 0).expect("a");
+        q.claim("me", 0).expect("b");
+        let r = rescue(&mut q.conn, RescueScope::AllBut("me"), 10).expect("rescue");
+        assert_eq!(
+            r,
+            Rescued {
+                retrying: 1,
+                skipped: 0
+            }
+        );
+        assert_eq!(q.status(a).0, "pending");
+        assert_eq!(q.status(b).0, "claimed");
+        q.claim("dead-again", 10).expect("a again");
+        let r = rescue(&mut q.conn, RescueScope::AllBut("me"), 20).expect("rescue");
+        assert_eq!(
+            r,
+            Rescued {
+                retrying: 0,
+                skipped: 1
+            },
+            "a job that keeps killing workers ends skipped"
+        );
+        let (row, _, errors) = get(&q.conn, a).expect("get").expect("row");
+        assert_eq!(row.status, JobStatus::Skipped);
+        assert!(row.last_error.unwrap_or_default().contains("dead-again"));
+        assert_eq!(errors.len(), 2);
+    }
+
+    #[test]
+    fn purge_deletes_only_old_done_jobs() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.policy.max_attempts = 1;
+        q.session("s", 1);
+        let done = q.obs("s", 1, "done", 0);
+        let b = q.claim(W, 0).expect("claim");
+        ack(&mut q.conn, &b, 100, |_| Ok(())).expect("ack");
+        let skipped = q.obs("s", 1, "skipped", 0);
+        skip_all(&mut q, 100);
+        let pending = q.obs("s", 1, "pending", 0);
+        assert_eq!(
+            purge(&mut q.conn, 100).expect("purge"),
+            0,
+            "not older than the cutoff"
+        );
+        assert_eq!(purge(&mut q.conn, 101).expect("purge"), 1);
+        assert!(get(&q.conn, done).expect("get").is_none());
+        assert!(get(&q.conn, skipped).expect("get").is_some());
+        assert!(get(&q.conn, pending).expect("get").is_some());
+    }
+
+    #[test]
+    fn list_filters_and_stats_count() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.session("s", 1);
+        q.session("t", 1);
+        q.obs("s", 1, "a", 0);
+        q.obs("t", 1, "b", 500);
+        q.add("t", JobKind::Summarize, 1, "turn", 600);
+        let b = q.claim(W, 1_000).expect("claim");
+        assert_eq!(b.session_id(), "s");
+        let all = list(&q.conn, &ListFilter::default()).expect("list");
+        assert_eq!(all.len(), 3);
+        assert!(all[0].id > all[2].id, "newest first");
+        let claimed = list(
+            &q.conn,
+            &ListFilter {
+                status: Some(JobStatus::Claimed),
+                ..Default::default()
+            },
+        )
+        .expect("list");
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].claimed_by.as_deref(), Some(W));
+        let t = list(
+            &q.conn,
+            &ListFilter {
+                session_id: Some("t".into()),
+                limit: 1,
+                ..Default::default()
+            },
+        )
+        .expect("list");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].kind, JobKind::Summarize);
+        let st = stats(&q.conn, 2_000).expect("stats");
+        assert_eq!(st.count(JobStatus::Pending), 2);
+        assert_eq!(st.count(JobStatus::Claimed), 1);
+        assert_eq!(st.by_kind.get("summarize/pending"), Some(&1));
+        assert_eq!(st.oldest_pending_age_ms, Some(1_500));
+        assert_eq!(JobStatus::parse("done"), Some(JobStatus::Done));
+        assert_eq!(JobStatus::parse("gone"), None);
+    }
+
+    #[test]
+    fn hot_queries_use_indexes() {
+        let q = q();
+        let plan = |sql: &str, n: usize| -> String {
+            let params: Vec<rusqlite::types::Value> =
+                (0..n).map(|_| rusqlite::types::Value::Integer(1)).collect();
+            let mut stmt = q
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .expect("plan");
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params), |r| {
+                    r.get::<_, String>(3)
+                })
+                .expect("rows")
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .expect("collect");
+            rows.join("\n")
+        };
+        for (name, sql, n) in [("ready", READY_SQL, 4), ("claim", CLAIM_SQL, 8)] {
+            let p = plan(sql, n);
+            assert!(!p.contains("TEMP B-TREE"), "{name} sorts:\n{p}");
+            for line in p.lines() {
+                let full_scan = line.starts_with("SCAN")
+                    && !line.contains("USING")
+                    && !line.contains("subquery");
+                assert!(!full_scan, "{name} scans a table:\n{p}");
+            }
+            assert!(!p.contains("pending_messages_done_time"), "{name}:\n{p}");
+        }
+    }
+
+    #[test]
+    fn retry_delays_grow_and_stay_capped() {
+        let p = Policy {
+            retry_base_ms: 1_000,
+            retry_max_ms: 5_000,
+            ..Policy::default()
+        };
+        for _ in 0..50 {
+            let d1 = p.retry_delay_ms(1);
+            let d3 = p.retry_delay_ms(3);
+            let d9 = p.retry_delay_ms(9);
+            assert!((500..1_000).contains(&d1), "{d1}");
+            assert!((2_000..4_000).contains(&d3), "{d3}");
+            assert!((2_500..5_000).contains(&d9), "{d9}");
+        }
+        assert_eq!(Policy::default().max_attempts, 3);
+    }
+}
