@@ -69,7 +69,17 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)?;
     let not_db = |e: rusqlite::Error| classify_open_error(path, e);
     conn.busy_timeout(opts.busy_timeout).map_err(not_db)?;
-    let version = schema_version(&conn).map_err(not_db)?;
+    // One statement, so one snapshot: a racing process that is migrating this very file
+    // must not be seen half-way (tables present, version still 0).
+    let (version, foreign_tables) = conn
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version),
+                    (SELECT count(*) FROM sqlite_master
+                     WHERE type = 'table' AND name NOT LIKE 'sqlite_%')",
+            [],
+            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+        )
+        .map_err(not_db)?;
     if version > SCHEMA_VERSION {
         return Err(Error::SchemaTooNew {
             path: path.to_path_buf(),
@@ -77,7 +87,7 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
             supported: SCHEMA_VERSION,
         });
     }
-    if version == 0 && has_foreign_tables(&conn).map_err(not_db)? {
+    if version == 0 && foreign_tables > 0 {
         return Err(Error::NotADatabase {
             path: path.to_path_buf(),
             reason: "it holds tables but no cairn schema".into(),
@@ -113,15 +123,6 @@ fn classify_open_error(path: &Path, e: rusqlite::Error) -> Error {
 /// `PRAGMA user_version`: 0 for a new file, else the last migration applied.
 pub fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("PRAGMA user_version", [], |r| r.get(0))
-}
-
-fn has_foreign_tables(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-        [],
-        |r| r.get::<_, i64>(0),
-    )
-    .map(|n| n > 0)
 }
 
 /// Switches to WAL unless already there. Changing the journal mode takes an exclusive lock
