@@ -303,6 +303,9 @@ fn claimer_killed_mid_batch(root: &Path) {
     assert_eq!(with_attempt, 20, "the lost lease counts as one attempt");
 }
 
+/// A named end-to-end case, run in its own temp dir.
+type Scenario = (&'static str, fn(&Path));
+
 fn dir_arg(args: &[String], i: usize) -> PathBuf {
     PathBuf::from(&args[i])
 }
@@ -333,7 +336,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let scenarios: [(&str, fn(&Path)); 2] = [
+    let scenarios: [Scenario; 2] = [
         ("many_writers_two_claimers", many_writers_two_claimers),
         ("claimer_killed_mid_batch", claimer_killed_mid_batch),
     ];
