@@ -237,14 +237,23 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
 /// `capture.lock_wait_ms` on other writers, and without the checkpoint on close (the hook
 /// is often the last connection to close; the checkpoint belongs to the worker and to
 /// SQLite's automatic checkpoints, not to the user's critical path).
+///
+/// A fresh database being migrated by another process can look, for an instant, like a
+/// foreign one (`db::open` reads the schema version and the table list in two separate
+/// snapshots), so a `NotADatabase` refusal is retried once after a short pause; a file
+/// that really is not cairn's is refused twice.
 pub fn open_for_hook(dir: &DataDir, settings: &Settings) -> Result<Connection> {
-    let conn = db::open_data_dir(
-        dir,
-        OpenOptions {
-            busy_timeout: Duration::from_millis(settings.capture.lock_wait_ms),
-            create: true,
-        },
-    )?;
+    let opts = OpenOptions {
+        busy_timeout: Duration::from_millis(settings.capture.lock_wait_ms),
+        create: true,
+    };
+    let conn = match db::open_data_dir(dir, opts) {
+        Err(crate::Error::NotADatabase { .. }) => {
+            std::thread::sleep(Duration::from_millis(5 + crate::rand::below(10)));
+            db::open_data_dir(dir, opts)?
+        }
+        other => other?,
+    };
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
         true,
