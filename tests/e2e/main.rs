@@ -2,4 +2,5 @@
 //! module of its own.
 
 mod hook;
+mod install;
 mod support;
