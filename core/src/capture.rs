@@ -305,13 +305,39 @@ pub struct Outcome {
 /// decode, clean, write (or spool, or quarantine), and render the SessionStart context.
 /// Never fails: every problem is logged and answered with the plain protocol answer.
 pub fn handle(dir: &DataDir, settings: &Settings, input: &HookInput, now: i64) -> Outcome {
+    handle_with(dir, settings, input, None, now)
+}
+
+/// [`handle`] with the database connection already opened (or its opening already failed)
+/// by the caller: the hook opens it while it waits for stdin. `None` opens it here.
+pub fn handle_with(
+    dir: &DataDir,
+    settings: &Settings,
+    input: &HookInput,
+    opened: Option<Result<Connection>>,
+    now: i64,
+) -> Outcome {
+    let mut opened = opened;
+    let mut connect = move || {
+        opened
+            .take()
+            .unwrap_or_else(|| open_for_hook(dir, settings))
+    };
     let plain = |stored| Outcome {
         answer: hook::PLAIN_ANSWER.to_string(),
         stored,
     };
     if let Some(why) = &input.incomplete {
         let name = hook::sniff_name(input.bytes);
-        return plain(quarantine_input(dir, settings, input, name, why, now));
+        return plain(quarantine_input(
+            dir,
+            settings,
+            input,
+            name,
+            why,
+            connect(),
+            now,
+        ));
     }
     let event = match hook::decode(input.bytes, input.explicit_event) {
         Ok(e) => e,
@@ -326,6 +352,7 @@ pub fn handle(dir: &DataDir, settings: &Settings, input: &HookInput, now: i64) -
                 input,
                 name,
                 &e.to_string(),
+                connect(),
                 now,
             ));
         }
@@ -340,6 +367,7 @@ pub fn handle(dir: &DataDir, settings: &Settings, input: &HookInput, now: i64) -
                 input,
                 Some(event.name().to_string()),
                 &why,
+                connect(),
                 now,
             ));
         }
@@ -359,7 +387,7 @@ pub fn handle(dir: &DataDir, settings: &Settings, input: &HookInput, now: i64) -
     };
 
     let mut conn = None;
-    let stored = match open_for_hook(dir, settings).and_then(|mut c| {
+    let stored = match connect().and_then(|mut c| {
         let r = db::write(&mut c, |tx| apply(tx, &record, settings.queue.max_attempts));
         conn = Some(c);
         r
@@ -417,12 +445,14 @@ fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i6
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn quarantine_input(
     dir: &DataDir,
     settings: &Settings,
     input: &HookInput,
     name: Option<String>,
     why: &str,
+    conn: Result<Connection>,
     now: i64,
 ) -> Stored {
     let entry = quarantine::Entry::new(
@@ -438,8 +468,7 @@ fn quarantine_input(
         entry.event.as_deref().unwrap_or("unknown"),
         entry.reason
     );
-    let written = open_for_hook(dir, settings)
-        .and_then(|mut c| db::write(&mut c, |tx| quarantine::add(tx, &entry, now)));
+    let written = conn.and_then(|mut c| db::write(&mut c, |tx| quarantine::add(tx, &entry, now)));
     match written {
         Ok(_) => Stored::Quarantined,
         Err(e) => match spool_record(dir, &spool::Item::Quarantine(entry), &e, now) {
@@ -631,6 +660,26 @@ mod tests {
         let o = run(&dd2, &s, &ev("SessionStart", ""), 1);
         assert_eq!(o.stored, Stored::Nothing);
         assert!(!dd2.db().exists());
+        // With the connection opened ahead (as the hook does), still nothing is written.
+        let conn = open_for_hook(&dd2, &s);
+        let input = ev("UserPromptSubmit", r#","prompt":"hi""#);
+        let o = handle_with(
+            &dd2,
+            &s,
+            &HookInput {
+                bytes: input.as_bytes(),
+                total_len: input.len() as u64,
+                incomplete: None,
+                explicit_event: None,
+                project_dir: None,
+            },
+            Some(conn),
+            2,
+        );
+        assert_eq!(o.stored, Stored::Nothing);
+        let conn = db::open_data_dir(&dd2, OpenOptions::default()).expect("open");
+        assert_eq!(q(&conn, "SELECT count(*) FROM sessions"), 0);
+        assert_eq!(q(&conn, "SELECT count(*) FROM user_prompts"), 0);
     }
 
     #[test]

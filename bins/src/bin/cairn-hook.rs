@@ -37,7 +37,9 @@ fn run() -> String {
         return PLAIN_ANSWER.to_string();
     }
     let explicit = std::env::args().nth(1);
-    let input = read_stdin(STDIN_TIMEOUT, MAX_INPUT);
+    // Claude Code writes the payload after the process started: open the database while
+    // it arrives.
+    let stdin = start_reading_stdin();
 
     let dir = match DataDir::from_env() {
         Ok(d) => d,
@@ -59,12 +61,14 @@ fn run() -> String {
     if let Some(e) = settings_error {
         log::error!("{e}; using default settings");
     }
+    let conn = capture::open_for_hook(&dir, &settings);
+    let input = finish_reading_stdin(stdin, STDIN_TIMEOUT, MAX_INPUT);
     if let Some(why) = &input.incomplete {
         log::warn!("{why}");
     }
 
     let project_dir = std::env::var("CLAUDE_PROJECT_DIR").ok();
-    let outcome = capture::handle(
+    let outcome = capture::handle_with(
         &dir,
         &settings,
         &HookInput {
@@ -74,6 +78,7 @@ fn run() -> String {
             explicit_event: explicit.as_deref(),
             project_dir: project_dir.as_deref(),
         },
+        Some(conn),
         cairn_core::clock::now_ms(),
     );
     if settings.worker.autostart && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
@@ -90,10 +95,12 @@ struct Input {
     incomplete: Option<String>,
 }
 
-/// Reads stdin until it closes, for at most `timeout`, keeping at most `max` bytes (the
-/// rest is counted and dropped). A reader thread does the blocking reads, so a stdin that
-/// never closes cannot hang the hook.
-fn read_stdin(timeout: Duration, max: usize) -> Input {
+/// Chunks of stdin, from the reader thread (or why there is none).
+type Stdin = Result<mpsc::Receiver<std::io::Result<Vec<u8>>>, String>;
+
+/// Starts a reader thread doing the blocking reads of stdin, so that a stdin that never
+/// closes cannot hang the hook.
+fn start_reading_stdin() -> Stdin {
     let (tx, rx) = mpsc::channel::<std::io::Result<Vec<u8>>>();
     let spawned = std::thread::Builder::new()
         .name("stdin".into())
@@ -118,13 +125,25 @@ fn read_stdin(timeout: Duration, max: usize) -> Input {
                 }
             }
         });
-    if let Err(e) = spawned {
-        return Input {
-            bytes: Vec::new(),
-            total_len: 0,
-            incomplete: Some(format!("cannot read stdin: {e}")),
-        };
+    match spawned {
+        Ok(_) => Ok(rx),
+        Err(e) => Err(format!("cannot read stdin: {e}")),
     }
+}
+
+/// Collects stdin until it closes, for at most `timeout` from now, keeping at most `max`
+/// bytes (the rest is counted and dropped).
+fn finish_reading_stdin(stdin: Stdin, timeout: Duration, max: usize) -> Input {
+    let rx = match stdin {
+        Ok(rx) => rx,
+        Err(why) => {
+            return Input {
+                bytes: Vec::new(),
+                total_len: 0,
+                incomplete: Some(why),
+            };
+        }
+    };
     let deadline = Instant::now() + timeout;
     let mut bytes = Vec::new();
     let mut total: u64 = 0;
