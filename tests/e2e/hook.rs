@@ -564,3 +564,28 @@ fn the_worker_is_autostarted_once_detached() {
         spool_files(&env)
     );
 }
+
+#[test]
+fn an_event_name_on_the_command_line_serves_payloads_without_one() {
+    let env = TestEnv::new();
+    let mut v: Value = serde_json::from_str(&hook_fixture("SessionEnd.json")).expect("json");
+    v.as_object_mut().expect("object").remove("hook_event_name");
+    let out = env.run("cairn-hook", &["SessionEnd"], v.to_string().as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), PLAIN);
+    assert_eq!(
+        env.count("SELECT count(*) FROM sessions WHERE status = 'ended'"),
+        1
+    );
+    // The payload's own name wins over the argument.
+    let out = env.run(
+        "cairn-hook",
+        &["SessionEnd"],
+        hook_fixture("SessionStart.json").as_bytes(),
+    );
+    assert!(stdout(&out).contains("hookSpecificOutput"));
+    assert_eq!(
+        env.count("SELECT count(*) FROM sessions WHERE status = 'active'"),
+        1
+    );
+}
