@@ -288,8 +288,14 @@ fn bad_inputs_exit_zero_and_are_quarantined() {
     assert!(kept <= 64 * 1024);
     assert_eq!(env.count("SELECT count(*) FROM sessions"), 0);
     assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 0);
+    // One log line per bad input.
     let logs = read_logs(&env);
-    assert!(logs.contains("input quarantined"), "{logs}");
+    let warnings: Vec<&str> = logs.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), cases.len(), "{logs}");
+    assert!(
+        warnings.iter().all(|l| l.contains("input quarantined")),
+        "{logs}"
+    );
 }
 
 #[test]

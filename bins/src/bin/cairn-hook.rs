@@ -62,10 +62,8 @@ fn run() -> String {
         log::error!("{e}; using default settings");
     }
     let conn = capture::open_for_hook(&dir, &settings);
+    // An incomplete input is quarantined (and logged once) by `handle_with`.
     let input = finish_reading_stdin(stdin, STDIN_TIMEOUT, MAX_INPUT);
-    if let Some(why) = &input.incomplete {
-        log::warn!("{why}");
-    }
 
     let project_dir = std::env::var("CLAUDE_PROJECT_DIR").ok();
     let outcome = capture::handle_with(
