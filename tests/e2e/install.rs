@@ -193,3 +193,31 @@ fn the_shipped_snippet_and_plugin_match_what_install_writes() {
     assert_eq!(manifest["mcpServers"]["cairn"]["command"], "cairn");
     assert_eq!(manifest["mcpServers"]["cairn"]["args"], json!(["mcp"]));
 }
+
+#[test]
+fn doctor_can_tell_whether_the_hooks_are_installed() {
+    use cairn_cli::cli::capture::installed_hooks;
+    use cairn_core::install::HookState;
+    let env = TestEnv::new();
+    let path = env.tmp.path().join(".claude/settings.json");
+    assert!(installed_hooks(&path).expect("missing file").is_none());
+    let out = env.run("cairn", &["install"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // This test binary is not beside the installed cairn-hook, so from here the hooks
+    // run "another" cairn-hook: the one `cairn install` found beside `cairn`.
+    let found = installed_hooks(&path).expect("read").expect("file");
+    assert_eq!(found.events.len(), 6);
+    let hook = bin("cairn-hook").canonicalize().expect("path");
+    for (event, state) in &found.events {
+        assert_eq!(
+            *state,
+            HookState::OtherCommand {
+                command: hook.display().to_string()
+            },
+            "{event}"
+        );
+    }
+    env.run("cairn", &["uninstall"], b"");
+    let found = installed_hooks(&path).expect("read").expect("file");
+    assert!(found.absent());
+}
