@@ -1,19 +1,25 @@
 //! cairn's library. Every decision lives here; the binaries parse arguments, load settings,
 //! call into this crate and map errors to exit codes. See ARCHITECTURE.md for the map.
 
+pub mod capture;
 pub mod clock;
 pub mod context;
 pub mod db;
 pub mod error;
+pub mod hook;
+pub mod install;
 pub mod lock;
 pub mod memory;
 pub mod paths;
 pub mod payload;
+pub mod privacy;
 pub mod project;
+pub mod quarantine;
 pub mod queue;
 pub mod rand;
 pub mod sessions;
 pub mod settings;
+pub mod spool;
 
 pub use error::{Error, Result};
 

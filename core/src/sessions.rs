@@ -31,3 +31,83 @@ pub fn prompt_counter(tx: &Transaction, session_id: &str) -> Result<Option<i64>>
         .query_row([session_id], |r| r.get(0))
         .optional()?)
 }
+
+/// Starts (or resumes) a session: the row exists and is `active` again.
+pub fn start(tx: &Transaction, session_id: &str, project: &str, cwd: &str, now: i64) -> Result<()> {
+    ensure(tx, session_id, project, cwd, now)?;
+    tx.prepare_cached(
+        "UPDATE sessions SET status = 'active', ended_at = NULL
+         WHERE session_id = ?1 AND status <> 'active'",
+    )?
+    .execute([session_id])?;
+    Ok(())
+}
+
+/// Marks a session ended (creating its row if this is the first event seen of it).
+pub fn end(tx: &Transaction, session_id: &str, project: &str, cwd: &str, now: i64) -> Result<()> {
+    ensure(tx, session_id, project, cwd, now)?;
+    tx.prepare_cached(
+        "UPDATE sessions SET status = 'ended', ended_at = ?2, updated_at = max(updated_at, ?2)
+         WHERE session_id = ?1",
+    )?
+    .execute(params![session_id, now])?;
+    Ok(())
+}
+
+/// A user prompt to record.
+#[derive(Debug, Clone)]
+pub struct NewPrompt<'a> {
+    pub session_id: &'a str,
+    pub project: &'a str,
+    pub cwd: &'a str,
+    /// Claude Code's prompt id: a prompt seen twice (a spooled event ingested again) is
+    /// recorded once.
+    pub prompt_id: Option<&'a str>,
+    /// Already privacy-stripped, redacted and capped.
+    pub text: &'a str,
+}
+
+/// What `record_prompt` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptRecorded {
+    /// The prompt's number in its session (1 for the first).
+    pub number: i64,
+    /// False when the same `prompt_id` was already recorded (nothing changed).
+    pub added: bool,
+}
+
+/// Bumps the session's prompt counter and stores the prompt under the new number, unless
+/// a prompt with the same `prompt_id` is already stored.
+pub fn record_prompt(tx: &Transaction, p: &NewPrompt, now: i64) -> Result<PromptRecorded> {
+    ensure(tx, p.session_id, p.project, p.cwd, now)?;
+    if let Some(id) = p.prompt_id {
+        let seen: Option<i64> = tx
+            .prepare_cached(
+                "SELECT prompt_number FROM user_prompts WHERE session_id = ?1 AND prompt_id = ?2",
+            )?
+            .query_row(params![p.session_id, id], |r| r.get(0))
+            .optional()?;
+        if let Some(number) = seen {
+            return Ok(PromptRecorded {
+                number,
+                added: false,
+            });
+        }
+    }
+    let number: i64 = tx
+        .prepare_cached(
+            "UPDATE sessions SET prompt_counter = prompt_counter + 1, status = 'active',
+                 ended_at = NULL
+             WHERE session_id = ?1 RETURNING prompt_counter",
+        )?
+        .query_row([p.session_id], |r| r.get(0))?;
+    tx.prepare_cached(
+        "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_id, prompt_text, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![p.session_id, p.project, number, p.prompt_id, p.text, now])?;
+    Ok(PromptRecorded {
+        number,
+        added: true,
+    })
+}

@@ -1,4 +1,6 @@
 //! End-to-end tests: the real binaries on temp data dirs. One test binary; each area in a
 //! module of its own.
 
+mod hook;
+mod install;
 mod support;

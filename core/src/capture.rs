@@ -1,0 +1,749 @@
+//! Turning one hook event into rows: the session upsert, the prompt record, the queue job.
+//! This is the whole of what `cairn-hook` does between reading stdin and printing its
+//! answer ([`handle`]), and what the worker does with spooled events ([`apply`] via
+//! `spool::ingest`).
+//!
+//! - `SessionStart`: the session row exists and is active; the answer carries the context
+//!   block (not on `resume` unless `capture.context_on_resume`).
+//! - `UserPromptSubmit`: the prompt counter goes up and the cleaned prompt is stored.
+//!   Synthetic `<task-notification>` prompts (Claude Code's own, when a background task
+//!   ends) only touch the session: they are not the user's and start no turn.
+//! - `PostToolUse` / `PostToolUseFailure`: an `observation` job with a
+//!   [`payload::ToolEvent`], dedupe key `tool:<tool_use_id>`, prompt number = the session's
+//!   current prompt counter (0 before any prompt). Tools in `capture.skip_tools` are not
+//!   queued.
+//! - `Stop`: a `summarize` job with a [`payload::TurnEnd`], dedupe key
+//!   `turn:<session_id>:<prompt_number>`; a repeated Stop of the same turn refreshes the
+//!   pending job, so the final assistant message wins.
+//! - `SubagentStop` is not captured: the subagent's own tool events already carry
+//!   `agent_id`/`agent_type`, and the `PostToolUse(Agent)` that follows carries its final
+//!   message; a summary per subagent would be a second, smaller summary of the same turn.
+//! - `SessionEnd`: the session is marked ended. Nothing slow (Claude Code kills this hook
+//!   after about 1.5 s).
+//!
+//! Invariants: every event's rows are written in one `db::write` transaction; nothing is
+//! written before the privacy filter ran; an event that cannot be written (the database
+//! stayed locked, or cannot be opened) is spooled to a file, already cleaned, and the
+//! same [`apply`] writes it later, idempotently (dedupe keys, prompt ids).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rusqlite::{Connection, Transaction};
+use serde::{Deserialize, Serialize};
+
+use crate::db::{self, OpenOptions};
+use crate::error::Result;
+use crate::hook::{self, DecodeError, Event, StartSource};
+use crate::paths::DataDir;
+use crate::payload::{ToolEvent, TurnEnd};
+use crate::privacy::Privacy;
+use crate::quarantine;
+use crate::queue::{self, Enqueued, JobKind, NewJob};
+use crate::sessions::{self, NewPrompt, PromptRecorded};
+use crate::settings::{CaptureSettings, Settings};
+use crate::spool;
+
+/// One event, cleaned and ready to write. Serializable: a spool file holds one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub session_id: String,
+    pub project: String,
+    pub cwd: String,
+    /// When the hook received the event (ms); every row written for it carries this time.
+    pub at: i64,
+    pub action: Action,
+}
+
+/// What a record writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Action {
+    /// `SessionStart`: the session is (again) active.
+    Start,
+    /// A user prompt, cleaned.
+    Prompt {
+        prompt_id: Option<String>,
+        text: String,
+    },
+    /// An event that only keeps the session row fresh (a synthetic prompt).
+    Touch,
+    /// An `observation` job.
+    Tool(ToolEvent),
+    /// A `summarize` job.
+    TurnEnd(TurnEnd),
+    /// `SessionEnd`.
+    End { reason: String },
+}
+
+/// True when `project` matches one of `capture.excluded_projects`.
+pub fn is_excluded(project: &str, settings: &CaptureSettings) -> bool {
+    settings
+        .excluded_projects
+        .iter()
+        .any(|p| crate::project::glob_match(p, project))
+}
+
+/// Builds the record for an event: cleans every text (private spans, injected context,
+/// secrets, caps). `None` when the event is not stored (a skipped tool). Pure.
+pub fn prepare(
+    event: &Event,
+    project: &str,
+    cwd: &str,
+    settings: &CaptureSettings,
+    now: i64,
+) -> Option<Record> {
+    let p = Privacy::from_settings(settings);
+    let common = event.common();
+    let action = match event {
+        Event::SessionStart { .. } => Action::Start,
+        Event::UserPrompt {
+            synthetic: true, ..
+        } => Action::Touch,
+        Event::UserPrompt { prompt, .. } => Action::Prompt {
+            prompt_id: common.prompt_id.clone(),
+            text: p.text(prompt),
+        },
+        Event::Tool { call, .. } => {
+            if settings.skip_tools.iter().any(|t| t == &call.tool_name) {
+                return None;
+            }
+            Action::Tool(ToolEvent {
+                tool_name: call.tool_name.clone(),
+                tool_use_id: call.tool_use_id.clone(),
+                tool_input: p.value(&call.tool_input),
+                tool_response: p.value(&call.tool_response),
+                error: call.error.as_deref().map(|e| p.text(e)),
+                failed: call.failed,
+                is_interrupt: call.is_interrupt,
+                cwd: cwd.to_string(),
+                prompt_id: common.prompt_id.clone(),
+                agent_id: call.agent_id.clone(),
+                agent_type: call.agent_type.clone(),
+                duration_ms: call.duration_ms,
+                occurred_at: now,
+            })
+        }
+        Event::Stop {
+            last_assistant_message,
+            ..
+        } => Action::TurnEnd(TurnEnd {
+            last_assistant_message: p.text(last_assistant_message),
+            cwd: cwd.to_string(),
+            prompt_id: common.prompt_id.clone(),
+            agent_id: None,
+            agent_type: None,
+            occurred_at: now,
+        }),
+        Event::SessionEnd { reason, .. } => Action::End {
+            reason: reason.clone(),
+        },
+    };
+    Some(Record {
+        session_id: common.session_id.clone(),
+        project: project.to_string(),
+        cwd: cwd.to_string(),
+        at: now,
+        action,
+    })
+}
+
+/// What [`apply`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The session row only.
+    Session,
+    Prompt(PromptRecorded),
+    Job(Enqueued),
+}
+
+/// Writes a record in the caller's transaction: the session upsert plus the prompt or job.
+/// Idempotent for jobs (dedupe keys) and prompts with an id.
+pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applied> {
+    let (sid, project, cwd, at) = (
+        rec.session_id.as_str(),
+        rec.project.as_str(),
+        rec.cwd.as_str(),
+        rec.at,
+    );
+    match &rec.action {
+        Action::Start => {
+            sessions::start(tx, sid, project, cwd, at)?;
+            Ok(Applied::Session)
+        }
+        Action::Touch => {
+            sessions::ensure(tx, sid, project, cwd, at)?;
+            Ok(Applied::Session)
+        }
+        Action::End { .. } => {
+            sessions::end(tx, sid, project, cwd, at)?;
+            Ok(Applied::Session)
+        }
+        Action::Prompt { prompt_id, text } => Ok(Applied::Prompt(sessions::record_prompt(
+            tx,
+            &NewPrompt {
+                session_id: sid,
+                project,
+                cwd,
+                prompt_id: prompt_id.as_deref(),
+                text,
+            },
+            at,
+        )?)),
+        Action::Tool(ev) => {
+            sessions::ensure(tx, sid, project, cwd, at)?;
+            let prompt_number = sessions::prompt_counter(tx, sid)?.unwrap_or(0);
+            let payload = serde_json::to_string(ev)
+                .map_err(|e| crate::Error::Invalid(format!("cannot encode tool event: {e}")))?;
+            let key = format!("tool:{}", ev.tool_use_id);
+            Ok(Applied::Job(queue::enqueue(
+                tx,
+                &NewJob {
+                    session_id: sid,
+                    project,
+                    kind: JobKind::Observation,
+                    prompt_number,
+                    payload: &payload,
+                    dedupe_key: &key,
+                },
+                max_attempts,
+                at,
+            )?))
+        }
+        Action::TurnEnd(turn) => {
+            sessions::ensure(tx, sid, project, cwd, at)?;
+            let prompt_number = sessions::prompt_counter(tx, sid)?.unwrap_or(0);
+            let payload = serde_json::to_string(turn)
+                .map_err(|e| crate::Error::Invalid(format!("cannot encode turn end: {e}")))?;
+            let key = format!("turn:{sid}:{prompt_number}");
+            Ok(Applied::Job(queue::enqueue(
+                tx,
+                &NewJob {
+                    session_id: sid,
+                    project,
+                    kind: JobKind::Summarize,
+                    prompt_number,
+                    payload: &payload,
+                    dedupe_key: &key,
+                },
+                max_attempts,
+                at,
+            )?))
+        }
+    }
+}
+
+/// Opens the data dir's database the way a hook does: created when missing, waiting up to
+/// `capture.lock_wait_ms` on other writers, and without the checkpoint on close. A hook is
+/// often the last connection to close; the checkpoint then syncs the WAL and the database
+/// (measured: a 3 ms hook became an 18 ms one). Without it the next lone connection
+/// rebuilds the WAL index from the WAL, which SQLite's automatic checkpoint keeps under
+/// about 4 MB, and costs far less; with the worker running there is neither.
+///
+/// A fresh database being migrated by another process can look, for an instant, like a
+/// foreign one (`db::open` reads the schema version and the table list in two separate
+/// snapshots), so a `NotADatabase` refusal is retried once after a short pause; a file
+/// that really is not cairn's is refused twice.
+pub fn open_for_hook(dir: &DataDir, settings: &Settings) -> Result<Connection> {
+    let opts = OpenOptions {
+        busy_timeout: Duration::from_millis(settings.capture.lock_wait_ms),
+        create: true,
+    };
+    let conn = match db::open_data_dir(dir, opts) {
+        Err(crate::Error::NotADatabase { .. }) => {
+            std::thread::sleep(Duration::from_millis(5 + crate::rand::below(10)));
+            db::open_data_dir(dir, opts)?
+        }
+        other => other?,
+    };
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
+    Ok(conn)
+}
+
+/// The hook's input as read from stdin.
+#[derive(Debug, Clone)]
+pub struct HookInput<'a> {
+    /// The bytes read (all of them, unless `incomplete` says otherwise).
+    pub bytes: &'a [u8],
+    /// The full length of the input in bytes, read or not.
+    pub total_len: u64,
+    /// Why the input was not read whole (too large, stdin not closed in time).
+    pub incomplete: Option<String>,
+    /// An event name given on the command line.
+    pub explicit_event: Option<&'a str>,
+    /// `CLAUDE_PROJECT_DIR`, the fallback when the payload has no `cwd`.
+    pub project_dir: Option<&'a str>,
+}
+
+/// Where an event ended up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// Written to the database.
+    Database,
+    /// The database could not take it; it waits in this spool file.
+    Spooled(PathBuf),
+    /// Bad input, kept in the quarantine (or spooled for it).
+    Quarantined,
+    /// Nothing to store: a skipped tool or an excluded project.
+    Nothing,
+    /// Neither the database nor the spool could take it (logged).
+    Lost,
+}
+
+/// What the hook does with one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The protocol JSON to print on stdout.
+    pub answer: String,
+    pub stored: Stored,
+}
+
+/// Everything the hook does with one input, except reading it and printing the answer:
+/// decode, clean, write (or spool, or quarantine), and render the SessionStart context.
+/// Never fails: every problem is logged and answered with the plain protocol answer.
+pub fn handle(dir: &DataDir, settings: &Settings, input: &HookInput, now: i64) -> Outcome {
+    handle_with(dir, settings, input, None, now)
+}
+
+/// [`handle`] with the database connection already opened (or its opening already failed)
+/// by the caller: the hook opens it while it waits for stdin. `None` opens it here.
+pub fn handle_with(
+    dir: &DataDir,
+    settings: &Settings,
+    input: &HookInput,
+    opened: Option<Result<Connection>>,
+    now: i64,
+) -> Outcome {
+    let mut opened = opened;
+    let mut connect = move || {
+        opened
+            .take()
+            .unwrap_or_else(|| open_for_hook(dir, settings))
+    };
+    let plain = |stored| Outcome {
+        answer: hook::PLAIN_ANSWER.to_string(),
+        stored,
+    };
+    if let Some(why) = &input.incomplete {
+        let name = hook::sniff_name(input.bytes);
+        return plain(quarantine_input(
+            dir,
+            settings,
+            input,
+            name,
+            why,
+            connect(),
+            now,
+        ));
+    }
+    let event = match hook::decode(input.bytes, input.explicit_event) {
+        Ok(e) => e,
+        Err(e) => {
+            let name = match &e {
+                DecodeError::NotCaptured(n) => Some(n.clone()),
+                _ => hook::sniff_name(input.bytes),
+            };
+            return plain(quarantine_input(
+                dir,
+                settings,
+                input,
+                name,
+                &e.to_string(),
+                connect(),
+                now,
+            ));
+        }
+    };
+    let cwd = match (event.common().cwd.as_str(), input.project_dir) {
+        ("", Some(dir)) if !dir.is_empty() => dir.to_string(),
+        ("", _) => {
+            let why = DecodeError::Missing("cwd").to_string();
+            return plain(quarantine_input(
+                dir,
+                settings,
+                input,
+                Some(event.name().to_string()),
+                &why,
+                connect(),
+                now,
+            ));
+        }
+        (cwd, _) => cwd.to_string(),
+    };
+    let project = crate::project::detect(std::path::Path::new(&cwd));
+    if is_excluded(&project, &settings.capture) {
+        log::debug!(
+            "{} of excluded project {project}: not captured",
+            event.name()
+        );
+        return plain(Stored::Nothing);
+    }
+    let Some(record) = prepare(&event, &project, &cwd, &settings.capture, now) else {
+        log::debug!("{} skipped by capture.skip_tools", event.name());
+        return plain(Stored::Nothing);
+    };
+
+    let mut conn = None;
+    let stored = match connect().and_then(|mut c| {
+        let r = db::write(&mut c, |tx| apply(tx, &record, settings.queue.max_attempts));
+        conn = Some(c);
+        r
+    }) {
+        Ok(applied) => {
+            log::debug!(
+                "{} of session {} ({project}): {applied:?}",
+                event.name(),
+                record.session_id
+            );
+            Stored::Database
+        }
+        Err(e) => spool_record(
+            dir,
+            &spool::Item::Capture(Box::new(record.clone())),
+            &e,
+            now,
+        ),
+    };
+
+    let answer = match &event {
+        Event::SessionStart { source, .. }
+            if *source != StartSource::Resume || settings.capture.context_on_resume =>
+        {
+            match conn.as_ref() {
+                Some(c) => match crate::context::session_start(c, &project, &settings.context, now)
+                {
+                    Ok(block) => hook::session_start_answer(&block),
+                    Err(e) => {
+                        log::error!("cannot render the context block for {project}: {e}");
+                        hook::PLAIN_ANSWER.to_string()
+                    }
+                },
+                None => hook::PLAIN_ANSWER.to_string(),
+            }
+        }
+        _ => hook::PLAIN_ANSWER.to_string(),
+    };
+    Outcome { answer, stored }
+}
+
+fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i64) -> Stored {
+    match spool::write(dir, item, now) {
+        Ok(path) => {
+            log::warn!(
+                "database not writable ({cause}); event spooled to {}",
+                path.display()
+            );
+            Stored::Spooled(path)
+        }
+        Err(e) => {
+            log::error!("event lost: database not writable ({cause}) and cannot spool ({e})");
+            Stored::Lost
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn quarantine_input(
+    dir: &DataDir,
+    settings: &Settings,
+    input: &HookInput,
+    name: Option<String>,
+    why: &str,
+    conn: Result<Connection>,
+    now: i64,
+) -> Stored {
+    let entry = quarantine::Entry::new(
+        name,
+        why,
+        input.bytes,
+        input.total_len,
+        settings.capture.redact_secrets,
+    );
+    log::warn!(
+        "input quarantined ({} bytes, event {}): {}",
+        entry.raw_len,
+        entry.event.as_deref().unwrap_or("unknown"),
+        entry.reason
+    );
+    let written = conn.and_then(|mut c| db::write(&mut c, |tx| quarantine::add(tx, &entry, now)));
+    match written {
+        Ok(_) => Stored::Quarantined,
+        Err(e) => match spool_record(dir, &spool::Item::Quarantine(entry), &e, now) {
+            Stored::Spooled(_) => Stored::Quarantined,
+            other => other,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hook::decode;
+
+    fn settings() -> Settings {
+        Settings::default()
+    }
+
+    fn env() -> (tempfile::TempDir, DataDir) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("data"));
+        (tmp, dd)
+    }
+
+    fn run(dd: &DataDir, s: &Settings, json: &str, now: i64) -> Outcome {
+        handle(
+            dd,
+            s,
+            &HookInput {
+                bytes: json.as_bytes(),
+                total_len: json.len() as u64,
+                incomplete: None,
+                explicit_event: None,
+                project_dir: None,
+            },
+            now,
+        )
+    }
+
+    fn q(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).expect(sql)
+    }
+
+    const SID: &str = "s1";
+
+    fn ev(name: &str, extra: &str) -> String {
+        format!(
+            r#"{{"hook_event_name":"{name}","session_id":"{SID}","cwd":"/nowhere/acme-api","prompt_id":"p"{extra}}}"#
+        )
+    }
+
+    #[test]
+    fn a_turn_becomes_a_session_a_prompt_and_jobs() {
+        let (_t, dd) = env();
+        let s = settings();
+        let o = run(&dd, &s, &ev("SessionStart", r#","source":"startup""#), 1);
+        assert_eq!(o.stored, Stored::Database);
+        assert!(o.answer.contains("hookSpecificOutput"));
+        // Tool before any prompt: prompt number 0.
+        run(
+            &dd,
+            &s,
+            &ev(
+                "PostToolUse",
+                r#","tool_name":"Bash","tool_use_id":"t0","tool_input":{"command":"ls"},"tool_response":{"stdout":"x"}"#,
+            ),
+            2,
+        );
+        let up = ev(
+            "UserPromptSubmit",
+            r#","prompt":"fix <private>pw</private> it""#,
+        )
+        .replace("\"prompt_id\":\"p\"", "\"prompt_id\":\"p1\"");
+        run(&dd, &s, &up, 3);
+        run(&dd, &s, &up, 4); // the same prompt again (a spool replay): one row
+        run(
+            &dd,
+            &s,
+            &ev(
+                "UserPromptSubmit",
+                r#","prompt":"<task-notification>done</task-notification>""#,
+            )
+            .replace("\"prompt_id\":\"p\"", "\"prompt_id\":\"p2\""),
+            5,
+        );
+        let tool = ev(
+            "PostToolUse",
+            r#","tool_name":"Read","tool_use_id":"t1","tool_input":{"file_path":"a"},"tool_response":"ok""#,
+        );
+        run(&dd, &s, &tool, 6);
+        run(&dd, &s, &tool, 7);
+        run(
+            &dd,
+            &s,
+            &ev(
+                "PostToolUse",
+                r#","tool_name":"TodoWrite","tool_use_id":"t2""#,
+            ),
+            8,
+        );
+        run(
+            &dd,
+            &s,
+            &ev("Stop", r#","last_assistant_message":"first""#),
+            9,
+        );
+        run(
+            &dd,
+            &s,
+            &ev("Stop", r#","last_assistant_message":"final""#),
+            10,
+        );
+        let o = run(&dd, &s, &ev("SessionEnd", r#","reason":"other""#), 11);
+        assert_eq!(o.answer, hook::PLAIN_ANSWER);
+
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(q(&conn, "SELECT prompt_counter FROM sessions"), 1);
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT count(*) FROM sessions WHERE status = 'ended' AND project = 'acme-api'"
+            ),
+            1
+        );
+        assert_eq!(q(&conn, "SELECT count(*) FROM user_prompts"), 1);
+        let text: String = conn
+            .query_row("SELECT prompt_text FROM user_prompts", [], |r| r.get(0))
+            .expect("text");
+        assert_eq!(text, "fix  it");
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT count(*) FROM pending_messages WHERE kind = 'observation'"
+            ),
+            2
+        );
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT prompt_number FROM pending_messages WHERE dedupe_key = 'tool:t0'"
+            ),
+            0
+        );
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT prompt_number FROM pending_messages WHERE dedupe_key = 'tool:t1'"
+            ),
+            1
+        );
+        let payload: String = conn
+            .query_row(
+                "SELECT payload FROM pending_messages WHERE dedupe_key = 'turn:s1:1'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("turn");
+        let turn: TurnEnd = serde_json::from_str(&payload).expect("payload");
+        assert_eq!(turn.last_assistant_message, "final");
+        let payload: String = conn
+            .query_row(
+                "SELECT payload FROM pending_messages WHERE dedupe_key = 'tool:t1'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("tool");
+        let tool: ToolEvent = serde_json::from_str(&payload).expect("payload");
+        assert_eq!(tool.tool_name, "Read");
+        assert_eq!(tool.occurred_at, 6);
+        assert_eq!(tool.cwd, "/nowhere/acme-api");
+        assert_eq!(q(&conn, "SELECT count(*) FROM quarantine"), 0);
+    }
+
+    #[test]
+    fn resume_is_quiet_unless_asked_and_excluded_projects_write_nothing() {
+        let (_t, dd) = env();
+        let mut s = settings();
+        let resume = ev("SessionStart", r#","source":"resume""#);
+        assert_eq!(run(&dd, &s, &resume, 1).answer, hook::PLAIN_ANSWER);
+        s.capture.context_on_resume = true;
+        assert!(
+            run(&dd, &s, &resume, 2)
+                .answer
+                .contains("additionalContext")
+        );
+
+        let (_t2, dd2) = env();
+        s.capture.excluded_projects = vec!["acme-*".into()];
+        let o = run(&dd2, &s, &ev("SessionStart", ""), 1);
+        assert_eq!(o.stored, Stored::Nothing);
+        assert!(!dd2.db().exists());
+        // With the connection opened ahead (as the hook does), still nothing is written.
+        let conn = open_for_hook(&dd2, &s);
+        let input = ev("UserPromptSubmit", r#","prompt":"hi""#);
+        let o = handle_with(
+            &dd2,
+            &s,
+            &HookInput {
+                bytes: input.as_bytes(),
+                total_len: input.len() as u64,
+                incomplete: None,
+                explicit_event: None,
+                project_dir: None,
+            },
+            Some(conn),
+            2,
+        );
+        assert_eq!(o.stored, Stored::Nothing);
+        let conn = db::open_data_dir(&dd2, OpenOptions::default()).expect("open");
+        assert_eq!(q(&conn, "SELECT count(*) FROM sessions"), 0);
+        assert_eq!(q(&conn, "SELECT count(*) FROM user_prompts"), 0);
+    }
+
+    #[test]
+    fn bad_inputs_are_quarantined() {
+        let (_t, dd) = env();
+        let s = settings();
+        for (input, reason) in [
+            ("", "empty input"),
+            ("{not json", "not valid JSON"),
+            (
+                r#"{"hook_event_name":"PreToolUse","session_id":"s"}"#,
+                "not captured",
+            ),
+            (
+                r#"{"hook_event_name":"Stop","session_id":"s"}"#,
+                "missing field cwd",
+            ),
+        ] {
+            let o = run(&dd, &s, input, 1);
+            assert_eq!(o.stored, Stored::Quarantined, "{input}");
+            assert_eq!(o.answer, hook::PLAIN_ANSWER);
+            let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+            let rows = quarantine::list(&conn, 1).expect("list");
+            assert!(rows[0].reason.contains(reason), "{}", rows[0].reason);
+        }
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let rows = quarantine::list(&conn, 0).expect("list");
+        assert_eq!(rows[1].event.as_deref(), Some("PreToolUse"));
+        assert_eq!(q(&conn, "SELECT count(*) FROM sessions"), 0);
+    }
+
+    #[test]
+    fn a_locked_database_spools_and_ingest_writes_it_once() {
+        let (_t, dd) = env();
+        let mut s = settings();
+        s.capture.lock_wait_ms = 50;
+        let mut holder = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let tx = holder
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("lock");
+        let tool = ev(
+            "PostToolUse",
+            r#","tool_name":"Bash","tool_use_id":"t9","tool_input":{"command":"echo AKIAIOSFODNN7EXAMPLE"}"#,
+        );
+        let o = run(&dd, &s, &tool, 5);
+        let Stored::Spooled(path) = &o.stored else {
+            panic!("not spooled: {:?}", o.stored)
+        };
+        let text = std::fs::read_to_string(path).expect("spool file");
+        assert!(!text.contains("AKIAIOSFODNN7EXAMPLE"), "{text}");
+        let bad = run(&dd, &s, "garbage", 6);
+        assert_eq!(bad.stored, Stored::Quarantined);
+        tx.rollback().expect("unlock");
+        drop(holder);
+
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(spool::ingest(&dd, &mut conn, &s, 100).expect("ingest"), 2);
+        assert_eq!(spool::ingest(&dd, &mut conn, &s, 101).expect("again"), 0);
+        assert_eq!(q(&conn, "SELECT count(*) FROM pending_messages"), 1);
+        assert_eq!(q(&conn, "SELECT created_at FROM pending_messages"), 5);
+        assert_eq!(q(&conn, "SELECT count(*) FROM quarantine"), 1);
+        // The same event written again after all (a replayed spool file): still one job.
+        let _ = decode(tool.as_bytes(), None).expect("decode");
+        run(&dd, &s, &tool, 7);
+        assert_eq!(q(&conn, "SELECT count(*) FROM pending_messages"), 1);
+    }
+}

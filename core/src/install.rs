@@ -1,0 +1,393 @@
+//! cairn's hooks in Claude Code's `settings.json`: merging them in, taking them out, and
+//! telling whether they are there. Pure: values in, values out; the CLI reads and writes the
+//! file.
+//!
+//! Claude Code's shape: `{"hooks": {"<Event>": [{"matcher": "*", "hooks": [{"type":
+//! "command", "command": "..."}]}]}}`. cairn adds one group per captured event whose single
+//! hook runs `cairn-hook`; a hook is cairn's when its command's program is named
+//! `cairn-hook`.
+//!
+//! Invariants: [`install`] is idempotent and touches nothing but cairn's own entries (a
+//! stale cairn entry, say from a binary that moved, is replaced); [`uninstall`] removes
+//! exactly cairn's entries, and the groups, event lists and `hooks` object that are left
+//! empty by that; every other key and hook is kept as it was.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::error::{Error, Result};
+use crate::hook::EventName;
+
+/// The hook binary's file name.
+pub const HOOK_PROGRAM: &str = "cairn-hook";
+
+/// The command line Claude Code runs: the program's absolute path, shell-quoted when
+/// needed (Claude Code runs hook commands through a shell).
+pub fn hook_command(program: &Path) -> String {
+    let s = program.to_string_lossy();
+    let safe = s
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || b"/._-+,:@%".contains(&c));
+    if safe && !s.is_empty() {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The program of a command line (its first word, unquoted).
+pub fn command_program(command: &str) -> &str {
+    let c = command.trim_start();
+    for q in ['\'', '"'] {
+        if let Some(rest) = c.strip_prefix(q) {
+            return rest.split(q).next().unwrap_or(rest);
+        }
+    }
+    c.split_whitespace().next().unwrap_or("")
+}
+
+/// True when a command runs cairn's hook binary.
+pub fn is_cairn_command(command: &str) -> bool {
+    Path::new(command_program(command))
+        .file_name()
+        .is_some_and(|n| n == HOOK_PROGRAM)
+}
+
+/// The matcher cairn uses for an event (`*` for tool events, none otherwise).
+fn matcher(event: EventName) -> Option<&'static str> {
+    matches!(
+        event,
+        EventName::PostToolUse | EventName::PostToolUseFailure
+    )
+    .then_some("*")
+}
+
+/// What happened to one event's hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventChange {
+    Added,
+    /// A cairn hook with another command (an old path) was replaced.
+    Updated,
+    Unchanged,
+    Removed,
+}
+
+/// Per captured event, what changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Changes {
+    pub events: Vec<(String, EventChange)>,
+}
+
+impl Changes {
+    /// True when the settings changed.
+    pub fn changed(&self) -> bool {
+        self.events
+            .iter()
+            .any(|(_, c)| *c != EventChange::Unchanged)
+    }
+
+    /// The events with a given change.
+    pub fn with(&self, change: EventChange) -> Vec<&str> {
+        self.events
+            .iter()
+            .filter(|(_, c)| *c == change)
+            .map(|(e, _)| e.as_str())
+            .collect()
+    }
+}
+
+fn hooks_object(settings: &mut Value, create: bool) -> Result<Option<&mut Map<String, Value>>> {
+    if settings.is_null() {
+        *settings = Value::Object(Map::new());
+    }
+    let Value::Object(root) = settings else {
+        return Err(Error::Invalid("settings file is not a JSON object".into()));
+    };
+    if !root.contains_key("hooks") {
+        if !create {
+            return Ok(None);
+        }
+        root.insert("hooks".into(), Value::Object(Map::new()));
+    }
+    match root.get_mut("hooks") {
+        Some(Value::Object(h)) => Ok(Some(h)),
+        _ => Err(Error::Invalid(
+            "\"hooks\" in the settings file is not an object".into(),
+        )),
+    }
+}
+
+/// Removes cairn's hooks from one event's list of groups; returns how many commands were
+/// removed and whether one of them was `keep` (then that one is the only one kept).
+fn remove_cairn(groups: &mut Vec<Value>, keep: Option<&str>) -> (usize, bool) {
+    let mut removed = 0;
+    let mut kept = false;
+    groups.retain_mut(|group| {
+        let Some(hooks) = group.get_mut("hooks").and_then(Value::as_array_mut) else {
+            return true;
+        };
+        let before = hooks.len();
+        hooks.retain(|h| {
+            let Some(cmd) = h.get("command").and_then(Value::as_str) else {
+                return true;
+            };
+            if !is_cairn_command(cmd) {
+                return true;
+            }
+            if !kept && Some(cmd) == keep {
+                kept = true;
+                return true;
+            }
+            removed += 1;
+            false
+        });
+        !(before > 0 && hooks.is_empty())
+    });
+    (removed, kept)
+}
+
+/// Adds cairn's hook for every captured event, running `command`.
+pub fn install(settings: &Value, command: &str) -> Result<(Value, Changes)> {
+    let mut out = settings.clone();
+    let hooks = hooks_object(&mut out, true)?.ok_or_else(|| Error::Invalid("no hooks".into()))?;
+    let mut events = Vec::new();
+    for event in EventName::CAPTURED {
+        let name = event.as_str();
+        let list = hooks
+            .entry(name.to_string())
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Value::Array(groups) = list else {
+            return Err(Error::Invalid(format!(
+                "\"hooks.{name}\" in the settings file is not a list"
+            )));
+        };
+        let (removed, kept) = remove_cairn(groups, Some(command));
+        let change = match (kept, removed) {
+            (true, 0) => EventChange::Unchanged,
+            (true, _) => EventChange::Updated,
+            (false, n) => {
+                let mut group = Map::new();
+                if let Some(m) = matcher(event) {
+                    group.insert("matcher".into(), json!(m));
+                }
+                group.insert(
+                    "hooks".into(),
+                    json!([{"type": "command", "command": command}]),
+                );
+                groups.push(Value::Object(group));
+                if n == 0 {
+                    EventChange::Added
+                } else {
+                    EventChange::Updated
+                }
+            }
+        };
+        events.push((name.to_string(), change));
+    }
+    Ok((out, Changes { events }))
+}
+
+/// Removes every cairn hook of the captured events, and what is left empty by that.
+pub fn uninstall(settings: &Value) -> Result<(Value, Changes)> {
+    let mut out = settings.clone();
+    let mut events = Vec::new();
+    let Some(hooks) = hooks_object(&mut out, false)? else {
+        let events = EventName::CAPTURED
+            .iter()
+            .map(|e| (e.as_str().to_string(), EventChange::Unchanged))
+            .collect();
+        return Ok((out, Changes { events }));
+    };
+    for event in EventName::CAPTURED {
+        let name = event.as_str();
+        let mut change = EventChange::Unchanged;
+        if let Some(Value::Array(groups)) = hooks.get_mut(name) {
+            let had = !groups.is_empty();
+            let (removed, _) = remove_cairn(groups, None);
+            if removed > 0 {
+                change = EventChange::Removed;
+                if had && groups.is_empty() {
+                    hooks.remove(name);
+                }
+            }
+        }
+        events.push((name.to_string(), change));
+    }
+    let changes = Changes { events };
+    if changes.changed()
+        && hooks.is_empty()
+        && let Value::Object(root) = &mut out
+    {
+        root.remove("hooks");
+    }
+    Ok((out, changes))
+}
+
+/// Whether cairn's hook is set for one event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum HookState {
+    Missing,
+    /// Present with the expected command.
+    Installed,
+    /// Present, but running another `cairn-hook` (an old path).
+    OtherCommand {
+        command: String,
+    },
+}
+
+/// What [`detect`] found, per captured event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Detection {
+    pub events: Vec<(String, HookState)>,
+}
+
+impl Detection {
+    /// Every captured event has cairn's hook with the expected command.
+    pub fn complete(&self) -> bool {
+        self.events.iter().all(|(_, s)| *s == HookState::Installed)
+    }
+
+    /// No captured event has a cairn hook.
+    pub fn absent(&self) -> bool {
+        self.events.iter().all(|(_, s)| *s == HookState::Missing)
+    }
+}
+
+/// Which captured events have cairn's hook in these settings (for `cairn doctor`).
+pub fn detect(settings: &Value, command: &str) -> Detection {
+    let hooks = settings.get("hooks");
+    let events = EventName::CAPTURED
+        .iter()
+        .map(|event| {
+            let name = event.as_str();
+            let commands: Vec<&str> = hooks
+                .and_then(|h| h.get(name))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|g| g.get("hooks").and_then(Value::as_array))
+                .flatten()
+                .filter_map(|h| h.get("command").and_then(Value::as_str))
+                .filter(|c| is_cairn_command(c))
+                .collect();
+            let state = if commands.contains(&command) {
+                HookState::Installed
+            } else if let Some(other) = commands.first() {
+                HookState::OtherCommand {
+                    command: (*other).to_string(),
+                }
+            } else {
+                HookState::Missing
+            };
+            (name.to_string(), state)
+        })
+        .collect();
+    Detection { events }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CMD: &str = "/opt/cairn/bin/cairn-hook";
+
+    fn user_settings() -> Value {
+        json!({
+            "model": "opus",
+            "permissions": {"allow": ["Bash(ls:*)"]},
+            "hooks": {
+                "PostToolUse": [
+                    {"matcher": "Write|Edit", "hooks": [{"type": "command", "command": "prettier --write"}]}
+                ],
+                "Notification": [
+                    {"hooks": [{"type": "command", "command": "notify-send hi"}]}
+                ]
+            }
+        })
+    }
+
+    #[test]
+    fn install_merges_idempotently_and_uninstall_restores() {
+        let before = user_settings();
+        let (once, changes) = install(&before, CMD).expect("install");
+        assert_eq!(changes.with(EventChange::Added).len(), 6);
+        assert!(detect(&once, CMD).complete());
+        assert_eq!(once["model"], "opus");
+        assert_eq!(
+            once["hooks"]["Notification"],
+            before["hooks"]["Notification"]
+        );
+        let post = once["hooks"]["PostToolUse"].as_array().expect("list");
+        assert_eq!(post.len(), 2);
+        assert_eq!(post[0], before["hooks"]["PostToolUse"][0]);
+        assert_eq!(post[1]["matcher"], "*");
+        assert_eq!(post[1]["hooks"][0]["command"], CMD);
+        assert!(once["hooks"]["Stop"][0].get("matcher").is_none());
+
+        let (twice, changes) = install(&once, CMD).expect("again");
+        assert!(!changes.changed());
+        assert_eq!(twice, once);
+
+        let (after, changes) = uninstall(&twice).expect("uninstall");
+        assert_eq!(changes.with(EventChange::Removed).len(), 6);
+        assert_eq!(after, before);
+        assert!(detect(&after, CMD).absent());
+        let (again, changes) = uninstall(&after).expect("uninstall again");
+        assert!(!changes.changed());
+        assert_eq!(again, before);
+    }
+
+    #[test]
+    fn a_moved_binary_is_updated_not_duplicated() {
+        let (old, _) = install(&json!({}), "/old/place/cairn-hook").expect("install");
+        assert!(matches!(
+            detect(&old, CMD).events[0].1,
+            HookState::OtherCommand { .. }
+        ));
+        let (new, changes) = install(&old, CMD).expect("update");
+        assert_eq!(changes.with(EventChange::Updated).len(), 6);
+        assert!(detect(&new, CMD).complete());
+        assert_eq!(new["hooks"]["Stop"].as_array().expect("list").len(), 1);
+        let (gone, _) = uninstall(&new).expect("uninstall");
+        assert_eq!(gone, json!({}));
+    }
+
+    #[test]
+    fn shared_groups_keep_the_other_hooks() {
+        let s = json!({"hooks": {"Stop": [{"hooks": [
+            {"type": "command", "command": "'/x y/cairn-hook' --flag"},
+            {"type": "command", "command": "say done"}
+        ]}]}});
+        let (out, _) = uninstall(&s).expect("uninstall");
+        assert_eq!(
+            out,
+            json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]}})
+        );
+    }
+
+    #[test]
+    fn commands_and_bad_shapes() {
+        assert_eq!(
+            hook_command(Path::new("/usr/bin/cairn-hook")),
+            "/usr/bin/cairn-hook"
+        );
+        assert_eq!(
+            hook_command(Path::new("/home/a b/it's/cairn-hook")),
+            r"'/home/a b/it'\''s/cairn-hook'"
+        );
+        assert!(is_cairn_command("'/home/a b/cairn-hook'"));
+        assert!(is_cairn_command("\"/x/cairn-hook\" SessionStart"));
+        assert!(is_cairn_command("cairn-hook"));
+        assert!(!is_cairn_command("cairn-hooks"));
+        assert!(!is_cairn_command("echo cairn-hook"));
+        assert!(install(&json!([1]), CMD).is_err());
+        assert!(install(&json!({"hooks": []}), CMD).is_err());
+        assert!(install(&json!({"hooks": {"Stop": {}}}), CMD).is_err());
+        let (v, _) = install(&Value::Null, CMD).expect("empty file");
+        assert!(detect(&v, CMD).complete());
+    }
+}

@@ -1,0 +1,183 @@
+//! The `quarantine` table: hook inputs that could not be turned into events (empty, not
+//! JSON, not UTF-8, too large, missing fields, events cairn does not capture), kept so that
+//! `cairn status` can show them and a person can see what went wrong. The only module that
+//! writes the table.
+//!
+//! Invariants: the stored copy is bounded ([`MAX_RAW_BYTES`], head and tail) and has gone
+//! through the same privacy filter as everything else (private spans stripped, secrets
+//! redacted), so quarantine never keeps what capture would have refused to store; the table
+//! keeps at most [`MAX_ROWS`] rows, the oldest are dropped first.
+
+use rusqlite::{Connection, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::privacy::Privacy;
+
+/// Most bytes of an input kept.
+pub const MAX_RAW_BYTES: usize = 64 * 1024;
+/// Most rows kept.
+pub const MAX_ROWS: i64 = 1_000;
+
+/// An input to quarantine, already cleaned (see [`Entry::new`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// `hook_event_name`, when it could be read.
+    pub event: Option<String>,
+    pub reason: String,
+    /// The bounded, cleaned copy of the input.
+    pub raw: String,
+    /// Length of the whole input in bytes.
+    pub raw_len: u64,
+}
+
+impl Entry {
+    /// Builds an entry from the raw input: decoded lossily as UTF-8, privacy-filtered and
+    /// capped to [`MAX_RAW_BYTES`]. `raw_len` is the full length (which may exceed the
+    /// bytes at hand when the input was only partly read).
+    pub fn new(
+        event: Option<String>,
+        reason: impl Into<String>,
+        input: &[u8],
+        raw_len: u64,
+        redact_secrets: bool,
+    ) -> Self {
+        let p = Privacy {
+            redact_secrets,
+            max_field_bytes: MAX_RAW_BYTES,
+        };
+        Entry {
+            event: event.map(|e| p.text(&e)),
+            reason: p.text(&reason.into()),
+            raw: p.text(&String::from_utf8_lossy(input)),
+            raw_len,
+        }
+    }
+}
+
+/// Stores an entry in the caller's transaction and trims the table to [`MAX_ROWS`].
+pub fn add(tx: &Transaction, entry: &Entry, now: i64) -> Result<i64> {
+    let id: i64 = tx
+        .prepare_cached(
+            "INSERT INTO quarantine (event, reason, raw, raw_len, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+        )?
+        .query_row(
+            params![
+                entry.event,
+                entry.reason,
+                entry.raw.as_bytes(),
+                i64::try_from(entry.raw_len).unwrap_or(i64::MAX),
+                now
+            ],
+            |r| r.get(0),
+        )?;
+    tx.prepare_cached("DELETE FROM quarantine WHERE id <= ?1")?
+        .execute([id - MAX_ROWS])?;
+    Ok(id)
+}
+
+/// A quarantined input, as listed by the CLI.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Row {
+    pub id: i64,
+    pub event: Option<String>,
+    pub reason: String,
+    /// The stored (bounded, cleaned) copy, as text.
+    pub raw: String,
+    pub raw_len: i64,
+    pub created_at: i64,
+}
+
+/// The latest `limit` entries (0: all), newest first.
+pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Row>> {
+    let limit = if limit == 0 { i64::MAX } else { limit as i64 };
+    let rows = conn
+        .prepare_cached(
+            "SELECT id, event, reason, raw, raw_len, created_at FROM quarantine
+             ORDER BY id DESC LIMIT ?1",
+        )?
+        .query_map([limit], |r| {
+            let raw: Vec<u8> = r.get(3)?;
+            Ok(Row {
+                id: r.get(0)?,
+                event: r.get(1)?,
+                reason: r.get(2)?,
+                raw: String::from_utf8_lossy(&raw).into_owned(),
+                raw_len: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// How many entries there are, and how many arrived at or after `since` (ms).
+pub fn count(conn: &Connection, since: i64) -> Result<(i64, i64)> {
+    Ok(conn
+        .prepare_cached("SELECT count(*), coalesce(sum(created_at >= ?1), 0) FROM quarantine")?
+        .query_row([since], |r| Ok((r.get(0)?, r.get(1)?)))?)
+}
+
+/// Deletes entries created before `cutoff` (ms); returns how many.
+pub fn purge(conn: &mut Connection, cutoff: i64) -> Result<usize> {
+    crate::db::write(conn, |tx| {
+        Ok(tx
+            .prepare_cached("DELETE FROM quarantine WHERE created_at < ?1")?
+            .execute([cutoff])?)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{self, OpenOptions};
+    use crate::paths::DataDir;
+
+    #[test]
+    fn stores_bounded_clean_copies_lists_counts_and_purges() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let mut input = b"{\"a\": \"AKIAIOSFODNN7EXAMPLE <private>hush</private>".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 200_000));
+        input.push(0xff);
+        let e = Entry::new(
+            Some("Stop".into()),
+            "input is not valid JSON",
+            &input,
+            input.len() as u64,
+            true,
+        );
+        assert!(e.raw.len() <= MAX_RAW_BYTES);
+        assert!(!e.raw.contains("AKIA") && !e.raw.contains("hush"));
+        db::write(&mut conn, |tx| add(tx, &e, 10)).expect("add");
+        db::write(&mut conn, |tx| add(tx, &e, 20)).expect("add");
+        let rows = list(&conn, 1).expect("list");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].created_at, 20);
+        assert_eq!(rows[0].raw_len, input.len() as i64);
+        assert_eq!(rows[0].event.as_deref(), Some("Stop"));
+        assert_eq!(count(&conn, 15).expect("count"), (2, 1));
+        assert_eq!(purge(&mut conn, 15).expect("purge"), 1);
+        assert_eq!(list(&conn, 0).expect("list").len(), 1);
+    }
+
+    #[test]
+    fn keeps_at_most_max_rows() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let e = Entry::new(None, "empty input", b"", 0, true);
+        db::write(&mut conn, |tx| {
+            for i in 0..(MAX_ROWS + 5) {
+                add(tx, &e, i)?;
+            }
+            Ok(())
+        })
+        .expect("add");
+        assert_eq!(count(&conn, 0).expect("count").0, MAX_ROWS);
+        let newest = list(&conn, 1).expect("list");
+        assert_eq!(newest[0].created_at, MAX_ROWS + 4);
+    }
+}

@@ -1,0 +1,315 @@
+//! Hook benchmark: the real `cairn-hook` binary, spawned as Claude Code spawns it.
+//!
+//! - PostToolUse wall time (spawn → exit) while another connection (the worker's) is open,
+//!   and while none is (the hook is the last to close);
+//! - SessionStart wall time with 100,000 observations in the database;
+//! - peak RSS of a hook process (`getrusage(RUSAGE_CHILDREN)` in a small probe process);
+//! - 32 hooks started at once: wall time until the last exits.
+//!
+//! Run: `cargo bench -p cairn --bench hook` (release). `CAIRN_BENCH_RUNS` sets the number
+//! of single-hook runs (default 300).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_core::db::{self, OpenOptions};
+use cairn_core::memory::{self, NewObservation};
+use cairn_core::paths::DataDir;
+
+const HOOK: &str = env!("CARGO_BIN_EXE_cairn-hook");
+
+fn fixture(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/claude-code-hooks")
+        .join(name);
+    std::fs::read_to_string(&p).expect("fixture")
+}
+
+fn spawn(data: &Path, home: &Path, input: &[u8]) -> Child {
+    let mut child = Command::new(HOOK)
+        .env("CAIRN_DATA_DIR", data)
+        .env("HOME", home)
+        .env("CAIRN_WORKER__AUTOSTART", "false")
+        .env_remove("CAIRN_SUPPRESS_HOOKS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cairn-hook");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input).expect("write stdin");
+    drop(stdin);
+    child
+}
+
+fn finish(child: Child) -> String {
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn run_once(data: &Path, home: &Path, input: &[u8]) -> (Duration, String) {
+    let start = Instant::now();
+    let out = finish(spawn(data, home, input));
+    (start.elapsed(), out)
+}
+
+fn tool_payload(i: usize) -> String {
+    fixture("PostToolUse.json").replace(
+        "toolu_fake_6b86e2cedc91474d9c85",
+        &format!("toolu_bench_{i:08}"),
+    )
+}
+
+struct Stats {
+    median: Duration,
+    p90: Duration,
+    min: Duration,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    Stats {
+        median: v[v.len() / 2],
+        p90: v[v.len() * 9 / 10],
+        min: v[0],
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+#[allow(unsafe_code)]
+fn children_max_rss_kib() -> i64 {
+    // SAFETY: getrusage only writes into the zeroed struct we own and pass by pointer.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) != 0 {
+            return -1;
+        }
+        u.ru_maxrss
+    }
+}
+
+fn seed_observations(dir: &DataDir, n: usize) {
+    let mut conn = db::open_data_dir(dir, OpenOptions::default()).expect("open");
+    let base = 1_790_000_000_000i64;
+    db::write(&mut conn, |tx| {
+        for s in 0..100 {
+            tx.execute(
+                "INSERT INTO sessions (session_id, project, started_at, updated_at)
+                 VALUES (?1, 'acme-api', ?2, ?2)",
+                rusqlite::params![format!("seed-{s}"), base],
+            )?;
+        }
+        for i in 0..n {
+            let o = NewObservation {
+                session_id: Some(format!("seed-{}", i % 100)),
+                project: "acme-api".into(),
+                prompt_number: Some((i % 50) as i64),
+                kind: ["discovery", "change", "bugfix", "feature", "decision"][i % 5].into(),
+                title: format!("Observation {i}: the parser handles case {}", i % 977),
+                subtitle: format!("subtitle {i}"),
+                narrative: format!(
+                    "While working on module {} the assistant found that function f{} needs care with input {}.",
+                    i % 37,
+                    i % 101,
+                    i
+                ),
+                facts: vec![format!("fact {i}"), format!("fact {}", i + 1)],
+                concepts: vec!["how-it-works".into()],
+                files_read: vec![format!("src/m{}.rs", i % 37)],
+                origin: "model".into(),
+                created_at: base + i as i64 * 1000,
+                ..NewObservation::default()
+            };
+            memory::insert_observation(tx, &o)?;
+        }
+        Ok(())
+    })
+    .expect("seed");
+}
+
+/// Peak RSS of hook processes, measured from a fresh, small process: a child started
+/// with `vfork` (as `Command` does) inherits its parent's peak RSS in `ru_maxrss`, so the
+/// benchmark process, grown by seeding, cannot measure its children itself. It re-runs its
+/// own binary in probe mode, which spawns the hooks and reports their peak.
+fn rss_probe(data: &Path, home: &Path, payload: &str, runs: usize) -> i64 {
+    let payload_file = home.join("probe-payload.json");
+    std::fs::write(&payload_file, payload).expect("payload");
+    let out = Command::new(std::env::current_exe().expect("exe"))
+        .arg("--rss-probe")
+        .arg(data)
+        .arg(home)
+        .arg(&payload_file)
+        .arg(runs.to_string())
+        .output()
+        .expect("probe");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("probe answer")
+}
+
+fn probe_main(args: &[String]) {
+    let (data, home, payload) = (Path::new(&args[0]), Path::new(&args[1]), &args[2]);
+    let runs: usize = args[3].parse().expect("runs");
+    let input = std::fs::read(payload).expect("payload");
+    for _ in 0..runs {
+        finish(spawn(data, home, &input));
+    }
+    println!("{}", children_max_rss_kib());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--rss-probe") {
+        probe_main(&args[i + 1..]);
+        return;
+    }
+    let runs: usize = std::env::var("CAIRN_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path();
+    let mut report = Vec::new();
+
+    // 0. The floor: spawning a process that does nothing, with the same stdin.
+    let times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            let mut child = Command::new("true")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn true");
+            let mut stdin = child.stdin.take().expect("stdin");
+            let _ = stdin.write_all(tool_payload(0).as_bytes());
+            drop(stdin);
+            child.wait_with_output().expect("wait");
+            t.elapsed()
+        })
+        .collect();
+    let floor = stats(times);
+    report.push(format!(
+        "| baseline: spawn `true` (process start and exit only) | {} | {} | {} | {runs} |",
+        ms(floor.median),
+        ms(floor.p90),
+        ms(floor.min)
+    ));
+
+    // 1. PostToolUse with the worker's connection open, then with none.
+    let data = tmp.path().join("post");
+    let dir = DataDir::new(&data);
+    run_once(&data, home, fixture("SessionStart.json").as_bytes());
+    run_once(&data, home, fixture("UserPromptSubmit.json").as_bytes());
+    let worker = db::open_data_dir(&dir, OpenOptions::default()).expect("worker connection");
+    for i in 0..20 {
+        run_once(&data, home, tool_payload(1_000_000 + i).as_bytes());
+    }
+    let times: Vec<Duration> = (0..runs)
+        .map(|i| run_once(&data, home, tool_payload(i).as_bytes()).0)
+        .collect();
+    let with_worker = stats(times);
+    let rss_post = rss_probe(&data, home, &tool_payload(9_000_000), 20);
+    drop(worker);
+    let times: Vec<Duration> = (0..runs)
+        .map(|i| run_once(&data, home, tool_payload(2_000_000 + i).as_bytes()).0)
+        .collect();
+    let alone = stats(times);
+    let n: i64 = db::open_data_dir(&dir, OpenOptions::default())
+        .expect("open")
+        .query_row("SELECT count(*) FROM pending_messages", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(n as usize, 2 * runs + 21, "every hook wrote its row");
+    report.push(format!(
+        "| PostToolUse, worker connection open | {} | {} | {} | {runs} |",
+        ms(with_worker.median),
+        ms(with_worker.p90),
+        ms(with_worker.min)
+    ));
+    report.push(format!(
+        "| PostToolUse, no other connection | {} | {} | {} | {runs} |",
+        ms(alone.median),
+        ms(alone.p90),
+        ms(alone.min)
+    ));
+
+    // 2. SessionStart with 100,000 observations.
+    let data2 = tmp.path().join("start");
+    let dir2 = DataDir::new(&data2);
+    let seed_start = Instant::now();
+    seed_observations(&dir2, 100_000);
+    eprintln!("seeded 100,000 observations in {:?}", seed_start.elapsed());
+    if std::env::var_os("CAIRN_BENCH_SEED_ONLY").is_some() {
+        let keep = tmp.keep();
+        println!("seeded data dir kept at {}", keep.join("start").display());
+        return;
+    }
+    let worker = db::open_data_dir(&dir2, OpenOptions::default()).expect("worker connection");
+    let start_payload = fixture("SessionStart.json");
+    let (_, answer) = run_once(&data2, home, start_payload.as_bytes());
+    assert!(answer.contains("hookSpecificOutput"), "{answer}");
+    let start_runs = (runs / 3).max(30);
+    let times: Vec<Duration> = (0..start_runs)
+        .map(|_| run_once(&data2, home, start_payload.as_bytes()).0)
+        .collect();
+    let start = stats(times);
+    let context_len = answer.len();
+    report.push(format!(
+        "| SessionStart, 100,000 observations ({context_len} bytes answered) | {} | {} | {} | {start_runs} |",
+        ms(start.median),
+        ms(start.p90),
+        ms(start.min)
+    ));
+    let rss_start = rss_probe(&data2, home, &start_payload, 20);
+    drop(worker);
+
+    // 3. 32 hooks at once, worker connection open.
+    let worker = db::open_data_dir(&dir, OpenOptions::default()).expect("worker connection");
+    let rounds = (runs / 10).max(10);
+    let mut walls = Vec::new();
+    for r in 0..rounds {
+        let payloads: Vec<String> = (0..32)
+            .map(|i| tool_payload(3_000_000 + r * 100 + i))
+            .collect();
+        let t = Instant::now();
+        let children: Vec<Child> = payloads
+            .iter()
+            .map(|p| spawn(&data, home, p.as_bytes()))
+            .collect();
+        for c in children {
+            finish(c);
+        }
+        walls.push(t.elapsed());
+    }
+    drop(worker);
+    let par = stats(walls);
+    report.push(format!(
+        "| 32 PostToolUse hooks at once (wall, until the last exits) | {} | {} | {} | {rounds} rounds |",
+        ms(par.median),
+        ms(par.p90),
+        ms(par.min)
+    ));
+    let n: i64 = db::open_data_dir(&dir, OpenOptions::default())
+        .expect("open")
+        .query_row("SELECT count(*) FROM pending_messages", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(n as usize, 2 * runs + 21 + 32 * rounds);
+
+    println!("| case | median | p90 | min | runs |");
+    println!("| --- | --- | --- | --- | --- |");
+    for line in report {
+        println!("{line}");
+    }
+    println!();
+    println!(
+        "peak RSS of a hook process (max of 20): PostToolUse {:.1} MB, SessionStart with 100,000 observations {:.1} MB",
+        rss_post as f64 / 1024.0,
+        rss_start as f64 / 1024.0
+    );
+}

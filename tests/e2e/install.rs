@@ -1,0 +1,223 @@
+//! `cairn install` / `cairn uninstall` on real settings files.
+
+use serde_json::{Value, json};
+
+use crate::support::{TestEnv, bin, stderr, stdout};
+
+fn existing_settings() -> Value {
+    json!({
+        "model": "opus",
+        "env": {"FOO": "bar"},
+        "permissions": {"allow": ["Bash(git status:*)"], "deny": []},
+        "hooks": {
+            "PostToolUse": [
+                {"matcher": "Write|Edit", "hooks": [{"type": "command", "command": "npx prettier --write", "timeout": 30}]}
+            ],
+            "Stop": [
+                {"hooks": [{"type": "command", "command": "say done"}]}
+            ],
+            "PreToolUse": [
+                {"matcher": "Bash", "hooks": [{"type": "command", "command": "/usr/local/bin/guard"}]}
+            ]
+        }
+    })
+}
+
+fn read(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read settings")).expect("json")
+}
+
+fn backups(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains(".cairn-backup-"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn install_and_uninstall_keep_everything_else() {
+    let env = TestEnv::new();
+    let claude = env.tmp.path().join(".claude");
+    std::fs::create_dir_all(&claude).expect("mkdir");
+    let path = claude.join("settings.json");
+    let original = existing_settings();
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&original).expect("encode"),
+    )
+    .expect("write");
+
+    let out = env.run("cairn", &["install"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains("added cairn hooks") && said.contains("backup"),
+        "{said}"
+    );
+
+    let hook = bin("cairn-hook")
+        .canonicalize()
+        .expect("hook path")
+        .display()
+        .to_string();
+    let installed = read(&path);
+    for key in ["model", "env", "permissions"] {
+        assert_eq!(installed[key], original[key], "{key}");
+    }
+    assert_eq!(
+        installed["hooks"]["PreToolUse"],
+        original["hooks"]["PreToolUse"]
+    );
+    for event in [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "Stop",
+        "SessionEnd",
+    ] {
+        let groups = installed["hooks"][event].as_array().expect(event);
+        let cmds: Vec<&str> = groups
+            .iter()
+            .flat_map(|g| g["hooks"].as_array().into_iter().flatten())
+            .filter_map(|h| h["command"].as_str())
+            .collect();
+        assert_eq!(
+            cmds.iter().filter(|c| **c == hook).count(),
+            1,
+            "{event}: {cmds:?}"
+        );
+    }
+    assert_eq!(installed["hooks"]["Stop"][0], original["hooks"]["Stop"][0]);
+    assert_eq!(
+        installed["hooks"]["PostToolUse"][0],
+        original["hooks"]["PostToolUse"][0]
+    );
+    let b = backups(&claude);
+    assert_eq!(b.len(), 1);
+    assert_eq!(read(&b[0]), original);
+
+    // Idempotent: nothing changes, no new backup.
+    let out = env.run("cairn", &["install"], b"");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("nothing changed"), "{}", stdout(&out));
+    assert_eq!(read(&path), installed);
+    assert_eq!(backups(&claude).len(), 1);
+
+    let out = env.run("cairn", &["uninstall"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("removed cairn hooks"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(read(&path), original);
+    assert_eq!(backups(&claude).len(), 2);
+
+    let out = env.run("cairn", &["uninstall"], b"");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("nothing changed"));
+    assert_eq!(read(&path), original);
+}
+
+#[test]
+fn project_install_creates_the_file_and_uninstall_empties_it() {
+    let env = TestEnv::new();
+    let project = env.tmp.path().join("acme-api");
+    std::fs::create_dir_all(&project).expect("mkdir");
+    let out = env.run(
+        "cairn",
+        &["install", "--project", project.to_str().expect("utf-8")],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let path = project.join(".claude/settings.json");
+    let v = read(&path);
+    assert_eq!(v["hooks"]["PostToolUse"][0]["matcher"], "*");
+    assert!(
+        v["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+            .as_str()
+            .expect("command")
+            .ends_with("/cairn-hook")
+    );
+    assert!(!env.tmp.path().join(".claude/settings.json").exists());
+    assert!(backups(&project.join(".claude")).is_empty());
+
+    let out = env.run(
+        "cairn",
+        &["uninstall", "--project", project.to_str().expect("utf-8")],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(read(&path), json!({}));
+}
+
+#[test]
+fn a_broken_settings_file_is_left_alone() {
+    let env = TestEnv::new();
+    let claude = env.tmp.path().join(".claude");
+    std::fs::create_dir_all(&claude).expect("mkdir");
+    let path = claude.join("settings.json");
+    std::fs::write(&path, "{ \"model\": ").expect("write");
+    let out = env.run("cairn", &["install"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not valid JSON"));
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("read"),
+        "{ \"model\": "
+    );
+    assert!(backups(&claude).is_empty());
+}
+
+#[test]
+fn the_shipped_snippet_and_plugin_match_what_install_writes() {
+    let ops = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/claude-code");
+    let snippet = read(&ops.join("settings.hooks.json"));
+    assert!(cairn_core::install::detect(&snippet, "cairn-hook").complete());
+    let (installed, _) = cairn_core::install::install(&json!({}), "cairn-hook").expect("install");
+    assert_eq!(snippet, installed);
+
+    let plugin_hooks = read(&ops.join("hooks/hooks.json"));
+    let command = "${CLAUDE_PLUGIN_ROOT}/bin/cairn-hook";
+    assert!(cairn_core::install::detect(&plugin_hooks, command).complete());
+    let (installed, _) = cairn_core::install::install(&json!({}), command).expect("install");
+    assert_eq!(plugin_hooks["hooks"], installed["hooks"]);
+
+    let manifest = read(&ops.join(".claude-plugin/plugin.json"));
+    assert_eq!(manifest["name"], "cairn");
+    assert_eq!(manifest["mcpServers"]["cairn"]["command"], "cairn");
+    assert_eq!(manifest["mcpServers"]["cairn"]["args"], json!(["mcp"]));
+}
+
+#[test]
+fn doctor_can_tell_whether_the_hooks_are_installed() {
+    use cairn_cli::cli::capture::installed_hooks;
+    use cairn_core::install::HookState;
+    let env = TestEnv::new();
+    let path = env.tmp.path().join(".claude/settings.json");
+    assert!(installed_hooks(&path).expect("missing file").is_none());
+    let out = env.run("cairn", &["install"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // This test binary is not beside the installed cairn-hook, so from here the hooks
+    // run "another" cairn-hook: the one `cairn install` found beside `cairn`.
+    let found = installed_hooks(&path).expect("read").expect("file");
+    assert_eq!(found.events.len(), 6);
+    let hook = bin("cairn-hook").canonicalize().expect("path");
+    for (event, state) in &found.events {
+        assert_eq!(
+            *state,
+            HookState::OtherCommand {
+                command: hook.display().to_string()
+            },
+            "{event}"
+        );
+    }
+    env.run("cairn", &["uninstall"], b"");
+    let found = installed_hooks(&path).expect("read").expect("file");
+    assert!(found.absent());
+}
