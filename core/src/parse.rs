@@ -403,20 +403,12 @@ impl State {
                 }
                 self.block_open = false;
             }
-            n if field_of(n).is_some() => {
-                if self.field.is_some() {
-                    self.commit();
-                }
-            }
+            n if field_of(n).is_some() && self.field.is_some() => self.commit(),
             n if list_of(n).is_some() => {
                 self.commit();
                 self.list = None;
             }
-            n if is_item(n) => {
-                if self.in_item {
-                    self.commit();
-                }
-            }
+            n if is_item(n) && self.in_item => self.commit(),
             _ => {}
         }
     }

@@ -135,7 +135,7 @@ struct Done {
 enum Verdict {
     Store {
         observations: Vec<NewObservation>,
-        summary: Option<NewSummary>,
+        summary: Option<Box<NewSummary>>,
     },
     Fail(String),
     /// Give the batch back without counting an attempt, available again after this delay.
@@ -922,7 +922,7 @@ fn summarize(
     };
     Verdict::Store {
         observations: Vec::new(),
-        summary: Some(to_summary(batch, ctx, parsed, origin, now)),
+        summary: Some(Box::new(to_summary(batch, ctx, parsed, origin, now))),
     }
 }
 

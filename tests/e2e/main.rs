@@ -2,3 +2,4 @@
 //! module of its own.
 
 mod support;
+mod worker;
