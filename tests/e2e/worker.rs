@@ -1175,3 +1175,140 @@ fn wait_until(mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The units in ops/.
+
+fn ops(path: &str) -> String {
+    let p = crate::support::fixtures().join("../../ops").join(path);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+/// `key=value` lines of an INI section (systemd unit, supervisord program).
+fn ini_section(text: &str, section: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+        } else if inside && !line.starts_with(['#', ';']) && !line.is_empty() {
+            let (k, v) = line.split_once('=').expect("key=value line");
+            out.insert(k.trim().to_string(), v.trim().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_systemd_unit_is_valid_and_restarts_with_back_off() {
+    let unit = ops("systemd/cairn-worker.service");
+    let service = ini_section(&unit, "Service");
+    assert_eq!(service["Restart"], "on-failure");
+    assert!(service["ExecStart"].ends_with("cairn-worker --log-stderr"));
+    assert_eq!(service["KillSignal"], "SIGTERM");
+    let stop: u64 = service["TimeoutStopSec"].parse().expect("secs");
+    assert!(stop > cairn_core::settings::WorkerSettings::default().shutdown_grace_secs);
+    assert!(service.contains_key("RestartSec") && service.contains_key("RestartMaxDelaySec"));
+    assert_eq!(ini_section(&unit, "Install")["WantedBy"], "default.target");
+
+    // Where systemd is installed, its own checker must find nothing but the back-off keys
+    // older versions do not know.
+    let Ok(out) = Command::new("systemd-analyze").arg("--version").output() else {
+        return;
+    };
+    if !out.status.success() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("cairn-worker.service");
+    let real = unit.replace(
+        "%h/.cargo/bin/cairn-worker",
+        &crate::support::bin("cairn-worker").display().to_string(),
+    );
+    std::fs::write(&file, real).expect("write");
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&file)
+        .output()
+        .expect("systemd-analyze");
+    let complaints: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.contains("RestartSteps") && !l.contains("RestartMaxDelaySec"))
+        .filter(|l| !l.trim().is_empty())
+        .map(String::from)
+        .collect();
+    assert!(
+        out.status.success() && complaints.is_empty(),
+        "{complaints:?}"
+    );
+}
+
+#[test]
+fn the_launchd_plist_is_a_well_formed_plist() {
+    use quick_xml::events::Event;
+    let text = ops("launchd/dev.cairn.worker.plist");
+    let mut reader = quick_xml::Reader::from_str(&text);
+    let mut stack: Vec<String> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    let mut last_key_text = false;
+    let mut strings: Vec<String> = Vec::new();
+    loop {
+        match reader.read_event().expect("well-formed XML") {
+            Event::Start(e) => {
+                let name = e.name().0.to_string();
+                last_key_text = name == "key";
+                stack.push(name);
+            }
+            Event::End(e) => {
+                assert_eq!(stack.pop().as_deref(), Some(e.name().0), "balanced tags");
+            }
+            Event::Text(t) => {
+                let s = t
+                    .xml_content(quick_xml::XmlVersion::Implicit1_0)
+                    .trim()
+                    .to_string();
+                if last_key_text && stack.last().map(String::as_str) == Some("key") {
+                    keys.push(s);
+                } else if stack.last().map(String::as_str) == Some("string") {
+                    strings.push(s);
+                }
+            }
+            Event::Empty(e) => {
+                let name = e.name().0.to_string();
+                assert!(
+                    matches!(name.as_str(), "true" | "false"),
+                    "unexpected <{name}/>"
+                );
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    assert!(stack.is_empty());
+    for k in [
+        "Label",
+        "ProgramArguments",
+        "RunAtLoad",
+        "KeepAlive",
+        "SuccessfulExit",
+        "ThrottleInterval",
+        "ExitTimeOut",
+    ] {
+        assert!(keys.iter().any(|x| x == k), "missing key {k}: {keys:?}");
+    }
+    assert!(strings.iter().any(|s| s == "dev.cairn.worker"));
+    assert!(strings.iter().any(|s| s.ends_with("/cairn-worker")));
+    assert!(strings.iter().any(|s| s == "--log-stderr"));
+}
+
+#[test]
+fn the_supervisord_program_restarts_only_unexpected_exits() {
+    let conf = ops("supervisord/cairn-worker.conf");
+    let p = ini_section(&conf, "program:cairn-worker");
+    assert_eq!(p["autorestart"], "unexpected");
+    assert_eq!(p["exitcodes"], "0");
+    assert_eq!(p["stopsignal"], "TERM");
+    assert!(p["command"].ends_with("cairn-worker --log-stderr"));
+    let wait: u64 = p["stopwaitsecs"].parse().expect("secs");
+    assert!(wait > cairn_core::settings::WorkerSettings::default().shutdown_grace_secs);
+}
