@@ -463,7 +463,9 @@ impl Claimer {
             }
         }
         for token in lost {
-            log::warn!("lease of batch {token} was lost; its results will not be stored");
+            // Usually the writer finished it a moment ago; otherwise its lease expired and
+            // the ack will be refused (fenced), storing nothing.
+            log::debug!("batch {token} is no longer held by this worker");
         }
         if let Err(e) = queue::rescue(&mut self.conn, RescueScope::Expired, now) {
             log::warn!("rescue failed: {e}");
