@@ -1083,6 +1083,56 @@ mod tests {
     }
 
     #[test]
+    fn a_spent_budget_releases_work_instead_of_calling_the_model() {
+        let batch = Batch {
+            worker: "w".into(),
+            token: 7,
+            lease_until: 0,
+            jobs: vec![queue::Job {
+                id: 1,
+                session_id: "s".into(),
+                project: "p".into(),
+                kind: JobKind::Observation,
+                prompt_number: 1,
+                payload: "{}".into(),
+                attempts: 0,
+                created_at: 0,
+            }],
+        };
+        // An unroutable URL: any call would fail, not release.
+        let provider = Arc::new(Provider::Anthropic(model::anthropic::Client::new(
+            "http://127.0.0.1:9",
+            "k",
+            "m",
+            10,
+            Duration::from_secs(1),
+        )));
+        let (work_tx, work_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        work_tx
+            .send(Work {
+                batch,
+                input: Input::Observations {
+                    header: SessionHeader::default(),
+                    events: vec![ToolEvent::default()],
+                },
+                provider,
+                limits: Limits::default(),
+                retry: RetryPolicy::from_settings(&Default::default()),
+                policy: Policy::default(),
+            })
+            .expect("send");
+        drop(work_tx);
+        model_thread(work_rx, done_tx, Arc::new(AtomicBool::new(true)));
+        let done = done_rx.recv().expect("done");
+        assert!(
+            matches!(done.result, Verdict::Release(BUDGET_RETRY_MS)),
+            "{done:?}"
+        );
+        assert!(done.calls.is_empty());
+    }
+
+    #[test]
     fn worker_ids_name_host_pid_and_start() {
         let id = worker_id(42);
         let parts: Vec<&str> = id.rsplitn(3, ':').collect();

@@ -692,6 +692,48 @@ fn a_reply_slower_than_the_timeout_fails_the_attempt() {
     assert_eq!(env.count("SELECT count(*) FROM observations"), 0);
 }
 
+#[test]
+fn an_over_size_batch_is_split_into_prompts_under_the_cap() {
+    let env = TestEnv::new();
+    let model = FakeModel::start(echo_commands);
+    let events: Vec<ToolEvent> = (0..8)
+        .map(|i| {
+            let mut ev = bash(&format!("echo job-{i}"));
+            ev.tool_response = json!({"stdout": "x".repeat(1_500), "stderr": ""});
+            ev
+        })
+        .collect();
+    let ids = seed(&env, SESSION, 1, &events, true, 3);
+    let mut c = worker(&env, &model);
+    c.env("CAIRN_MODEL__MAX_PROMPT_CHARS", "6000");
+    run_once(&env, c);
+    for id in &ids {
+        assert_eq!(status_of(&env, *id).0, "done");
+    }
+    let reqs = model.requests();
+    let obs_prompts: Vec<usize> = reqs
+        .iter()
+        .filter(|r| !r.body.contains("last_assistant_message"))
+        .map(|r| {
+            let b = r.json();
+            b["system"].as_str().expect("system").chars().count()
+                + b["messages"][0]["content"]
+                    .as_str()
+                    .expect("user")
+                    .chars()
+                    .count()
+        })
+        .collect();
+    assert!(obs_prompts.len() > 1, "one batch, split: {obs_prompts:?}");
+    assert!(obs_prompts.iter().all(|n| *n <= 6000), "{obs_prompts:?}");
+    // Every event reached the model once, and each has its observation.
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 8);
+    assert_eq!(
+        env.count("SELECT count(DISTINCT source_job_ids) FROM observations"),
+        obs_prompts.len() as i64
+    );
+}
+
 /// Answers each observation prompt with one observation naming the job's command, so
 /// every job has an observation of its own.
 fn echo_commands(_: usize, r: &Request) -> Reply {
