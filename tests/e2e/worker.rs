@@ -1028,6 +1028,21 @@ fn a_second_worker_exits_at_once_with_a_clear_message() {
 }
 
 #[test]
+fn an_explicit_provider_without_its_key_is_an_error_exit() {
+    let env = TestEnv::new();
+    let mut c = env.cmd("cairn-worker");
+    c.env("CAIRN_MODEL__PROVIDER", "anthropic").arg("--once");
+    let out = finish(c);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: ") && err.contains("ANTHROPIC_API_KEY is not set"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "printed once: {err}");
+}
+
+#[test]
 fn without_a_key_the_offline_extractor_does_the_work() {
     let env = TestEnv::new();
     let ids = seed(
