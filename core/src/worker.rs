@@ -200,6 +200,7 @@ pub fn run(
         .map_err(|e| Error::io("cannot start thread", "writer", e))?;
 
     let mut claimer = Claimer {
+        dir: dir.clone(),
         conn,
         settings,
         provider,
@@ -257,6 +258,8 @@ fn build_provider(settings: &Settings) -> Result<Arc<Provider>> {
 
 /// The claimer's state.
 struct Claimer {
+    /// The data dir (for housekeeping tasks that need its files: spool, backups).
+    dir: DataDir,
     conn: Connection,
     settings: Settings,
     provider: Arc<Provider>,
@@ -447,8 +450,9 @@ impl Claimer {
     /// the binary's periodic hook (log pruning).
     ///
     /// Also the place for the hooks' spool ingestion and the daily backup, which run here
-    /// when wired in.
+    /// when wired in (they get `&self.dir`, `&mut self.conn`, `&self.settings`, `now`).
     fn housekeeping(&mut self, now: i64) {
+        log::trace!("housekeeping in {}", self.dir.root().display());
         let period = (self.settings.worker.heartbeat_secs.max(1) * 1000) as i64;
         self.next_housekeeping = now + period;
         if let Err(e) = workers::heartbeat(&mut self.conn, &self.opts.worker_id, now) {
