@@ -26,3 +26,10 @@ pub use error::{Error, Result};
 /// Set in the environment of processes cairn starts (the `claude` CLI provider), so that
 /// cairn's own hooks inside them do nothing and memory never observes itself.
 pub const SUPPRESS_HOOKS_ENV: &str = "CAIRN_SUPPRESS_HOOKS";
+pub mod model;
+pub mod offline;
+pub mod parse;
+pub mod prompt;
+pub mod usage;
+pub mod worker;
+pub mod workers;

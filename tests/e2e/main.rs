@@ -4,3 +4,4 @@
 mod hook;
 mod install;
 mod support;
+mod worker;

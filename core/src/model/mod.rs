@@ -1,0 +1,512 @@
+//! Model providers: who turns a prompt into a reply. `anthropic` (Messages API), `openai`
+//! (any OpenAI-compatible chat-completions endpoint), `claude-cli` (the `claude` command in
+//! print mode) and `offline` (no model: the worker uses [`crate::offline`] instead).
+//!
+//! Invariants:
+//! - one [`Provider::complete`] is one attempt; [`complete_with_retry`] adds in-process
+//!   exponential backoff with jitter (the `backoff` crate), honours `Retry-After`, and is
+//!   bounded in total time by `model.max_retry_secs`;
+//! - whether a failure is worth retrying is decided by [`ModelError::is_retryable`] from the
+//!   variant and status code, never from message text: timeouts, connection errors, 408,
+//!   429, 5xx and overloaded answers are retried; 400, 401, 403, 404 and bad settings are not.
+
+pub mod anthropic;
+pub mod claude_cli;
+pub mod openai;
+
+use std::time::{Duration, Instant};
+
+use crate::prompt::Prompt;
+use crate::settings::ModelSettings;
+
+/// Default model of the `anthropic` provider: a current Haiku.
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-haiku-4-5";
+/// Default base URL of the `anthropic` provider.
+pub const DEFAULT_ANTHROPIC_URL: &str = "https://api.anthropic.com";
+/// Default model of the `openai` provider.
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
+/// Default base URL of the `openai` provider (the path `/chat/completions` is appended).
+pub const DEFAULT_OPENAI_URL: &str = "https://api.openai.com/v1";
+
+/// Longest piece of an error body kept in a message.
+const MAX_ERROR_BODY: usize = 500;
+
+/// Why a model call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The API answered with an error status.
+    #[error("model API answered {status}: {body}")]
+    Status {
+        status: u16,
+        body: String,
+        /// The server's `Retry-After`, when it sent one.
+        retry_after: Option<Duration>,
+    },
+    /// The API said it is overloaded (in a 200 answer's error body).
+    #[error("model API is overloaded: {0}")]
+    Overloaded(String),
+    /// No answer within `model.timeout_secs`.
+    #[error("model call timed out after {}s", .0.as_secs_f64())]
+    Timeout(Duration),
+    /// The connection could not be made or broke.
+    #[error("cannot reach the model API: {0}")]
+    Transport(String),
+    /// An answer arrived but could not be read.
+    #[error("model API sent an unreadable answer: {0}")]
+    BadResponse(String),
+    /// The `claude` command failed.
+    #[error("{0}")]
+    Process(String),
+    /// The settings cannot work (no key, bad URL, missing command).
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ModelError {
+    /// True when trying the same call again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::Status { status, .. } => {
+                matches!(status, 408 | 409 | 425 | 429) || *status >= 500
+            }
+            ModelError::Overloaded(_)
+            | ModelError::Timeout(_)
+            | ModelError::Transport(_)
+            | ModelError::Process(_) => true,
+            ModelError::BadResponse(_) | ModelError::Config(_) => false,
+        }
+    }
+
+    /// How long the server asked us to wait, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ModelError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// A model's reply to one prompt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub text: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// The configured provider.
+#[derive(Debug)]
+pub enum Provider {
+    Anthropic(anthropic::Client),
+    OpenAi(openai::Client),
+    ClaudeCli(claude_cli::Client),
+    /// No model: the worker uses the deterministic extractor.
+    Offline,
+}
+
+impl Provider {
+    /// The provider `settings` ask for. `env` reads environment variables (the process
+    /// environment in production). `auto` is `anthropic` when the key variable
+    /// (`model.api_key_env`) is set and non-empty, else `offline`.
+    pub fn from_settings(
+        m: &ModelSettings,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Provider, ModelError> {
+        let timeout = Duration::from_secs(m.timeout_secs.max(1));
+        let key_var = if m.api_key_env.is_empty() {
+            "ANTHROPIC_API_KEY"
+        } else {
+            m.api_key_env.as_str()
+        };
+        let key = env(key_var).filter(|k| !k.trim().is_empty());
+        let model_or = |default: &str| {
+            if m.model.is_empty() {
+                default.to_string()
+            } else {
+                m.model.clone()
+            }
+        };
+        let provider = match m.provider.as_str() {
+            "auto" if key.is_none() => "offline",
+            "auto" => "anthropic",
+            other => other,
+        };
+        Ok(match provider {
+            "anthropic" => {
+                let key = key.ok_or_else(|| {
+                    ModelError::Config(format!(
+                        "model.provider is anthropic but {key_var} is not set"
+                    ))
+                })?;
+                let base = first_non_empty(&[
+                    Some(m.base_url.clone()),
+                    env("ANTHROPIC_BASE_URL"),
+                    Some(DEFAULT_ANTHROPIC_URL.into()),
+                ]);
+                Provider::Anthropic(anthropic::Client::new(
+                    &base,
+                    &key,
+                    &model_or(DEFAULT_ANTHROPIC_MODEL),
+                    m.max_output_tokens,
+                    timeout,
+                ))
+            }
+            "openai" => {
+                // The default key variable names Anthropic's key, which must never be sent
+                // to another API: an OpenAI-compatible endpoint reads OPENAI_API_KEY unless
+                // a variable is named explicitly. The key is optional (local servers).
+                let key = if key_var == "ANTHROPIC_API_KEY" {
+                    env("OPENAI_API_KEY").filter(|k| !k.trim().is_empty())
+                } else {
+                    key
+                };
+                let base =
+                    first_non_empty(&[Some(m.base_url.clone()), Some(DEFAULT_OPENAI_URL.into())]);
+                Provider::OpenAi(openai::Client::new(
+                    &base,
+                    key.as_deref(),
+                    &model_or(DEFAULT_OPENAI_MODEL),
+                    m.max_output_tokens,
+                    timeout,
+                ))
+            }
+            "claude-cli" => Provider::ClaudeCli(claude_cli::Client::new(
+                &m.claude_command,
+                &m.model,
+                timeout,
+            )),
+            "offline" => Provider::Offline,
+            other => {
+                return Err(ModelError::Config(format!(
+                    "unknown model.provider {other}"
+                )));
+            }
+        })
+    }
+
+    /// The provider's name, as stored in `model_calls.provider`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Provider::Anthropic(_) => "anthropic",
+            Provider::OpenAi(_) => "openai",
+            Provider::ClaudeCli(_) => "claude-cli",
+            Provider::Offline => "offline",
+        }
+    }
+
+    /// The model name, as stored in `model_calls.model`.
+    pub fn model(&self) -> &str {
+        match self {
+            Provider::Anthropic(c) => c.model(),
+            Provider::OpenAi(c) => c.model(),
+            Provider::ClaudeCli(c) => c.model(),
+            Provider::Offline => "offline",
+        }
+    }
+
+    pub fn is_offline(&self) -> bool {
+        matches!(self, Provider::Offline)
+    }
+
+    /// One attempt: sends the prompt, returns the reply.
+    pub fn complete(&self, prompt: &Prompt) -> Result<Completion, ModelError> {
+        match self {
+            Provider::Anthropic(c) => c.complete(prompt),
+            Provider::OpenAi(c) => c.complete(prompt),
+            Provider::ClaudeCli(c) => c.complete(prompt),
+            Provider::Offline => Err(ModelError::Config(
+                "the offline provider makes no model calls".into(),
+            )),
+        }
+    }
+}
+
+fn first_non_empty(options: &[Option<String>]) -> String {
+    options
+        .iter()
+        .flatten()
+        .map(|s| s.trim())
+        .find(|s| !s.is_empty())
+        .unwrap_or_default()
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// One attempt of a call, for `model_calls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    pub latency_ms: i64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `None` on success, else the error text.
+    pub error: Option<String>,
+}
+
+/// Retry timing of [`complete_with_retry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// All attempts and waits together stay under this.
+    pub max_elapsed: Duration,
+    /// First wait; doubles per attempt (with jitter of ±50%).
+    pub initial: Duration,
+    pub max_interval: Duration,
+}
+
+impl RetryPolicy {
+    pub fn from_settings(m: &ModelSettings) -> Self {
+        Self {
+            max_elapsed: Duration::from_secs(m.max_retry_secs),
+            initial: Duration::from_millis(500),
+            max_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Calls the provider, retrying retryable failures with exponential backoff and jitter,
+/// honouring `Retry-After`, until `policy.max_elapsed` is spent. `record` sees every
+/// attempt. A `Retry-After` longer than the time left ends the retries at once: the batch
+/// fails and the queue tries it later.
+pub fn complete_with_retry(
+    provider: &Provider,
+    prompt: &Prompt,
+    policy: RetryPolicy,
+    record: &mut dyn FnMut(AttemptRecord),
+) -> Result<Completion, ModelError> {
+    let started = Instant::now();
+    let backoff = backoff::ExponentialBackoff {
+        initial_interval: policy.initial,
+        current_interval: policy.initial,
+        randomization_factor: 0.5,
+        multiplier: 2.0,
+        max_interval: policy.max_interval,
+        max_elapsed_time: Some(policy.max_elapsed),
+        ..Default::default()
+    };
+    let op = || {
+        let t = Instant::now();
+        let result = provider.complete(prompt);
+        let latency_ms = t.elapsed().as_millis() as i64;
+        match result {
+            Ok(c) => {
+                record(AttemptRecord {
+                    latency_ms,
+                    input_tokens: c.input_tokens,
+                    output_tokens: c.output_tokens,
+                    error: None,
+                });
+                Ok(c)
+            }
+            Err(e) => {
+                record(AttemptRecord {
+                    latency_ms,
+                    input_tokens: 0,
+                    output_tokens: 0,
+                    error: Some(e.to_string()),
+                });
+                if !e.is_retryable() {
+                    return Err(backoff::Error::Permanent(e));
+                }
+                match e.retry_after() {
+                    Some(wait) if started.elapsed() + wait > policy.max_elapsed => {
+                        Err(backoff::Error::Permanent(e))
+                    }
+                    Some(wait) => Err(backoff::Error::retry_after(e, wait)),
+                    None => Err(backoff::Error::transient(e)),
+                }
+            }
+        }
+    };
+    let notify = |e: ModelError, wait: Duration| {
+        log::info!(
+            "model call failed ({e}); retrying in {:.1}s",
+            wait.as_secs_f64()
+        );
+    };
+    backoff::retry_notify(backoff, op, notify).map_err(|e| match e {
+        backoff::Error::Permanent(e) => e,
+        backoff::Error::Transient { err, .. } => err,
+    })
+}
+
+/// Parses a `Retry-After` header given in seconds (the HTTP-date form is ignored).
+pub fn parse_retry_after(value: Option<&str>) -> Option<Duration> {
+    let v = value?.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+/// Classifies a ureq error.
+pub(crate) fn transport_error(e: ureq::Error, timeout: Duration) -> ModelError {
+    match e {
+        ureq::Error::Timeout(_) => ModelError::Timeout(timeout),
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            ModelError::Timeout(timeout)
+        }
+        ureq::Error::BadUri(u) => ModelError::Config(format!("bad model.base_url: {u}")),
+        other => ModelError::Transport(other.to_string()),
+    }
+}
+
+/// Sends a JSON body with a POST and returns (status, Retry-After, body text).
+pub(crate) fn post_json(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &serde_json::Value,
+    timeout: Duration,
+) -> Result<(u16, Option<Duration>, String), ModelError> {
+    let mut req = agent.post(url).header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req
+        .send(body.to_string())
+        .map_err(|e| transport_error(e, timeout))?;
+    let status = resp.status().as_u16();
+    let retry_after = parse_retry_after(
+        resp.headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+    );
+    let text = resp
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| transport_error(e, timeout))?;
+    Ok((status, retry_after, text))
+}
+
+/// An agent that returns error statuses as answers and gives up after `timeout`.
+pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .user_agent(concat!("cairn/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into()
+}
+
+/// The error for a non-2xx answer.
+pub(crate) fn status_error(status: u16, body: &str, retry_after: Option<Duration>) -> ModelError {
+    ModelError::Status {
+        status,
+        body: crate::prompt::cap(body.trim(), MAX_ERROR_BODY),
+        retry_after,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn auto_picks_anthropic_with_a_key_else_offline() {
+        let m = ModelSettings::default();
+        let p = Provider::from_settings(&m, &env_of(&[])).expect("offline");
+        assert_eq!(p.name(), "offline");
+        let p = Provider::from_settings(&m, &env_of(&[("ANTHROPIC_API_KEY", " ")])).expect("blank");
+        assert_eq!(p.name(), "offline");
+        let p = Provider::from_settings(
+            &m,
+            &env_of(&[
+                ("ANTHROPIC_API_KEY", "k"),
+                ("ANTHROPIC_BASE_URL", "http://x/"),
+            ]),
+        )
+        .expect("anthropic");
+        assert_eq!(
+            (p.name(), p.model()),
+            ("anthropic", DEFAULT_ANTHROPIC_MODEL)
+        );
+        match p {
+            Provider::Anthropic(c) => assert_eq!(c.url(), "http://x/v1/messages"),
+            other => panic!("{other:?}"),
+        }
+        let named = ModelSettings {
+            api_key_env: "MY_KEY".into(),
+            base_url: "http://y".into(),
+            ..ModelSettings::default()
+        };
+        let p = Provider::from_settings(
+            &named,
+            &env_of(&[("MY_KEY", "k"), ("ANTHROPIC_BASE_URL", "http://x")]),
+        )
+        .expect("anthropic");
+        match p {
+            Provider::Anthropic(c) => assert_eq!(c.url(), "http://y/v1/messages"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn explicit_anthropic_without_a_key_is_a_config_error() {
+        let m = ModelSettings {
+            provider: "anthropic".into(),
+            ..ModelSettings::default()
+        };
+        let e = Provider::from_settings(&m, &env_of(&[])).expect_err("no key");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
+    }
+
+    #[test]
+    fn openai_never_sends_the_anthropic_key() {
+        let m = ModelSettings {
+            provider: "openai".into(),
+            base_url: "http://localhost:11434/v1/".into(),
+            model: "llama3".into(),
+            ..ModelSettings::default()
+        };
+        let p = Provider::from_settings(&m, &env_of(&[("ANTHROPIC_API_KEY", "secret")]))
+            .expect("openai");
+        match p {
+            Provider::OpenAi(c) => {
+                assert_eq!(c.url(), "http://localhost:11434/v1/chat/completions");
+                assert!(!c.has_key());
+                assert_eq!(c.model(), "llama3");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn retryable_by_variant_and_status() {
+        let s = |status| ModelError::Status {
+            status,
+            body: String::new(),
+            retry_after: None,
+        };
+        for code in [408, 429, 500, 502, 503, 529] {
+            assert!(s(code).is_retryable(), "{code}");
+        }
+        for code in [400, 401, 403, 404, 422] {
+            assert!(!s(code).is_retryable(), "{code}");
+        }
+        assert!(ModelError::Timeout(Duration::from_secs(1)).is_retryable());
+        assert!(ModelError::Overloaded("x".into()).is_retryable());
+        assert!(!ModelError::BadResponse("x".into()).is_retryable());
+        assert_eq!(parse_retry_after(Some(" 3 ")), Some(Duration::from_secs(3)));
+        assert_eq!(
+            parse_retry_after(Some("0.5")),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            parse_retry_after(Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+            None
+        );
+        assert_eq!(parse_retry_after(None), None);
+    }
+}

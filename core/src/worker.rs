@@ -1,0 +1,1147 @@
+//! The worker pipeline: a claimer, `worker.concurrency` model threads and a single writer,
+//! joined by crossbeam channels.
+//!
+//! ```text
+//! claimer (this thread) ── Work ──► model threads ── Done ──► writer ── Finished ──► claimer
+//!   claim_batch, read context        build prompts, call      ack + results + model_calls
+//!   heartbeat, rescue, housekeeping  the provider, parse      in one transaction, or fail
+//! ```
+//!
+//! Invariants:
+//! - no transaction is held across a model call: the claimer reads, the model threads touch
+//!   no database, the writer writes;
+//! - results are stored only through `queue::ack`'s closure, so a batch whose lease was
+//!   lost stores nothing, and a replayed batch stores no duplicate (content hashes);
+//! - one in-flight batch per session (the queue's rule), so a turn's summary is built after
+//!   its observations are stored;
+//! - on stop (SIGTERM/SIGINT) the claimer claims nothing more, waits up to
+//!   `worker.shutdown_grace_secs` for batches in flight, then releases the rest without
+//!   counting an attempt and kills any `claude` process group still running.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::clock::now_ms;
+use crate::db;
+use crate::error::{Error, Result};
+use crate::memory::{self, NewObservation, NewSummary};
+use crate::model::{self, Provider, RetryPolicy};
+use crate::offline;
+use crate::parse::{self, ObservationsOutcome, ParsedObservation, ParsedSummary, SummaryOutcome};
+use crate::paths::DataDir;
+use crate::payload::{ToolEvent, TurnEnd};
+use crate::prompt::{self, Limits, Prompt, SessionHeader, TurnObservation};
+use crate::queue::{self, Batch, Fenced, JobKind, Policy, RescueScope};
+use crate::settings::Settings;
+use crate::usage::{self, CallRecord, Outcome};
+use crate::workers;
+
+/// Titles of the session's latest observations shown in a prompt header.
+const HEADER_TITLES: usize = 8;
+/// How long a batch released for the spent token budget waits at most before it is
+/// looked at again.
+const BUDGET_RETRY_MS: i64 = 10 * 60 * 1000;
+/// How often done jobs are purged and the periodic hook runs.
+const SLOW_HOUSEKEEPING_MS: i64 = 60 * 60 * 1000;
+
+/// How this worker runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Names this worker in claims and in the `workers` table.
+    pub worker_id: String,
+    /// Drain what is ready, then return.
+    pub once: bool,
+    /// Return after this long with nothing to do (workers started on demand by a hook).
+    pub idle_exit: Option<Duration>,
+}
+
+/// Flags set from outside (the binary's signal handlers).
+#[derive(Debug, Clone, Default)]
+pub struct Control {
+    /// Stop claiming and shut down.
+    pub stop: Arc<AtomicBool>,
+    /// Reload settings.
+    pub reload: Arc<AtomicBool>,
+}
+
+/// Periodic work the binary adds to housekeeping (log pruning): called with the current
+/// settings and `now`.
+pub type Periodic = Box<dyn FnMut(&Settings, i64) + Send>;
+
+/// What a run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Report {
+    pub batches_done: u64,
+    pub batches_failed: u64,
+    pub batches_released: u64,
+    pub observations: u64,
+    pub summaries: u64,
+}
+
+/// A worker id: `<hostname or "local">:<pid>:<start ms>`.
+pub fn worker_id(now: i64) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "local".into());
+    format!("{host}:{}:{now}", std::process::id())
+}
+
+/// Everything a model thread needs for one batch.
+#[derive(Debug)]
+struct Work {
+    batch: Batch,
+    input: Input,
+    provider: Arc<Provider>,
+    limits: Limits,
+    retry: RetryPolicy,
+    policy: Policy,
+}
+
+#[derive(Debug)]
+enum Input {
+    Observations {
+        header: SessionHeader,
+        events: Vec<ToolEvent>,
+    },
+    Summary {
+        project: String,
+        request: String,
+        observations: Vec<TurnObservation>,
+        files_read: Vec<String>,
+        files_edited: Vec<String>,
+        turn: TurnEnd,
+    },
+}
+
+/// A model thread's answer for one batch.
+#[derive(Debug)]
+struct Done {
+    batch: Batch,
+    policy: Policy,
+    result: Verdict,
+    calls: Vec<CallRecord>,
+}
+
+#[derive(Debug)]
+enum Verdict {
+    Store {
+        observations: Vec<NewObservation>,
+        summary: Option<Box<NewSummary>>,
+    },
+    Fail(String),
+    /// Give the batch back without counting an attempt, available again after this delay.
+    Release(i64),
+}
+
+/// What the writer tells the claimer.
+#[derive(Debug)]
+struct Finished {
+    token: i64,
+}
+
+/// Runs the worker until stopped (or, with `once`, until nothing is ready; with
+/// `idle_exit`, until idle that long). The caller holds the worker lock.
+/// `reload` loads fresh settings on SIGHUP; `periodic` runs in housekeeping.
+pub fn run(
+    dir: &DataDir,
+    settings: Settings,
+    reload: &dyn Fn() -> Result<Settings>,
+    opts: Options,
+    control: Control,
+    periodic: Option<Periodic>,
+) -> Result<Report> {
+    let provider = build_provider(&settings)?;
+    log::info!(
+        "worker {} starting: provider {} ({}), concurrency {}",
+        opts.worker_id,
+        provider.name(),
+        provider.model(),
+        settings.worker.concurrency
+    );
+    let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
+    let writer_conn = db::open_data_dir(dir, db::OpenOptions::default())?;
+    let now = now_ms();
+    workers::register(&mut conn, &opts.worker_id, std::process::id(), now)?;
+    // We hold the single-instance lock: every claim not ours belongs to a dead worker.
+    queue::rescue(&mut conn, RescueScope::AllBut(&opts.worker_id), now)?;
+
+    let concurrency = settings.worker.concurrency.max(1) as usize;
+    let budget_spent = Arc::new(AtomicBool::new(false));
+    let (work_tx, work_rx) = crossbeam_channel::bounded::<Work>(concurrency);
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
+    let (fin_tx, fin_rx) = crossbeam_channel::unbounded::<Finished>();
+
+    let mut model_threads = Vec::new();
+    for i in 0..concurrency {
+        let rx = work_rx.clone();
+        let tx = done_tx.clone();
+        let spent = budget_spent.clone();
+        model_threads.push(
+            std::thread::Builder::new()
+                .name(format!("model-{i}"))
+                .spawn(move || model_thread(rx, tx, spent))
+                .map_err(|e| Error::io("cannot start thread", "model", e))?,
+        );
+    }
+    drop(work_rx);
+    drop(done_tx);
+    let writer = std::thread::Builder::new()
+        .name("writer".into())
+        .spawn(move || writer_thread(writer_conn, done_rx, fin_tx))
+        .map_err(|e| Error::io("cannot start thread", "writer", e))?;
+
+    let mut claimer = Claimer {
+        dir: dir.clone(),
+        conn,
+        settings,
+        provider,
+        policy: Policy::default(),
+        opts,
+        inflight: HashMap::new(),
+        periodic,
+        next_housekeeping: 0,
+        next_slow_housekeeping: 0,
+        budget_spent,
+        budget_logged: false,
+        claimed: 0,
+    };
+    claimer.policy = Policy::from_settings(&claimer.settings);
+    let outcome = claimer.run_loop(&work_tx, &fin_rx, &control, reload);
+    let leftover = claimer.shutdown(&fin_rx);
+    drop(work_tx);
+    claimer.provider_cleanup();
+    if leftover == 0 {
+        for t in model_threads {
+            let _ = t.join();
+        }
+    }
+    // The writer ends when every model thread has; a thread stuck in a call past the
+    // grace period is left to die with the process (its batch was released).
+    let report = if leftover == 0 {
+        writer.join().unwrap_or_default()
+    } else {
+        Report::default()
+    };
+    let now = now_ms();
+    if let Err(e) = workers::stopped(&mut claimer.conn, &claimer.opts.worker_id, now) {
+        log::warn!("cannot record the worker's stop: {e}");
+    }
+    outcome?;
+    log::info!(
+        "worker {} stopped: {} batches done, {} failed, {} released",
+        claimer.opts.worker_id,
+        report.batches_done,
+        report.batches_failed,
+        report.batches_released + leftover as u64
+    );
+    Ok(Report {
+        batches_released: report.batches_released + leftover as u64,
+        ..report
+    })
+}
+
+fn build_provider(settings: &Settings) -> Result<Arc<Provider>> {
+    let env = |k: &str| std::env::var(k).ok();
+    Provider::from_settings(&settings.model, &env)
+        .map(Arc::new)
+        .map_err(|e| Error::Settings(e.to_string()))
+}
+
+/// The claimer's state.
+struct Claimer {
+    /// The data dir (for housekeeping tasks that need its files: spool, backups).
+    dir: DataDir,
+    conn: Connection,
+    settings: Settings,
+    provider: Arc<Provider>,
+    policy: Policy,
+    opts: Options,
+    /// Batches handed to model threads and not yet finished, by claim token.
+    inflight: HashMap<i64, Batch>,
+    periodic: Option<Periodic>,
+    next_housekeeping: i64,
+    next_slow_housekeeping: i64,
+    budget_spent: Arc<AtomicBool>,
+    budget_logged: bool,
+    claimed: u64,
+}
+
+impl Claimer {
+    fn run_loop(
+        &mut self,
+        work_tx: &Sender<Work>,
+        fin_rx: &Receiver<Finished>,
+        control: &Control,
+        reload: &dyn Fn() -> Result<Settings>,
+    ) -> Result<()> {
+        let concurrency = self.settings.worker.concurrency.max(1) as usize;
+        let mut last_activity = Instant::now();
+        loop {
+            while let Ok(f) = fin_rx.try_recv() {
+                self.inflight.remove(&f.token);
+                last_activity = Instant::now();
+            }
+            if control.reload.swap(false, Ordering::SeqCst) {
+                self.reload(reload);
+            }
+            let now = now_ms();
+            if now >= self.next_housekeeping {
+                self.housekeeping(now);
+            }
+            if control.stop.load(Ordering::SeqCst) {
+                log::info!("stop requested: no more claims");
+                return Ok(());
+            }
+            let mut claimed = false;
+            if self.inflight.len() < concurrency && !self.budget_exhausted(now)? {
+                match queue::claim_batch(&mut self.conn, &self.opts.worker_id, &self.policy, now) {
+                    Ok(Some(batch)) => {
+                        claimed = true;
+                        last_activity = Instant::now();
+                        self.dispatch(batch, work_tx, now)?;
+                    }
+                    Ok(None) => {}
+                    Err(e) if e.is_busy() => log::warn!("claim skipped: {e}"),
+                    Err(e) => return Err(e),
+                }
+            }
+            if claimed {
+                continue;
+            }
+            if self.inflight.is_empty() {
+                if self.opts.once {
+                    log::info!("nothing more is ready (--once): exiting");
+                    return Ok(());
+                }
+                if let Some(idle) = self.opts.idle_exit
+                    && last_activity.elapsed() >= idle
+                {
+                    log::info!("idle for {}s: exiting", idle.as_secs());
+                    return Ok(());
+                }
+            }
+            let wait = Duration::from_millis(self.settings.worker.poll_ms.clamp(10, 60_000));
+            match fin_rx.recv_timeout(wait) {
+                Ok(f) => {
+                    self.inflight.remove(&f.token);
+                    last_activity = Instant::now();
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Invalid("the writer thread stopped".into()));
+                }
+            }
+        }
+    }
+
+    /// True when the daily token budget is spent; logs the reason once per episode.
+    fn budget_exhausted(&mut self, now: i64) -> Result<bool> {
+        let limit = self.settings.model.daily_token_budget;
+        if limit == 0 || self.provider.is_offline() {
+            self.budget_spent.store(false, Ordering::SeqCst);
+            return Ok(false);
+        }
+        let b = usage::budget(&self.conn, limit, now)?;
+        let spent = b.exhausted();
+        self.budget_spent.store(spent, Ordering::SeqCst);
+        if spent && !self.budget_logged {
+            log::warn!(
+                "daily token budget spent ({} of {} tokens): jobs wait until {}",
+                b.spent,
+                b.limit,
+                crate::clock::iso_utc(b.resets_at)
+            );
+        } else if !spent && self.budget_logged {
+            log::info!("daily token budget available again: resuming");
+        }
+        self.budget_logged = spent;
+        Ok(spent)
+    }
+
+    /// Reads what the batch's prompt needs and hands it to a model thread.
+    fn dispatch(&mut self, batch: Batch, work_tx: &Sender<Work>, now: i64) -> Result<()> {
+        self.claimed += 1;
+        log::debug!(
+            "claimed {} {} job(s) {:?} of session {}",
+            batch.jobs.len(),
+            batch.kind().as_str(),
+            batch.ids(),
+            batch.session_id()
+        );
+        let input = match self.prepare(&batch) {
+            Ok(input) => input,
+            Err(e) => {
+                let msg = format!("cannot prepare the batch: {e}");
+                log::warn!("{msg}");
+                queue::fail(&mut self.conn, &batch, &msg, &self.policy, now)?;
+                return Ok(());
+            }
+        };
+        self.inflight.insert(batch.token, batch.clone());
+        let work = Work {
+            batch,
+            input,
+            provider: self.provider.clone(),
+            limits: Limits::from_settings(&self.settings.model),
+            retry: RetryPolicy::from_settings(&self.settings.model),
+            policy: self.policy,
+        };
+        work_tx
+            .send(work)
+            .map_err(|_| Error::Invalid("the model threads stopped".into()))
+    }
+
+    fn prepare(&self, batch: &Batch) -> Result<Input> {
+        let request = prompt_text(&self.conn, batch.session_id(), batch.prompt_number())?;
+        match batch.kind() {
+            JobKind::Observation => {
+                let events = batch
+                    .jobs
+                    .iter()
+                    .map(|j| {
+                        serde_json::from_str::<ToolEvent>(&j.payload).map_err(|e| {
+                            Error::Invalid(format!("job {} has an unreadable payload: {e}", j.id))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let header = SessionHeader {
+                    project: batch.project().to_string(),
+                    request,
+                    recent_titles: memory::recent_titles(
+                        &self.conn,
+                        batch.session_id(),
+                        HEADER_TITLES,
+                    )?,
+                };
+                Ok(Input::Observations { header, events })
+            }
+            JobKind::Summarize => {
+                let turn: TurnEnd = serde_json::from_str(&batch.jobs[0].payload).map_err(|e| {
+                    Error::Invalid(format!(
+                        "job {} has an unreadable payload: {e}",
+                        batch.jobs[0].id
+                    ))
+                })?;
+                let (observations, files_read, files_edited) =
+                    turn_observations(&self.conn, batch.session_id(), batch.prompt_number())?;
+                Ok(Input::Summary {
+                    project: batch.project().to_string(),
+                    request,
+                    observations,
+                    files_read,
+                    files_edited,
+                    turn,
+                })
+            }
+        }
+    }
+
+    /// Periodic tasks, every `worker.heartbeat_secs`: the worker's heartbeat, lease renewal
+    /// of batches in flight, rescue of expired leases; hourly: purge of old done jobs and
+    /// the binary's periodic hook (log pruning).
+    ///
+    /// Also the place for the hooks' spool ingestion and the daily backup, which run here
+    /// when wired in (they get `&self.dir`, `&mut self.conn`, `&self.settings`, `now`).
+    fn housekeeping(&mut self, now: i64) {
+        log::trace!("housekeeping in {}", self.dir.root().display());
+        let period = (self.settings.worker.heartbeat_secs.max(1) * 1000) as i64;
+        self.next_housekeeping = now + period;
+        if let Err(e) = workers::heartbeat(&mut self.conn, &self.opts.worker_id, now) {
+            log::warn!("heartbeat failed: {e}");
+        }
+        let mut lost = Vec::new();
+        for (token, batch) in self.inflight.iter_mut() {
+            match queue::heartbeat(&mut self.conn, batch, &self.policy, now) {
+                Ok(Fenced::Done) => {}
+                Ok(Fenced::LeaseLost) => lost.push(*token),
+                Err(e) => log::warn!("lease renewal of jobs {:?} failed: {e}", batch.ids()),
+            }
+        }
+        for token in lost {
+            // Usually the writer finished it a moment ago; otherwise its lease expired and
+            // the ack will be refused (fenced), storing nothing.
+            log::debug!("batch {token} is no longer held by this worker");
+        }
+        if let Err(e) = queue::rescue(&mut self.conn, RescueScope::Expired, now) {
+            log::warn!("rescue failed: {e}");
+        }
+        if now >= self.next_slow_housekeeping {
+            self.next_slow_housekeeping = now + SLOW_HOUSEKEEPING_MS;
+            let keep_ms = (self.settings.queue.retention_days as i64).saturating_mul(86_400_000);
+            match queue::purge(&mut self.conn, now.saturating_sub(keep_ms)) {
+                Ok(0) => {}
+                Ok(n) => log::info!(
+                    "purged {n} done jobs older than {} days",
+                    self.settings.queue.retention_days
+                ),
+                Err(e) => log::warn!("purge failed: {e}"),
+            }
+            if let Some(p) = self.periodic.as_mut() {
+                p(&self.settings, now);
+            }
+        }
+    }
+
+    fn reload(&mut self, reload: &dyn Fn() -> Result<Settings>) {
+        match reload().and_then(|s| build_provider(&s).map(|p| (s, p))) {
+            Ok((s, p)) => {
+                if s.worker.concurrency != self.settings.worker.concurrency {
+                    log::warn!("worker.concurrency changes take effect at the next start");
+                }
+                log::info!("settings reloaded: provider {} ({})", p.name(), p.model());
+                self.policy = Policy::from_settings(&s);
+                self.provider = p;
+                self.settings = s;
+                self.next_housekeeping = 0;
+            }
+            Err(e) => log::error!("settings not reloaded, keeping the old ones: {e}"),
+        }
+    }
+
+    /// Waits up to the grace period for batches in flight, then releases the rest.
+    /// Returns how many were released.
+    fn shutdown(&mut self, fin_rx: &Receiver<Finished>) -> usize {
+        let grace = Duration::from_secs(self.settings.worker.shutdown_grace_secs);
+        let deadline = Instant::now() + grace;
+        while !self.inflight.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match fin_rx.recv_timeout(left.min(Duration::from_secs(1))) {
+                Ok(f) => {
+                    self.inflight.remove(&f.token);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = now_ms();
+                    if now >= self.next_housekeeping {
+                        self.next_housekeeping =
+                            now + (self.settings.worker.heartbeat_secs.max(1) * 1000) as i64;
+                        for batch in self.inflight.values_mut() {
+                            let _ = queue::heartbeat(&mut self.conn, batch, &self.policy, now);
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let mut released = 0;
+        let now = now_ms();
+        for batch in std::mem::take(&mut self.inflight).into_values() {
+            match queue::release(&mut self.conn, &batch, 0, now) {
+                Ok(Fenced::Done) => {
+                    released += 1;
+                    log::warn!(
+                        "released jobs {:?}: still in flight after the {}s grace period",
+                        batch.ids(),
+                        grace.as_secs()
+                    );
+                }
+                Ok(Fenced::LeaseLost) => {}
+                Err(e) => log::error!("cannot release jobs {:?}: {e}", batch.ids()),
+            }
+        }
+        released
+    }
+
+    fn provider_cleanup(&self) {
+        model::claude_cli::kill_all();
+    }
+}
+
+/// The user's prompt text of a turn ('' when not recorded).
+fn prompt_text(conn: &Connection, session_id: &str, prompt_number: i64) -> Result<String> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT prompt_text FROM user_prompts WHERE session_id = ?1 AND prompt_number = ?2",
+        )?
+        .query_row(params![session_id, prompt_number], |r| r.get(0))
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// This turn's observations, and the files they read and modified.
+fn turn_observations(
+    conn: &Connection,
+    session_id: &str,
+    prompt_number: i64,
+) -> Result<(Vec<TurnObservation>, Vec<String>, Vec<String>)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT type, title, subtitle, files_read, files_modified FROM observations
+         WHERE session_id = ?1 AND prompt_number = ?2 ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![session_id, prompt_number], |r| {
+        Ok((
+            TurnObservation {
+                kind: r.get(0)?,
+                title: r.get(1)?,
+                subtitle: r.get(2)?,
+            },
+            r.get::<_, String>(3)?,
+            r.get::<_, String>(4)?,
+        ))
+    })?;
+    let mut obs = Vec::new();
+    let mut read = Vec::new();
+    let mut edited = Vec::new();
+    for row in rows {
+        let (o, r, m) = row?;
+        obs.push(o);
+        for (json, into) in [(r, &mut read), (m, &mut edited)] {
+            for f in serde_json::from_str::<Vec<String>>(&json).unwrap_or_default() {
+                if !into.contains(&f) {
+                    into.push(f);
+                }
+            }
+        }
+    }
+    Ok((obs, read, edited))
+}
+
+fn model_thread(rx: Receiver<Work>, tx: Sender<Done>, budget_spent: Arc<AtomicBool>) {
+    for work in rx {
+        let done = if budget_spent.load(Ordering::SeqCst) && !work.provider.is_offline() {
+            log::warn!(
+                "daily token budget spent: releasing jobs {:?} for later",
+                work.batch.ids()
+            );
+            Done {
+                policy: work.policy,
+                batch: work.batch,
+                result: Verdict::Release(BUDGET_RETRY_MS),
+                calls: Vec::new(),
+            }
+        } else {
+            process(work)
+        };
+        if tx.send(done).is_err() {
+            return;
+        }
+    }
+}
+
+/// Turns one batch into a verdict: the results to store, or why it failed.
+fn process(work: Work) -> Done {
+    let Work {
+        batch,
+        input,
+        provider,
+        limits,
+        retry,
+        policy,
+    } = work;
+    let mut calls = Vec::new();
+    let now = now_ms();
+    let result = match input {
+        Input::Observations { header, events } => observe(
+            &batch, &header, &events, &provider, limits, retry, &mut calls, now,
+        ),
+        Input::Summary {
+            project,
+            request,
+            observations,
+            files_read,
+            files_edited,
+            turn,
+        } => {
+            let ctx = TurnContext {
+                project: &project,
+                request: &request,
+                observations: &observations,
+                files_read: &files_read,
+                files_edited: &files_edited,
+                turn: &turn,
+            };
+            summarize(&batch, &ctx, &provider, limits, retry, &mut calls, now)
+        }
+    };
+    Done {
+        batch,
+        policy,
+        result,
+        calls,
+    }
+}
+
+/// Calls the model with retries; records every attempt in `calls` (the successful one's
+/// outcome is fixed by the caller after parsing). Returns the reply text.
+fn call_model(
+    batch: &Batch,
+    job_ids: &[i64],
+    provider: &Provider,
+    prompt: &Prompt,
+    retry: RetryPolicy,
+    calls: &mut Vec<CallRecord>,
+) -> std::result::Result<String, String> {
+    log::debug!(
+        "prompt for jobs {job_ids:?} ({} chars):\n{}\n{}",
+        prompt.chars(),
+        prompt.system,
+        prompt.user
+    );
+    let purpose = batch.kind().as_str();
+    let mut record = |a: model::AttemptRecord| {
+        calls.push(CallRecord {
+            provider: provider.name().to_string(),
+            model: provider.model().to_string(),
+            purpose: purpose.to_string(),
+            session_id: Some(batch.session_id().to_string()),
+            job_ids: job_ids.to_vec(),
+            prompt_chars: prompt.chars(),
+            input_tokens: a.input_tokens,
+            output_tokens: a.output_tokens,
+            latency_ms: a.latency_ms,
+            outcome: if a.error.is_some() {
+                Outcome::Error
+            } else {
+                Outcome::Ok
+            },
+            error: a.error,
+            created_at: now_ms(),
+        });
+    };
+    match model::complete_with_retry(provider, prompt, retry, &mut record) {
+        Ok(c) => {
+            log::debug!("reply for jobs {job_ids:?}:\n{}", c.text);
+            Ok(c.text)
+        }
+        Err(e) => Err(format!("model call failed: {e}")),
+    }
+}
+
+fn set_last_outcome(calls: &mut [CallRecord], outcome: Outcome, error: Option<String>) {
+    if let Some(last) = calls.last_mut() {
+        last.outcome = outcome;
+        last.error = error;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn observe(
+    batch: &Batch,
+    header: &SessionHeader,
+    events: &[ToolEvent],
+    provider: &Provider,
+    limits: Limits,
+    retry: RetryPolicy,
+    calls: &mut Vec<CallRecord>,
+    now: i64,
+) -> Verdict {
+    let ids = batch.ids();
+    let (origin, parsed_chunks) = if provider.is_offline() {
+        (
+            "offline",
+            vec![(0..events.len(), offline::observations(events))],
+        )
+    } else {
+        let mut chunks = Vec::new();
+        for range in prompt::split_batch(header, events, limits) {
+            let p = prompt::observation_prompt(header, &events[range.clone()], limits);
+            let text = match call_model(batch, &ids[range.clone()], provider, &p, retry, calls) {
+                Ok(t) => t,
+                Err(e) => return Verdict::Fail(e),
+            };
+            match parse::parse(&text).observations_outcome(&text) {
+                ObservationsOutcome::Found(obs) => chunks.push((range, obs)),
+                ObservationsOutcome::Empty => {
+                    set_last_outcome(calls, Outcome::Empty, None);
+                }
+                ObservationsOutcome::Unusable(reason) => {
+                    set_last_outcome(calls, Outcome::Unusable, Some(reason.clone()));
+                    return Verdict::Fail(reason);
+                }
+            }
+        }
+        ("model", chunks)
+    };
+    let mut out = Vec::new();
+    for (range, parsed) in parsed_chunks {
+        let edited: Vec<String> = events[range.clone()]
+            .iter()
+            .filter_map(offline::edited_path)
+            .collect();
+        let files = attribute_edits(&parsed, &edited);
+        for (p, extra) in parsed.into_iter().zip(files) {
+            out.push(to_observation(
+                batch,
+                p,
+                extra,
+                &ids[range.clone()],
+                origin,
+                now,
+            ));
+        }
+    }
+    Verdict::Store {
+        observations: out,
+        summary: None,
+    }
+}
+
+/// Which edited paths of a chunk each observation gets in `files_modified`: a path goes to
+/// the observations that mention it (full path or file name); a chunk with one
+/// observation gives it every path; a path no observation mentions goes to the first
+/// change-like observation (else the first one). So every edit seen lands somewhere.
+fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<String>> {
+    let mut out = vec![Vec::new(); parsed.len()];
+    if parsed.is_empty() {
+        return out;
+    }
+    for path in edited {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let mut placed = false;
+        for (i, o) in parsed.iter().enumerate() {
+            let mentions = parsed.len() == 1
+                || [&o.title, &o.subtitle, &o.narrative]
+                    .into_iter()
+                    .chain(o.facts.iter())
+                    .chain(o.files_modified.iter())
+                    .chain(o.files_read.iter())
+                    .any(|t| t.contains(path.as_str()) || (!name.is_empty() && t.contains(name)));
+            if mentions {
+                out[i].push(path.clone());
+                placed = true;
+            }
+        }
+        if !placed {
+            let target = parsed
+                .iter()
+                .position(|o| {
+                    let (k, _) = memory::normalize_type(&o.kind);
+                    matches!(k.as_str(), "change" | "feature" | "bugfix" | "refactor")
+                })
+                .unwrap_or(0);
+            out[target].push(path.clone());
+        }
+    }
+    out
+}
+
+fn to_observation(
+    batch: &Batch,
+    p: ParsedObservation,
+    edited: Vec<String>,
+    job_ids: &[i64],
+    origin: &str,
+    now: i64,
+) -> NewObservation {
+    let (kind, original_type) = memory::normalize_type(&p.kind);
+    let mut files_modified = p.files_modified;
+    for f in edited {
+        if !files_modified.contains(&f) {
+            files_modified.push(f);
+        }
+    }
+    NewObservation {
+        session_id: Some(batch.session_id().to_string()),
+        project: batch.project().to_string(),
+        prompt_number: Some(batch.prompt_number()),
+        kind,
+        original_type,
+        title: prompt::cap(&p.title, 200),
+        subtitle: p.subtitle,
+        narrative: p.narrative,
+        facts: p.facts,
+        concepts: p.concepts,
+        files_read: p.files_read,
+        files_modified,
+        source_job_ids: job_ids.to_vec(),
+        origin: origin.to_string(),
+        created_at: now,
+    }
+}
+
+/// What a summary is built from.
+struct TurnContext<'a> {
+    project: &'a str,
+    request: &'a str,
+    observations: &'a [TurnObservation],
+    files_read: &'a [String],
+    files_edited: &'a [String],
+    turn: &'a TurnEnd,
+}
+
+fn summarize(
+    batch: &Batch,
+    ctx: &TurnContext,
+    provider: &Provider,
+    limits: Limits,
+    retry: RetryPolicy,
+    calls: &mut Vec<CallRecord>,
+    now: i64,
+) -> Verdict {
+    if ctx.turn.agent_id.is_some() {
+        // A subagent's turn end: its tool calls are already observations, and the turn's
+        // summary belongs to the main agent's Stop.
+        return Verdict::Store {
+            observations: Vec::new(),
+            summary: None,
+        };
+    }
+    let (origin, parsed) = if provider.is_offline() {
+        let titles: Vec<String> = ctx.observations.iter().map(|o| o.title.clone()).collect();
+        (
+            "offline",
+            offline::summary(
+                ctx.request,
+                &titles,
+                ctx.files_read,
+                ctx.files_edited,
+                &ctx.turn.last_assistant_message,
+            ),
+        )
+    } else {
+        let p = prompt::summary_prompt(
+            ctx.project,
+            ctx.request,
+            ctx.observations,
+            &ctx.turn.last_assistant_message,
+            limits,
+        );
+        let text = match call_model(batch, &batch.ids(), provider, &p, retry, calls) {
+            Ok(t) => t,
+            Err(e) => return Verdict::Fail(e),
+        };
+        match parse::parse(&text).summary_outcome(&text) {
+            SummaryOutcome::Found(s) => ("model", s),
+            SummaryOutcome::Empty => {
+                set_last_outcome(calls, Outcome::Empty, None);
+                return Verdict::Store {
+                    observations: Vec::new(),
+                    summary: None,
+                };
+            }
+            SummaryOutcome::Unusable(reason) => {
+                set_last_outcome(calls, Outcome::Unusable, Some(reason.clone()));
+                return Verdict::Fail(reason);
+            }
+        }
+    };
+    Verdict::Store {
+        observations: Vec::new(),
+        summary: Some(Box::new(to_summary(batch, ctx, parsed, origin, now))),
+    }
+}
+
+fn to_summary(
+    batch: &Batch,
+    ctx: &TurnContext,
+    s: ParsedSummary,
+    origin: &str,
+    now: i64,
+) -> NewSummary {
+    NewSummary {
+        session_id: batch.session_id().to_string(),
+        project: batch.project().to_string(),
+        prompt_number: batch.prompt_number(),
+        request: if s.request.is_empty() {
+            prompt::cap(ctx.request.trim(), 600)
+        } else {
+            s.request
+        },
+        investigated: s.investigated,
+        learned: s.learned,
+        completed: s.completed,
+        next_steps: s.next_steps,
+        notes: s.notes,
+        files_read: ctx.files_read.to_vec(),
+        files_edited: ctx.files_edited.to_vec(),
+        source_job_ids: batch.ids(),
+        origin: origin.to_string(),
+        created_at: now,
+    }
+}
+
+fn writer_thread(mut conn: Connection, rx: Receiver<Done>, fin: Sender<Finished>) -> Report {
+    let mut report = Report::default();
+    for done in rx {
+        let token = done.batch.token;
+        if let Err(e) = write_done(&mut conn, done, &mut report) {
+            log::error!(
+                "cannot record a finished batch (its lease will expire and it will be retried): {e}"
+            );
+        }
+        let _ = fin.send(Finished { token });
+    }
+    report
+}
+
+fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<()> {
+    let Done {
+        batch,
+        policy,
+        result,
+        calls,
+    } = done;
+    let now = now_ms();
+    match result {
+        Verdict::Store {
+            observations,
+            summary,
+        } => {
+            let mut added = 0u64;
+            let stored = queue::ack(conn, &batch, now, |tx| {
+                for o in &observations {
+                    if let memory::Stored::Added(_) = memory::insert_observation(tx, o)? {
+                        added += 1;
+                    }
+                }
+                if let Some(s) = &summary {
+                    memory::upsert_summary(tx, s)?;
+                }
+                for c in &calls {
+                    usage::record(tx, c)?;
+                }
+                Ok(())
+            });
+            match stored {
+                Ok(Fenced::Done) => {
+                    report.batches_done += 1;
+                    report.observations += added;
+                    report.summaries += u64::from(summary.is_some());
+                    log::info!(
+                        "{} job(s) {:?} done: {} observation(s){}",
+                        batch.jobs.len(),
+                        batch.ids(),
+                        added,
+                        if summary.is_some() { ", 1 summary" } else { "" }
+                    );
+                }
+                Ok(Fenced::LeaseLost) => {
+                    usage::record_all(conn, &calls)?;
+                }
+                Err(e) => {
+                    usage::record_all(conn, &calls)?;
+                    let msg = format!("cannot store the results: {e}");
+                    log::error!("{msg}");
+                    queue::fail(conn, &batch, &msg, &policy, now)?;
+                    report.batches_failed += 1;
+                }
+            }
+        }
+        Verdict::Fail(msg) => {
+            usage::record_all(conn, &calls)?;
+            let out = queue::fail(conn, &batch, &msg, &policy, now)?;
+            report.batches_failed += 1;
+            if out.skipped > 0 {
+                log::error!(
+                    "jobs {:?} skipped after {} attempts: {msg}",
+                    batch.ids(),
+                    policy.max_attempts
+                );
+            } else if !out.lease_lost {
+                log::warn!("jobs {:?} failed, will retry: {msg}", batch.ids());
+            }
+        }
+        Verdict::Release(delay) => {
+            usage::record_all(conn, &calls)?;
+            queue::release(conn, &batch, delay, now)?;
+            report.batches_released += 1;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(kind: &str, title: &str) -> ParsedObservation {
+        ParsedObservation {
+            kind: kind.into(),
+            title: title.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn edits_are_attributed_to_observations() {
+        let edited = vec!["/p/src/a.rs".to_string(), "/p/b.txt".to_string()];
+        // One observation gets them all.
+        assert_eq!(
+            attribute_edits(&[parsed("change", "x")], &edited),
+            vec![edited.clone()]
+        );
+        // Mentioned by name, or else the first change-like observation.
+        let obs = [
+            parsed("discovery", "Found how a.rs works"),
+            parsed("feature", "Something"),
+        ];
+        assert_eq!(
+            attribute_edits(&obs, &edited),
+            vec![
+                vec!["/p/src/a.rs".to_string()],
+                vec!["/p/b.txt".to_string()]
+            ]
+        );
+        assert!(attribute_edits(&[], &edited).is_empty());
+    }
+
+    #[test]
+    fn a_spent_budget_releases_work_instead_of_calling_the_model() {
+        let batch = Batch {
+            worker: "w".into(),
+            token: 7,
+            lease_until: 0,
+            jobs: vec![queue::Job {
+                id: 1,
+                session_id: "s".into(),
+                project: "p".into(),
+                kind: JobKind::Observation,
+                prompt_number: 1,
+                payload: "{}".into(),
+                attempts: 0,
+                created_at: 0,
+            }],
+        };
+        // An unroutable URL: any call would fail, not release.
+        let provider = Arc::new(Provider::Anthropic(model::anthropic::Client::new(
+            "http://127.0.0.1:9",
+            "k",
+            "m",
+            10,
+            Duration::from_secs(1),
+        )));
+        let (work_tx, work_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        work_tx
+            .send(Work {
+                batch,
+                input: Input::Observations {
+                    header: SessionHeader::default(),
+                    events: vec![ToolEvent::default()],
+                },
+                provider,
+                limits: Limits::default(),
+                retry: RetryPolicy::from_settings(&Default::default()),
+                policy: Policy::default(),
+            })
+            .expect("send");
+        drop(work_tx);
+        model_thread(work_rx, done_tx, Arc::new(AtomicBool::new(true)));
+        let done = done_rx.recv().expect("done");
+        assert!(
+            matches!(done.result, Verdict::Release(BUDGET_RETRY_MS)),
+            "{done:?}"
+        );
+        assert!(done.calls.is_empty());
+    }
+
+    #[test]
+    fn worker_ids_name_host_pid_and_start() {
+        let id = worker_id(42);
+        let parts: Vec<&str> = id.rsplitn(3, ':').collect();
+        assert_eq!(parts[0], "42");
+        assert_eq!(parts[1], std::process::id().to_string());
+        assert!(!parts[2].is_empty());
+    }
+}
