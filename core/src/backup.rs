@@ -222,16 +222,15 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
     let result = (|| {
         std::fs::copy(source, &staged)
             .map_err(|e| Error::io("cannot copy backup from", source, e))?;
-        for suffix in ["-wal"] {
-            let mut side = source.as_os_str().to_os_string();
-            side.push(suffix);
-            let side = PathBuf::from(side);
-            if side.is_file() {
-                let mut to = staged.as_os_str().to_os_string();
-                to.push(suffix);
-                std::fs::copy(&side, PathBuf::from(to))
-                    .map_err(|e| Error::io("cannot copy backup from", &side, e))?;
-            }
+        // A backup copied while its database was open may carry committed pages in -wal.
+        let mut side = source.as_os_str().to_os_string();
+        side.push("-wal");
+        let side = PathBuf::from(side);
+        if side.is_file() {
+            let mut to = staged.as_os_str().to_os_string();
+            to.push("-wal");
+            std::fs::copy(&side, PathBuf::from(to))
+                .map_err(|e| Error::io("cannot copy backup from", &side, e))?;
         }
         let staged_conn = match db::open(
             &staged,
