@@ -419,6 +419,11 @@ pub fn parse_jsonl(input: impl BufRead) -> Result<Vec<(usize, Record)>> {
 /// nothing is written. Records already present are left alone.
 pub fn import_jsonl(conn: &mut Connection, input: impl BufRead) -> Result<ImportReport> {
     let records = parse_jsonl(input)?;
+    import_records(conn, &records)
+}
+
+/// Imports records read by [`parse_jsonl`] (numbered by line), as [`import_jsonl`] does.
+pub fn import_records(conn: &mut Connection, records: &[(usize, Record)]) -> Result<ImportReport> {
     let in_file: HashSet<&str> = records
         .iter()
         .filter_map(|(_, r)| match r {
@@ -428,7 +433,7 @@ pub fn import_jsonl(conn: &mut Connection, input: impl BufRead) -> Result<Import
         .collect();
     {
         let mut exists = conn.prepare("SELECT 1 FROM sessions WHERE session_id = ?1")?;
-        for (n, r) in &records {
+        for (n, r) in records {
             let sid = match r {
                 Record::Prompt(p) => Some(p.session_id.as_str()),
                 Record::Observation(o) => o.session_id.as_deref(),
