@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::paths::DataDir;
 
 /// How long a backup step waits on locks before giving up.
-const STEP_DEADLINE: Duration = Duration::from_secs(30);
+const STEP_WAIT: Duration = Duration::from_secs(30);
 
 /// A finished backup.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -37,9 +37,9 @@ pub struct BackupInfo {
 
 /// Copies `from` into `to` with the backup API, retrying while the source or destination is
 /// busy, until done or the deadline passes.
-fn copy(from: &Connection, to: &mut Connection, what: &Path) -> Result<()> {
+fn copy(from: &Connection, to: &mut Connection, what: &Path, wait: Duration) -> Result<()> {
     let backup = Backup::new(from, to)?;
-    let deadline = Instant::now() + STEP_DEADLINE;
+    let deadline = Instant::now() + wait;
     let mut attempt = 0;
     loop {
         match backup.step(-1)? {
@@ -90,7 +90,12 @@ pub fn online(conn: &Connection, dest: &Path) -> Result<BackupInfo> {
     remove_quietly(&tmp);
     let result = (|| {
         let mut out = Connection::open(&tmp)?;
-        copy(conn, &mut out, conn.path().map(Path::new).unwrap_or(dest))?;
+        copy(
+            conn,
+            &mut out,
+            conn.path().map(Path::new).unwrap_or(dest),
+            STEP_WAIT,
+        )?;
         // A backup is a single file: leave WAL so no -wal/-shm files travel with it.
         out.query_row("PRAGMA journal_mode = DELETE", [], |r| {
             r.get::<_, String>(0)
@@ -289,7 +294,7 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
         } else {
             None
         };
-        copy(&staged_conn, &mut live, &dir.db())?;
+        copy(&staged_conn, &mut live, &dir.db(), opts.busy_timeout)?;
         Ok(RestoreInfo {
             from: source.to_path_buf(),
             replaced_kept_at,

@@ -129,12 +129,14 @@ fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
         out.push(finding(
             "database",
             Level::Fail,
-            format!("no database at {}", path.display()),
+            format!("no cairn database at {}", path.display()),
             Some("check CAIRN_DATA_DIR; hooks create the database on their first event (or run `cairn install`)".into()),
         ));
         return None;
     }
-    let version = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+    // Read-write without create, like every cairn connection: a read-only connection to a
+    // WAL database would leave -wal and -shm files behind.
+    let version = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)
         .and_then(|c| db::schema_version(&c));
     match version {
         Ok(v) if v > db::SCHEMA_VERSION => {
@@ -163,7 +165,7 @@ fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
             out.push(finding(
                 "database",
                 Level::Fail,
-                format!("{} is not a usable database: {e}", path.display()),
+                format!("{} is not a usable cairn database: {e}", path.display()),
                 Some(restore_hint(dir)),
             ));
             return None;

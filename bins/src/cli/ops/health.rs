@@ -141,7 +141,7 @@ pub fn doctor(ctx: &Ctx, args: &DoctorArgs) -> anyhow::Result<u8> {
     }
     let unusable = findings
         .iter()
-        .find(|f| f.check == "database" && f.level == Level::Fail);
+        .find(|f| (f.check == "database" || f.check == "schema") && f.level == Level::Fail);
     if let Some(f) = unusable {
         anyhow::bail!("{}; {}", f.message, f.fix.as_deref().unwrap_or("see above"));
     }

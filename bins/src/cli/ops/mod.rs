@@ -206,7 +206,7 @@ pub fn demo(_args: &DemoArgs, _data_dir: Option<&Path>, _verbose: u8) -> anyhow:
 /// How the CLI opens the database: never creates it, waits briefly on other writers.
 fn read_opts() -> OpenOptions {
     OpenOptions {
-        busy_timeout: Duration::from_secs(2),
+        busy_timeout: Duration::from_secs(3),
         create: false,
     }
 }
@@ -218,12 +218,14 @@ fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
 
 /// Opens the database, creating the data dir and database when missing (for the commands
 /// whose purpose is to fill one: import, restore).
+/// Imports write in many transactions while hooks and the worker write too, so they wait
+/// longer for their turn.
 fn open_or_create(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
     db::open_data_dir(
         &ctx.data_dir,
         OpenOptions {
             create: true,
-            ..read_opts()
+            busy_timeout: Duration::from_secs(15),
         },
     )
     .map_err(explain)
@@ -234,7 +236,7 @@ fn explain(e: cairn_core::Error) -> anyhow::Error {
     use cairn_core::Error;
     match &e {
         Error::Locked { .. } => anyhow::anyhow!(
-            "{e} (another process holds it: an import, restore or backup may be running); try again when it is done"
+            "{e}; try again when it is done (an import, restore or backup may be running)"
         ),
         _ if e.is_busy() => {
             anyhow::anyhow!("the database is locked by another process; try again when it is done")

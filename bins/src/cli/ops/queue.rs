@@ -129,6 +129,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
                     );
                 }
             }
+            emit(&o)?;
             Ok(exit::OK)
         }
         QueueCommand::Replay {
