@@ -9,7 +9,7 @@
 //!   integrity checked before the live database is touched; the live database is first
 //!   backed up next to the others (`cairn-replaced-…`), then overwritten through the backup
 //!   API, which takes the write lock, so hooks writing at that moment wait instead of
-//!   corrupting anything;
+//!   corrupting anything; a live database too damaged to open is moved aside as it is;
 //! - daily backups are named `cairn-YYYY-MM-DD.db`; only files with that exact shape are
 //!   counted and pruned by retention.
 
@@ -72,6 +72,32 @@ fn remove_quietly(path: &Path) {
         p.push(suffix);
         let _ = std::fs::remove_file(PathBuf::from(p));
     }
+}
+
+/// Renames a database file and its `-wal` / `-shm` companions to `to` (whose parent is
+/// created), refusing to overwrite.
+fn move_aside(from: &Path, to: &Path) -> Result<()> {
+    if to.exists() {
+        return Err(Error::Invalid(format!(
+            "{} already exists; try again in a second",
+            to.display()
+        )));
+    }
+    if let Some(parent) = to.parent() {
+        crate::paths::ensure_private_dir(parent)?;
+    }
+    for suffix in ["-wal", "-shm", ""] {
+        let mut a = from.as_os_str().to_os_string();
+        a.push(suffix);
+        let a = PathBuf::from(a);
+        if a.exists() {
+            let mut b = to.as_os_str().to_os_string();
+            b.push(suffix);
+            std::fs::rename(&a, PathBuf::from(b))
+                .map_err(|e| Error::io("cannot move aside", &a, e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes a consistent copy of the database behind `conn` to `dest`, which must not exist.
@@ -275,24 +301,31 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
                 reason: format!("integrity check failed: {}", problems.join("; ")),
             });
         }
-        let live_exists = dir.db().exists();
-        let mut live = db::open_data_dir(
-            dir,
-            OpenOptions {
-                create: true,
-                ..opts
-            },
-        )?;
-        let replaced_kept_at = if live_exists {
-            let stamp: String = crate::clock::iso_utc(now)
-                .chars()
-                .filter(|c| c.is_ascii_alphanumeric())
-                .collect();
-            let keep = dir.backups().join(format!("cairn-replaced-{stamp}.db"));
-            online(&live, &keep)?;
-            Some(keep)
+        let stamp: String = crate::clock::iso_utc(now)
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let keep = dir.backups().join(format!("cairn-replaced-{stamp}.db"));
+        let live_opts = OpenOptions {
+            create: true,
+            ..opts
+        };
+        let (mut live, replaced_kept_at) = if !dir.db().exists() {
+            (db::open_data_dir(dir, live_opts)?, None)
         } else {
-            None
+            match db::open_data_dir(dir, live_opts) {
+                Ok(live) => {
+                    online(&live, &keep)?;
+                    (live, Some(keep))
+                }
+                // A damaged database cannot be copied page by page: move its files aside
+                // as they are, and restore into a fresh file.
+                Err(Error::NotADatabase { .. }) => {
+                    move_aside(&dir.db(), &keep)?;
+                    (db::open_data_dir(dir, live_opts)?, Some(keep))
+                }
+                Err(e) => return Err(e),
+            }
         };
         copy(&staged_conn, &mut live, &dir.db(), opts.busy_timeout)?;
         Ok(RestoreInfo {
@@ -367,6 +400,23 @@ mod tests {
             .expect("free");
         let err = restore(&dd, &good, OpenOptions::default(), 1).expect_err("worker");
         assert!(err.to_string().contains("stop it first"), "{err}");
+    }
+
+    #[test]
+    fn restore_replaces_a_damaged_database_and_keeps_it() {
+        let (tmp, dd, mut conn) = data_dir();
+        add_session(&mut conn, "a");
+        let good = tmp.path().join("good.db");
+        online(&conn, &good).expect("backup");
+        drop(conn);
+        let garbage = vec![b'#'; 8192];
+        std::fs::write(dd.db(), &garbage).expect("damage");
+        let info = restore(&dd, &good, OpenOptions::default(), 5).expect("restore");
+        let kept = info.replaced_kept_at.expect("kept");
+        assert_eq!(std::fs::read(&kept).expect("kept"), garbage);
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(session_ids(&conn), vec!["a".to_string()]);
+        assert_eq!(crate::paths::mode_of(&dd.db()), Some(0o600));
     }
 
     #[test]

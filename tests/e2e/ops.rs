@@ -750,8 +750,18 @@ fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
     let backup = env.tmp.path().join("b.db");
     std::fs::write(&backup, vec![b'#'; 4096]).expect("bad backup");
     let o = cairn(&env, &["restore", backup.to_str().expect("utf8")]);
-    assert_error_line(&o, "not a usable cairn database");
+    assert_error_line(&o, "nothing was changed: pick another backup");
     assert_eq!(snapshot(&env.data_dir), before);
+    // A sound backup repairs it, and the damaged file is kept.
+    let other = TestEnv::new();
+    drop(create_db(&other));
+    let good = other.tmp.path().join("good.db");
+    let o = cairn(&other, &["backup", "--to", good.to_str().expect("utf8")]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = cairn(&env, &["restore", good.to_str().expect("utf8")]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("is kept at"), "{}", stdout(&o));
+    assert_eq!(code(&cairn(&env, &["status"])), 0);
 
     // A database from a newer cairn.
     let env = TestEnv::new();

@@ -43,7 +43,15 @@ pub fn backup(ctx: &Ctx, args: &BackupArgs) -> anyhow::Result<u8> {
 /// `cairn restore PATH`.
 pub fn restore(ctx: &Ctx, args: &RestoreArgs) -> anyhow::Result<u8> {
     let info = core_backup::restore(&ctx.data_dir, &args.path, read_opts(), clock::now_ms())
-        .map_err(explain)?;
+        .map_err(|e| match &e {
+            cairn_core::Error::NotADatabase { path, .. }
+            | cairn_core::Error::SchemaTooNew { path, .. }
+                if *path == args.path =>
+            {
+                anyhow::anyhow!("{e}; nothing was changed: pick another backup (daily ones are in the data dir's backups/)")
+            }
+            _ => explain(e),
+        })?;
     if args.json {
         print_json(&info)?;
     } else {
