@@ -9,6 +9,10 @@ use crate::paths::DataDir;
 use crate::queue::{self, JobStatus};
 use crate::settings::Settings;
 
+/// Quarantined hook inputs need attention for this long (7 days); older ones are only
+/// counted, so that `cairn status` can become healthy again without deleting evidence.
+pub const QUARANTINE_WINDOW_MS: i64 = 7 * 86_400_000;
+
 /// The worker as seen from outside.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkerStatus {
@@ -48,7 +52,10 @@ pub struct Status {
     pub now: i64,
     pub worker: WorkerStatus,
     pub queue: queue::Stats,
+    /// Hook inputs quarantined, ever.
     pub quarantined: i64,
+    /// Hook inputs quarantined in the last [`QUARANTINE_WINDOW_MS`]; these need attention.
+    pub quarantined_recently: i64,
     /// The latest quarantined inputs (up to 5), newest first.
     pub recent_quarantine: Vec<QuarantineRow>,
     /// Input plus output tokens of model calls since UTC midnight.
@@ -90,6 +97,11 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     };
     let queue = queue::stats(conn, now)?;
     let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
+    let quarantined_recently: i64 = conn.query_row(
+        "SELECT count(*) FROM quarantine WHERE created_at >= ?1",
+        [now - QUARANTINE_WINDOW_MS],
+        |r| r.get(0),
+    )?;
     let recent_quarantine = conn
         .prepare(
             "SELECT id, event, reason, raw_len, created_at FROM quarantine ORDER BY id DESC LIMIT 5",
@@ -126,6 +138,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         worker,
         queue,
         quarantined,
+        quarantined_recently,
         recent_quarantine,
         tokens_today,
         daily_token_budget: settings.model.daily_token_budget,
@@ -138,7 +151,8 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
 }
 
 /// The "needs attention" rule: the worker is down while work waits, jobs were skipped, or
-/// hook inputs were quarantined. A spent token budget is reported but is not a fault.
+/// hook inputs were quarantined in the last week. A spent token budget is reported but is
+/// not a fault.
 pub fn attention(s: &Status) -> Vec<String> {
     let mut out = Vec::new();
     let waiting = s.queue.count(JobStatus::Pending) + s.queue.count(JobStatus::Claimed);
@@ -153,10 +167,10 @@ pub fn attention(s: &Status) -> Vec<String> {
             "{skipped} jobs were skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped`"
         ));
     }
-    if s.quarantined > 0 {
+    if s.quarantined_recently > 0 {
         out.push(format!(
-            "{} hook inputs were quarantined as unreadable: see `cairn status --json` (recent_quarantine) and report them",
-            s.quarantined
+            "{} hook inputs were quarantined as unreadable in the last 7 days: see `cairn status --json` (recent_quarantine); a Claude Code update may have changed its hook format",
+            s.quarantined_recently
         ));
     }
     out
@@ -232,6 +246,11 @@ mod tests {
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert_eq!(s.attention.len(), 2, "{:?}", s.attention);
         assert_eq!(s.recent_quarantine[0].reason, "bad json");
+        // A week later the quarantined input is history, still counted.
+        let later = now + QUARANTINE_WINDOW_MS + 1;
+        let s = gather(&dd, &conn, &settings, later).expect("gather");
+        assert_eq!((s.quarantined, s.quarantined_recently), (1, 0));
+        assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
         drop(lock);
     }
 }
