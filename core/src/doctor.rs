@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
 use crate::db::{self, OpenOptions};
@@ -415,10 +415,8 @@ fn check_worker(
         }
     };
     let heartbeat: Option<i64> = conn.and_then(|c| {
-        c.query_row("SELECT max(heartbeat_at) FROM workers", [], |r| r.get(0))
-            .optional()
+        crate::status::last_heartbeat(c, holder.as_ref().map(|h| h.pid))
             .ok()
-            .flatten()
             .flatten()
     });
     let waiting: i64 = conn
@@ -447,6 +445,16 @@ fn check_worker(
             Some(age) => out.push(ok(
                 "worker",
                 format!("worker pid {} running, heartbeat {}s ago", h.pid, age / 1000),
+            )),
+            None if now - h.started_at > stale_ms => out.push(finding(
+                "worker",
+                Level::Warn,
+                format!(
+                    "worker pid {} holds the lock but has recorded no heartbeat since it started {}s ago",
+                    h.pid,
+                    (now - h.started_at) / 1000
+                ),
+                Some(format!("it may be stuck: restart it (kill {})", h.pid)),
             )),
             None => out.push(ok(
                 "worker",
@@ -780,6 +788,31 @@ mod tests {
             "{f:#?}"
         );
         assert!(f.iter().all(|x| x.level == Level::Ok || x.fix.is_some()));
+    }
+
+    #[test]
+    fn worker_heartbeat_freshness() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let e = env(tmp.path());
+        let now = 1_000_000_000;
+        let _lock = crate::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 1_000)
+            .expect("lock")
+            .expect("free");
+        let f = run(&dd, &Settings::default(), &[], &e, now);
+        assert_eq!(levels(&f, "worker"), vec![Level::Ok], "just started");
+        let f = run(&dd, &Settings::default(), &[], &e, now + 3_600_000);
+        assert_eq!(levels(&f, "worker"), vec![Level::Warn], "never beat");
+        conn.execute(
+            "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at) VALUES ('w', ?1, ?2, ?3)",
+            rusqlite::params![std::process::id(), now - 1_000, now + 3_590_000],
+        )
+        .expect("row");
+        let f = run(&dd, &Settings::default(), &[], &e, now + 3_600_000);
+        assert_eq!(levels(&f, "worker"), vec![Level::Ok], "fresh beat: {f:#?}");
+        let f = run(&dd, &Settings::default(), &[], &e, now + 7_200_000);
+        assert_eq!(levels(&f, "worker"), vec![Level::Warn], "stale beat");
     }
 
     #[test]

@@ -76,6 +76,20 @@ impl Status {
     }
 }
 
+/// The latest heartbeat of the live worker (`pid`, not stopped), or of any worker when none
+/// is live.
+pub fn last_heartbeat(conn: &Connection, pid: Option<u32>) -> Result<Option<i64>> {
+    Ok(conn
+        .query_row(
+            "SELECT max(heartbeat_at) FROM workers
+             WHERE ?1 IS NULL OR (pid = ?1 AND stopped_at IS NULL)",
+            [pid],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
 fn count(conn: &Connection, sql: &str) -> Result<i64> {
     Ok(conn.query_row(sql, [], |r| r.get(0))?)
 }
@@ -83,10 +97,7 @@ fn count(conn: &Connection, sql: &str) -> Result<i64> {
 /// Gathers the report. `conn` must be open on `dir`'s database.
 pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -> Result<Status> {
     let holder = crate::lock::holder(&dir.worker_lock())?;
-    let last_heartbeat_at: Option<i64> = conn
-        .query_row("SELECT max(heartbeat_at) FROM workers", [], |r| r.get(0))
-        .optional()?
-        .flatten();
+    let last_heartbeat_at = last_heartbeat(conn, holder.as_ref().map(|h| h.pid))?;
     let worker = WorkerStatus {
         running: holder.is_some(),
         pid: holder.as_ref().map(|h| h.pid),
@@ -233,6 +244,17 @@ mod tests {
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert!(!s.needs_attention(), "{:?}", s.attention);
         assert_eq!(s.worker.uptime_ms, Some(9_000));
+        assert_eq!(
+            s.worker.last_heartbeat_at, None,
+            "the old worker's is not this one's"
+        );
+        conn.execute(
+            "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at) VALUES ('me', ?1, ?2, ?2)",
+            rusqlite::params![std::process::id(), now - 500],
+        )
+        .expect("worker row");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert_eq!(s.worker.heartbeat_age_ms, Some(500));
 
         let batch = queue::claim_batch(&mut conn, "w", &Policy::default(), now)
             .expect("claim")
