@@ -676,6 +676,27 @@ fn doctor_reports_findings_and_tests_the_provider_online() {
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     assert!(stdout(&o).contains("answered 401"), "{}", stdout(&o));
 
+    let (url, server) = fake_model(200, r#"{"content":[{"type":"text","text":"ok"}]}"#);
+    let o = env
+        .cmd("cairn")
+        .args(["doctor", "--online"])
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", url.trim_end_matches("/v1"))
+        .output()
+        .expect("run");
+    let request = server.join().expect("server");
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(request.starts_with("POST /v1/messages"), "{request}");
+    assert!(
+        request.to_ascii_lowercase().contains("x-api-key: test-key"),
+        "{request}"
+    );
+    assert!(
+        stdout(&o).contains("provider anthropic (auto)"),
+        "{}",
+        stdout(&o)
+    );
+
     let o = env
         .cmd("cairn")
         .args(["doctor"])
