@@ -159,9 +159,13 @@ fn int(row: &Row, col: &str) -> Option<i64> {
 /// A time from `<col>_epoch` (ms, or seconds when it looks like seconds) or `<col>` (ISO).
 fn time(row: &Row, col: &str) -> Option<i64> {
     if let Some(t) = int(row, &format!("{col}_epoch")) {
-        return Some(if t < 100_000_000_000 { t * 1000 } else { t });
+        let seconds = (0..100_000_000_000).contains(&t);
+        return Some(if seconds { t * 1000 } else { t });
     }
-    text(row, col).and_then(|s| crate::clock::parse_iso_utc(&s))
+    // Only plausible dates: a year of at most four digits keeps the arithmetic in range.
+    text(row, col)
+        .filter(|s| s.trim().split('-').next().is_some_and(|y| y.len() <= 4))
+        .and_then(|s| crate::clock::parse_iso_utc(&s))
 }
 
 /// A JSON array of strings; a plain non-empty string is a list of one.
@@ -661,6 +665,62 @@ in the pool', 'discovery', '2024-01-01T00:00:00Z', 1704067200),
         assert_eq!(title, "Found the leak");
         assert!(narrative.contains("in the pool"));
         assert_eq!(created, 1_704_067_200_000);
+    }
+
+    fn row(col: &str, v: Value) -> Row {
+        Row::from([(col.to_string(), v)])
+    }
+
+    #[test]
+    fn lists_and_times_from_any_version() {
+        fn check_list(v: Value, want: &[&str]) {
+            assert_eq!(list(&row("c", v.clone()), "c"), want, "{v:?}");
+        }
+        check_list(Value::Text(r#"["a", "b"]"#.into()), &["a", "b"]);
+        check_list(Value::Text(r#"["a", null, 3]"#.into()), &["a", "3"]);
+        check_list(Value::Text("src/main.rs".into()), &["src/main.rs"]);
+        check_list(Value::Text("  ".into()), &[]);
+        check_list(Value::Null, &[]);
+        check_list(Value::Text("[]".into()), &[]);
+
+        fn check_time(col: &str, v: Value, want: Option<i64>) {
+            assert_eq!(
+                time(&row(col, v.clone()), "created_at"),
+                want,
+                "{col} {v:?}"
+            );
+        }
+        check_time(
+            "created_at_epoch",
+            Value::Integer(1_704_067_200_123),
+            Some(1_704_067_200_123),
+        );
+        check_time(
+            "created_at_epoch",
+            Value::Integer(1_704_067_200),
+            Some(1_704_067_200_000),
+        );
+        check_time(
+            "created_at",
+            Value::Text("2024-01-01T00:00:00.5Z".into()),
+            Some(1_704_067_200_000),
+        );
+        check_time("created_at", Value::Text("last tuesday".into()), None);
+        check_time("other", Value::Integer(5), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn reading_any_cell_never_panics(s in "\\PC*", i in proptest::num::i64::ANY) {
+            for v in [Value::Text(s.clone()), Value::Integer(i), Value::Blob(s.clone().into_bytes())] {
+                let r = Row::from([
+                    ("created_at".to_string(), v.clone()),
+                    ("created_at_epoch".to_string(), v.clone()),
+                    ("facts".to_string(), v),
+                ]);
+                let _ = (time(&r, "created_at"), list(&r, "facts"), text_of(&r, &["facts"]));
+            }
+        }
     }
 
     #[test]

@@ -646,6 +646,36 @@ mod tests {
         assert_eq!(n, 0);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn parsing_any_text_never_panics(text in "\\PC*") {
+            let _ = parse_jsonl(text.as_bytes());
+        }
+
+        #[test]
+        fn any_observation_round_trips(
+            title in "\\PC{1,40}",
+            narrative in "\\PC*",
+            facts in proptest::collection::vec("\\PC*", 0..4),
+            prompt in proptest::option::of(0i64..1000),
+        ) {
+            let o = NewObservation {
+                session_id: Some("s".into()),
+                project: "p".into(),
+                prompt_number: prompt,
+                kind: "change".into(),
+                title,
+                narrative,
+                facts,
+                origin: "model".into(),
+                ..Default::default()
+            };
+            let line = serde_json::to_string(&Record::Observation(o.clone())).expect("encode");
+            let back = parse_jsonl(line.as_bytes()).expect("parse");
+            proptest::prop_assert_eq!(back, vec![(1, Record::Observation(o))]);
+        }
+    }
+
     #[test]
     fn unknown_sessions_and_newer_versions_are_refused() {
         let (_b, mut b) = fresh();
