@@ -754,12 +754,31 @@ fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
         assert!(!env.data_dir.exists(), "{args:?} created the data dir");
     }
 
+    // Commands that fill a database, with good input.
+    let fixture = fixtures().join("claude-mem/claude-mem-13.25.3.sample.db");
+    let fixture = fixture.to_str().expect("utf8").to_string();
+    let jsonl = env.tmp.path().join("one.jsonl");
+    std::fs::write(
+        &jsonl,
+        r#"{"record":"session","session_id":"s","project":"p","status":"active","started_at":1,"updated_at":1}"#,
+    )
+    .expect("jsonl");
+    let jsonl = jsonl.to_str().expect("utf8").to_string();
+    let fill: Vec<Vec<&str>> = vec![
+        vec!["import", "jsonl", &jsonl],
+        vec!["import", "claude-mem", &fixture],
+    ];
+
     // A corrupt database.
     let env = TestEnv::new();
     std::fs::create_dir_all(&env.data_dir).expect("dir");
     std::fs::write(env.db_path(), vec![b'#'; 16_384]).expect("garbage");
     let before = snapshot(&env.data_dir);
-    for args in DB_COMMANDS {
+    for args in DB_COMMANDS
+        .iter()
+        .copied()
+        .chain(fill.iter().map(Vec::as_slice))
+    {
         let o = cairn(&env, args);
         assert_error_line(&o, "not a usable cairn database");
         assert_eq!(
@@ -791,7 +810,11 @@ fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
         .expect("bump");
     drop(conn);
     let before = snapshot(&env.data_dir);
-    for args in DB_COMMANDS {
+    for args in DB_COMMANDS
+        .iter()
+        .copied()
+        .chain(fill.iter().map(Vec::as_slice))
+    {
         let o = cairn(&env, args);
         assert_error_line(&o, "upgrade cairn");
         assert_eq!(
