@@ -169,22 +169,28 @@ pub fn attention(s: &Status) -> Vec<String> {
     let waiting = s.queue.count(JobStatus::Pending) + s.queue.count(JobStatus::Claimed);
     if !s.worker.running && waiting > 0 {
         out.push(format!(
-            "the worker is not running and {waiting} jobs are waiting: start it with `cairn-worker` (or let a hook autostart it)"
+            "the worker is not running and {} waiting: start it with `cairn-worker` (or let a hook autostart it)",
+            plural(waiting, "job is", "jobs are")
         ));
     }
     let skipped = s.queue.count(JobStatus::Skipped);
     if skipped > 0 {
         out.push(format!(
-            "{skipped} jobs were skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped`"
+            "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped`",
+            plural(skipped, "job was", "jobs were")
         ));
     }
     if s.quarantined_recently > 0 {
         out.push(format!(
-            "{} hook inputs were quarantined as unreadable in the last 7 days: see `cairn status --json` (recent_quarantine); a Claude Code update may have changed its hook format",
-            s.quarantined_recently
+            "{} quarantined as unreadable in the last 7 days: see `cairn status --json` (recent_quarantine); a Claude Code update may have changed its hook format",
+            plural(s.quarantined_recently, "hook input was", "hook inputs were")
         ));
     }
     out
+}
+
+fn plural(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[cfg(test)]

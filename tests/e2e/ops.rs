@@ -141,7 +141,7 @@ fn status_exit_codes_follow_what_needs_attention() {
     let o = cairn(&env, &["status"]);
     assert_eq!(code(&o), 1);
     assert!(
-        stdout(&o).contains("hook inputs were quarantined"),
+        stdout(&o).contains("1 hook input was quarantined"),
         "{}",
         stdout(&o)
     );

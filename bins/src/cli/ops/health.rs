@@ -69,8 +69,10 @@ fn render_status(s: &status::Status) -> String {
     }
     if s.quarantined > 0 {
         out.push_str(&format!(
-            "{:<11}{} hook inputs could not be read\n",
-            "quarantine", s.quarantined
+            "{:<11}{} hook input{} could not be read\n",
+            "quarantine",
+            s.quarantined,
+            if s.quarantined == 1 { "" } else { "s" }
         ));
         for q in &s.recent_quarantine {
             out.push_str(&format!(
