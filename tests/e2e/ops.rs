@@ -33,7 +33,7 @@ fn create_db(env: &TestEnv) -> rusqlite::Connection {
 fn enqueue(conn: &mut rusqlite::Connection, session: &str, key: &str, max_attempts: u32) -> i64 {
     let t = now();
     db::write(conn, |tx| {
-        sessions::ensure(tx, session, "proj", "/work/proj", t)?;
+        sessions::ensure(tx, session, "proj", "/home/dev/proj", t)?;
         let e = queue::enqueue(
             tx,
             &NewJob {
