@@ -111,3 +111,89 @@ pub fn record_prompt(tx: &Transaction, p: &NewPrompt, now: i64) -> Result<Prompt
         added: true,
     })
 }
+
+/// A session as exported and imported (`cairn export`, `cairn import`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionRecord {
+    pub session_id: String,
+    pub project: String,
+    #[serde(default)]
+    pub cwd: String,
+    #[serde(default)]
+    pub prompt_counter: i64,
+    /// `active` or `ended`.
+    pub status: String,
+    pub started_at: i64,
+    pub updated_at: i64,
+    #[serde(default)]
+    pub ended_at: Option<i64>,
+}
+
+/// A user prompt as exported and imported.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PromptRecord {
+    pub session_id: String,
+    pub project: String,
+    pub prompt_number: i64,
+    #[serde(default)]
+    pub prompt_id: Option<String>,
+    pub prompt_text: String,
+    pub created_at: i64,
+}
+
+/// Adds an imported session unless one with its id exists. An existing session keeps its
+/// values, except that its prompt counter is raised to the imported one (so that imported
+/// prompts are not numbered past the counter). Returns true when a row was added.
+pub fn import_session(tx: &Transaction, s: &SessionRecord) -> Result<bool> {
+    let status = if s.status == "ended" {
+        "ended"
+    } else {
+        "active"
+    };
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO sessions
+                 (session_id, project, cwd, prompt_counter, status, started_at, updated_at, ended_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (session_id) DO NOTHING",
+        )?
+        .execute(params![
+            s.session_id,
+            s.project,
+            s.cwd,
+            s.prompt_counter,
+            status,
+            s.started_at,
+            s.updated_at,
+            s.ended_at
+        ])?;
+    if added == 0 {
+        tx.prepare_cached(
+            "UPDATE sessions SET prompt_counter = ?2
+             WHERE session_id = ?1 AND prompt_counter < ?2",
+        )?
+        .execute(params![s.session_id, s.prompt_counter])?;
+    }
+    Ok(added > 0)
+}
+
+/// Adds an imported prompt unless its session already has a prompt with that number (or
+/// that `prompt_id`). The session must exist. Returns true when a row was added.
+pub fn import_prompt(tx: &Transaction, p: &PromptRecord) -> Result<bool> {
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO user_prompts
+                 (session_id, project, prompt_number, prompt_id, prompt_text, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![
+            p.session_id,
+            p.project,
+            p.prompt_number,
+            p.prompt_id,
+            p.prompt_text,
+            p.created_at
+        ])?;
+    Ok(added > 0)
+}

@@ -3,5 +3,6 @@
 
 mod hook;
 mod install;
+mod ops;
 mod support;
 mod worker;

@@ -1,0 +1,201 @@
+//! `cairn status`, `cairn doctor`, `cairn config`.
+
+use cairn_core::clock;
+use cairn_core::doctor::{self, Level};
+use cairn_core::queue::JobStatus;
+use cairn_core::status;
+
+use super::{
+    ConfigArgs, DoctorArgs, StatusArgs, age, bytes, emit, one_line, open, outln, print_json,
+};
+use crate::cli::Ctx;
+use crate::exit;
+
+/// `cairn status`: exit 0 healthy, 1 when something needs attention.
+pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
+    let conn = open(ctx)?;
+    let now = clock::now_ms();
+    let s = status::gather(&ctx.data_dir, &conn, ctx.settings(), now)?;
+    if args.json {
+        print_json(&s)?;
+    } else {
+        emit(&render_status(&s))?;
+    }
+    Ok(if s.needs_attention() {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
+}
+
+fn render_status(s: &status::Status) -> String {
+    let mut out = format!("cairn status of {}\n\n", s.data_dir);
+    let w = &s.worker;
+    let heartbeat = match w.heartbeat_age_ms {
+        Some(a) => format!("last heartbeat {} ago", age(a)),
+        None => "no heartbeat recorded".into(),
+    };
+    let worker = match (w.running, w.pid) {
+        (true, Some(pid)) => format!(
+            "running, pid {pid}, up {}, {heartbeat}",
+            age(w.uptime_ms.unwrap_or(0))
+        ),
+        _ => format!("not running ({heartbeat})"),
+    };
+    out.push_str(&format!("{:<11}{worker}\n", "worker"));
+    let q = &s.queue;
+    let mut queue = JobStatus::ALL
+        .iter()
+        .map(|st| format!("{} {}", st.as_str(), q.count(*st)))
+        .collect::<Vec<_>>()
+        .join(" · ");
+    if let Some(a) = q.oldest_pending_age_ms {
+        queue.push_str(&format!("; oldest pending {}", age(a)));
+    }
+    out.push_str(&format!("{:<11}{queue}\n", "queue"));
+    for job in &q.recent_skipped {
+        out.push_str(&format!(
+            "{:<11}#{} {} of session {} turn {}: {}\n",
+            "skipped",
+            job.id,
+            job.kind.as_str(),
+            job.session_id,
+            job.prompt_number,
+            one_line(
+                job.last_error.as_deref().unwrap_or("no error recorded"),
+                100
+            )
+        ));
+    }
+    if s.quarantined > 0 {
+        out.push_str(&format!(
+            "{:<11}{} hook input{} could not be read\n",
+            "quarantine",
+            s.quarantined,
+            if s.quarantined == 1 { "" } else { "s" }
+        ));
+        for q in &s.recent_quarantine {
+            out.push_str(&format!(
+                "{:<11}#{} {} at {}: {} ({} bytes)\n",
+                "",
+                q.id,
+                q.event.as_deref().unwrap_or("unknown event"),
+                clock::iso_utc(q.created_at),
+                one_line(&q.reason, 100),
+                q.raw_len
+            ));
+        }
+    }
+    let budget = match s.daily_token_budget {
+        0 => "no daily budget".to_string(),
+        b => format!("budget {b}"),
+    };
+    out.push_str(&format!(
+        "{:<11}{} today (UTC), {budget}\n",
+        "tokens", s.tokens_today
+    ));
+    let m = &s.memories;
+    out.push_str(&format!(
+        "{:<11}{} sessions · {} prompts · {} observations · {} summaries\n",
+        "memories", m.sessions, m.prompts, m.observations, m.summaries
+    ));
+    out.push_str(&format!("{:<11}{}\n", "database", bytes(s.database_bytes)));
+    if s.attention.is_empty() {
+        out.push_str("\nall good\n");
+    } else {
+        out.push_str("\nneeds attention:\n");
+        for a in &s.attention {
+            out.push_str(&format!("  - {a}\n"));
+        }
+    }
+    out
+}
+
+/// `cairn doctor`: exit 0 when nothing failed, 1 when a check failed, 2 when the database
+/// cannot be used at all (after printing the other findings).
+pub fn doctor(ctx: &Ctx, args: &DoctorArgs) -> anyhow::Result<u8> {
+    let env = doctor::Env {
+        home: std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(Into::into),
+        cwd: std::env::current_dir().unwrap_or_default(),
+        vars: std::env::vars().collect(),
+        online: args.online,
+    };
+    let findings = doctor::run(
+        &ctx.data_dir,
+        ctx.settings(),
+        &ctx.loaded.warnings,
+        &env,
+        clock::now_ms(),
+    );
+    if args.json {
+        print_json(&findings)?;
+    } else {
+        let mut o = String::new();
+        for f in &findings {
+            outln!(o, "{:<5} {:<12} {}", f.level.as_str(), f.check, f.message);
+            if let Some(fix) = &f.fix {
+                outln!(o, "{:<18} → {fix}", "");
+            }
+        }
+        emit(&o)?;
+    }
+    let unusable = findings
+        .iter()
+        .find(|f| (f.check == "database" || f.check == "schema") && f.level == Level::Fail);
+    if let Some(f) = unusable {
+        anyhow::bail!("{}; {}", f.message, f.fix.as_deref().unwrap_or("see above"));
+    }
+    Ok(if doctor::any_failed(&findings) {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
+}
+
+/// `cairn config`: every effective setting and where it came from.
+pub fn config(ctx: &Ctx, args: &ConfigArgs) -> anyhow::Result<u8> {
+    let rows = ctx.loaded.effective();
+    if args.json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(k, v, src)| {
+                serde_json::json!({ "key": k, "value": v, "source": src.to_string() })
+            })
+            .collect();
+        print_json(&serde_json::json!({
+            "data_dir": ctx.data_dir.root(),
+            "settings_file": ctx.data_dir.settings(),
+            "settings": list,
+            "warnings": ctx.loaded.warnings,
+        }))?;
+        return Ok(exit::OK);
+    }
+    let mut o = String::new();
+    outln!(o, "data dir       {}", ctx.data_dir.root().display());
+    outln!(o, "settings file  {}", ctx.data_dir.settings().display());
+    outln!(o);
+    let width = rows.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(_, v, _)| match v {
+            serde_json::Value::String(s) if s.is_empty() => "\"\"".into(),
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    let vwidth = values
+        .iter()
+        .map(|v| v.chars().count().min(40))
+        .max()
+        .unwrap_or(0);
+    for ((k, _, src), v) in rows.iter().zip(&values) {
+        outln!(o, "{k:<width$}  {v:<vwidth$}  {src}");
+    }
+    for w in &ctx.loaded.warnings {
+        outln!(o, "warning: {w}");
+    }
+    emit(&o)?;
+    Ok(exit::OK)
+}

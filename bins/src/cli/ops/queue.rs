@@ -1,0 +1,197 @@
+//! `cairn queue list | show | replay | purge`.
+
+use cairn_core::clock;
+use cairn_core::queue::{self, ListFilter, Selector};
+
+use super::{QueueCommand, emit, one_line, open, outln, print_json};
+use crate::cli::Ctx;
+use crate::exit;
+
+pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
+    let now = clock::now_ms();
+    match cmd {
+        QueueCommand::List {
+            status,
+            session,
+            limit,
+            json,
+        } => {
+            let conn = open(ctx)?;
+            let rows = queue::list(
+                &conn,
+                &ListFilter {
+                    status: *status,
+                    session_id: session.clone(),
+                    limit: *limit,
+                },
+            )?;
+            if *json {
+                print_json(&rows)?;
+            } else if rows.is_empty() {
+                eprintln!("no jobs match");
+            } else {
+                let mut o = String::new();
+                outln!(
+                    o,
+                    "{:>7}  {:<8} {:<11} {:<38} {:>4} {:>4}  {:<20}  last error",
+                    "id",
+                    "status",
+                    "kind",
+                    "session",
+                    "turn",
+                    "try",
+                    "updated"
+                );
+                for r in &rows {
+                    outln!(
+                        o,
+                        "{:>7}  {:<8} {:<11} {:<38} {:>4} {:>4}  {:<20}  {}",
+                        r.id,
+                        r.status.as_str(),
+                        r.kind.as_str(),
+                        r.session_id,
+                        r.prompt_number,
+                        format!("{}/{}", r.attempts, r.max_attempts),
+                        clock::iso_utc(r.updated_at),
+                        one_line(r.last_error.as_deref().unwrap_or(""), 60)
+                    );
+                }
+                emit(&o)?;
+            }
+            Ok(if rows.is_empty() {
+                exit::NEGATIVE
+            } else {
+                exit::OK
+            })
+        }
+        QueueCommand::Show { id, json } => {
+            let conn = open(ctx)?;
+            let Some((row, payload, errors)) = queue::get(&conn, *id)? else {
+                anyhow::bail!("no job {id} in the queue; see `cairn queue list`");
+            };
+            let payload_value: serde_json::Value =
+                serde_json::from_str(&payload).unwrap_or(serde_json::Value::String(payload));
+            if *json {
+                print_json(&serde_json::json!({
+                    "job": row,
+                    "payload": payload_value,
+                    "errors": errors,
+                }))?;
+                return Ok(exit::OK);
+            }
+            let mut o = String::new();
+            outln!(
+                o,
+                "job {} ({}, {})",
+                row.id,
+                row.kind.as_str(),
+                row.status.as_str()
+            );
+            outln!(
+                o,
+                "session    {} (project {}, turn {})",
+                row.session_id,
+                row.project,
+                row.prompt_number
+            );
+            outln!(o, "attempts   {} of {}", row.attempts, row.max_attempts);
+            outln!(o, "created    {}", clock::iso_utc(row.created_at));
+            outln!(o, "updated    {}", clock::iso_utc(row.updated_at));
+            if row.status == queue::JobStatus::Pending {
+                outln!(o, "available  {}", clock::iso_utc(row.available_at));
+            }
+            if let Some(w) = &row.claimed_by {
+                outln!(o, "claimed by {w}");
+            }
+            if let Some(t) = row.lease_until {
+                outln!(o, "lease until {}", clock::iso_utc(t));
+            }
+            if let Some(t) = row.done_at {
+                outln!(o, "done       {}", clock::iso_utc(t));
+            }
+            outln!(o, "dedupe key {}", row.dedupe_key);
+            outln!(
+                o,
+                "\npayload:\n{}",
+                serde_json::to_string_pretty(&payload_value)?
+            );
+            if errors.is_empty() {
+                outln!(o, "\nno failed attempts");
+            } else {
+                outln!(o, "\nfailed attempts:");
+                for e in &errors {
+                    outln!(
+                        o,
+                        "  #{} at {}: {}",
+                        e.attempt,
+                        clock::iso_utc(e.created_at),
+                        e.error
+                    );
+                }
+            }
+            emit(&o)?;
+            Ok(exit::OK)
+        }
+        QueueCommand::Replay {
+            id,
+            session,
+            since,
+            all_skipped,
+            json,
+        } => {
+            let selector = if !id.is_empty() {
+                Selector::Ids(id.clone())
+            } else if let Some(s) = session {
+                Selector::Session(s.clone())
+            } else if let Some(t) = since {
+                Selector::Since(t.resolve(now))
+            } else if *all_skipped {
+                Selector::AllSkipped
+            } else {
+                anyhow::bail!(
+                    "say which jobs to replay: --id, --session, --since or --all-skipped"
+                );
+            };
+            let mut conn = open(ctx)?;
+            let revived = queue::replay(&mut conn, &selector, now).map_err(super::explain)?;
+            if *json {
+                print_json(&serde_json::json!({ "revived": revived }))?;
+            } else if revived == 0 {
+                emit(
+                    "revived 0 jobs: none of the selected jobs is skipped (see `cairn queue list --status skipped`)\n",
+                )?;
+            } else {
+                emit(&format!(
+                    "revived {revived} skipped job{}; the worker picks {} up again\n",
+                    if revived == 1 { "" } else { "s" },
+                    if revived == 1 { "it" } else { "them" }
+                ))?;
+            }
+            Ok(if revived == 0 {
+                exit::NEGATIVE
+            } else {
+                exit::OK
+            })
+        }
+        QueueCommand::Purge { older_than, json } => {
+            let keep_ms = older_than.unwrap_or_else(|| {
+                i64::try_from(ctx.settings().queue.retention_days)
+                    .unwrap_or(i64::MAX / 86_400_000)
+                    .saturating_mul(86_400_000)
+            });
+            let mut conn = open(ctx)?;
+            let purged =
+                queue::purge(&mut conn, now.saturating_sub(keep_ms)).map_err(super::explain)?;
+            if *json {
+                print_json(&serde_json::json!({ "purged": purged }))?;
+            } else {
+                emit(&format!(
+                    "purged {purged} processed job{} last changed before {}\n",
+                    if purged == 1 { "" } else { "s" },
+                    clock::iso_utc(now.saturating_sub(keep_ms))
+                ))?;
+            }
+            Ok(exit::OK)
+        }
+    }
+}

@@ -1,0 +1,823 @@
+//! `cairn doctor`: checks of everything cairn depends on, each finding with what to do.
+//!
+//! Invariants: the checks only read (the database is opened read-only for the schema check
+//! and only then through [`db::open`]); the one network call is the `--online` test call;
+//! the environment (home, working dir, variables) is passed in, never read here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags};
+use serde::Serialize;
+
+use crate::db::{self, OpenOptions};
+use crate::paths::{DataDir, mode_of};
+use crate::settings::Settings;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "fail",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `worker`,
+    /// `provider`, `online`, `disk`, `settings`.
+    pub check: String,
+    pub level: Level,
+    pub message: String,
+    /// What to do about it (absent when all is well).
+    pub fix: Option<String>,
+}
+
+fn finding(check: &str, level: Level, message: String, fix: Option<String>) -> Finding {
+    Finding {
+        check: check.into(),
+        level,
+        message,
+        fix,
+    }
+}
+
+fn ok(check: &str, message: String) -> Finding {
+    finding(check, Level::Ok, message, None)
+}
+
+/// What the checks need from the process environment.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// `$HOME`, for `~/.claude/settings.json`.
+    pub home: Option<PathBuf>,
+    /// The working directory, for `./.claude/settings.json`.
+    pub cwd: PathBuf,
+    /// Environment variables (API keys, `PATH`, `ANTHROPIC_BASE_URL`).
+    pub vars: BTreeMap<String, String>,
+    /// Make a real test call to the configured provider.
+    pub online: bool,
+}
+
+impl Env {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// Runs every check. `warnings` are the settings loader's warnings (unknown keys).
+pub fn run(
+    dir: &DataDir,
+    settings: &Settings,
+    warnings: &[String],
+    env: &Env,
+    now: i64,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for w in warnings {
+        out.push(finding(
+            "settings",
+            Level::Warn,
+            w.clone(),
+            Some(format!("fix or remove it in {}", dir.settings().display())),
+        ));
+    }
+    let conn = check_database(dir, &mut out);
+    check_permissions(dir, &mut out);
+    check_hooks(env, &mut out);
+    check_worker(dir, settings, conn.as_ref(), now, &mut out);
+    check_provider(settings, env, &mut out);
+    check_disk(dir, &mut out);
+    out
+}
+
+/// True when any finding failed (`cairn doctor` exits 1).
+pub fn any_failed(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.level == Level::Fail)
+}
+
+fn restore_hint(dir: &DataDir) -> String {
+    match crate::backup::daily_backups(dir)
+        .ok()
+        .and_then(|b| b.last().cloned())
+    {
+        Some(latest) => format!("restore a backup: cairn restore {}", latest.display()),
+        None => "restore a backup with `cairn restore PATH`, or move the file away to start afresh"
+            .into(),
+    }
+}
+
+fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
+    let path = dir.db();
+    if !path.exists() {
+        out.push(finding(
+            "database",
+            Level::Fail,
+            format!("no cairn database at {}", path.display()),
+            Some("check CAIRN_DATA_DIR; hooks create the database on their first event (or run `cairn install`)".into()),
+        ));
+        return None;
+    }
+    // Read-write without create, like every cairn connection: a read-only connection to a
+    // WAL database would leave -wal and -shm files behind.
+    let version = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .and_then(|c| db::schema_version(&c));
+    match version {
+        Ok(v) if v > db::SCHEMA_VERSION => {
+            out.push(finding(
+                "schema",
+                Level::Fail,
+                format!(
+                    "schema version {v} is newer than this cairn supports ({})",
+                    db::SCHEMA_VERSION
+                ),
+                Some("upgrade cairn (every binary: cairn, cairn-hook, cairn-worker)".into()),
+            ));
+            return None;
+        }
+        Ok(v) if v < db::SCHEMA_VERSION => out.push(finding(
+            "schema",
+            Level::Warn,
+            format!(
+                "schema version {v}, older than this cairn's {}",
+                db::SCHEMA_VERSION
+            ),
+            Some("nothing to do: it is migrated the next time cairn opens it".into()),
+        )),
+        Ok(v) => out.push(ok("schema", format!("schema version {v} (current)"))),
+        Err(e) => {
+            out.push(finding(
+                "database",
+                Level::Fail,
+                format!("{} is not a usable cairn database: {e}", path.display()),
+                Some(restore_hint(dir)),
+            ));
+            return None;
+        }
+    }
+    let opts = OpenOptions {
+        busy_timeout: Duration::from_secs(2),
+        create: false,
+    };
+    let conn = match db::open_data_dir(dir, opts) {
+        Ok(c) => c,
+        Err(e) => {
+            let fix = if e.is_busy() {
+                "another process holds the database; try again when it is done".into()
+            } else {
+                restore_hint(dir)
+            };
+            out.push(finding("database", Level::Fail, e.to_string(), Some(fix)));
+            return None;
+        }
+    };
+    match db::integrity_problems(&conn) {
+        Ok(p) if p.is_empty() => out.push(ok(
+            "integrity",
+            "integrity_check and FTS integrity are clean".into(),
+        )),
+        Ok(p) => out.push(finding(
+            "integrity",
+            Level::Fail,
+            format!("{} problems: {}", p.len(), p.join("; ")),
+            Some(restore_hint(dir)),
+        )),
+        Err(e) => out.push(finding(
+            "integrity",
+            Level::Fail,
+            format!("cannot run the integrity check: {e}"),
+            Some(restore_hint(dir)),
+        )),
+    }
+    Some(conn)
+}
+
+fn check_permissions(dir: &DataDir, out: &mut Vec<Finding>) {
+    for (path, want) in [(dir.root().to_path_buf(), 0o700), (dir.db(), 0o600)] {
+        match mode_of(&path) {
+            None => {}
+            Some(mode) if mode & 0o077 == 0 => {
+                out.push(ok("permissions", format!("{} is {mode:o}", path.display())))
+            }
+            Some(mode) => out.push(finding(
+                "permissions",
+                Level::Warn,
+                format!(
+                    "{} is {mode:o}: other users can read your prompts and code",
+                    path.display()
+                ),
+                Some(format!("chmod {want:o} {}", path.display())),
+            )),
+        }
+    }
+}
+
+/// A hook command found in a Claude Code settings file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    pub event: String,
+    pub command: String,
+}
+
+/// The hook commands of a Claude Code settings document that mention `cairn-hook`.
+pub fn cairn_hooks(settings: &serde_json::Value) -> Vec<HookCommand> {
+    let mut out = Vec::new();
+    let Some(events) = settings.get("hooks").and_then(|h| h.as_object()) else {
+        return out;
+    };
+    for (event, groups) in events {
+        for group in groups.as_array().into_iter().flatten() {
+            for hook in group
+                .get("hooks")
+                .and_then(|h| h.as_array())
+                .into_iter()
+                .flatten()
+            {
+                if let Some(cmd) = hook.get("command").and_then(|c| c.as_str())
+                    && cmd.contains("cairn-hook")
+                {
+                    out.push(HookCommand {
+                        event: event.clone(),
+                        command: cmd.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The program a hook command runs: the first word that names `cairn-hook`, unquoted.
+pub fn hook_program(command: &str) -> Option<String> {
+    command
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
+        .find(|w| w.contains("cairn-hook"))
+        .map(str::to_string)
+}
+
+fn find_program(program: &str, env: &Env) -> Option<PathBuf> {
+    let expanded = match (program.strip_prefix("~/"), &env.home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ => PathBuf::from(
+            program.replace(
+                "$HOME",
+                &env.home
+                    .as_ref()
+                    .map(|h| h.display().to_string())
+                    .unwrap_or_default(),
+            ),
+        ),
+    };
+    if expanded.components().count() > 1 {
+        return is_executable(&expanded).then_some(expanded);
+    }
+    env.var("PATH")?
+        .split(':')
+        .map(|d| Path::new(d).join(&expanded))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The events cairn needs hooked.
+const NEEDED_EVENTS: &[&str] = &[
+    "SessionStart",
+    "UserPromptSubmit",
+    "PostToolUse",
+    "Stop",
+    "SessionEnd",
+];
+
+fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
+    let mut files = Vec::new();
+    if let Some(home) = &env.home {
+        files.push(home.join(".claude/settings.json"));
+    }
+    files.push(env.cwd.join(".claude/settings.json"));
+    files.push(env.cwd.join(".claude/settings.local.json"));
+    files.dedup();
+    let mut hooked: Vec<String> = Vec::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        let doc: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                out.push(finding(
+                    "hooks",
+                    Level::Warn,
+                    format!("{} is not valid JSON: {e}", file.display()),
+                    Some("fix the file; Claude Code ignores it as it is".into()),
+                ));
+                continue;
+            }
+        };
+        for hook in cairn_hooks(&doc) {
+            hooked.push(hook.event.clone());
+            let Some(program) = hook_program(&hook.command) else {
+                continue;
+            };
+            match find_program(&program, env) {
+                Some(found) => out.push(ok(
+                    "hooks",
+                    format!(
+                        "{} in {} runs {}",
+                        hook.event,
+                        file.display(),
+                        found.display()
+                    ),
+                )),
+                None => out.push(finding(
+                    "hooks",
+                    Level::Fail,
+                    format!(
+                        "{} in {} runs {program}, which does not exist or is not executable",
+                        hook.event,
+                        file.display()
+                    ),
+                    Some(
+                        "run `cairn install` again to point the hooks at the installed cairn-hook"
+                            .into(),
+                    ),
+                )),
+            }
+        }
+    }
+    if hooked.is_empty() {
+        out.push(finding(
+            "hooks",
+            Level::Warn,
+            format!(
+                "no cairn hooks in {}",
+                files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some("run `cairn install` so Claude Code hands its events to cairn".into()),
+        ));
+        return;
+    }
+    let missing: Vec<&str> = NEEDED_EVENTS
+        .iter()
+        .copied()
+        .filter(|e| !hooked.iter().any(|h| h == e))
+        .collect();
+    if !missing.is_empty() {
+        out.push(finding(
+            "hooks",
+            Level::Warn,
+            format!("no cairn hook for {}", missing.join(", ")),
+            Some("run `cairn install` to add the missing hooks".into()),
+        ));
+    }
+}
+
+fn check_worker(
+    dir: &DataDir,
+    settings: &Settings,
+    conn: Option<&Connection>,
+    now: i64,
+    out: &mut Vec<Finding>,
+) {
+    let holder = match crate::lock::holder(&dir.worker_lock()) {
+        Ok(h) => h,
+        Err(e) => {
+            out.push(finding(
+                "worker",
+                Level::Warn,
+                format!("cannot check the worker lock: {e}"),
+                Some(format!("check {}", dir.worker_lock().display())),
+            ));
+            return;
+        }
+    };
+    let heartbeat: Option<i64> = conn.and_then(|c| {
+        crate::status::last_heartbeat(c, holder.as_ref().map(|h| h.pid))
+            .ok()
+            .flatten()
+    });
+    let waiting: i64 = conn
+        .and_then(|c| {
+            c.query_row(
+                "SELECT count(*) FROM pending_messages WHERE status IN ('pending', 'claimed')",
+                [],
+                |r| r.get(0),
+            )
+            .ok()
+        })
+        .unwrap_or(0);
+    let stale_ms = (settings.worker.heartbeat_secs as i64).max(1) * 3 * 1000;
+    match holder {
+        Some(h) => match heartbeat.map(|t| now - t) {
+            Some(age) if age > stale_ms => out.push(finding(
+                "worker",
+                Level::Warn,
+                format!(
+                    "worker pid {} holds the lock but its last heartbeat was {}s ago",
+                    h.pid,
+                    age / 1000
+                ),
+                Some(format!("it may be stuck: restart it (kill {}; it is restarted by its service or the next hook)", h.pid)),
+            )),
+            Some(age) => out.push(ok(
+                "worker",
+                format!("worker pid {} running, heartbeat {}s ago", h.pid, age / 1000),
+            )),
+            None if now - h.started_at > stale_ms => out.push(finding(
+                "worker",
+                Level::Warn,
+                format!(
+                    "worker pid {} holds the lock but has recorded no heartbeat since it started {}s ago",
+                    h.pid,
+                    (now - h.started_at) / 1000
+                ),
+                Some(format!("it may be stuck: restart it (kill {})", h.pid)),
+            )),
+            None => out.push(ok(
+                "worker",
+                format!("worker pid {} running (no heartbeat recorded yet)", h.pid),
+            )),
+        },
+        None if waiting > 0 => out.push(finding(
+            "worker",
+            Level::Warn,
+            format!("no worker is running and {waiting} jobs are waiting"),
+            Some(if settings.worker.autostart {
+                "start `cairn-worker` (the next hook also starts one)".into()
+            } else {
+                "start `cairn-worker`, or set worker.autostart to true".into()
+            }),
+        )),
+        None => out.push(ok(
+            "worker",
+            "no worker running and no work waiting".into(),
+        )),
+    }
+}
+
+/// The provider `auto` resolves to.
+pub fn resolve_provider(settings: &Settings, env: &Env) -> String {
+    match settings.model.provider.as_str() {
+        "auto" if env.var(&settings.model.api_key_env).is_some() => "anthropic".into(),
+        "auto" => "offline".into(),
+        other => other.into(),
+    }
+}
+
+fn check_provider(settings: &Settings, env: &Env, out: &mut Vec<Finding>) {
+    let m = &settings.model;
+    let provider = resolve_provider(settings, env);
+    let problem = match provider.as_str() {
+        "anthropic" if env.var(&m.api_key_env).is_none() => Some((
+            format!(
+                "provider anthropic needs an API key, but {} is not set",
+                m.api_key_env
+            ),
+            format!(
+                "export {}=…, or set model.provider to offline",
+                m.api_key_env
+            ),
+        )),
+        "openai" if m.base_url.trim().is_empty() => Some((
+            "provider openai needs model.base_url (e.g. http://localhost:11434/v1)".into(),
+            "set model.base_url in settings.json or CAIRN_MODEL__BASE_URL".into(),
+        )),
+        "openai" if m.model.trim().is_empty() => Some((
+            "provider openai needs model.model (the endpoint has no default)".into(),
+            "set model.model in settings.json or CAIRN_MODEL__MODEL".into(),
+        )),
+        "claude-cli" if find_program(&m.claude_command, env).is_none() => Some((
+            format!(
+                "provider claude-cli runs {}, which is not found",
+                m.claude_command
+            ),
+            "install Claude Code, or set model.claude_command to its path".into(),
+        )),
+        _ => None,
+    };
+    match problem {
+        Some((message, fix)) => {
+            out.push(finding("provider", Level::Fail, message, Some(fix)));
+            return;
+        }
+        None => out.push(ok(
+            "provider",
+            format!("provider {provider} ({})", m.provider),
+        )),
+    }
+    if !env.online {
+        return;
+    }
+    match provider.as_str() {
+        "anthropic" | "openai" => out.push(test_call(settings, &provider, env)),
+        other => out.push(ok(
+            "online",
+            format!("provider {other} makes no network calls; nothing to test"),
+        )),
+    }
+}
+
+/// One minimal real request to the provider: a one-token answer.
+fn test_call(settings: &Settings, provider: &str, env: &Env) -> Finding {
+    let m = &settings.model;
+    let key = env.var(&m.api_key_env).map(str::to_string);
+    let (url, model) = if provider == "anthropic" {
+        let base = Some(m.base_url.trim())
+            .filter(|b| !b.is_empty())
+            .or(env.var("ANTHROPIC_BASE_URL"))
+            .unwrap_or("https://api.anthropic.com")
+            .trim_end_matches('/')
+            .to_string();
+        let model = if m.model.is_empty() {
+            "claude-haiku-4-5".to_string()
+        } else {
+            m.model.clone()
+        };
+        (format!("{base}/v1/messages"), model)
+    } else {
+        let base = m.base_url.trim().trim_end_matches('/').to_string();
+        (format!("{base}/chat/completions"), m.model.clone())
+    };
+    let payload = serde_json::json!({
+        "model": model,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": "Reply with: ok"}],
+    })
+    .to_string();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(m.timeout_secs.clamp(1, 30))))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut req = agent.post(&url).header("content-type", "application/json");
+    if provider == "anthropic" {
+        req = req.header("anthropic-version", "2023-06-01");
+        if let Some(k) = &key {
+            req = req.header("x-api-key", k);
+        }
+    } else if let Some(k) = &key {
+        req = req.header("authorization", &format!("Bearer {k}"));
+    }
+    let started = Instant::now();
+    match req.send(&payload) {
+        Ok(mut resp) => {
+            let status = resp.status().as_u16();
+            let text = resp.body_mut().read_to_string().unwrap_or_default();
+            let ms = started.elapsed().as_millis();
+            if (200..300).contains(&status) {
+                ok(
+                    "online",
+                    format!("{provider} at {url} answered with model {model} in {ms} ms"),
+                )
+            } else {
+                let snippet: String = text.chars().take(200).collect();
+                finding(
+                    "online",
+                    Level::Fail,
+                    format!("{provider} at {url} answered {status}: {snippet}"),
+                    Some(match status {
+                        401 | 403 => format!("check the key in {}", m.api_key_env),
+                        404 => "check model.base_url and model.model".into(),
+                        _ => "check the provider settings and the service's status".into(),
+                    }),
+                )
+            }
+        }
+        Err(e) => finding(
+            "online",
+            Level::Fail,
+            format!("cannot reach {provider} at {url}: {e}"),
+            Some("check the network, model.base_url and any proxy".into()),
+        ),
+    }
+}
+
+/// Free bytes for unprivileged users on the file system holding `path`.
+#[allow(unsafe_code)]
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call, and `st` points to
+    // writable memory the size of a `statvfs`, which the call fills on success (rc 0); it is
+    // read only in that case.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised the struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+fn check_disk(dir: &DataDir, out: &mut Vec<Finding>) {
+    let probe = dir
+        .root()
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    let Some(free) = free_bytes(probe) else {
+        out.push(finding(
+            "disk",
+            Level::Warn,
+            format!("cannot tell the free space at {}", probe.display()),
+            None,
+        ));
+        return;
+    };
+    let mib = free / (1024 * 1024);
+    let (level, fix) = if mib < 100 {
+        (Level::Fail, Some("free disk space: SQLite fails writes when the disk is full and hooks then spool events".to_string()))
+    } else if mib < 1024 {
+        (Level::Warn, Some("free some disk space soon".to_string()))
+    } else {
+        (Level::Ok, None)
+    };
+    out.push(finding(
+        "disk",
+        level,
+        format!("{mib} MiB free at {}", probe.display()),
+        fix,
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(tmp: &Path) -> Env {
+        Env {
+            home: Some(tmp.join("home")),
+            cwd: tmp.join("work"),
+            vars: BTreeMap::new(),
+            online: false,
+        }
+    }
+
+    fn levels(f: &[Finding], check: &str) -> Vec<Level> {
+        f.iter()
+            .filter(|x| x.check == check)
+            .map(|x| x.level)
+            .collect()
+    }
+
+    #[test]
+    fn finds_hook_commands_and_their_programs() {
+        let doc: serde_json::Value = serde_json::json!({
+            "hooks": {
+                "Stop": [{"hooks": [{"type": "command", "command": "\"/opt/x/cairn-hook\" stop"}]}],
+                "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": "other-tool"}]}]
+            }
+        });
+        let hooks = cairn_hooks(&doc);
+        assert_eq!(hooks.len(), 1);
+        assert_eq!(hooks[0].event, "Stop");
+        assert_eq!(
+            hook_program(&hooks[0].command).as_deref(),
+            Some("/opt/x/cairn-hook")
+        );
+        assert!(cairn_hooks(&serde_json::json!({"model": "x"})).is_empty());
+        assert_eq!(
+            hook_program("CAIRN_X=1 cairn-hook"),
+            Some("cairn-hook".into())
+        );
+    }
+
+    #[test]
+    fn healthy_data_dir_and_broken_hooks() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        drop(db::open_data_dir(&dd, OpenOptions::default()).expect("open"));
+        let mut e = env(tmp.path());
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        assert!(!any_failed(&f), "{f:#?}");
+        assert_eq!(levels(&f, "schema"), vec![Level::Ok]);
+        assert_eq!(levels(&f, "integrity"), vec![Level::Ok]);
+        assert_eq!(levels(&f, "hooks"), vec![Level::Warn], "not installed");
+        assert_eq!(levels(&f, "provider"), vec![Level::Ok], "auto → offline");
+
+        let claude = tmp.path().join("home/.claude");
+        std::fs::create_dir_all(&claude).expect("dir");
+        let hook = tmp.path().join("cairn-hook");
+        std::fs::write(&hook, "#!/bin/sh\n").expect("hook");
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let mut hooks = serde_json::Map::new();
+        for ev in NEEDED_EVENTS {
+            hooks.insert(
+                (*ev).into(),
+                serde_json::json!([{"hooks": [{"type": "command", "command": hook.display().to_string()}]}]),
+            );
+        }
+        hooks.insert(
+            "PostToolUseFailure".into(),
+            serde_json::json!([{"hooks": [{"type": "command", "command": "/gone/cairn-hook"}]}]),
+        );
+        std::fs::write(
+            claude.join("settings.json"),
+            serde_json::json!({ "hooks": hooks }).to_string(),
+        )
+        .expect("settings");
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        let hook_levels = levels(&f, "hooks");
+        assert_eq!(
+            hook_levels.iter().filter(|l| **l == Level::Ok).count(),
+            5,
+            "{f:#?}"
+        );
+        assert_eq!(
+            hook_levels.iter().filter(|l| **l == Level::Fail).count(),
+            1,
+            "{f:#?}"
+        );
+        assert!(any_failed(&f));
+
+        let mut s = Settings::default();
+        s.model.provider = "anthropic".into();
+        let f = run(&dd, &s, &[], &e, 1);
+        assert_eq!(levels(&f, "provider"), vec![Level::Fail]);
+        e.vars.insert("ANTHROPIC_API_KEY".into(), "k".into());
+        let f = run(&dd, &s, &[], &e, 1);
+        assert_eq!(levels(&f, "provider"), vec![Level::Ok]);
+        s.model.provider = "openai".into();
+        let f = run(&dd, &s, &[], &e, 1);
+        assert_eq!(levels(&f, "provider"), vec![Level::Fail]);
+    }
+
+    #[test]
+    fn broken_database_and_loose_permissions() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let e = env(tmp.path());
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        assert_eq!(levels(&f, "database"), vec![Level::Fail]);
+
+        dd.ensure().expect("dir");
+        std::fs::write(dd.db(), vec![b'x'; 4096]).expect("garbage");
+        std::fs::set_permissions(dd.db(), std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .expect("chmod");
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        assert_eq!(levels(&f, "database"), vec![Level::Fail], "{f:#?}");
+        assert_eq!(
+            levels(&f, "permissions"),
+            vec![Level::Ok, Level::Warn],
+            "{f:#?}"
+        );
+        assert!(f.iter().all(|x| x.level == Level::Ok || x.fix.is_some()));
+    }
+
+    #[test]
+    fn worker_heartbeat_freshness() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let e = env(tmp.path());
+        let now = 1_000_000_000;
+        let _lock = crate::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 1_000)
+            .expect("lock")
+            .expect("free");
+        let f = run(&dd, &Settings::default(), &[], &e, now);
+        assert_eq!(levels(&f, "worker"), vec![Level::Ok], "just started");
+        let f = run(&dd, &Settings::default(), &[], &e, now + 3_600_000);
+        assert_eq!(levels(&f, "worker"), vec![Level::Warn], "never beat");
+        conn.execute(
+            "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at) VALUES ('w', ?1, ?2, ?3)",
+            rusqlite::params![std::process::id(), now - 1_000, now + 3_590_000],
+        )
+        .expect("row");
+        let f = run(&dd, &Settings::default(), &[], &e, now + 3_600_000);
+        assert_eq!(levels(&f, "worker"), vec![Level::Ok], "fresh beat: {f:#?}");
+        let f = run(&dd, &Settings::default(), &[], &e, now + 7_200_000);
+        assert_eq!(levels(&f, "worker"), vec![Level::Warn], "stale beat");
+    }
+
+    #[test]
+    fn free_space_is_known() {
+        assert!(free_bytes(Path::new("/")).is_some());
+        assert!(free_bytes(Path::new("/no/such/dir")).is_none());
+    }
+}

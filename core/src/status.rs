@@ -1,0 +1,284 @@
+//! `cairn status`: the health of one data dir gathered into one serializable report, and
+//! the rule that decides whether it needs attention. Reads only.
+
+use rusqlite::{Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::paths::DataDir;
+use crate::queue::{self, JobStatus};
+use crate::settings::Settings;
+
+/// Quarantined hook inputs need attention for this long (7 days); older ones are only
+/// counted, so that `cairn status` can become healthy again without deleting evidence.
+pub const QUARANTINE_WINDOW_MS: i64 = 7 * 86_400_000;
+
+/// The worker as seen from outside.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerStatus {
+    /// True when a process holds the worker lock.
+    pub running: bool,
+    pub pid: Option<u32>,
+    pub started_at: Option<i64>,
+    pub uptime_ms: Option<i64>,
+    /// The latest heartbeat any worker recorded.
+    pub last_heartbeat_at: Option<i64>,
+    pub heartbeat_age_ms: Option<i64>,
+}
+
+/// One quarantined hook input (its raw bytes are not shown here).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuarantineRow {
+    pub id: i64,
+    pub event: Option<String>,
+    pub reason: String,
+    pub raw_len: i64,
+    pub created_at: i64,
+}
+
+/// Counts of stored memories.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryCounts {
+    pub sessions: i64,
+    pub prompts: i64,
+    pub observations: i64,
+    pub summaries: i64,
+}
+
+/// Everything `cairn status` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    pub data_dir: String,
+    pub now: i64,
+    pub worker: WorkerStatus,
+    pub queue: queue::Stats,
+    /// Hook inputs quarantined, ever.
+    pub quarantined: i64,
+    /// Hook inputs quarantined in the last [`QUARANTINE_WINDOW_MS`]; these need attention.
+    pub quarantined_recently: i64,
+    /// The latest quarantined inputs (up to 5), newest first.
+    pub recent_quarantine: Vec<QuarantineRow>,
+    /// Input plus output tokens of model calls since UTC midnight.
+    pub tokens_today: i64,
+    /// `model.daily_token_budget`; 0 is no limit.
+    pub daily_token_budget: u64,
+    pub memories: MemoryCounts,
+    /// The database file plus its WAL, in bytes.
+    pub database_bytes: u64,
+    /// Reasons the setup needs attention; empty when healthy.
+    pub attention: Vec<String>,
+}
+
+impl Status {
+    /// True when something needs attention (`cairn status` exits 1).
+    pub fn needs_attention(&self) -> bool {
+        !self.attention.is_empty()
+    }
+}
+
+/// The latest heartbeat of the live worker (`pid`, not stopped), or of any worker when none
+/// is live.
+pub fn last_heartbeat(conn: &Connection, pid: Option<u32>) -> Result<Option<i64>> {
+    Ok(conn
+        .query_row(
+            "SELECT max(heartbeat_at) FROM workers
+             WHERE ?1 IS NULL OR (pid = ?1 AND stopped_at IS NULL)",
+            [pid],
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+fn count(conn: &Connection, sql: &str) -> Result<i64> {
+    Ok(conn.query_row(sql, [], |r| r.get(0))?)
+}
+
+/// Gathers the report. `conn` must be open on `dir`'s database.
+pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -> Result<Status> {
+    let holder = crate::lock::holder(&dir.worker_lock())?;
+    let last_heartbeat_at = last_heartbeat(conn, holder.as_ref().map(|h| h.pid))?;
+    let worker = WorkerStatus {
+        running: holder.is_some(),
+        pid: holder.as_ref().map(|h| h.pid),
+        started_at: holder.as_ref().map(|h| h.started_at),
+        uptime_ms: holder.as_ref().map(|h| (now - h.started_at).max(0)),
+        last_heartbeat_at,
+        heartbeat_age_ms: last_heartbeat_at.map(|t| (now - t).max(0)),
+    };
+    let queue = queue::stats(conn, now)?;
+    let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
+    let quarantined_recently: i64 = conn.query_row(
+        "SELECT count(*) FROM quarantine WHERE created_at >= ?1",
+        [now - QUARANTINE_WINDOW_MS],
+        |r| r.get(0),
+    )?;
+    let recent_quarantine = conn
+        .prepare(
+            "SELECT id, event, reason, raw_len, created_at FROM quarantine ORDER BY id DESC LIMIT 5",
+        )?
+        .query_map([], |r| {
+            Ok(QuarantineRow {
+                id: r.get(0)?,
+                event: r.get(1)?,
+                reason: r.get(2)?,
+                raw_len: r.get(3)?,
+                created_at: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let midnight = now - now.rem_euclid(86_400_000);
+    let tokens_today: i64 = conn.query_row(
+        "SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM model_calls WHERE created_at >= ?1",
+        [midnight],
+        |r| r.get(0),
+    )?;
+    let memories = MemoryCounts {
+        sessions: count(conn, "SELECT count(*) FROM sessions")?,
+        prompts: count(conn, "SELECT count(*) FROM user_prompts")?,
+        observations: count(conn, "SELECT count(*) FROM observations")?,
+        summaries: count(conn, "SELECT count(*) FROM session_summaries")?,
+    };
+    let size = |p: std::path::PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = dir.db().into_os_string();
+    wal.push("-wal");
+    let database_bytes = size(dir.db()) + size(wal.into());
+    let mut status = Status {
+        data_dir: dir.root().display().to_string(),
+        now,
+        worker,
+        queue,
+        quarantined,
+        quarantined_recently,
+        recent_quarantine,
+        tokens_today,
+        daily_token_budget: settings.model.daily_token_budget,
+        memories,
+        database_bytes,
+        attention: Vec::new(),
+    };
+    status.attention = attention(&status);
+    Ok(status)
+}
+
+/// The "needs attention" rule: the worker is down while work waits, jobs were skipped, or
+/// hook inputs were quarantined in the last week. A spent token budget is reported but is
+/// not a fault.
+pub fn attention(s: &Status) -> Vec<String> {
+    let mut out = Vec::new();
+    let waiting = s.queue.count(JobStatus::Pending) + s.queue.count(JobStatus::Claimed);
+    if !s.worker.running && waiting > 0 {
+        out.push(format!(
+            "the worker is not running and {} waiting: start it with `cairn-worker` (or let a hook autostart it)",
+            plural(waiting, "job is", "jobs are")
+        ));
+    }
+    let skipped = s.queue.count(JobStatus::Skipped);
+    if skipped > 0 {
+        out.push(format!(
+            "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped`",
+            plural(skipped, "job was", "jobs were")
+        ));
+    }
+    if s.quarantined_recently > 0 {
+        out.push(format!(
+            "{} quarantined as unreadable in the last 7 days: see `cairn status --json` (recent_quarantine); a Claude Code update may have changed its hook format",
+            plural(s.quarantined_recently, "hook input was", "hook inputs were")
+        ));
+    }
+    out
+}
+
+fn plural(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::{self, OpenOptions};
+    use crate::queue::{JobKind, NewJob, Policy};
+
+    #[test]
+    fn healthy_then_each_reason_for_attention() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let settings = Settings::default();
+        let now = 10 * 86_400_000 + 5_000;
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(!s.needs_attention(), "{:?}", s.attention);
+        assert!(!s.worker.running);
+        assert!(s.database_bytes > 0);
+
+        db::write(&mut conn, |tx| {
+            crate::sessions::ensure(tx, "s", "p", "", now)?;
+            queue::enqueue(
+                tx,
+                &NewJob {
+                    session_id: "s",
+                    project: "p",
+                    kind: JobKind::Summarize,
+                    prompt_number: 1,
+                    payload: "{}",
+                    dedupe_key: "k1",
+                },
+                1,
+                now,
+            )?;
+            tx.execute(
+                "INSERT INTO model_calls (provider, model, purpose, input_tokens, output_tokens, latency_ms, outcome, created_at)
+                 VALUES ('offline', 'x', 'summarize', 100, 20, 5, 'ok', ?1), ('offline', 'x', 'summarize', 7, 7, 5, 'ok', ?2)",
+                [now - 1_000, now - 86_400_000],
+            )?;
+            tx.execute(
+                "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at) VALUES ('w', 1, ?1, ?1)",
+                [now - 2_000],
+            )?;
+            Ok(())
+        })
+        .expect("seed");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert_eq!(s.tokens_today, 120);
+        assert_eq!(s.worker.heartbeat_age_ms, Some(2_000));
+        assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
+        assert!(s.attention[0].contains("worker is not running"));
+
+        let lock = crate::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 9_000)
+            .expect("lock")
+            .expect("free");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(!s.needs_attention(), "{:?}", s.attention);
+        assert_eq!(s.worker.uptime_ms, Some(9_000));
+        assert_eq!(
+            s.worker.last_heartbeat_at, None,
+            "the old worker's is not this one's"
+        );
+        conn.execute(
+            "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at) VALUES ('me', ?1, ?2, ?2)",
+            rusqlite::params![std::process::id(), now - 500],
+        )
+        .expect("worker row");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert_eq!(s.worker.heartbeat_age_ms, Some(500));
+
+        let batch = queue::claim_batch(&mut conn, "w", &Policy::default(), now)
+            .expect("claim")
+            .expect("batch");
+        queue::fail(&mut conn, &batch, "boom", &Policy::default(), now).expect("fail");
+        conn.execute(
+            "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES (NULL, 'bad json', x'00', 1, ?1)",
+            [now],
+        )
+        .expect("quarantine");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert_eq!(s.attention.len(), 2, "{:?}", s.attention);
+        assert_eq!(s.recent_quarantine[0].reason, "bad json");
+        // A week later the quarantined input is history, still counted.
+        let later = now + QUARANTINE_WINDOW_MS + 1;
+        let s = gather(&dd, &conn, &settings, later).expect("gather");
+        assert_eq!((s.quarantined, s.quarantined_recently), (1, 0));
+        assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
+        drop(lock);
+    }
+}

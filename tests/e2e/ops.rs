@@ -1,0 +1,878 @@
+//! The operator's commands end to end: status, queue, doctor, config, backup/restore,
+//! export/import, the claude-mem import, and what every command does with bad input.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+
+use cairn_core::db::{self, OpenOptions};
+use cairn_core::paths::DataDir;
+use cairn_core::queue::{self, JobKind, NewJob, Policy};
+use cairn_core::{memory, sessions};
+
+use crate::support::{TestEnv, fixtures, stderr, stdout};
+
+fn now() -> i64 {
+    cairn_core::clock::now_ms()
+}
+
+fn cairn(env: &TestEnv, args: &[&str]) -> Output {
+    env.run("cairn", args, b"")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+/// Creates the database of `env` through the library, as hooks would.
+fn create_db(env: &TestEnv) -> rusqlite::Connection {
+    db::open_data_dir(&DataDir::new(&env.data_dir), OpenOptions::default()).expect("create db")
+}
+
+fn enqueue(conn: &mut rusqlite::Connection, session: &str, key: &str, max_attempts: u32) -> i64 {
+    let t = now();
+    db::write(conn, |tx| {
+        sessions::ensure(tx, session, "proj", "/home/dev/proj", t)?;
+        let e = queue::enqueue(
+            tx,
+            &NewJob {
+                session_id: session,
+                project: "proj",
+                kind: JobKind::Summarize,
+                prompt_number: 1,
+                payload: r#"{"last_assistant_message":"done: fixed the flaky test"}"#,
+                dedupe_key: key,
+            },
+            max_attempts,
+            t,
+        )?;
+        match e {
+            queue::Enqueued::Added(id) => Ok(id),
+            other => Err(cairn_core::Error::Invalid(format!("{other:?}"))),
+        }
+    })
+    .expect("enqueue")
+}
+
+/// Claims and fails every ready job once: with `max_attempts` 1 they end `skipped`.
+fn fail_all(conn: &mut rusqlite::Connection, error: &str) -> usize {
+    let policy = Policy {
+        batching: false,
+        ..Policy::default()
+    };
+    let mut n = 0;
+    while let Some(batch) = queue::claim_batch(conn, "test-worker", &policy, now()).expect("claim")
+    {
+        let out = queue::fail(conn, &batch, error, &policy, now()).expect("fail");
+        n += out.skipped;
+    }
+    n
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(o), stderr(o)))
+}
+
+/// The one-line `error: ...` contract.
+fn assert_error_line(o: &Output, needle: &str) {
+    assert_eq!(code(o), 2, "stdout: {}\nstderr: {}", stdout(o), stderr(o));
+    let err = stderr(o);
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(lines[0].contains(needle), "{needle:?} not in {err}");
+}
+
+#[test]
+fn status_exit_codes_follow_what_needs_attention() {
+    let env = TestEnv::new();
+    let o = cairn(&env, &["status"]);
+    assert_error_line(&o, "no cairn database");
+    assert!(
+        !env.data_dir.exists(),
+        "status must not create the data dir"
+    );
+
+    let mut conn = create_db(&env);
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("all good"), "{}", stdout(&o));
+
+    enqueue(&mut conn, "s1", "k1", 1);
+    let o = cairn(&env, &["status", "--json"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    let v = json(&o);
+    assert_eq!(v["queue"]["by_status"]["pending"], 1);
+    assert!(
+        v["attention"][0]
+            .as_str()
+            .expect("reason")
+            .contains("worker is not running"),
+        "{v}"
+    );
+
+    // A live worker (the lock held) with work waiting is healthy.
+    let lock = cairn_core::lock::WorkerLock::try_acquire(
+        &DataDir::new(&env.data_dir).worker_lock(),
+        now() - 60_000,
+    )
+    .expect("lock")
+    .expect("free");
+    let o = cairn(&env, &["status", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert_eq!(json(&o)["worker"]["pid"], std::process::id());
+
+    assert_eq!(fail_all(&mut conn, "model said 500"), 1);
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1);
+    let text = stdout(&o);
+    assert!(text.contains("skipped    #1 summarize"), "{text}");
+    assert!(text.contains("model said 500"), "{text}");
+    assert!(text.contains("cairn queue replay --all-skipped"), "{text}");
+
+    queue::replay(&mut conn, &queue::Selector::AllSkipped, now()).expect("replay");
+    conn.execute(
+        "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES ('Stop', 'not JSON', x'7b7b', 2, ?1)",
+        [now()],
+    )
+    .expect("quarantine");
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stdout(&o).contains("1 hook input was quarantined"),
+        "{}",
+        stdout(&o)
+    );
+    drop(lock);
+}
+
+#[test]
+fn replay_revives_skipped_jobs_and_says_how_many() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    let a1 = enqueue(&mut conn, "s1", "a1", 1);
+    enqueue(&mut conn, "s2", "b1", 1);
+    assert_eq!(fail_all(&mut conn, "provider timed out\nafter 60s"), 2);
+    let a2 = enqueue(&mut conn, "s1", "a2", 1);
+    assert_eq!(fail_all(&mut conn, "provider timed out"), 1);
+
+    let o = cairn(&env, &["queue", "list", "--status", "skipped", "--json"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(json(&o).as_array().expect("rows").len(), 3);
+    let o = cairn(&env, &["queue", "list", "--status", "pending"]);
+    assert_eq!(code(&o), 1, "no pending jobs: {}", stdout(&o));
+
+    let o = cairn(&env, &["queue", "show", &a1.to_string()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("fixed the flaky test"),
+        "payload shown: {text}"
+    );
+    assert!(
+        text.contains("#1 at") && text.contains("provider timed out"),
+        "{text}"
+    );
+    let o = cairn(&env, &["queue", "show", &a1.to_string(), "--json"]);
+    assert_eq!(json(&o)["errors"].as_array().expect("errors").len(), 1);
+
+    let o = cairn(&env, &["queue", "replay", "--session", "s1"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("revived 2 skipped jobs"),
+        "{}",
+        stdout(&o)
+    );
+    let pending = env
+        .count("SELECT count(*) FROM pending_messages WHERE status = 'pending' AND attempts = 0");
+    assert_eq!(pending, 2);
+
+    let o = cairn(&env, &["queue", "replay", "--all-skipped", "--json"]);
+    assert_eq!(json(&o)["revived"], 1);
+    let o = cairn(&env, &["queue", "replay", "--all-skipped"]);
+    assert_eq!(code(&o), 1, "nothing left to replay");
+    assert!(stdout(&o).starts_with("revived 0 jobs"), "{}", stdout(&o));
+
+    // Skip them again; replay by id, then by time.
+    fail_all(&mut conn, "again");
+    let o = cairn(&env, &["queue", "replay", "--id", &a2.to_string(), "999"]);
+    assert!(
+        stdout(&o).starts_with("revived 1 skipped job;"),
+        "{}",
+        stdout(&o)
+    );
+    let o = cairn(&env, &["queue", "replay", "--since", "1h"]);
+    assert!(
+        stdout(&o).starts_with("revived 2 skipped jobs"),
+        "{}",
+        stdout(&o)
+    );
+    fail_all(&mut conn, "again");
+    let o = cairn(&env, &["queue", "replay", "--since", "2999-01-01"]);
+    assert_eq!(code(&o), 1, "nothing skipped in the future");
+
+    // Purge removes processed jobs only.
+    let policy = Policy {
+        batching: false,
+        ..Policy::default()
+    };
+    queue::replay(&mut conn, &queue::Selector::Ids(vec![a1]), now()).expect("replay");
+    let batch = queue::claim_batch(&mut conn, "w", &policy, now())
+        .expect("claim")
+        .expect("batch");
+    let long_ago = now() - 30 * 86_400_000;
+    queue::ack(&mut conn, &batch, long_ago, |_| Ok(())).expect("ack");
+    conn.execute(
+        "UPDATE pending_messages SET updated_at = ?1 WHERE status = 'done'",
+        [long_ago],
+    )
+    .expect("age");
+    let o = cairn(&env, &["queue", "purge", "--older-than", "7d"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("purged 1 processed job "),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 2);
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE status = 'skipped'"),
+        2
+    );
+}
+
+/// A JSONL export with one session and `n` observations, written through the export format.
+fn writer_file(dir: &Path, i: usize, n: usize) -> PathBuf {
+    let path = dir.join(format!("writer-{i}.jsonl"));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+    let sid = format!("writer-{i}");
+    writeln!(
+        f,
+        "{}",
+        serde_json::json!({"record": "session", "session_id": sid, "project": "load",
+            "status": "ended", "started_at": 1, "updated_at": 1})
+    )
+    .expect("write");
+    for k in 0..n {
+        let o = memory::NewObservation {
+            session_id: Some(sid.clone()),
+            project: "load".into(),
+            prompt_number: Some(1),
+            kind: "discovery".into(),
+            title: format!("writer {i} observation {k}"),
+            narrative: "x".repeat(200),
+            origin: "import".into(),
+            created_at: k as i64,
+            ..Default::default()
+        };
+        let mut v = serde_json::to_value(&o).expect("json");
+        v["record"] = "observation".into();
+        writeln!(f, "{v}").expect("write");
+    }
+    f.flush().expect("flush");
+    path
+}
+
+fn observations_by_session(path: &Path) -> Vec<(String, i64)> {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open");
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity");
+    assert_eq!(ok, "ok", "{}", path.display());
+    c.prepare(
+        "SELECT s.session_id, (SELECT count(*) FROM observations o WHERE o.session_id = s.session_id)
+         FROM sessions s ORDER BY s.session_id",
+    )
+    .expect("prepare")
+    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+    .expect("query")
+    .collect::<rusqlite::Result<_>>()
+    .expect("rows")
+}
+
+fn titles(path: &Path) -> Vec<String> {
+    let c = rusqlite::Connection::open(path).expect("open");
+    c.prepare("SELECT title FROM observations ORDER BY title")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows")
+}
+
+#[test]
+fn backup_is_consistent_while_eight_writers_run_and_restores() {
+    const WRITERS: usize = 8;
+    // Imports commit 500 records per transaction: the session plus 499 observations, then
+    // 500 at a time. A consistent snapshot holds whole transactions only.
+    const PER_WRITER: usize = 1499;
+    let env = TestEnv::new();
+    drop(create_db(&env));
+    let files: Vec<PathBuf> = (0..WRITERS)
+        .map(|i| writer_file(env.tmp.path(), i, PER_WRITER))
+        .collect();
+    let mut writers: Vec<Child> = files
+        .iter()
+        .map(|f| {
+            env.cmd("cairn")
+                .args(["import", "jsonl"])
+                .arg(f)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn writer")
+        })
+        .collect();
+    let mut backups = Vec::new();
+    loop {
+        let dest = env.tmp.path().join(format!("backup-{}.db", backups.len()));
+        let o = cairn(
+            &env,
+            &["backup", "--to", dest.to_str().expect("utf8"), "--json"],
+        );
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(json(&o)["path"], dest.to_str().expect("utf8"));
+        backups.push(dest);
+        let mut running = 0;
+        for w in &mut writers {
+            if w.try_wait().expect("try_wait").is_none() {
+                running += 1;
+            }
+        }
+        if running == 0 || backups.len() >= 20 {
+            break;
+        }
+    }
+    for w in writers {
+        let out = w.wait_with_output().expect("wait");
+        assert!(out.status.success(), "writer failed: {}", stderr(&out));
+    }
+    let allowed = [499, 999, 1499];
+    for b in &backups {
+        for (session, n) in observations_by_session(b) {
+            assert!(
+                allowed.contains(&n),
+                "{}: {session} has {n} observations, not whole transactions",
+                b.display()
+            );
+        }
+    }
+    let live = observations_by_session(&env.db_path());
+    assert_eq!(live.len(), WRITERS);
+    assert!(
+        live.iter().all(|(_, n)| *n == PER_WRITER as i64),
+        "{live:?}"
+    );
+    let final_titles = titles(&env.db_path());
+
+    // Restore is refused while a worker runs, and changes nothing.
+    let first = backups[0].to_str().expect("utf8").to_string();
+    let lock = cairn_core::lock::WorkerLock::try_acquire(
+        &DataDir::new(&env.data_dir).worker_lock(),
+        now(),
+    )
+    .expect("lock")
+    .expect("free");
+    let o = cairn(&env, &["restore", &first]);
+    assert_error_line(&o, "stop it first");
+    assert_eq!(titles(&env.db_path()), final_titles);
+    drop(lock);
+
+    let o = cairn(&env, &["restore", &first, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let kept = PathBuf::from(
+        json(&o)["replaced_kept_at"]
+            .as_str()
+            .expect("kept path")
+            .to_string(),
+    );
+    assert_eq!(titles(&env.db_path()), titles(&backups[0]));
+    assert_eq!(titles(&kept), final_titles);
+    let o = cairn(&env, &["doctor", "--json"]);
+    let findings = json(&o);
+    let integrity = findings
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["check"] == "integrity")
+        .expect("integrity finding");
+    assert_eq!(integrity["level"], "ok", "{findings}");
+}
+
+fn without_header(export: &str) -> Vec<String> {
+    export
+        .lines()
+        .filter(|l| !l.contains(r#""record":"header""#))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn export_then_import_round_trips_without_loss_or_duplicates() {
+    let a = TestEnv::new();
+    let fixture = fixtures().join("claude-mem/claude-mem-13.25.3.sample.db");
+    let o = cairn(
+        &a,
+        &["import", "claude-mem", fixture.to_str().expect("utf8")],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut conn = create_db(&a);
+    db::write(&mut conn, |tx| {
+        memory::insert_observation(
+            tx,
+            &memory::NewObservation {
+                session_id: None,
+                project: "other".into(),
+                kind: "decision".into(),
+                title: "Keep backups for a week".into(),
+                facts: vec!["backup.keep = 7".into()],
+                origin: "manual".into(),
+                created_at: 5,
+                ..Default::default()
+            },
+        )?;
+        Ok(())
+    })
+    .expect("manual memory");
+
+    let file = a.tmp.path().join("all.jsonl");
+    let o = cairn(&a, &["export", "--output", file.to_str().expect("utf8")]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("151 observations"), "{}", stderr(&o));
+    assert_eq!(cairn_core::paths::mode_of(&file), Some(0o600));
+    let exported = std::fs::read_to_string(&file).expect("read");
+    let o = cairn(&a, &["export", "--output", file.to_str().expect("utf8")]);
+    assert_eq!(code(&o), 2, "never overwrites an existing file");
+
+    let b = TestEnv::new();
+    let o = b.run(
+        "cairn",
+        &["import", "jsonl", "--json", file.to_str().expect("utf8")],
+        b"",
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let report = json(&o);
+    assert_eq!(report["added"]["observations"], 151);
+    assert_eq!(report["added"]["summaries"], 3);
+    assert_eq!(report["added"]["prompts"], 10);
+    assert_eq!(report["added"]["sessions"], 4);
+    let o = cairn(&b, &["export"]);
+    assert_eq!(without_header(&stdout(&o)), without_header(&exported));
+
+    // Again, from stdin: nothing new.
+    let o = b.run(
+        "cairn",
+        &["import", "jsonl", "-", "--json"],
+        exported.as_bytes(),
+    );
+    let report = json(&o);
+    assert_eq!(report["added"]["observations"], 0, "{report}");
+    assert_eq!(report["existing"]["observations"], 151, "{report}");
+    assert_eq!(b.count("SELECT count(*) FROM observations"), 151);
+
+    let o = cairn(
+        &b,
+        &["export", "--project", "other", "--format", "markdown"],
+    );
+    assert_eq!(code(&o), 0);
+    let md = stdout(&o);
+    assert!(md.contains("## Project other"), "{md}");
+    assert!(
+        md.contains("**[decision] Keep backups for a week**"),
+        "{md}"
+    );
+    assert!(!md.contains("## Project demo"), "{md}");
+    let o = cairn(&b, &["export", "--project", "nope"]);
+    assert_eq!(code(&o), 1, "nothing for that project");
+}
+
+#[test]
+fn claude_mem_import_twice_adds_nothing_the_second_time() {
+    let env = TestEnv::new();
+    let fixture = fixtures().join("claude-mem/claude-mem-13.25.3.sample.db");
+    let before = std::fs::read(&fixture).expect("fixture");
+    let same_as_before = |now: Vec<u8>| now == before;
+    // The default path is ~/.claude-mem/claude-mem.db.
+    let home_copy = env.tmp.path().join(".claude-mem/claude-mem.db");
+    std::fs::create_dir_all(home_copy.parent().expect("parent")).expect("dir");
+    std::fs::copy(&fixture, &home_copy).expect("copy");
+
+    let o = cairn(&env, &["import", "claude-mem"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("added          4 sessions, 10 prompts, 150 observations, 3 summaries"),
+        "{text}"
+    );
+    assert!(
+        text.contains("not imported   observations: discovery_tokens"),
+        "{text}"
+    );
+
+    let o = cairn(
+        &env,
+        &[
+            "import",
+            "claude-mem",
+            fixture.to_str().expect("utf8"),
+            "--json",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let report = json(&o);
+    for kind in ["sessions", "prompts", "observations", "summaries"] {
+        assert_eq!(report["added"][kind], 0, "{kind}: {report}");
+    }
+    assert_eq!(report["existing"]["observations"], 150);
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 150);
+    assert_eq!(env.count("SELECT count(*) FROM session_summaries"), 3);
+    assert_eq!(env.count("SELECT count(*) FROM user_prompts"), 10);
+    assert_eq!(env.count("SELECT count(*) FROM sessions"), 4);
+    assert_eq!(
+        env.count("SELECT count(*) FROM observations WHERE origin = 'import' AND session_id IN (SELECT session_id FROM sessions)"),
+        150
+    );
+    assert!(
+        same_as_before(std::fs::read(&fixture).expect("fixture")),
+        "source untouched"
+    );
+
+    let o = cairn(&env, &["import", "claude-mem", "/no/such/claude-mem.db"]);
+    assert_error_line(&o, "no claude-mem database at /no/such/claude-mem.db");
+}
+
+#[test]
+fn config_shows_each_value_and_its_source() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(&env.data_dir).expect("dir");
+    std::fs::write(
+        env.data_dir.join("settings.json"),
+        r#"{ "backup": { "keep": 3 } }"#,
+    )
+    .expect("settings");
+    let o = env
+        .cmd("cairn")
+        .args(["config", "--json"])
+        .env("CAIRN_BATCH__MAX_SIZE", "7")
+        .output()
+        .expect("run");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    let find = |key: &str| {
+        v["settings"]
+            .as_array()
+            .expect("settings")
+            .iter()
+            .find(|s| s["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key}"))
+    };
+    assert_eq!(find("batch.max_size")["value"], 7);
+    assert_eq!(
+        find("batch.max_size")["source"],
+        "env CAIRN_BATCH__MAX_SIZE"
+    );
+    assert_eq!(find("backup.keep")["value"], 3);
+    assert!(
+        find("backup.keep")["source"]
+            .as_str()
+            .expect("source")
+            .ends_with("settings.json")
+    );
+    assert_eq!(find("queue.max_attempts")["source"], "default");
+    let o = cairn(&env, &["config"]);
+    assert!(
+        stdout(&o)
+            .lines()
+            .any(|l| l.starts_with("backup.keep") && l.contains(" 3 ")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// A one-request HTTP server answering `status` with `body`; returns its base URL.
+fn fake_model(status: u16, body: &'static str) -> (String, std::thread::JoinHandle<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    let handle = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("accept");
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let mut head = String::new();
+        let mut len = 0usize;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read");
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().expect("length");
+            }
+            head.push_str(&line);
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+        }
+        let mut body_in = vec![0u8; len];
+        reader.read_exact(&mut body_in).expect("body");
+        let mut stream = stream;
+        write!(
+            stream,
+            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("respond");
+        head + &String::from_utf8_lossy(&body_in)
+    });
+    (url, handle)
+}
+
+#[test]
+fn doctor_reports_findings_and_tests_the_provider_online() {
+    let env = TestEnv::new();
+    drop(create_db(&env));
+    let o = cairn(&env, &["doctor"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("ok    integrity"), "{text}");
+    assert!(text.contains("warn  hooks"), "{text}");
+    assert!(text.contains("→ run `cairn install`"), "{text}");
+
+    let (url, server) = fake_model(200, r#"{"choices":[{"message":{"content":"ok"}}]}"#);
+    let o = env
+        .cmd("cairn")
+        .args(["doctor", "--online", "--json"])
+        .env("CAIRN_MODEL__PROVIDER", "openai")
+        .env("CAIRN_MODEL__BASE_URL", &url)
+        .env("CAIRN_MODEL__MODEL", "tiny")
+        .output()
+        .expect("run");
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let request = server.join().expect("server");
+    assert!(
+        request.starts_with("POST /v1/chat/completions"),
+        "{request}"
+    );
+    assert!(request.contains(r#""model":"tiny""#), "{request}");
+    let findings = json(&o);
+    let online = findings
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|f| f["check"] == "online")
+        .expect("online finding");
+    assert_eq!(online["level"], "ok", "{findings}");
+
+    let (url, server) = fake_model(401, r#"{"error":"bad key"}"#);
+    let o = env
+        .cmd("cairn")
+        .args(["doctor", "--online"])
+        .env("CAIRN_MODEL__PROVIDER", "openai")
+        .env("CAIRN_MODEL__BASE_URL", &url)
+        .env("CAIRN_MODEL__MODEL", "tiny")
+        .output()
+        .expect("run");
+    server.join().expect("server");
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("answered 401"), "{}", stdout(&o));
+
+    let (url, server) = fake_model(200, r#"{"content":[{"type":"text","text":"ok"}]}"#);
+    let o = env
+        .cmd("cairn")
+        .args(["doctor", "--online"])
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", url.trim_end_matches("/v1"))
+        .output()
+        .expect("run");
+    let request = server.join().expect("server");
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(request.starts_with("POST /v1/messages"), "{request}");
+    assert!(
+        request.to_ascii_lowercase().contains("x-api-key: test-key"),
+        "{request}"
+    );
+    assert!(
+        stdout(&o).contains("provider anthropic (auto)"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = env
+        .cmd("cairn")
+        .args(["doctor"])
+        .env("CAIRN_MODEL__PROVIDER", "anthropic")
+        .output()
+        .expect("run");
+    assert_eq!(code(&o), 1, "no key: {}", stdout(&o));
+    assert!(
+        stdout(&o).contains("ANTHROPIC_API_KEY is not set"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// Commands that read or change an existing database.
+const DB_COMMANDS: &[&[&str]] = &[
+    &["status"],
+    &["queue", "list"],
+    &["queue", "show", "1"],
+    &["queue", "replay", "--all-skipped"],
+    &["queue", "purge", "--older-than", "1d"],
+    &["backup"],
+    &["export"],
+    &["doctor"],
+];
+
+/// Every entry of a directory with its length and a hash of its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, usize, u64)> {
+    use std::hash::{Hash, Hasher};
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            let bytes = if p.is_file() {
+                std::fs::read(&p).expect("read")
+            } else {
+                Vec::new()
+            };
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            out.push((p, bytes.len(), h.finish()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
+    // A missing data dir.
+    let env = TestEnv::new();
+    for args in DB_COMMANDS {
+        let o = cairn(&env, args);
+        assert_error_line(&o, "no cairn database");
+        assert!(!env.data_dir.exists(), "{args:?} created the data dir");
+    }
+
+    // Commands that fill a database, with good input.
+    let fixture = fixtures().join("claude-mem/claude-mem-13.25.3.sample.db");
+    let fixture = fixture.to_str().expect("utf8").to_string();
+    let jsonl = env.tmp.path().join("one.jsonl");
+    std::fs::write(
+        &jsonl,
+        r#"{"record":"session","session_id":"s","project":"p","status":"active","started_at":1,"updated_at":1}"#,
+    )
+    .expect("jsonl");
+    let jsonl = jsonl.to_str().expect("utf8").to_string();
+    let fill: Vec<Vec<&str>> = vec![
+        vec!["import", "jsonl", &jsonl],
+        vec!["import", "claude-mem", &fixture],
+    ];
+
+    // A corrupt database.
+    let env = TestEnv::new();
+    std::fs::create_dir_all(&env.data_dir).expect("dir");
+    std::fs::write(env.db_path(), vec![b'#'; 16_384]).expect("garbage");
+    let before = snapshot(&env.data_dir);
+    for args in DB_COMMANDS
+        .iter()
+        .copied()
+        .chain(fill.iter().map(Vec::as_slice))
+    {
+        let o = cairn(&env, args);
+        assert_error_line(&o, "not a usable cairn database");
+        assert_eq!(
+            snapshot(&env.data_dir),
+            before,
+            "{args:?} changed the data dir"
+        );
+    }
+    let backup = env.tmp.path().join("b.db");
+    std::fs::write(&backup, vec![b'#'; 4096]).expect("bad backup");
+    let o = cairn(&env, &["restore", backup.to_str().expect("utf8")]);
+    assert_error_line(&o, "nothing was changed: pick another backup");
+    assert_eq!(snapshot(&env.data_dir), before);
+    // A sound backup repairs it, and the damaged file is kept.
+    let other = TestEnv::new();
+    drop(create_db(&other));
+    let good = other.tmp.path().join("good.db");
+    let o = cairn(&other, &["backup", "--to", good.to_str().expect("utf8")]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = cairn(&env, &["restore", good.to_str().expect("utf8")]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("is kept at"), "{}", stdout(&o));
+    assert_eq!(code(&cairn(&env, &["status"])), 0);
+
+    // A database from a newer cairn.
+    let env = TestEnv::new();
+    let conn = create_db(&env);
+    conn.execute_batch("PRAGMA user_version = 99")
+        .expect("bump");
+    drop(conn);
+    let before = snapshot(&env.data_dir);
+    for args in DB_COMMANDS
+        .iter()
+        .copied()
+        .chain(fill.iter().map(Vec::as_slice))
+    {
+        let o = cairn(&env, args);
+        assert_error_line(&o, "upgrade cairn");
+        assert_eq!(
+            snapshot(&env.data_dir),
+            before,
+            "{args:?} changed the data dir"
+        );
+    }
+
+    // A database another process holds: writers are refused and nothing changes.
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    enqueue(&mut conn, "s", "k", 1);
+    fail_all(&mut conn, "boom");
+    let holder = env.db();
+    holder
+        .execute_batch("BEGIN IMMEDIATE; UPDATE sessions SET cwd = cwd;")
+        .expect("hold the write lock");
+    for args in [
+        &["queue", "replay", "--all-skipped"][..],
+        &["queue", "purge", "--older-than", "0s"][..],
+    ] {
+        let o = cairn(&env, args);
+        assert_error_line(&o, "locked by another process");
+    }
+    // Readers still work while a writer holds the lock (WAL).
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    holder.execute_batch("ROLLBACK").expect("release");
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE status = 'skipped'"),
+        1
+    );
+
+    // Wrong arguments.
+    let env = TestEnv::new();
+    for args in [
+        &["queue", "replay"][..],
+        &["queue", "list", "--status", "lost"][..],
+        &["queue", "purge", "--older-than", "soon"][..],
+        &["queue", "replay", "--since", "tomorrow-ish"][..],
+        &["queue", "show", "one"][..],
+        &["export", "--format", "pdf"][..],
+        &["restore"][..],
+        &["no-such-command"][..],
+    ] {
+        let o = cairn(&env, args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with("error: "),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert!(!env.data_dir.exists());
+    }
+    let bad = env.tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"record\":\"session\"}\n").expect("bad file");
+    let o = cairn(&env, &["import", "jsonl", bad.to_str().expect("utf8")]);
+    assert_error_line(&o, "line 1");
+    assert!(!env.data_dir.exists(), "a bad import file creates nothing");
+}
