@@ -445,12 +445,10 @@ impl Claimer {
         }
     }
 
-    /// Periodic tasks, every `worker.heartbeat_secs`: the worker's heartbeat, lease renewal
-    /// of batches in flight, rescue of expired leases; hourly: purge of old done jobs and
-    /// the binary's periodic hook (log pruning).
-    ///
-    /// Also the place for the hooks' spool ingestion and the daily backup, which run here
-    /// when wired in (they get `&self.dir`, `&mut self.conn`, `&self.settings`, `now`).
+    /// Periodic tasks, every `worker.heartbeat_secs` (and first thing at start): the
+    /// worker's heartbeat, lease renewal of batches in flight, rescue of expired leases,
+    /// ingestion of events hooks spooled; hourly: purge of old done jobs, the daily backup
+    /// and the binary's periodic hook (log pruning).
     fn housekeeping(&mut self, now: i64) {
         log::trace!("housekeeping in {}", self.dir.root().display());
         let period = (self.settings.worker.heartbeat_secs.max(1) * 1000) as i64;
@@ -474,6 +472,11 @@ impl Claimer {
         if let Err(e) = queue::rescue(&mut self.conn, RescueScope::Expired, now) {
             log::warn!("rescue failed: {e}");
         }
+        match crate::spool::ingest(&self.dir, &mut self.conn, &self.settings, now) {
+            Ok(0) => {}
+            Ok(n) => log::info!("ingested {n} spooled hook events"),
+            Err(e) => log::warn!("spool ingestion failed (the files stay for the next try): {e}"),
+        }
         if now >= self.next_slow_housekeeping {
             self.next_slow_housekeeping = now + SLOW_HOUSEKEEPING_MS;
             let keep_ms = (self.settings.queue.retention_days as i64).saturating_mul(86_400_000);
@@ -484,6 +487,13 @@ impl Claimer {
                     self.settings.queue.retention_days
                 ),
                 Err(e) => log::warn!("purge failed: {e}"),
+            }
+            if self.settings.backup.daily {
+                match crate::backup::daily(&self.dir, &self.conn, self.settings.backup.keep, now) {
+                    Ok(Some(path)) => log::info!("daily backup written to {}", path.display()),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("daily backup failed: {e}"),
+                }
             }
             if let Some(p) = self.periodic.as_mut() {
                 p(&self.settings, now);

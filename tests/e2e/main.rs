@@ -4,5 +4,6 @@
 mod hook;
 mod install;
 mod ops;
+mod pipeline;
 mod support;
 mod worker;
