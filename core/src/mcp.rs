@@ -1060,7 +1060,7 @@ mod tests {
             text.contains("1 2026-09-21 decision Lease rescue counts"),
             "{text}"
         );
-        assert!(text.contains("**Lease**"), "{text}");
+        assert!(text.contains("A rescued **lease**"), "{text}");
         let (err, text) = call(&mut s, "timeline", json!({"anchor": 1}));
         assert!(!err, "{text}");
         assert!(text.contains("→ 1 "), "{text}");

@@ -218,6 +218,8 @@ struct Table {
     weights: Option<&'static str>,
     /// The text shown when there is no match to make a snippet from.
     plain: &'static str,
+    /// The FTS column a snippet comes from when the best one only repeats the title.
+    body_column: Option<u8>,
 }
 
 fn table(kind: Kind) -> Table {
@@ -228,6 +230,7 @@ fn table(kind: Kind) -> Table {
             select: "t.id, t.project, t.created_at, t.type, t.title",
             weights: Some(OBSERVATION_WEIGHTS),
             plain: "CASE WHEN t.subtitle <> '' THEN t.subtitle ELSE t.narrative END",
+            body_column: Some(2),
         },
         Kind::Summary => Table {
             table: "session_summaries",
@@ -235,6 +238,7 @@ fn table(kind: Kind) -> Table {
             select: "t.id, t.project, t.created_at, 'summary', t.request",
             weights: Some(SUMMARY_WEIGHTS),
             plain: "CASE WHEN t.completed <> '' THEN t.completed ELSE t.learned END",
+            body_column: Some(3),
         },
         Kind::Prompt => Table {
             table: "user_prompts",
@@ -242,6 +246,7 @@ fn table(kind: Kind) -> Table {
             select: "t.id, t.project, t.created_at, 'prompt', t.prompt_text",
             weights: None,
             plain: "''",
+            body_column: None,
         },
     }
 }
@@ -258,7 +263,7 @@ fn search_kind(
     let mut args: Vec<Value> = Vec::new();
     let mut wheres: Vec<String> = Vec::new();
     let fts_match = q.fts_match();
-    let (from, snippet, score) = match &fts_match {
+    let (from, snippet, score, body) = match &fts_match {
         Some(m) => {
             args.push(Value::Text(m.clone()));
             wheres.push(format!("{fts} MATCH ?{}", args.len(), fts = t.fts));
@@ -277,11 +282,19 @@ fn search_kind(
                     t.fts
                 ),
                 bm25,
+                match t.body_column {
+                    Some(c) => format!(
+                        "snippet({}, {c}, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12)",
+                        t.fts
+                    ),
+                    None => "NULL".to_string(),
+                },
             )
         }
         None => (
             format!("{} t", t.table),
             format!("substr({}, 1, 120)", t.plain),
+            "NULL".to_string(),
             "NULL".to_string(),
         ),
     };
@@ -301,7 +314,7 @@ fn search_kind(
     };
     args.push(Value::Integer(fetch));
     let sql = format!(
-        "SELECT {select}, {snippet}, {score} AS score FROM {from} WHERE {wheres}
+        "SELECT {select}, {snippet}, {score} AS score, {body} FROM {from} WHERE {wheres}
          ORDER BY {order_by} LIMIT ?{n}",
         select = t.select,
         wheres = if wheres.is_empty() {
@@ -309,7 +322,7 @@ fn search_kind(
         } else {
             wheres.join(" AND ")
         },
-        n = args.len()
+        n = args.len(),
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args), |r| {
@@ -323,14 +336,25 @@ fn search_kind(
             snippet: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
             score: r.get(6)?,
         })
+        .map(|hit| (hit, r.get::<_, Option<String>>(7)))
     })?;
     let mut hits = Vec::new();
     for row in rows {
-        let mut hit = row?;
+        let (mut hit, plain) = row?;
+        hit.snippet = one_line(&hit.snippet);
+        // The title is shown anyway: a snippet that only repeats it gives way to the body.
+        if hit
+            .snippet
+            .replace(HIGHLIGHT_OPEN, "")
+            .replace(HIGHLIGHT_CLOSE, "")
+            == one_line(&hit.title)
+            && let Some(body) = plain?.map(|b| one_line(&b)).filter(|b| !b.is_empty())
+        {
+            hit.snippet = body;
+        }
         if kind != Kind::Observation {
             hit.title = short_title(&hit.title);
         }
-        hit.snippet = one_line(&hit.snippet);
         hits.push(hit);
     }
     Ok(hits)
@@ -867,7 +891,8 @@ mod tests {
             vec![title.to_string(), narrative.to_string()]
         );
         let hits = search(&f.conn, &req("lease", Some("p"))).expect("search");
-        assert!(hits[0].snippet.contains("**Lease**"), "{:?}", hits[0]);
+        // A title-only match shows the body instead of repeating the title.
+        assert_eq!(hits[0].snippet, "small change");
         assert!(hits[1].snippet.contains("**lease**"), "{:?}", hits[1]);
         assert!(hits[0].score.expect("score") < hits[1].score.expect("score"));
     }
