@@ -1,4 +1,5 @@
 //! End-to-end tests: the real binaries on temp data dirs. One test binary; each area in a
 //! module of its own.
 
+mod recall;
 mod support;
