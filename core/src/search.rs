@@ -194,7 +194,8 @@ pub fn search(conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
             hits.extend(search_kind(conn, kind, &q, f, req.order, fetch)?);
         }
     }
-    let ranked = q.fts_match().is_some();
+    let fts_match = q.fts_match();
+    let ranked = fts_match.is_some();
     hits.sort_by(|a, b| {
         let by_time = (b.created_at, b.kind, b.id).cmp(&(a.created_at, a.kind, a.id));
         match req.order {
@@ -207,7 +208,14 @@ pub fn search(conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
             Order::Oldest => by_time.reverse(),
         }
     });
-    Ok(hits.into_iter().skip(offset).take(limit).collect())
+    let mut out = Vec::new();
+    for c in hits.into_iter().skip(offset).take(limit) {
+        // A row deleted between the two reads is simply left out.
+        if let Some(hit) = fill(conn, c, fts_match.as_deref())? {
+            out.push(hit);
+        }
+    }
+    Ok(out)
 }
 
 /// The SQL pieces that differ between the three searchable tables.
@@ -251,6 +259,16 @@ fn table(kind: Kind) -> Table {
     }
 }
 
+/// A ranked row before its text is read: ranking needs only these, and reading titles and
+/// snippets for every match (not just the rows shown) would cost far more.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    kind: Kind,
+    id: i64,
+    created_at: i64,
+    score: Option<f64>,
+}
+
 fn search_kind(
     conn: &Connection,
     kind: Kind,
@@ -258,12 +276,12 @@ fn search_kind(
     f: &Filters,
     order: Order,
     fetch: i64,
-) -> Result<Vec<Hit>> {
+) -> Result<Vec<Candidate>> {
     let t = table(kind);
     let mut args: Vec<Value> = Vec::new();
     let mut wheres: Vec<String> = Vec::new();
     let fts_match = q.fts_match();
-    let (from, snippet, score, body) = match &fts_match {
+    let (from, score) = match &fts_match {
         Some(m) => {
             args.push(Value::Text(m.clone()));
             wheres.push(format!("{fts} MATCH ?{}", args.len(), fts = t.fts));
@@ -277,26 +295,10 @@ fn search_kind(
                     fts = t.fts,
                     table = t.table
                 ),
-                format!(
-                    "snippet({}, -1, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12)",
-                    t.fts
-                ),
                 bm25,
-                match t.body_column {
-                    Some(c) => format!(
-                        "snippet({}, {c}, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12)",
-                        t.fts
-                    ),
-                    None => "NULL".to_string(),
-                },
             )
         }
-        None => (
-            format!("{} t", t.table),
-            format!("substr({}, 1, 120)", t.plain),
-            "NULL".to_string(),
-            "NULL".to_string(),
-        ),
+        None => (format!("{} t", t.table), "NULL".to_string()),
     };
     if let Some(x) = q.exclusion() {
         args.push(Value::Text(x));
@@ -314,9 +316,8 @@ fn search_kind(
     };
     args.push(Value::Integer(fetch));
     let sql = format!(
-        "SELECT {select}, {snippet}, {score} AS score, {body} FROM {from} WHERE {wheres}
+        "SELECT t.id, t.created_at, {score} AS score FROM {from} WHERE {wheres}
          ORDER BY {order_by} LIMIT ?{n}",
-        select = t.select,
         wheres = if wheres.is_empty() {
             "1".to_string()
         } else {
@@ -326,38 +327,85 @@ fn search_kind(
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args), |r| {
-        Ok(Hit {
+        Ok(Candidate {
             kind,
             id: r.get(0)?,
-            project: r.get(1)?,
-            created_at: r.get(2)?,
-            label: r.get(3)?,
-            title: r.get(4)?,
-            snippet: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
-            score: r.get(6)?,
+            created_at: r.get(1)?,
+            score: r.get(2)?,
         })
-        .map(|hit| (hit, r.get::<_, Option<String>>(7)))
     })?;
-    let mut hits = Vec::new();
-    for row in rows {
-        let (mut hit, plain) = row?;
-        hit.snippet = one_line(&hit.snippet);
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Reads what a hit shows: project, label, title, and a snippet (highlighted when the
+/// query had words to match).
+fn fill(conn: &Connection, c: Candidate, fts_match: Option<&str>) -> Result<Option<Hit>> {
+    let t = table(c.kind);
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {select}, substr({plain}, 1, 160) FROM {table} t WHERE t.id = ?1",
+            select = t.select,
+            plain = t.plain,
+            table = t.table
+        ))?
+        .query_row([c.id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ))
+        })
+        .optional()?;
+    let Some((id, project, created_at, label, title, plain)) = row else {
+        return Ok(None);
+    };
+    let plain = one_line(&plain.unwrap_or_default());
+    let snippet = if let Some(m) = fts_match {
+        let body = match t.body_column {
+            Some(col) => format!(
+                "snippet({fts}, {col}, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12)",
+                fts = t.fts
+            ),
+            None => "NULL".into(),
+        };
+        let (best, body): (Option<String>, Option<String>) = conn
+            .prepare_cached(&format!(
+                "SELECT snippet({fts}, -1, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12), {body}
+                 FROM {fts} WHERE {fts} MATCH ?1 AND rowid = ?2",
+                fts = t.fts
+            ))?
+            .query_row(params![m, id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .unwrap_or((None, None));
+        let best = one_line(&best.unwrap_or_default());
         // The title is shown anyway: a snippet that only repeats it gives way to the body.
-        if hit
-            .snippet
+        let bare = best
             .replace(HIGHLIGHT_OPEN, "")
-            .replace(HIGHLIGHT_CLOSE, "")
-            == one_line(&hit.title)
-            && let Some(body) = plain?.map(|b| one_line(&b)).filter(|b| !b.is_empty())
-        {
-            hit.snippet = body;
+            .replace(HIGHLIGHT_CLOSE, "");
+        match body.map(|b| one_line(&b)).filter(|b| !b.is_empty()) {
+            Some(body) if bare == one_line(&title) => body,
+            _ => best,
         }
-        if kind != Kind::Observation {
-            hit.title = short_title(&hit.title);
-        }
-        hits.push(hit);
-    }
-    Ok(hits)
+    } else {
+        shorten(&plain, 120)
+    };
+    Ok(Some(Hit {
+        kind: c.kind,
+        id,
+        project,
+        created_at,
+        label,
+        title: if c.kind == Kind::Observation {
+            title
+        } else {
+            short_title(&title)
+        },
+        snippet,
+        score: c.score,
+    }))
 }
 
 /// Adds the WHERE clauses of the filters that apply to `kind`, on table alias `t`.
