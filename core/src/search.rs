@@ -8,6 +8,10 @@
 //! - ranking is BM25 with column weights (an observation's title counts most, then its
 //!   subtitle and concepts, then facts, then the narrative), so a title hit outranks a
 //!   narrative hit;
+//! - cost is bounded by a window, not by the number of matches: a query ranks (by BM25,
+//!   or by time for `newest`/`oldest`) the [`RANK_WINDOW`] most recently stored matches of
+//!   each kind that pass the filters (the earliest stored, for `oldest`), found by walking
+//!   the full-text index in rowid order; with fewer matches, all of them;
 //! - read only: nothing here writes.
 
 use rusqlite::types::Value;
@@ -25,6 +29,9 @@ pub const HIGHLIGHT_CLOSE: &str = "**";
 pub const MAX_LIMIT: usize = 500;
 /// Deepest offset accepted (hits beyond it are not reachable by paging).
 pub const MAX_OFFSET: usize = 10_000;
+/// Matches ranked per kind: the newest this many that pass the filters (see the module
+/// invariants).
+pub const RANK_WINDOW: i64 = 1_000;
 /// Longest title shown for a summary or prompt (its first line, shortened).
 const TITLE_CHARS: usize = 100;
 
@@ -278,28 +285,85 @@ fn search_kind(
     fetch: i64,
 ) -> Result<Vec<Candidate>> {
     let t = table(kind);
+    let Some(m) = q.fts_match() else {
+        return list_kind(conn, kind, q, f, order, fetch);
+    };
+    let fts = t.fts;
+    let bm25 = match t.weights {
+        Some(w) => format!("bm25({fts}, {w})"),
+        None => format!("bm25({fts})"),
+    };
+    // `?1` is the MATCH expression in both statements; filters follow. A unary `+` keeps
+    // SQLite from driving the join from a `project` or `created_at` index (one full-text
+    // evaluation per row of the project): the full-text index always leads.
+    let mut args: Vec<Value> = vec![Value::Text(m)];
+    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
+    push_filters(kind, f, true, &mut args, &mut wheres);
+    let from = format!(
+        "{fts} JOIN {table} t ON t.id = {fts}.rowid",
+        table = t.table
+    );
+    let wheres = wheres.join(" AND ");
+    // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
+    // the filters, found by walking the full-text index in rowid order.
+    let window = fetch.max(RANK_WINDOW);
+    let (walk, bound) = match order {
+        Order::Oldest => ("ASC", "<="),
+        Order::Relevance | Order::Newest => ("DESC", ">="),
+    };
+    let mut edge_args = args.clone();
+    edge_args.push(Value::Integer(window - 1));
+    let edge: Option<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT {fts}.rowid FROM {from} WHERE {wheres}
+             ORDER BY {fts}.rowid {walk} LIMIT 1 OFFSET ?{}",
+            edge_args.len()
+        ))?
+        .query_row(params_from_iter(edge_args), |r| r.get(0))
+        .optional()?;
+    let mut wheres = wheres;
+    if let Some(edge) = edge {
+        args.push(Value::Integer(edge));
+        wheres.push_str(&format!(" AND {fts}.rowid {bound} ?{}", args.len()));
+    }
+    let order_by = match order {
+        Order::Relevance => "score, t.created_at DESC, t.id DESC",
+        Order::Newest => "t.created_at DESC, t.id DESC",
+        Order::Oldest => "t.created_at, t.id",
+    };
+    args.push(Value::Integer(fetch));
+    let sql = format!(
+        "SELECT t.id, t.created_at, {bm25} AS score FROM {from} WHERE {wheres}
+         ORDER BY {order_by} LIMIT ?{}",
+        args.len()
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| {
+            Ok(Candidate {
+                kind,
+                id: r.get(0)?,
+                created_at: r.get(1)?,
+                score: r.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Rows of a kind by the filters alone (the query has no word to match), newest or oldest
+/// first, minus the rows matching excluded words.
+fn list_kind(
+    conn: &Connection,
+    kind: Kind,
+    q: &query::Query,
+    f: &Filters,
+    order: Order,
+    fetch: i64,
+) -> Result<Vec<Candidate>> {
+    let t = table(kind);
     let mut args: Vec<Value> = Vec::new();
     let mut wheres: Vec<String> = Vec::new();
-    let fts_match = q.fts_match();
-    let (from, score) = match &fts_match {
-        Some(m) => {
-            args.push(Value::Text(m.clone()));
-            wheres.push(format!("{fts} MATCH ?{}", args.len(), fts = t.fts));
-            let bm25 = match t.weights {
-                Some(w) => format!("bm25({}, {w})", t.fts),
-                None => format!("bm25({})", t.fts),
-            };
-            (
-                format!(
-                    "{fts} JOIN {table} t ON t.id = {fts}.rowid",
-                    fts = t.fts,
-                    table = t.table
-                ),
-                bm25,
-            )
-        }
-        None => (format!("{} t", t.table), "NULL".to_string()),
-    };
     if let Some(x) = q.exclusion() {
         args.push(Value::Text(x));
         wheres.push(format!(
@@ -308,16 +372,16 @@ fn search_kind(
             fts = t.fts
         ));
     }
-    push_filters(kind, f, &mut args, &mut wheres);
-    let order_by = match (order, fts_match.is_some()) {
-        (Order::Relevance, true) => "score, t.created_at DESC, t.id DESC",
-        (Order::Relevance, false) | (Order::Newest, _) => "t.created_at DESC, t.id DESC",
-        (Order::Oldest, _) => "t.created_at, t.id",
+    push_filters(kind, f, false, &mut args, &mut wheres);
+    let order_by = match order {
+        Order::Relevance | Order::Newest => "t.created_at DESC, t.id DESC",
+        Order::Oldest => "t.created_at, t.id",
     };
     args.push(Value::Integer(fetch));
     let sql = format!(
-        "SELECT t.id, t.created_at, {score} AS score FROM {from} WHERE {wheres}
+        "SELECT t.id, t.created_at FROM {table} t WHERE {wheres}
          ORDER BY {order_by} LIMIT ?{n}",
+        table = t.table,
         wheres = if wheres.is_empty() {
             "1".to_string()
         } else {
@@ -325,16 +389,18 @@ fn search_kind(
         },
         n = args.len(),
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(args), |r| {
-        Ok(Candidate {
-            kind,
-            id: r.get(0)?,
-            created_at: r.get(1)?,
-            score: r.get(2)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| {
+            Ok(Candidate {
+                kind,
+                id: r.get(0)?,
+                created_at: r.get(1)?,
+                score: None,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }
 
 /// Reads what a hit shows: project, label, title, and a snippet (highlighted when the
@@ -409,18 +475,27 @@ fn fill(conn: &Connection, c: Candidate, fts_match: Option<&str>) -> Result<Opti
 }
 
 /// Adds the WHERE clauses of the filters that apply to `kind`, on table alias `t`.
-fn push_filters(kind: Kind, f: &Filters, args: &mut Vec<Value>, wheres: &mut Vec<String>) {
+/// With `no_index`, the indexed columns are written `+t.column` so that SQLite does not
+/// use their indexes (see [`search_kind`]).
+fn push_filters(
+    kind: Kind,
+    f: &Filters,
+    no_index: bool,
+    args: &mut Vec<Value>,
+    wheres: &mut Vec<String>,
+) {
+    let plus = if no_index { "+" } else { "" };
     if let Some(p) = &f.project {
         args.push(Value::Text(p.clone()));
-        wheres.push(format!("t.project = ?{}", args.len()));
+        wheres.push(format!("{plus}t.project = ?{}", args.len()));
     }
     if let Some(since) = f.since {
         args.push(Value::Integer(since));
-        wheres.push(format!("t.created_at >= ?{}", args.len()));
+        wheres.push(format!("{plus}t.created_at >= ?{}", args.len()));
     }
     if let Some(until) = f.until {
         args.push(Value::Integer(until));
-        wheres.push(format!("t.created_at < ?{}", args.len()));
+        wheres.push(format!("{plus}t.created_at < ?{}", args.len()));
     }
     if kind == Kind::Observation {
         if !f.types.is_empty() {
@@ -1201,6 +1276,63 @@ mod tests {
         assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
         assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
         assert_eq!(lease.narrative, "the narrative");
+    }
+
+    #[test]
+    fn the_rank_window_follows_the_filters() {
+        let mut f = fixture();
+        let n = RANK_WINDOW as usize + 100;
+        db::write(&mut f.conn, |tx| {
+            crate::sessions::ensure(tx, "s-small", "small", "/x", T0)?;
+            crate::sessions::ensure(tx, "s-big", "big", "/x", T0)?;
+            for i in 0..3 {
+                memory::insert_observation(
+                    tx,
+                    &obs("small", "change", &format!("small {i}"), "lease", T0 + i),
+                )?;
+            }
+            for i in 0..n as i64 {
+                let title = if i == n as i64 - 1 {
+                    "Lease title hit"
+                } else {
+                    "Queue note"
+                };
+                memory::insert_observation(
+                    tx,
+                    &obs(
+                        "big",
+                        "change",
+                        &format!("{title} {i}"),
+                        "lease here",
+                        T0 + 10 + i,
+                    ),
+                )?;
+            }
+            Ok(())
+        })
+        .expect("seed");
+        // The small project's matches are the oldest of all, yet every one is found.
+        assert_eq!(
+            search(&f.conn, &req("lease", Some("small")))
+                .expect("small")
+                .len(),
+            3
+        );
+        let hits = search(&f.conn, &req("lease", Some("big"))).expect("big");
+        assert!(
+            hits[0].title.starts_with("Lease title hit"),
+            "{:?}",
+            hits[0]
+        );
+        let mut oldest = req("lease", Some("big"));
+        oldest.order = Order::Oldest;
+        let hits = search(&f.conn, &oldest).expect("oldest");
+        assert_eq!(hits[0].title, "Queue note 0");
+        let mut newest = req("lease", None);
+        newest.order = Order::Newest;
+        newest.limit = 2;
+        let hits = search(&f.conn, &newest).expect("newest");
+        assert_eq!(hits[0].title, format!("Lease title hit {}", n - 1));
     }
 
     #[test]
