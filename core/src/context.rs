@@ -397,6 +397,13 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
         let got = render(&d, 300, NOW);
         assert!(got.contains("#100 "));
         assert!(!got.contains("#1 "));
+        // Thousands of observations: the default budget, filled to within one line.
+        let many = data(5_000);
+        let got = render(&many, 1_500, NOW);
+        assert!(tokens(&got) <= 1_500);
+        assert!(tokens(&got) > 1_500 - 25, "{}", tokens(&got));
+        assert!(got.contains("- #100 14:13 "), "the newest is kept");
+        assert!(got.contains("## Last turn"), "the summary is kept");
     }
 
     #[test]

@@ -598,6 +598,7 @@ fn run(n: usize) {
         },
     )
     .expect("open");
+    search::tune_for_reading(&conn).expect("tune");
     let cases = mix(&conn, 400);
     // Warm the page cache the way a working machine has it.
     for c in &cases {

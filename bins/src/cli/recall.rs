@@ -171,13 +171,15 @@ impl ScopeArgs {
 }
 
 fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
-    Ok(db::open_data_dir(
+    let conn = db::open_data_dir(
         &ctx.data_dir,
         OpenOptions {
             create: false,
             ..OpenOptions::default()
         },
-    )?)
+    )?;
+    search::tune_for_reading(&conn)?;
+    Ok(conn)
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends quietly.
@@ -519,6 +521,7 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
     };
     // The server may be registered before any hook ran: make the database if needed.
     let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
+    search::tune_for_reading(&conn)?;
     log::info!("mcp server for project '{project}'");
     let mut server = mcp::Server::new(conn, project, clock::now_ms);
     let stdin = std::io::stdin().lock();
