@@ -684,11 +684,18 @@ impl Entry {
     }
 }
 
+/// A record of some kind, by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Ref {
+    pub kind: Kind,
+    pub id: i64,
+}
+
 /// Records around an anchor, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Timeline {
     /// The anchor's kind and id; `None` when the anchor was not found (then no entries).
-    pub anchor: Option<(Kind, i64)>,
+    pub anchor: Option<Ref>,
     pub entries: Vec<Entry>,
 }
 
@@ -756,7 +763,7 @@ pub fn timeline(conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
     entries.push(centre);
     entries.extend(newer);
     Ok(Timeline {
-        anchor: Some((kind, id)),
+        anchor: Some(Ref { kind, id }),
         entries,
     })
 }
@@ -1286,7 +1293,13 @@ mod tests {
             },
         )
         .expect("by query");
-        assert_eq!(t.anchor, Some((Kind::Observation, o3)));
+        assert_eq!(
+            t.anchor,
+            Some(Ref {
+                kind: Kind::Observation,
+                id: o3
+            })
+        );
         assert_eq!(t.entries.len(), 2);
         let err = timeline(
             &f.conn,

@@ -359,7 +359,10 @@ fn timeline_show_context_and_save() {
 
     let o = cairn(&env, &["timeline", "--query", "busy timeout", "--json"]);
     let t = json_of(&o);
-    assert_eq!(t["anchor"][1], s.bugfix);
+    assert_eq!(
+        t["anchor"],
+        serde_json::json!({"kind": "observation", "id": s.bugfix})
+    );
     assert!(
         t["entries"]
             .as_array()
