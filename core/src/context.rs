@@ -1,17 +1,553 @@
-//! The context block injected at `SessionStart`. (Rendering is built in the recall work;
-//! until then the block is empty, which is a valid answer.)
+//! The context block injected at `SessionStart`: the project's latest turn summary, an
+//! index of recent observations grouped by day, and a footer saying how to get details.
+//!
+//! Split in two: [`load`] reads what the block may show (one small indexed query per
+//! part), [`render`] turns it into text and is pure.
+//!
+//! Invariants of [`render`]:
+//! - the block fits the budget: [`tokens`] of the result is at most `budget_tokens`
+//!   (tokens are counted as characters / 4, rounded up);
+//! - to fit, whole lines are dropped, never cut: the oldest observation lines first (a day
+//!   heading goes with its last line), then the summary lines; when not even the heading,
+//!   one line and the footer fit, the block is empty;
+//! - nothing to show (no summary, no observation) is an empty block.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::clock;
 use crate::error::Result;
+use crate::search::{one_line, shorten};
 use crate::settings::ContextSettings;
+
+/// The project's latest turn summary, as the block shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastSummary {
+    pub created_at: i64,
+    pub request: String,
+    pub completed: String,
+    pub next_steps: String,
+}
+
+/// One observation in the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexLine {
+    pub id: i64,
+    pub created_at: i64,
+    /// The observation type.
+    pub kind: String,
+    pub title: String,
+}
+
+/// Everything the block may show.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContextData {
+    pub project: String,
+    pub summary: Option<LastSummary>,
+    /// Newest first.
+    pub observations: Vec<IndexLine>,
+}
+
+/// Longest summary field shown, in characters.
+const FIELD_CHARS: usize = 300;
+/// Longest observation title shown, in characters.
+const TITLE_CHARS: usize = 120;
+/// The last line of every non-empty block.
+pub const FOOTER: &str =
+    "Details: MCP tools search → timeline → get_observations(ids), or `cairn show <id>`.";
+
+/// Estimated tokens of a text: characters / 4, rounded up.
+pub fn tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4)
+}
 
 /// The block the next session of `project` is told, within the token budget.
 pub fn session_start(
-    _conn: &Connection,
-    _project: &str,
-    _settings: &ContextSettings,
-    _now: i64,
+    conn: &Connection,
+    project: &str,
+    settings: &ContextSettings,
+    now: i64,
 ) -> Result<String> {
-    Ok(String::new())
+    let data = load(conn, project, settings)?;
+    Ok(render(&data, settings.budget_tokens, now))
+}
+
+/// Reads the latest summary (when `show_last_summary`) and the `max_observations` newest
+/// observations of the project's `max_sessions` most recent sessions (plus memories saved
+/// outside a session).
+pub fn load(conn: &Connection, project: &str, settings: &ContextSettings) -> Result<ContextData> {
+    let summary = if settings.show_last_summary {
+        conn.prepare_cached(
+            "SELECT created_at, request, completed, next_steps FROM session_summaries
+             WHERE project = ?1 ORDER BY created_at DESC, id DESC LIMIT 1",
+        )?
+        .query_row([project], |r| {
+            Ok(LastSummary {
+                created_at: r.get(0)?,
+                request: r.get(1)?,
+                completed: r.get(2)?,
+                next_steps: r.get(3)?,
+            })
+        })
+        .optional()?
+    } else {
+        None
+    };
+    let observations = conn
+        .prepare_cached(
+            "SELECT id, created_at, type, title FROM observations
+             WHERE project = ?1
+               AND (session_id IS NULL OR session_id IN (
+                    SELECT session_id FROM sessions WHERE project = ?1
+                    ORDER BY updated_at DESC LIMIT ?2))
+             ORDER BY created_at DESC, id DESC LIMIT ?3",
+        )?
+        .query_map(
+            params![
+                project,
+                settings.max_sessions as i64,
+                settings.max_observations as i64
+            ],
+            |r| {
+                Ok(IndexLine {
+                    id: r.get(0)?,
+                    created_at: r.get(1)?,
+                    kind: r.get(2)?,
+                    title: r.get(3)?,
+                })
+            },
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(ContextData {
+        project: project.to_string(),
+        summary,
+        observations,
+    })
+}
+
+/// A line of the block, with what dropping it means.
+#[derive(Debug)]
+enum Line {
+    Fixed(String),
+    Summary(String),
+    /// A day heading; `usize` is the day's index.
+    Day(usize, String),
+    /// An observation line of day `usize`.
+    Obs(usize, String),
+    ObsHeading(String),
+}
+
+impl Line {
+    fn text(&self) -> &str {
+        match self {
+            Line::Fixed(s)
+            | Line::Summary(s)
+            | Line::Day(_, s)
+            | Line::Obs(_, s)
+            | Line::ObsHeading(s) => s,
+        }
+    }
+}
+
+/// Renders the block within `budget_tokens`. Pure.
+pub fn render(data: &ContextData, budget_tokens: usize, now: i64) -> String {
+    // The block is wrapped in cairn's context tag, which capture strips from everything it
+    // stores: memory never feeds on its own injected context.
+    let mut lines: Vec<Line> = vec![
+        Line::Fixed(format!("<{}>", crate::privacy::CONTEXT_TAG)),
+        Line::Fixed(format!(
+            "# cairn memory of project {} (times UTC)",
+            one_line(&data.project)
+        )),
+    ];
+    if let Some(s) = &data.summary {
+        let fields: Vec<Line> = [
+            ("Request", &s.request),
+            ("Completed", &s.completed),
+            ("Next steps", &s.next_steps),
+        ]
+        .into_iter()
+        .map(|(label, value)| (label, one_line(value)))
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(label, value)| Line::Summary(format!("- {label}: {}", shorten(&value, FIELD_CHARS))))
+        .collect();
+        if !fields.is_empty() {
+            lines.push(Line::Summary(String::new()));
+            lines.push(Line::Summary(format!(
+                "## Last turn ({})",
+                day_and_time(s.created_at)
+            )));
+            lines.extend(fields);
+        }
+    }
+    if !data.observations.is_empty() {
+        lines.push(Line::ObsHeading(String::new()));
+        lines.push(Line::ObsHeading(
+            "## Recent observations (id time type title)".into(),
+        ));
+        let today = clock::date_utc(now);
+        let yesterday = clock::date_utc(now - 86_400_000);
+        let mut day_index = 0usize;
+        let mut current: Option<String> = None;
+        for o in data.observations.iter().rev() {
+            let date = clock::date_utc(o.created_at);
+            if current.as_deref() != Some(date.as_str()) {
+                day_index += 1;
+                let label = if date == today {
+                    format!("### {date} (today)")
+                } else if date == yesterday {
+                    format!("### {date} (yesterday)")
+                } else {
+                    format!("### {date}")
+                };
+                lines.push(Line::Day(day_index, label));
+                current = Some(date);
+            }
+            let (_, (hh, mm, _)) = clock::civil_utc(o.created_at);
+            lines.push(Line::Obs(
+                day_index,
+                format!(
+                    "- #{} {hh:02}:{mm:02} {} {}",
+                    o.id,
+                    one_line(&o.kind),
+                    shorten(&one_line(&o.title), TITLE_CHARS)
+                ),
+            ));
+        }
+    }
+    lines.push(Line::Fixed(String::new()));
+    lines.push(Line::Fixed(FOOTER.to_string()));
+    lines.push(Line::Fixed(format!("</{}>", crate::privacy::CONTEXT_TAG)));
+    fit(lines, budget_tokens.saturating_mul(4))
+}
+
+/// Drops lines until the text has at most `max_chars` characters (see the module
+/// invariants), then joins them.
+fn fit(mut lines: Vec<Line>, max_chars: usize) -> String {
+    // Each line costs its characters plus a newline.
+    let cost = |l: &Line| l.text().chars().count() + 1;
+    let mut total: usize = lines.iter().map(cost).sum();
+    while total > max_chars {
+        let victim = lines
+            .iter()
+            .position(|l| matches!(l, Line::Obs(..)))
+            .or_else(|| lines.iter().rposition(|l| matches!(l, Line::Summary(_))));
+        let Some(i) = victim else {
+            return String::new();
+        };
+        let removed = lines.remove(i);
+        total -= cost(&removed);
+        if let Line::Obs(day, _) = removed {
+            let day_left = lines
+                .iter()
+                .any(|l| matches!(l, Line::Obs(d, _) if *d == day));
+            if !day_left
+                && let Some(h) = lines
+                    .iter()
+                    .position(|l| matches!(l, Line::Day(d, _) if *d == day))
+            {
+                total -= cost(&lines.remove(h));
+            }
+            if !lines.iter().any(|l| matches!(l, Line::Obs(..))) {
+                while let Some(h) = lines.iter().position(|l| matches!(l, Line::ObsHeading(_))) {
+                    total -= cost(&lines.remove(h));
+                }
+            }
+        }
+        // A summary reduced to its blank line and heading says nothing.
+        let summary_lines = lines
+            .iter()
+            .filter(|l| matches!(l, Line::Summary(_)))
+            .count();
+        if summary_lines == 2 {
+            while let Some(h) = lines.iter().position(|l| matches!(l, Line::Summary(_))) {
+                total -= cost(&lines.remove(h));
+            }
+        }
+    }
+    let has_content = lines
+        .iter()
+        .any(|l| matches!(l, Line::Obs(..) | Line::Summary(_)));
+    if !has_content {
+        return String::new();
+    }
+    let mut out = String::with_capacity(total);
+    for l in &lines {
+        out.push_str(l.text());
+        out.push('\n');
+    }
+    out
+}
+
+/// `YYYY-MM-DD HH:MM` (UTC).
+fn day_and_time(ms: i64) -> String {
+    let ((y, m, d), (hh, mm, _)) = clock::civil_utc(ms);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db;
+    use crate::memory::{self, NewObservation, NewSummary};
+
+    /// 2026-09-21T14:13:20Z
+    const NOW: i64 = 1_790_000_000_000;
+    const HOUR: i64 = 3_600_000;
+
+    fn line(id: i64, at: i64, title: &str) -> IndexLine {
+        IndexLine {
+            id,
+            created_at: at,
+            kind: "bugfix".into(),
+            title: title.into(),
+        }
+    }
+
+    fn data(n: usize) -> ContextData {
+        ContextData {
+            project: "acme".into(),
+            summary: Some(LastSummary {
+                created_at: NOW - HOUR,
+                request: "Make the lease rescue safe".into(),
+                completed: "Rescue counts\nas an attempt".into(),
+                next_steps: "".into(),
+            }),
+            observations: (0..n as i64)
+                .map(|i| {
+                    line(
+                        100 - i,
+                        NOW - i * 5 * HOUR,
+                        &format!("Observation number {i}"),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn check(d: &ContextData, budget: usize, expected: &str) {
+        let got = render(d, budget, NOW);
+        assert_eq!(got, expected, "\n--- got ---\n{got}");
+        assert!(tokens(&got) <= budget);
+    }
+
+    #[test]
+    fn renders_summary_days_and_footer() {
+        let expected = "\
+<cairn-context>
+# cairn memory of project acme (times UTC)
+
+## Last turn (2026-09-21 13:13)
+- Request: Make the lease rescue safe
+- Completed: Rescue counts as an attempt
+
+## Recent observations (id time type title)
+### 2026-09-20 (yesterday)
+- #97 23:13 bugfix Observation number 3
+### 2026-09-21 (today)
+- #98 04:13 bugfix Observation number 2
+- #99 09:13 bugfix Observation number 1
+- #100 14:13 bugfix Observation number 0
+
+Details: MCP tools search → timeline → get_observations(ids), or `cairn show <id>`.
+</cairn-context>
+";
+        check(&data(4), 1_500, expected);
+    }
+
+    #[test]
+    fn drops_oldest_lines_first_and_day_headings_with_them() {
+        let full = render(&data(4), 1_500, NOW);
+        // Exactly the budget of the full block: nothing dropped.
+        let exact = tokens(&full);
+        assert_eq!(render(&data(4), exact, NOW), full);
+        // One token less: the oldest line and its now empty day go.
+        let expected = full.replace(
+            "### 2026-09-20 (yesterday)\n- #97 23:13 bugfix Observation number 3\n",
+            "",
+        );
+        check(&data(4), exact - 1, &expected);
+        // Without room for any observation: the summary alone.
+        let summary_only = "\
+<cairn-context>
+# cairn memory of project acme (times UTC)
+
+## Last turn (2026-09-21 13:13)
+- Request: Make the lease rescue safe
+- Completed: Rescue counts as an attempt
+
+Details: MCP tools search → timeline → get_observations(ids), or `cairn show <id>`.
+</cairn-context>
+";
+        check(&data(4), tokens(summary_only), summary_only);
+        // Then summary lines go from the bottom; a heading alone goes too.
+        let less = summary_only.replace("- Completed: Rescue counts as an attempt\n", "");
+        check(&data(4), tokens(summary_only) - 1, &less);
+        check(&data(4), 10, "");
+        check(&data(4), 0, "");
+    }
+
+    #[test]
+    fn every_budget_is_respected_to_the_token() {
+        let d = data(300);
+        let mut last_len = 0;
+        for budget in 0..2_000 {
+            let got = render(&d, budget, NOW);
+            assert!(tokens(&got) <= budget, "budget {budget}");
+            assert!(got.len() >= last_len, "more budget never shows less");
+            last_len = got.len();
+            if !got.is_empty() {
+                assert!(got.ends_with(&format!("{FOOTER}\n</cairn-context>\n")));
+                // Whole lines only: every observation line is complete.
+                for l in got.lines().filter(|l| l.starts_with("- #")) {
+                    assert!(l.contains("Observation number"), "{l}");
+                }
+            }
+        }
+        // With room to spare the newest observations are the ones kept.
+        let got = render(&d, 300, NOW);
+        assert!(got.contains("#100 "));
+        assert!(!got.contains("#1 "));
+        // Thousands of observations: the default budget, filled to within one line.
+        let many = data(5_000);
+        let got = render(&many, 1_500, NOW);
+        assert!(tokens(&got) <= 1_500);
+        assert!(tokens(&got) > 1_500 - 25, "{}", tokens(&got));
+        assert!(got.contains("- #100 14:13 "), "the newest is kept");
+        assert!(got.contains("## Last turn"), "the summary is kept");
+    }
+
+    #[test]
+    fn nothing_to_show_is_empty() {
+        check(&ContextData::default(), 1_500, "");
+        let one = ContextData {
+            project: "p".into(),
+            summary: None,
+            observations: vec![line(1, NOW, "Only one")],
+        };
+        check(
+            &one,
+            1_500,
+            "<cairn-context>\n# cairn memory of project p (times UTC)\n\n## Recent observations (id time type title)\n### 2026-09-21 (today)\n- #1 14:13 bugfix Only one\n\nDetails: MCP tools search → timeline → get_observations(ids), or `cairn show <id>`.\n</cairn-context>\n",
+        );
+    }
+
+    #[test]
+    fn loads_from_the_database_within_settings() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = crate::paths::DataDir::new(tmp.path());
+        let mut conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
+        let settings = ContextSettings::default();
+        assert_eq!(
+            session_start(&conn, "acme", &settings, NOW).expect("empty"),
+            ""
+        );
+        db::write(&mut conn, |tx| {
+            for s in 0..3i64 {
+                let sid = format!("s{s}");
+                crate::sessions::ensure(tx, &sid, "acme", "/acme", NOW - (3 - s) * HOUR)?;
+                for i in 0..4i64 {
+                    memory::insert_observation(
+                        tx,
+                        &NewObservation {
+                            session_id: Some(sid.clone()),
+                            project: "acme".into(),
+                            kind: "change".into(),
+                            title: format!("session {s} obs {i}"),
+                            origin: "model".into(),
+                            created_at: NOW - (3 - s) * HOUR + i,
+                            ..Default::default()
+                        },
+                    )?;
+                }
+                memory::upsert_summary(
+                    tx,
+                    &NewSummary {
+                        session_id: sid.clone(),
+                        project: "acme".into(),
+                        prompt_number: 1,
+                        request: format!("request {s}"),
+                        next_steps: format!("next {s}"),
+                        origin: "model".into(),
+                        created_at: NOW - (3 - s) * HOUR + 10,
+                        ..Default::default()
+                    },
+                )?;
+            }
+            crate::sessions::ensure(tx, "x", "other", "/other", NOW)?;
+            memory::insert_observation(
+                tx,
+                &NewObservation {
+                    session_id: Some("x".into()),
+                    project: "other".into(),
+                    kind: "change".into(),
+                    title: "other project".into(),
+                    origin: "model".into(),
+                    created_at: NOW,
+                    ..Default::default()
+                },
+            )?;
+            Ok(())
+        })
+        .expect("seed");
+        let settings = ContextSettings {
+            max_sessions: 2,
+            max_observations: 5,
+            ..ContextSettings::default()
+        };
+        let d = load(&conn, "acme", &settings).expect("load");
+        let titles: Vec<&str> = d.observations.iter().map(|o| o.title.as_str()).collect();
+        assert_eq!(
+            titles,
+            vec![
+                "session 2 obs 3",
+                "session 2 obs 2",
+                "session 2 obs 1",
+                "session 2 obs 0",
+                "session 1 obs 3"
+            ]
+        );
+        assert_eq!(
+            d.summary.as_ref().map(|s| s.request.as_str()),
+            Some("request 2")
+        );
+        let text = session_start(&conn, "acme", &settings, NOW).expect("render");
+        assert!(text.contains("- Next steps: next 2"), "{text}");
+        assert!(!text.contains("other project"));
+        let no_summary = ContextSettings {
+            show_last_summary: false,
+            ..settings
+        };
+        let text = session_start(&conn, "acme", &no_summary, NOW).expect("render");
+        assert!(!text.contains("Last turn"));
+        assert_eq!(
+            session_start(&conn, "nobody", &no_summary, NOW).expect("x"),
+            ""
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_over_budget(
+            titles in proptest::collection::vec(".{0,200}", 0..60),
+            request in ".{0,500}",
+            budget in 0usize..3_000,
+        ) {
+            let d = ContextData {
+                project: "p".into(),
+                summary: Some(LastSummary {
+                    created_at: NOW,
+                    request,
+                    completed: String::new(),
+                    next_steps: "n".into(),
+                }),
+                observations: titles
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| line(i as i64, NOW - i as i64 * HOUR, t))
+                    .collect(),
+            };
+            let got = render(&d, budget, NOW);
+            proptest::prop_assert!(tokens(&got) <= budget);
+        }
+    }
 }

@@ -3,7 +3,9 @@
 
 mod hook;
 mod install;
+mod mcp;
 mod ops;
 mod pipeline;
+mod recall;
 mod support;
 mod worker;

@@ -1,14 +1,72 @@
 //! `cairn search`, `timeline`, `show`, `context`, `save` and `mcp`: everything that reads
-//! memories back.
+//! memories back (and saves one by hand).
+//!
+//! Queries print a table (times UTC) or, with `--json`, JSON; they exit 0 with results, 1
+//! without (like grep), 2 on error. Results are scoped to the current directory's project
+//! unless `--project` names another or `--all-projects` widens the search; then every line
+//! shows its project.
 
+use std::io::{IsTerminal, Read, Write};
+
+use anyhow::Context as _;
 use clap::Args;
 
+use cairn_core::db::{self, OpenOptions};
+use cairn_core::memory::{self, NewObservation, OBSERVATION_TYPES};
+use cairn_core::search::{
+    self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
+};
+use cairn_core::{clock, context, mcp, project};
+
 use super::Ctx;
+use crate::exit;
+
+/// Which project a query covers.
+#[derive(Debug, Args)]
+pub struct ScopeArgs {
+    /// Project name (default: the project of the current directory).
+    #[arg(long, value_name = "NAME", conflicts_with = "all_projects")]
+    pub project: Option<String>,
+    /// Every project; each line then shows its project.
+    #[arg(long)]
+    pub all_projects: bool,
+}
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
-    /// Words (all must match), "exact phrases", -excluded, OR, prefix*.
+    /// Words (all must match), "exact phrases", NOT word (or -word after `--`), OR,
+    /// prefix*. Empty: the newest records matching the filters.
     pub query: Vec<String>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// Only observations of this type (repeat or comma-separate): decision, bugfix,
+    /// feature, refactor, discovery, change.
+    #[arg(long = "type", value_name = "TYPE", value_delimiter = ',')]
+    pub types: Vec<String>,
+    /// Only observations tagged with this concept.
+    #[arg(long)]
+    pub concept: Option<String>,
+    /// Only records that read or modified a file whose path contains this text.
+    #[arg(long)]
+    pub file: Option<String>,
+    /// From this time on: YYYY-MM-DD[THH:MM] (UTC) or an age like 7d, 12h, 2w.
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Before this time (same forms as --since).
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+    /// What to search: observations, summaries, prompts or all.
+    #[arg(long, default_value = "all")]
+    pub kind: String,
+    /// relevance, newest or oldest.
+    #[arg(long, default_value = "relevance")]
+    pub order: String,
+    /// Most results.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Skip this many results.
+    #[arg(long, default_value_t = 0)]
+    pub offset: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -16,6 +74,20 @@ pub struct SearchArgs {
 
 #[derive(Debug, Args)]
 pub struct TimelineArgs {
+    /// Observation id to centre on.
+    #[arg(value_parser = parse_id, required_unless_present = "query")]
+    pub id: Option<i64>,
+    /// Centre on the best hit of this query instead.
+    #[arg(long, short, conflicts_with = "id")]
+    pub query: Option<String>,
+    /// Records before the anchor.
+    #[arg(long, short, default_value_t = 5)]
+    pub before: usize,
+    /// Records after the anchor.
+    #[arg(long, short, default_value_t = 5)]
+    pub after: usize,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -23,7 +95,8 @@ pub struct TimelineArgs {
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// Observation ids.
+    /// Observation ids (`12` or `#12`).
+    #[arg(required = true, value_parser = parse_id)]
     pub ids: Vec<i64>,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -35,32 +108,445 @@ pub struct ContextArgs {
     /// Project name (default: the project of the current directory).
     #[arg(long)]
     pub project: Option<String>,
+    /// Print JSON ({"project", "text", "tokens"}) instead of the block.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct SaveArgs {
-    /// Title of the memory.
+    /// Title of the memory: one short line.
     pub title: String,
+    /// What to remember (`-` reads it from stdin).
+    #[arg(long, short)]
+    pub text: Option<String>,
+    /// decision, bugfix, feature, refactor, discovery or change.
+    #[arg(long = "type", default_value = "discovery")]
+    pub kind: String,
+    /// A file it is about (repeatable).
+    #[arg(long = "file", value_name = "PATH")]
+    pub files: Vec<String>,
+    /// A concept tag (repeatable).
+    #[arg(long = "concept", value_name = "TAG")]
+    pub concepts: Vec<String>,
+    /// Project name (default: the project of the current directory).
+    #[arg(long)]
+    pub project: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
-pub struct McpArgs {}
+pub struct McpArgs {
+    /// Project the tools default to (default: the project of the current directory).
+    #[arg(long)]
+    pub project: Option<String>,
+}
 
-pub fn search(_ctx: &Ctx, _args: &SearchArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("search is not built yet")
+/// `12` or `#12`.
+fn parse_id(s: &str) -> Result<i64, String> {
+    s.trim()
+        .trim_start_matches('#')
+        .parse()
+        .map_err(|_| format!("'{s}' is not an observation id (a number like 12)"))
 }
-pub fn timeline(_ctx: &Ctx, _args: &TimelineArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("timeline is not built yet")
+
+fn current_project() -> anyhow::Result<String> {
+    let cwd = std::env::current_dir().context("failed to read the current directory")?;
+    Ok(project::detect(&cwd))
 }
-pub fn show(_ctx: &Ctx, _args: &ShowArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("show is not built yet")
+
+impl ScopeArgs {
+    /// `None` for every project.
+    fn resolve(&self) -> anyhow::Result<Option<String>> {
+        if self.all_projects {
+            return Ok(None);
+        }
+        match &self.project {
+            Some(p) => Ok(Some(p.clone())),
+            None => current_project().map(Some),
+        }
+    }
 }
-pub fn context(_ctx: &Ctx, _args: &ContextArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("context is not built yet")
+
+fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
+    let conn = db::open_data_dir(
+        &ctx.data_dir,
+        OpenOptions {
+            create: false,
+            ..OpenOptions::default()
+        },
+    )?;
+    search::tune_for_reading(&conn)?;
+    Ok(conn)
 }
-pub fn save(_ctx: &Ctx, _args: &SaveArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("save is not built yet")
+
+/// Writes to stdout; a closed pipe (`| head`) ends quietly.
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("failed to write to stdout"),
+    }
 }
-pub fn mcp(_ctx: &Ctx, _args: &McpArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("mcp is not built yet")
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    print(&text)
+}
+
+/// `YYYY-MM-DD HH:MM` (UTC).
+fn when(ms: i64) -> String {
+    let ((y, m, d), (hh, mm, _)) = clock::civil_utc(ms);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
+}
+
+/// Left-aligned columns, two spaces apart; the last column is not padded.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let cols = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(cols - 1) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let all = std::iter::once(header.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .chain(rows.iter().cloned());
+    for row in all {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 < cols {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(widths[i] - cell.chars().count() + 2));
+            } else {
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Turns `**match**` into bold on a colour terminal, and leaves it as is elsewhere.
+fn highlight(snippet: &str, color: bool) -> String {
+    if !color {
+        return snippet.to_string();
+    }
+    let mut out = String::new();
+    for (i, part) in snippet.split(search::HIGHLIGHT_OPEN).enumerate() {
+        if i > 0 {
+            out.push_str(if i % 2 == 1 { "\x1b[1m" } else { "\x1b[0m" });
+        }
+        out.push_str(part);
+    }
+    out.push_str("\x1b[0m");
+    out
+}
+
+fn color() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
+    let now = clock::now_ms();
+    let time = |flag: &str, value: &Option<String>| -> anyhow::Result<Option<i64>> {
+        value
+            .as_deref()
+            .map(|v| {
+                search::parse_time(v, now).with_context(|| {
+                    format!("--{flag} '{v}' is not a date (YYYY-MM-DD) or an age (7d, 12h, 2w)")
+                })
+            })
+            .transpose()
+    };
+    let types: Vec<String> = args
+        .types
+        .iter()
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if let Some(bad) = types
+        .iter()
+        .find(|t| !OBSERVATION_TYPES.contains(&t.as_str()))
+    {
+        anyhow::bail!(
+            "unknown type '{bad}' (use one of {})",
+            OBSERVATION_TYPES.join(", ")
+        );
+    }
+    let kinds = Kind::parse_list(&args.kind).with_context(|| {
+        format!(
+            "--kind '{}' is not observations, summaries, prompts or all",
+            args.kind
+        )
+    })?;
+    let order = Order::parse(&args.order).with_context(|| {
+        format!(
+            "--order '{}' is not relevance, newest or oldest",
+            args.order
+        )
+    })?;
+    let project = args.scope.resolve()?;
+    let req = SearchRequest {
+        query: args.query.join(" "),
+        filters: Filters {
+            project: project.clone(),
+            types,
+            concept: args.concept.clone(),
+            file: args.file.clone(),
+            since: time("since", &args.since)?,
+            until: time("until", &args.until)?,
+        },
+        kinds,
+        order,
+        limit: args.limit,
+        offset: args.offset,
+    };
+    let conn = open(ctx)?;
+    let hits = search::search(&conn, &req)?;
+    if args.json {
+        print_json(&hits)?;
+    } else if hits.is_empty() {
+        eprintln!(
+            "no results in {}",
+            match &project {
+                Some(p) => format!("project '{p}' (--all-projects searches every project)"),
+                None => "any project".into(),
+            }
+        );
+    } else {
+        let color = color();
+        let wide = project.is_none();
+        let mut header = vec!["ID", "WHEN (UTC)", "TYPE"];
+        if wide {
+            header.push("PROJECT");
+        }
+        header.push("TITLE — SNIPPET");
+        let rows: Vec<Vec<String>> = hits
+            .iter()
+            .map(|h| {
+                let mut row = vec![h.reference(), when(h.created_at), h.label.clone()];
+                if wide {
+                    row.push(h.project.clone());
+                }
+                let mut text = shorten(&one_line(&h.title), 70);
+                if !h.snippet.is_empty() {
+                    text.push_str(" — ");
+                    text.push_str(&highlight(&shorten(&h.snippet, 120), color));
+                }
+                row.push(text);
+                row
+            })
+            .collect();
+        print(&table(&header, &rows))?;
+    }
+    Ok(if hits.is_empty() {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
+}
+
+pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
+    let anchor = match (&args.id, &args.query) {
+        (Some(id), _) => Anchor::Observation(*id),
+        (None, Some(q)) => Anchor::Query(q.clone()),
+        (None, None) => anyhow::bail!("give an observation id or --query"),
+    };
+    let project = args.scope.resolve()?;
+    let conn = open(ctx)?;
+    let t = search::timeline(
+        &conn,
+        &TimelineRequest {
+            anchor: anchor.clone(),
+            before: args.before,
+            after: args.after,
+            project: project.clone(),
+        },
+    )?;
+    if args.json {
+        print_json(&t)?;
+    } else if t.anchor.is_none() {
+        match anchor {
+            Anchor::Observation(id) => eprintln!("no observation {id}"),
+            Anchor::Query(_) => eprintln!("no record matches the query"),
+        }
+    } else {
+        let wide = project.is_none();
+        let mut header = vec!["", "ID", "WHEN (UTC)", "TYPE"];
+        if wide {
+            header.push("PROJECT");
+        }
+        header.push("TITLE — DETAIL");
+        let rows: Vec<Vec<String>> = t
+            .entries
+            .iter()
+            .map(|e| {
+                let mut row = vec![
+                    if e.anchor {
+                        "→".into()
+                    } else {
+                        String::new()
+                    },
+                    e.reference(),
+                    when(e.created_at),
+                    e.label.clone(),
+                ];
+                if wide {
+                    row.push(e.project.clone());
+                }
+                let mut text = shorten(&one_line(&e.title), 70);
+                if !e.detail.is_empty() {
+                    text.push_str(" — ");
+                    text.push_str(&shorten(&e.detail, 100));
+                }
+                row.push(text);
+                row
+            })
+            .collect();
+        print(&table(&header, &rows))?;
+    }
+    Ok(if t.anchor.is_some() {
+        exit::OK
+    } else {
+        exit::NEGATIVE
+    })
+}
+
+pub fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<u8> {
+    let conn = open(ctx)?;
+    let fetched = search::get_observations(&conn, &args.ids)?;
+    if args.json {
+        print_json(&fetched)?;
+    } else {
+        let texts: Vec<String> = fetched.found.iter().map(mcp::render_observation).collect();
+        print(&texts.join("\n"))?;
+    }
+    if !fetched.missing.is_empty() && !args.json {
+        let ids: Vec<String> = fetched.missing.iter().map(i64::to_string).collect();
+        eprintln!("no observation {}", ids.join(", "));
+    }
+    Ok(if fetched.found.is_empty() {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
+}
+
+pub fn context(ctx: &Ctx, args: &ContextArgs) -> anyhow::Result<u8> {
+    let project = match &args.project {
+        Some(p) => p.clone(),
+        None => current_project()?,
+    };
+    let conn = open(ctx)?;
+    let settings = &ctx.settings().context;
+    let text = context::session_start(&conn, &project, settings, clock::now_ms())?;
+    if args.json {
+        print_json(&serde_json::json!({
+            "project": project,
+            "text": text,
+            "tokens": context::tokens(&text),
+            "budget_tokens": settings.budget_tokens,
+        }))?;
+    } else if text.is_empty() {
+        eprintln!("nothing to tell the next session of project '{project}' yet");
+    } else {
+        print(&text)?;
+    }
+    Ok(if text.is_empty() {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
+}
+
+pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
+    let title = one_line(&args.title);
+    anyhow::ensure!(!title.is_empty(), "the title is empty");
+    let kind = args.kind.trim().to_ascii_lowercase();
+    anyhow::ensure!(
+        OBSERVATION_TYPES.contains(&kind.as_str()),
+        "unknown type '{}' (use one of {})",
+        args.kind,
+        OBSERVATION_TYPES.join(", ")
+    );
+    let text = match args.text.as_deref() {
+        Some("-") => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("failed to read the text from stdin")?;
+            s
+        }
+        Some(t) => t.to_string(),
+        None => String::new(),
+    };
+    let project = match &args.project {
+        Some(p) => p.clone(),
+        None => current_project()?,
+    };
+    let obs = NewObservation {
+        session_id: None,
+        project: project.clone(),
+        kind,
+        title,
+        narrative: text.trim_end().to_string(),
+        files_modified: args.files.clone(),
+        concepts: args.concepts.clone(),
+        origin: "manual".into(),
+        created_at: clock::now_ms(),
+        ..NewObservation::default()
+    };
+    let mut conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
+    let stored = db::write(&mut conn, |tx| memory::insert_observation(tx, &obs))?;
+    if args.json {
+        print_json(&serde_json::json!({ "id": stored.id(), "project": project }))?;
+    } else {
+        print(&format!(
+            "saved observation {} in project '{project}'\n",
+            stored.id()
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
+    let project = match &args.project {
+        Some(p) => p.clone(),
+        None => current_project()?,
+    };
+    // The server may be registered before any hook ran: make the database if needed.
+    let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
+    search::tune_for_reading(&conn)?;
+    log::info!("mcp server for project '{project}'");
+    let mut server = mcp::Server::new(conn, project, clock::now_ms);
+    let stdin = std::io::stdin().lock();
+    let stdout = std::io::stdout().lock();
+    mcp::serve(&mut server, stdin, stdout)?;
+    Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_highlights_render() {
+        let t = table(
+            &["ID", "TYPE", "TITLE"],
+            &[
+                vec!["1".into(), "bugfix".into(), "a".into()],
+                vec!["S22".into(), "summary".into(), "b".into()],
+            ],
+        );
+        assert_eq!(t, "ID   TYPE     TITLE\n1    bugfix   a\nS22  summary  b\n");
+        assert_eq!(highlight("a **b** c", false), "a **b** c");
+        assert_eq!(highlight("a **b** c", true), "a \x1b[1mb\x1b[0m c\x1b[0m");
+        assert_eq!(parse_id("#12"), Ok(12));
+        assert!(parse_id("x").is_err());
+    }
 }

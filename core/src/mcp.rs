@@ -1,0 +1,1175 @@
+//! The MCP server: JSON-RPC 2.0 over stdio, one message per line, written by hand on
+//! `serde_json` (no async runtime, no SDK).
+//!
+//! Protocol:
+//! - `initialize` negotiates the version: the client's when it is one of
+//!   [`HANDSHAKE_VERSIONS`], else the newest of them. Revision `2026-07-28` has no
+//!   handshake (every request carries its version in `_meta`), so it is answered by
+//!   `server/discover` and per-request `_meta` instead; see [`SUPPORTED_VERSIONS`].
+//! - `ping` answers `{}`; `tools/list`; `tools/call`; notifications (no `id`) are never
+//!   answered, whatever their method.
+//! - Errors: `-32700` for a line that is not JSON, `-32600` for JSON that is not a request,
+//!   `-32601` for an unknown method (before `initialize` too), `-32602` for bad `params`,
+//!   `-32022` for a `_meta` protocol version this server does not speak.
+//! - Tool failures (bad arguments, unknown ids, unknown tool) are results with
+//!   `isError: true` and a message saying how to fix the call, never protocol errors.
+//! - Every reply is one line, written and flushed before the next message is read; the
+//!   server returns when stdin closes.
+
+use std::io::{BufRead, Write};
+
+use rusqlite::Connection;
+use serde_json::{Map, Value, json};
+
+use crate::error::Result;
+use crate::memory::{self, NewObservation, OBSERVATION_TYPES};
+use crate::search::{
+    self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
+};
+
+/// Protocol revisions that open with an `initialize` handshake, oldest first.
+pub const HANDSHAKE_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The stateless revision: no handshake, the version travels in each request's `_meta`.
+pub const STATELESS_VERSION: &str = "2026-07-28";
+/// Every revision this server speaks, oldest first.
+pub const SUPPORTED_VERSIONS: &[&str] = &[
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    STATELESS_VERSION,
+];
+/// The `_meta` key carrying a stateless request's protocol version.
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// JSON-RPC error codes.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// MCP `2026-07-28`: the request's protocol version is not supported.
+    pub const UNSUPPORTED_VERSION: i64 = -32022;
+}
+
+/// Most ids one `get_observations` call may ask for.
+pub const MAX_IDS: usize = 50;
+/// Most hits one `search` call may ask for.
+pub const MAX_SEARCH_LIMIT: usize = 100;
+/// Most records on either side of a `timeline` anchor.
+pub const MAX_TIMELINE_SIDE: usize = 50;
+
+const INSTRUCTIONS: &str = "cairn is this project's memory of past Claude Code sessions. \
+Use it in three steps to keep tokens low: 1) `search` returns a compact index (id, date, type, \
+title, snippet); 2) `timeline` shows what happened around an interesting id; 3) \
+`get_observations` fetches full details only for the ids that matter. `save_memory` stores \
+something worth remembering. Results are scoped to the current project unless you pass \
+`all_projects: true`.";
+
+/// The server's state: one database connection and the project it serves.
+#[derive(Debug)]
+pub struct Server {
+    conn: Connection,
+    project: String,
+    clock: fn() -> i64,
+    /// The version agreed by `initialize`, if it happened.
+    negotiated: Option<String>,
+}
+
+/// What handling one line produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A reply to write.
+    Reply(Value),
+    /// Nothing to write (a notification, a client's response, a blank line).
+    Silent,
+}
+
+impl Server {
+    /// A server on `conn` whose default project is `project`; `clock` gives `now` in ms
+    /// (pass `clock::now_ms`; tests pass a fixed clock).
+    pub fn new(conn: Connection, project: impl Into<String>, clock: fn() -> i64) -> Self {
+        Self {
+            conn,
+            project: project.into(),
+            clock,
+            negotiated: None,
+        }
+    }
+
+    /// The protocol version `initialize` agreed on, if any.
+    pub fn negotiated(&self) -> Option<&str> {
+        self.negotiated.as_deref()
+    }
+
+    /// Handles one line of input.
+    pub fn handle_line(&mut self, line: &[u8]) -> Outcome {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Outcome::Silent;
+        }
+        let msg: Value = match serde_json::from_slice(line) {
+            Ok(v) => v,
+            Err(e) => {
+                return Outcome::Reply(error(
+                    Value::Null,
+                    code::PARSE_ERROR,
+                    &format!("parse error: {e}"),
+                    None,
+                ));
+            }
+        };
+        self.handle_message(msg)
+    }
+
+    /// Handles one decoded message.
+    pub fn handle_message(&mut self, msg: Value) -> Outcome {
+        let Value::Object(obj) = msg else {
+            let what = if msg.is_array() {
+                "batches are not supported; send one message per line"
+            } else {
+                "a message must be a JSON object"
+            };
+            return Outcome::Reply(error(Value::Null, code::INVALID_REQUEST, what, None));
+        };
+        let id = obj.get("id").cloned();
+        let valid_id = match &id {
+            None => true,
+            Some(Value::String(_)) => true,
+            Some(Value::Number(_)) => true,
+            Some(_) => false,
+        };
+        let method = obj.get("method").and_then(Value::as_str);
+        // A response from the client (we never send requests): ignore.
+        if method.is_none() && (obj.contains_key("result") || obj.contains_key("error")) {
+            return Outcome::Silent;
+        }
+        let reply_id = if valid_id {
+            id.clone().unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !valid_id {
+            return Outcome::Reply(error(
+                reply_id,
+                code::INVALID_REQUEST,
+                "invalid request: expected {\"jsonrpc\": \"2.0\", \"id\": number or string, \"method\": string}",
+                None,
+            ));
+        }
+        let Some(method) = method else {
+            return Outcome::Reply(error(
+                reply_id,
+                code::INVALID_REQUEST,
+                "invalid request: missing \"method\"",
+                None,
+            ));
+        };
+        let Some(id) = id else {
+            // A notification: never answered.
+            log::debug!("notification {method}");
+            return Outcome::Silent;
+        };
+        let params = match obj.get("params") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(p)) => p.clone(),
+            Some(_) => {
+                return Outcome::Reply(error(
+                    id,
+                    code::INVALID_PARAMS,
+                    "params must be an object",
+                    None,
+                ));
+            }
+        };
+        let stateless = match params
+            .get("_meta")
+            .and_then(|m| m.get(META_VERSION))
+            .map(|v| v.as_str())
+        {
+            None => false,
+            Some(Some(v)) if SUPPORTED_VERSIONS.contains(&v) => v == STATELESS_VERSION,
+            Some(requested) => {
+                return Outcome::Reply(error(
+                    id,
+                    code::UNSUPPORTED_VERSION,
+                    "unsupported protocol version",
+                    Some(json!({
+                        "supported": SUPPORTED_VERSIONS,
+                        "requested": requested,
+                    })),
+                ));
+            }
+        };
+        let result = match method {
+            "initialize" => Ok(self.initialize(&params)),
+            "server/discover" => Ok(discover()),
+            "ping" => Ok(json!({})),
+            "tools/list" => Ok(json!({ "tools": tools() })),
+            "tools/call" => self.call(&params),
+            other => Err((
+                code::METHOD_NOT_FOUND,
+                format!("method not found: {}", shorten(other, 100)),
+            )),
+        };
+        match result {
+            Ok(mut value) => {
+                if stateless && let Value::Object(m) = &mut value {
+                    m.insert("resultType".into(), json!("complete"));
+                    if method == "tools/list" {
+                        m.insert("ttlMs".into(), json!(3_600_000));
+                        m.insert("cacheScope".into(), json!("public"));
+                    }
+                }
+                Outcome::Reply(json!({ "jsonrpc": "2.0", "id": id, "result": value }))
+            }
+            Err((c, message)) => Outcome::Reply(error(id, c, &message, None)),
+        }
+    }
+
+    fn initialize(&mut self, params: &Map<String, Value>) -> Value {
+        let asked = params.get("protocolVersion").and_then(Value::as_str);
+        let version = match asked {
+            Some(v) if HANDSHAKE_VERSIONS.contains(&v) => v,
+            _ => HANDSHAKE_VERSIONS[HANDSHAKE_VERSIONS.len() - 1],
+        };
+        self.negotiated = Some(version.to_string());
+        json!({
+            "protocolVersion": version,
+            "capabilities": { "tools": {} },
+            "serverInfo": server_info(),
+            "instructions": INSTRUCTIONS,
+        })
+    }
+
+    /// `tools/call`: a protocol error only when `params` has no tool name; everything else
+    /// is a tool result.
+    fn call(&mut self, params: &Map<String, Value>) -> Result<Value, (i64, String)> {
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return Err((
+                code::INVALID_PARAMS,
+                "tools/call needs params.name (a tool name) and params.arguments (an object)"
+                    .into(),
+            ));
+        };
+        let args = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(a)) => a.clone(),
+            Some(_) => return Ok(tool_error("arguments must be a JSON object")),
+        };
+        let outcome = match name {
+            "search" => self.tool_search(&args),
+            "timeline" => self.tool_timeline(&args),
+            "get_observations" => self.tool_get_observations(&args),
+            "save_memory" => self.tool_save_memory(&args),
+            other => Err(ToolError::Fix(format!(
+                "unknown tool '{}'; the tools are search, timeline, get_observations and save_memory",
+                shorten(other, 100)
+            ))),
+        };
+        Ok(match outcome {
+            Ok(text) => json!({ "content": [{ "type": "text", "text": text }], "isError": false }),
+            Err(ToolError::Fix(msg)) => tool_error(&msg),
+            Err(ToolError::Internal(e)) => {
+                log::error!("tool {name} failed: {e}");
+                tool_error(&format!("cairn failed: {e}"))
+            }
+        })
+    }
+
+    fn scope(&self, args: &Args) -> std::result::Result<Option<String>, ToolError> {
+        if args.bool("all_projects")?.unwrap_or(false) {
+            return Ok(None);
+        }
+        Ok(Some(
+            args.string("project")?
+                .unwrap_or_else(|| self.project.clone()),
+        ))
+    }
+
+    fn tool_search(&mut self, raw: &Map<String, Value>) -> std::result::Result<String, ToolError> {
+        let args = Args::new(
+            raw,
+            &[
+                "query",
+                "type",
+                "concept",
+                "file",
+                "since",
+                "until",
+                "kind",
+                "order",
+                "limit",
+                "offset",
+                "project",
+                "all_projects",
+            ],
+        )?;
+        let now = (self.clock)();
+        let project = self.scope(&args)?;
+        let types = match args.get("type") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    ToolError::Fix("'type' must be a string or a list of strings".into())
+                })?,
+            Some(_) => {
+                return Err(ToolError::Fix(
+                    "'type' must be a string or a list of strings".into(),
+                ));
+            }
+        };
+        for t in &types {
+            if !OBSERVATION_TYPES.contains(&t.as_str()) {
+                return Err(ToolError::Fix(format!(
+                    "unknown type '{}'; use one of {}",
+                    shorten(t, 50),
+                    OBSERVATION_TYPES.join(", ")
+                )));
+            }
+        }
+        let time = |key: &str| -> std::result::Result<Option<i64>, ToolError> {
+            match args.string(key)? {
+                None => Ok(None),
+                Some(s) => search::parse_time(&s, now).map(Some).ok_or_else(|| {
+                    ToolError::Fix(format!(
+                        "'{key}' must be a date like 2026-01-31 (UTC) or an age like 7d, 12h, 2w; got '{}'",
+                        shorten(&s, 50)
+                    ))
+                }),
+            }
+        };
+        let kinds = match args.string("kind")? {
+            None => Vec::new(),
+            Some(k) => Kind::parse_list(&k).ok_or_else(|| {
+                ToolError::Fix("'kind' must be observations, summaries, prompts or all".into())
+            })?,
+        };
+        let order = match args.string("order")? {
+            None => Order::Relevance,
+            Some(o) => Order::parse(&o).ok_or_else(|| {
+                ToolError::Fix("'order' must be relevance, newest or oldest".into())
+            })?,
+        };
+        let req = SearchRequest {
+            query: args.string("query")?.unwrap_or_default(),
+            filters: Filters {
+                project: project.clone(),
+                types,
+                concept: args.string("concept")?,
+                file: args.string("file")?,
+                since: time("since")?,
+                until: time("until")?,
+            },
+            kinds,
+            order,
+            limit: args.count("limit", 1, MAX_SEARCH_LIMIT)?.unwrap_or(20),
+            offset: args.count("offset", 0, search::MAX_OFFSET)?.unwrap_or(0),
+        };
+        let hits = search::search(&self.conn, &req).map_err(ToolError::Internal)?;
+        let scope = match &project {
+            Some(p) => format!("project '{p}'"),
+            None => "all projects".to_string(),
+        };
+        if hits.is_empty() {
+            return Ok(format!(
+                "No results in {scope}. Try fewer or broader words, a prefix like `migrat*`, \
+                 `OR` between alternatives{}.",
+                if project.is_some() {
+                    ", or all_projects: true"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let mut out = format!(
+            "{} result{} in {scope} (id date type title — snippet). Observation ids go to \
+             timeline or get_observations; S = turn summary, P = user prompt.\n",
+            hits.len(),
+            if hits.len() == 1 { "" } else { "s" }
+        );
+        for h in &hits {
+            out.push_str(&format!(
+                "{} {} {}{} {}",
+                h.reference(),
+                crate::clock::date_utc(h.created_at),
+                h.label,
+                if project.is_none() {
+                    format!(" [{}]", h.project)
+                } else {
+                    String::new()
+                },
+                shorten(&one_line(&h.title), 120)
+            ));
+            if !h.snippet.is_empty() {
+                out.push_str(" — ");
+                out.push_str(&shorten(&h.snippet, 160));
+            }
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    fn tool_timeline(
+        &mut self,
+        raw: &Map<String, Value>,
+    ) -> std::result::Result<String, ToolError> {
+        let args = Args::new(
+            raw,
+            &[
+                "anchor",
+                "query",
+                "before",
+                "after",
+                "project",
+                "all_projects",
+            ],
+        )?;
+        let anchor = match (args.integer("anchor")?, args.string("query")?) {
+            (Some(id), None) => Anchor::Observation(id),
+            (None, Some(q)) if !q.trim().is_empty() => Anchor::Query(q),
+            (Some(_), Some(_)) => {
+                return Err(ToolError::Fix(
+                    "give either 'anchor' (an observation id) or 'query', not both".into(),
+                ));
+            }
+            _ => {
+                return Err(ToolError::Fix(
+                    "give 'anchor' (an observation id from search) or 'query' (its best hit becomes the anchor)"
+                        .into(),
+                ));
+            }
+        };
+        let project = self.scope(&args)?;
+        let req = TimelineRequest {
+            anchor: anchor.clone(),
+            before: args.count("before", 0, MAX_TIMELINE_SIDE)?.unwrap_or(5),
+            after: args.count("after", 0, MAX_TIMELINE_SIDE)?.unwrap_or(5),
+            project: project.clone(),
+        };
+        let t = match search::timeline(&self.conn, &req) {
+            Ok(t) => t,
+            Err(crate::Error::Invalid(msg)) => return Err(ToolError::Fix(msg)),
+            Err(e) => return Err(ToolError::Internal(e)),
+        };
+        if t.anchor.is_none() {
+            return Err(ToolError::Fix(match anchor {
+                Anchor::Observation(id) => {
+                    format!("no observation with id {id}; take ids from search results")
+                }
+                Anchor::Query(_) => {
+                    "no record matches that query; try search with broader words".into()
+                }
+            }));
+        }
+        let mut out = String::from("Timeline, oldest first (→ marks the anchor):\n");
+        for e in &t.entries {
+            out.push_str(&format!(
+                "{} {} {} {}{} {}",
+                if e.anchor { "→" } else { " " },
+                e.reference(),
+                crate::clock::iso_utc(e.created_at),
+                e.label,
+                if project.is_none() {
+                    format!(" [{}]", e.project)
+                } else {
+                    String::new()
+                },
+                shorten(&one_line(&e.title), 120)
+            ));
+            if !e.detail.is_empty() {
+                out.push_str(" — ");
+                out.push_str(&e.detail);
+            }
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    fn tool_get_observations(
+        &mut self,
+        raw: &Map<String, Value>,
+    ) -> std::result::Result<String, ToolError> {
+        let args = Args::new(raw, &["ids"])?;
+        let fix = || {
+            ToolError::Fix(format!(
+                "'ids' must be a list of 1 to {MAX_IDS} observation ids (integers from search), e.g. {{\"ids\": [12, 15]}}"
+            ))
+        };
+        let ids: Vec<i64> = match args.get("ids") {
+            Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_IDS => items
+                .iter()
+                .map(as_id)
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(fix)?,
+            // A lone id is what was meant.
+            Some(v @ (Value::Number(_) | Value::String(_))) => vec![as_id(v).ok_or_else(fix)?],
+            _ => return Err(fix()),
+        };
+        let fetched = search::get_observations(&self.conn, &ids).map_err(ToolError::Internal)?;
+        if fetched.found.is_empty() {
+            return Err(ToolError::Fix(format!(
+                "no observation with id {}; take ids from search or timeline results",
+                join_ids(&fetched.missing)
+            )));
+        }
+        let mut out = String::new();
+        for o in &fetched.found {
+            out.push_str(&render_observation(o));
+            out.push('\n');
+        }
+        if !fetched.missing.is_empty() {
+            out.push_str(&format!("Not found: {}\n", join_ids(&fetched.missing)));
+        }
+        Ok(out)
+    }
+
+    fn tool_save_memory(
+        &mut self,
+        raw: &Map<String, Value>,
+    ) -> std::result::Result<String, ToolError> {
+        let args = Args::new(
+            raw,
+            &["title", "text", "type", "files", "concepts", "project"],
+        )?;
+        let title = args
+            .string("title")?
+            .map(|t| one_line(&t))
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                ToolError::Fix("'title' is required: one short line naming the memory".into())
+            })?;
+        let text = args
+            .string("text")?
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| {
+                ToolError::Fix("'text' is required: what to remember, in full sentences".into())
+            })?;
+        let kind = args.string("type")?.unwrap_or_else(|| "discovery".into());
+        if !OBSERVATION_TYPES.contains(&kind.as_str()) {
+            return Err(ToolError::Fix(format!(
+                "unknown type '{}'; use one of {}",
+                shorten(&kind, 50),
+                OBSERVATION_TYPES.join(", ")
+            )));
+        }
+        let project = args
+            .string("project")?
+            .unwrap_or_else(|| self.project.clone());
+        let obs = NewObservation {
+            session_id: None,
+            project: project.clone(),
+            prompt_number: None,
+            kind,
+            title: shorten(&title, 200),
+            narrative: text,
+            files_modified: args.strings("files")?,
+            concepts: args.strings("concepts")?,
+            origin: "manual".into(),
+            created_at: (self.clock)(),
+            ..NewObservation::default()
+        };
+        let stored = crate::db::write(&mut self.conn, |tx| memory::insert_observation(tx, &obs))
+            .map_err(ToolError::Internal)?;
+        Ok(format!(
+            "Saved as observation {} in project '{project}'.",
+            stored.id()
+        ))
+    }
+}
+
+/// Full text of an observation, for a model or a person.
+pub fn render_observation(o: &search::Observation) -> String {
+    let mut out = format!(
+        "#{} {} [{}] {} — {}\n",
+        o.id,
+        o.kind,
+        o.project,
+        crate::clock::iso_utc(o.created_at),
+        o.title
+    );
+    if !o.subtitle.is_empty() {
+        out.push_str(&format!("{}\n", o.subtitle));
+    }
+    if !o.narrative.is_empty() {
+        out.push_str(&format!("\n{}\n", o.narrative.trim_end()));
+    }
+    for (label, list) in [
+        ("Facts", &o.facts),
+        ("Concepts", &o.concepts),
+        ("Files read", &o.files_read),
+        ("Files modified", &o.files_modified),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{label}:\n"));
+        for item in list {
+            out.push_str(&format!("- {item}\n"));
+        }
+    }
+    match (&o.session_id, o.prompt_number) {
+        (Some(s), Some(n)) => out.push_str(&format!("Session {s}, prompt {n}\n")),
+        (Some(s), None) => out.push_str(&format!("Session {s}\n")),
+        _ => out.push_str(&format!("Saved by hand ({})\n", o.origin)),
+    }
+    if let Some(p) = &o.prompt {
+        out.push_str(&format!("Prompt: {}\n", shorten(&one_line(p), 300)));
+    }
+    out
+}
+
+fn join_ids(ids: &[i64]) -> String {
+    ids.iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An id as a number, or a string of digits (with an optional leading `#`).
+fn as_id(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().trim_start_matches('#').parse().ok(),
+        _ => None,
+    }
+}
+
+/// Why a tool call failed.
+#[derive(Debug)]
+enum ToolError {
+    /// The call can be fixed; the message says how.
+    Fix(String),
+    /// cairn failed.
+    Internal(crate::Error),
+}
+
+/// Typed access to tool arguments, with errors a model can act on.
+struct Args<'a> {
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Args<'a> {
+    /// Rejects keys the tool does not know, listing the ones it does.
+    fn new(map: &'a Map<String, Value>, known: &[&str]) -> std::result::Result<Self, ToolError> {
+        if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(ToolError::Fix(format!(
+                "unknown argument '{}'; this tool takes {}",
+                shorten(k, 50),
+                known.join(", ")
+            )));
+        }
+        Ok(Self { map })
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.map.get(key)
+    }
+
+    fn string(&self, key: &str) -> std::result::Result<Option<String>, ToolError> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ToolError::Fix(format!("'{key}' must be a string"))),
+        }
+    }
+
+    fn strings(&self, key: &str) -> std::result::Result<Vec<String>, ToolError> {
+        let bad = || ToolError::Fix(format!("'{key}' must be a list of strings"));
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::String(s)) => Ok(vec![s.clone()]),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(bad),
+            Some(_) => Err(bad()),
+        }
+    }
+
+    fn bool(&self, key: &str) -> std::result::Result<Option<bool>, ToolError> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
+            Some(_) => Err(ToolError::Fix(format!("'{key}' must be true or false"))),
+        }
+    }
+
+    fn integer(&self, key: &str) -> std::result::Result<Option<i64>, ToolError> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => as_id(v)
+                .map(Some)
+                .ok_or_else(|| ToolError::Fix(format!("'{key}' must be an integer"))),
+        }
+    }
+
+    fn count(
+        &self,
+        key: &str,
+        min: usize,
+        max: usize,
+    ) -> std::result::Result<Option<usize>, ToolError> {
+        match self.integer(key) {
+            Ok(None) => Ok(None),
+            Ok(Some(n)) if n >= min as i64 && n <= max as i64 => Ok(Some(n as usize)),
+            _ => Err(ToolError::Fix(format!(
+                "'{key}' must be an integer from {min} to {max}"
+            ))),
+        }
+    }
+}
+
+fn tool_error(message: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": message }], "isError": true })
+}
+
+fn error(id: Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut err = json!({ "code": code, "message": message });
+    if let Some(d) = data {
+        err["data"] = d;
+    }
+    json!({ "jsonrpc": "2.0", "id": id, "error": err })
+}
+
+fn server_info() -> Value {
+    json!({ "name": "cairn", "title": "cairn memory", "version": env!("CARGO_PKG_VERSION") })
+}
+
+fn discover() -> Value {
+    json!({
+        "supportedVersions": SUPPORTED_VERSIONS,
+        "capabilities": { "tools": {} },
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+        "ttlMs": 3_600_000,
+        "cacheScope": "public",
+    })
+}
+
+/// The tool definitions, with their JSON Schemas.
+pub fn tools() -> Value {
+    let project = json!({
+        "type": "string",
+        "description": "Project name. Default: the project this server was started in."
+    });
+    let all_projects = json!({
+        "type": "boolean",
+        "default": false,
+        "description": "Search every project instead of one; each line then shows its project."
+    });
+    json!([
+        {
+            "name": "search",
+            "title": "Search memory",
+            "description": "Step 1 of 3. Search this project's memory of past sessions: observations (what was \
+    learned, decided, fixed), turn summaries and user prompts. Returns a compact index, one line per hit: \
+    id, date, type, title and a snippet with matches in **bold**. Cheap: run it first, then call \
+    `timeline` around an interesting id (step 2) and `get_observations` for the few ids you need in \
+    full (step 3). Query language: words (all must match), \"exact phrase\", -excluded, a OR b, prefix*. \
+    An empty query lists the newest records matching the filters.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "query": { "type": "string", "description": "Words to find, e.g. `lease rescue`, `\"busy timeout\" -test`, `sqlite OR postgres`, `migrat*`." },
+                    "type": {
+                        "description": "Only observations of this type (or any of these types).",
+                        "anyOf": [
+                            { "type": "string", "enum": OBSERVATION_TYPES },
+                            { "type": "array", "items": { "type": "string", "enum": OBSERVATION_TYPES } }
+                        ]
+                    },
+                    "concept": { "type": "string", "description": "Only observations tagged with this concept, e.g. `gotcha`, `how-it-works`, `trade-off`." },
+                    "file": { "type": "string", "description": "Only records that read or modified a file whose path contains this text, e.g. `src/db.rs`." },
+                    "since": { "type": "string", "description": "Only records from this time on: a UTC date `2026-01-31`, or an age like `7d`, `12h`, `2w`." },
+                    "until": { "type": "string", "description": "Only records before this time (same forms as `since`)." },
+                    "kind": { "type": "string", "enum": ["all", "observations", "summaries", "prompts"], "default": "all", "description": "Which records to search." },
+                    "order": { "type": "string", "enum": ["relevance", "newest", "oldest"], "default": "relevance" },
+                    "limit": { "type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 20 },
+                    "offset": { "type": "integer", "minimum": 0, "default": 0, "description": "Skip this many hits (paging)." },
+                    "project": project,
+                    "all_projects": all_projects
+                },
+                "additionalProperties": false
+            },
+            "annotations": { "readOnlyHint": true, "openWorldHint": false }
+        },
+        {
+            "name": "timeline",
+            "title": "Timeline around a memory",
+            "description": "Step 2 of 3. Show what happened around one record, in time order: the observations, \
+    turn summaries and prompts before and after it, the anchor marked with →. Give `anchor` (an \
+    observation id from `search`) or `query` (its best hit becomes the anchor). Use it to understand \
+    the context of a hit before fetching full details with `get_observations`.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "anchor": { "type": "integer", "description": "Observation id to centre on (from search results)." },
+                    "query": { "type": "string", "description": "Instead of an id: centre on the best hit of this search." },
+                    "before": { "type": "integer", "minimum": 0, "maximum": MAX_TIMELINE_SIDE, "default": 5, "description": "Records before the anchor." },
+                    "after": { "type": "integer", "minimum": 0, "maximum": MAX_TIMELINE_SIDE, "default": 5, "description": "Records after the anchor." },
+                    "project": project,
+                    "all_projects": all_projects
+                },
+                "additionalProperties": false
+            },
+            "annotations": { "readOnlyHint": true, "openWorldHint": false }
+        },
+        {
+            "name": "get_observations",
+            "title": "Fetch observations in full",
+            "description": "Step 3 of 3. Fetch full observations by id: narrative, facts, concepts, files read and \
+    modified, session and the user's prompt. Costs more tokens than the index, so ask only for the ids \
+    that matter (from `search` or `timeline`). Returned in the order asked; unknown ids are listed.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "ids": {
+                        "type": "array",
+                        "items": { "type": "integer" },
+                        "minItems": 1,
+                        "maxItems": MAX_IDS,
+                        "description": "Observation ids, e.g. [12, 15]."
+                    }
+                },
+                "required": ["ids"],
+                "additionalProperties": false
+            },
+            "annotations": { "readOnlyHint": true, "openWorldHint": false }
+        },
+        {
+            "name": "save_memory",
+            "title": "Save a memory",
+            "description": "Store something worth remembering in later sessions (a decision and its reason, a \
+    gotcha, how something works). It becomes an observation of the current project, found by \
+    `search` from then on. Write a specific title and self-contained text.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "title": { "type": "string", "description": "One short line naming the memory." },
+                    "text": { "type": "string", "description": "What to remember, in full sentences." },
+                    "type": { "type": "string", "enum": OBSERVATION_TYPES, "default": "discovery" },
+                    "files": { "type": "array", "items": { "type": "string" }, "description": "Files it is about." },
+                    "concepts": { "type": "array", "items": { "type": "string" }, "description": "Tags, e.g. gotcha, trade-off." },
+                    "project": project
+                },
+                "required": ["title", "text"],
+                "additionalProperties": false
+            },
+            "annotations": { "readOnlyHint": false, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false }
+        }
+    ])
+}
+
+/// Runs the server: reads lines from `input` until it closes, writes one flushed line per
+/// reply to `output`.
+pub fn serve(server: &mut Server, mut input: impl BufRead, mut output: impl Write) -> Result<()> {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = input
+            .read_until(b'\n', &mut line)
+            .map_err(|e| crate::Error::io("read", "stdin", e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        if let Outcome::Reply(reply) = server.handle_line(&line) {
+            let mut text = serde_json::to_string(&reply).unwrap_or_else(|e| {
+                error(Value::Null, code::INTERNAL_ERROR, &e.to_string(), None).to_string()
+            });
+            text.push('\n');
+            output
+                .write_all(text.as_bytes())
+                .and_then(|()| output.flush())
+                .map_err(|e| crate::Error::io("write", "stdout", e))?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> (tempfile::TempDir, Server) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = crate::paths::DataDir::new(tmp.path());
+        let conn = crate::db::open_data_dir(&dd, crate::db::OpenOptions::default()).expect("open");
+        (tmp, Server::new(conn, "acme", || 1_790_000_000_000))
+    }
+
+    fn reply(s: &mut Server, line: &str) -> Value {
+        match s.handle_line(line.as_bytes()) {
+            Outcome::Reply(v) => v,
+            Outcome::Silent => panic!("no reply to {line}"),
+        }
+    }
+
+    fn call(s: &mut Server, name: &str, args: Value) -> (bool, String) {
+        let r = reply(
+            s,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}})
+                .to_string(),
+        );
+        let result = &r["result"];
+        (
+            result["isError"].as_bool().expect("isError"),
+            result["content"][0]["text"]
+                .as_str()
+                .expect("text")
+                .to_string(),
+        )
+    }
+
+    #[test]
+    fn negotiates_versions() {
+        let (_t, mut s) = server();
+        for (asked, want) in [
+            ("2024-11-05", "2024-11-05"),
+            ("2025-03-26", "2025-03-26"),
+            ("2025-06-18", "2025-06-18"),
+            ("2025-11-25", "2025-11-25"),
+            ("2026-07-28", "2025-11-25"),
+            ("1999-01-01", "2025-11-25"),
+        ] {
+            let r = reply(
+                &mut s,
+                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":asked}})
+                    .to_string(),
+            );
+            assert_eq!(r["id"], json!(0));
+            assert_eq!(r["result"]["protocolVersion"], json!(want), "{asked}");
+            assert_eq!(s.negotiated(), Some(want));
+        }
+    }
+
+    #[test]
+    fn stateless_requests_carry_their_version() {
+        let (_t, mut s) = server();
+        let meta = |v: &str| json!({"_meta": {META_VERSION: v, "io.modelcontextprotocol/clientCapabilities": {}}});
+        let r = reply(
+            &mut s,
+            &json!({"jsonrpc":"2.0","id":"d","method":"server/discover","params":meta(STATELESS_VERSION)}).to_string(),
+        );
+        assert_eq!(r["result"]["resultType"], json!("complete"));
+        assert_eq!(r["result"]["supportedVersions"], json!(SUPPORTED_VERSIONS));
+        let r = reply(
+            &mut s,
+            &json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":meta(STATELESS_VERSION)})
+                .to_string(),
+        );
+        assert_eq!(r["result"]["tools"].as_array().map(Vec::len), Some(4));
+        assert_eq!(r["result"]["ttlMs"], json!(3_600_000));
+        let r = reply(
+            &mut s,
+            &json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":meta("2099-01-01")})
+                .to_string(),
+        );
+        assert_eq!(r["error"]["code"], json!(code::UNSUPPORTED_VERSION));
+        assert_eq!(r["error"]["data"]["requested"], json!("2099-01-01"));
+    }
+
+    #[test]
+    fn protocol_errors() {
+        let (_t, mut s) = server();
+        assert_eq!(
+            reply(&mut s, "{not json")["error"]["code"],
+            json!(code::PARSE_ERROR)
+        );
+        assert_eq!(reply(&mut s, "{not json")["id"], Value::Null);
+        assert_eq!(
+            reply(&mut s, "[]")["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        assert_eq!(
+            reply(&mut s, "42")["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        assert_eq!(
+            reply(&mut s, r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#)["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        assert_eq!(
+            reply(&mut s, r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#)["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        let r = reply(&mut s, r#"{"jsonrpc":"2.0","id":"x","method":"nope"}"#);
+        assert_eq!(r["error"]["code"], json!(code::METHOD_NOT_FOUND));
+        assert_eq!(r["id"], json!("x"));
+        assert_eq!(
+            reply(
+                &mut s,
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]}"#
+            )["error"]["code"],
+            json!(code::INVALID_PARAMS)
+        );
+        assert_eq!(
+            reply(
+                &mut s,
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#
+            )["error"]["code"],
+            json!(code::INVALID_PARAMS)
+        );
+        assert_eq!(
+            reply(&mut s, r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#)["result"],
+            json!({})
+        );
+        for silent in [
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","method":"unknown/notification"}"#,
+            r#"{"jsonrpc":"2.0","id":5,"result":{}}"#,
+            "",
+            "   ",
+        ] {
+            assert_eq!(
+                s.handle_line(silent.as_bytes()),
+                Outcome::Silent,
+                "{silent}"
+            );
+        }
+    }
+
+    #[test]
+    fn tools_round_trip() {
+        let (_t, mut s) = server();
+        let (err, text) = call(&mut s, "search", json!({"query": "lease"}));
+        assert!(!err);
+        assert!(text.starts_with("No results in project 'acme'"), "{text}");
+        let (err, text) = call(
+            &mut s,
+            "save_memory",
+            json!({"title": "Lease rescue counts as an attempt", "text": "A rescued lease is a failed attempt.", "type": "decision", "files": ["core/src/queue.rs"]}),
+        );
+        assert!(!err, "{text}");
+        assert!(
+            text.contains("Saved as observation 1 in project 'acme'"),
+            "{text}"
+        );
+        let (err, text) = call(
+            &mut s,
+            "search",
+            json!({"query": "lease", "type": ["decision"]}),
+        );
+        assert!(!err);
+        assert!(
+            text.contains("1 2026-09-21 decision Lease rescue counts"),
+            "{text}"
+        );
+        assert!(text.contains("A rescued **lease**"), "{text}");
+        let (err, text) = call(&mut s, "timeline", json!({"anchor": 1}));
+        assert!(!err, "{text}");
+        assert!(text.contains("→ 1 "), "{text}");
+        let (err, text) = call(&mut s, "get_observations", json!({"ids": [1, 99]}));
+        assert!(!err, "{text}");
+        assert!(
+            text.contains("A rescued lease is a failed attempt."),
+            "{text}"
+        );
+        assert!(text.contains("- core/src/queue.rs"), "{text}");
+        assert!(text.contains("Not found: 99"), "{text}");
+        let (err, text) = call(
+            &mut s,
+            "search",
+            json!({"query": "lease", "project": "other"}),
+        );
+        assert!(!err);
+        assert!(text.contains("No results in project 'other'"), "{text}");
+        let (_, text) = call(
+            &mut s,
+            "search",
+            json!({"query": "lease", "all_projects": true}),
+        );
+        assert!(text.contains("[acme]"), "{text}");
+    }
+
+    #[test]
+    fn bad_arguments_are_tool_errors_a_model_can_fix() {
+        let (_t, mut s) = server();
+        for (tool, args, hint) in [
+            ("get_observations", json!({}), "'ids' must be a list"),
+            (
+                "get_observations",
+                json!({"ids": []}),
+                "'ids' must be a list",
+            ),
+            (
+                "get_observations",
+                json!({"ids": ["x"]}),
+                "'ids' must be a list",
+            ),
+            (
+                "get_observations",
+                json!({"ids": [404]}),
+                "no observation with id 404",
+            ),
+            (
+                "search",
+                json!({"limit": 0}),
+                "'limit' must be an integer from 1 to 100",
+            ),
+            ("search", json!({"type": "bug"}), "unknown type 'bug'"),
+            (
+                "search",
+                json!({"since": "last tuesday"}),
+                "'since' must be a date",
+            ),
+            ("search", json!({"order": "best-ever"}), "'order' must be"),
+            ("search", json!({"kind": "emails"}), "'kind' must be"),
+            ("search", json!({"query": 5}), "'query' must be a string"),
+            ("search", json!({"qeury": "x"}), "unknown argument 'qeury'"),
+            ("timeline", json!({}), "give 'anchor'"),
+            ("timeline", json!({"anchor": 1, "query": "x"}), "not both"),
+            (
+                "timeline",
+                json!({"anchor": 77}),
+                "no observation with id 77",
+            ),
+            ("save_memory", json!({"text": "x"}), "'title' is required"),
+            ("save_memory", json!({"title": "x"}), "'text' is required"),
+            (
+                "save_memory",
+                json!({"title": "x", "text": "y", "type": "idea"}),
+                "unknown type 'idea'",
+            ),
+            ("no_such_tool", json!({}), "unknown tool 'no_such_tool'"),
+        ] {
+            let (err, text) = call(&mut s, tool, args.clone());
+            assert!(err, "{tool} {args}: {text}");
+            assert!(text.contains(hint), "{tool} {args}: {text}");
+        }
+    }
+
+    #[test]
+    fn serve_flushes_each_reply_and_ends_at_eof() {
+        let (_t, mut s) = server();
+        let input = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n\xff\xfe\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}";
+        let mut out = Vec::new();
+        serve(&mut s, &input[..], &mut out).expect("serve");
+        let lines: Vec<Value> = out
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("json line"))
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["id"], json!(1));
+        assert_eq!(lines[1]["error"]["code"], json!(code::PARSE_ERROR));
+        assert_eq!(lines[2]["id"], json!(2));
+    }
+
+    #[test]
+    fn tool_schemas_are_objects_with_descriptions() {
+        let tools = tools();
+        for t in tools.as_array().expect("array") {
+            assert_eq!(t["inputSchema"]["type"], json!("object"), "{t}");
+            assert!(
+                t["description"].as_str().is_some_and(|d| d.len() > 100),
+                "{t}"
+            );
+        }
+    }
+}

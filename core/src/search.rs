@@ -1,0 +1,1445 @@
+//! Reading memories back: full-text search with filters, a timeline around a point, and
+//! full observations by id.
+//!
+//! Invariants:
+//! - user text reaches `MATCH` only through [`crate::query`], so no input is an SQL error;
+//! - every query is scoped to one project unless the caller passes `project: None`
+//!   (all projects), and every hit carries its project;
+//! - ranking is BM25 with column weights (an observation's title counts most, then its
+//!   subtitle and concepts, then facts, then the narrative), so a title hit outranks a
+//!   narrative hit;
+//! - cost is bounded by a window, not by the number of matches: a query ranks (by BM25,
+//!   or by time for `newest`/`oldest`) the [`RANK_WINDOW`] most recently stored matches of
+//!   each kind that pass the filters (the earliest stored, for `oldest`), found by walking
+//!   the full-text index in rowid order; with fewer matches, all of them;
+//! - read only: nothing here writes.
+
+use std::collections::HashMap;
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::query;
+
+/// Marks put around matched words in snippets.
+pub const HIGHLIGHT_OPEN: &str = "**";
+/// See [`HIGHLIGHT_OPEN`].
+pub const HIGHLIGHT_CLOSE: &str = "**";
+/// Most hits one search returns, whatever the caller asks.
+pub const MAX_LIMIT: usize = 500;
+/// Deepest offset accepted (hits beyond it are not reachable by paging).
+pub const MAX_OFFSET: usize = 10_000;
+/// Matches ranked per kind: the newest this many that pass the filters (see the module
+/// invariants).
+pub const RANK_WINDOW: i64 = 300;
+/// Longest title shown for a summary or prompt (its first line, shortened).
+const TITLE_CHARS: usize = 100;
+
+/// BM25 column weights of `observations_fts(title, subtitle, narrative, facts, concepts)`.
+const OBSERVATION_WEIGHTS: &str = "10.0, 4.0, 1.0, 2.0, 4.0";
+/// Of `session_summaries_fts(request, investigated, learned, completed, next_steps, notes)`.
+const SUMMARY_WEIGHTS: &str = "5.0, 1.0, 2.0, 2.0, 1.0, 1.0";
+
+/// What kind of record a hit is. Each kind has its own id space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Observation,
+    Summary,
+    Prompt,
+}
+
+impl Kind {
+    /// Every kind, in timeline tie-break order.
+    pub const ALL: [Kind; 3] = [Kind::Observation, Kind::Summary, Kind::Prompt];
+
+    /// How an id of this kind is written for people: `12`, `S12`, `P12`.
+    pub fn reference(self, id: i64) -> String {
+        match self {
+            Kind::Observation => id.to_string(),
+            Kind::Summary => format!("S{id}"),
+            Kind::Prompt => format!("P{id}"),
+        }
+    }
+
+    /// Parses `observations`, `summaries`, `prompts` (singular too) or `all`.
+    pub fn parse_list(s: &str) -> Option<Vec<Kind>> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "observation" | "observations" | "obs" => Some(vec![Kind::Observation]),
+            "summary" | "summaries" => Some(vec![Kind::Summary]),
+            "prompt" | "prompts" => Some(vec![Kind::Prompt]),
+            "all" | "" => Some(Kind::ALL.to_vec()),
+            _ => None,
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            Kind::Observation => 0,
+            Kind::Summary => 1,
+            Kind::Prompt => 2,
+        }
+    }
+}
+
+/// How hits are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Best BM25 score first (newest first when the query has no word to rank by).
+    #[default]
+    Relevance,
+    Newest,
+    Oldest,
+}
+
+impl Order {
+    /// Parses `relevance`, `newest` or `oldest`.
+    pub fn parse(s: &str) -> Option<Order> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "relevance" | "rank" | "best" => Some(Order::Relevance),
+            "newest" | "new" | "recent" => Some(Order::Newest),
+            "oldest" | "old" => Some(Order::Oldest),
+            _ => None,
+        }
+    }
+}
+
+/// Which rows a search or timeline may return.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filters {
+    /// Only this project; `None` is every project.
+    pub project: Option<String>,
+    /// Only observations of these types (summaries and prompts have no type, so a type
+    /// filter leaves them out).
+    pub types: Vec<String>,
+    /// Only observations tagged with this concept (case-insensitive, whole concept).
+    pub concept: Option<String>,
+    /// Only records that read or modified a file whose path contains this text.
+    pub file: Option<String>,
+    /// Created at or after this time (ms).
+    pub since: Option<i64>,
+    /// Created before this time (ms).
+    pub until: Option<i64>,
+}
+
+/// A search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchRequest {
+    /// What the person typed; see [`crate::query`]. Empty lists by the filters alone.
+    pub query: String,
+    pub filters: Filters,
+    /// Kinds to search; empty means all.
+    pub kinds: Vec<Kind>,
+    pub order: Order,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+impl Default for SearchRequest {
+    fn default() -> Self {
+        Self {
+            query: String::new(),
+            filters: Filters::default(),
+            kinds: Vec::new(),
+            order: Order::Relevance,
+            limit: 20,
+            offset: 0,
+        }
+    }
+}
+
+/// One line of the search index.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    pub kind: Kind,
+    pub id: i64,
+    pub project: String,
+    pub created_at: i64,
+    /// The observation type, or `summary` / `prompt`.
+    #[serde(rename = "type")]
+    pub label: String,
+    pub title: String,
+    /// A short excerpt with the matched words between [`HIGHLIGHT_OPEN`] and
+    /// [`HIGHLIGHT_CLOSE`].
+    pub snippet: String,
+    /// BM25 score (lower is better); `None` when the query had no word to rank by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+}
+
+impl Hit {
+    /// `12`, `S12` or `P12`.
+    pub fn reference(&self) -> String {
+        self.kind.reference(self.id)
+    }
+}
+
+/// Bytes of the database file a reading connection maps into memory (SQLite caps it at
+/// its compile-time maximum, about 2 GB).
+pub const READ_MMAP_BYTES: i64 = 2_147_418_112;
+/// Page cache of a reading connection, in KiB.
+pub const READ_CACHE_KIB: i64 = 65_536;
+
+/// Tunes a connection that will serve searches: memory-mapped reads (a search touches
+/// pages all over a large full-text index; reading them through `mmap` instead of one
+/// `pread` each is most of the difference at a million observations) and a larger page
+/// cache for long-lived processes such as the MCP server.
+pub fn tune_for_reading(conn: &Connection) -> Result<()> {
+    conn.execute_batch(&format!(
+        "PRAGMA mmap_size = {READ_MMAP_BYTES}; PRAGMA cache_size = -{READ_CACHE_KIB};"
+    ))?;
+    Ok(())
+}
+
+/// Searches observations, summaries and prompts.
+pub fn search(conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
+    let q = query::parse(&req.query);
+    let limit = req.limit.min(MAX_LIMIT);
+    let offset = req.offset.min(MAX_OFFSET);
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let kinds = if req.kinds.is_empty() {
+        Kind::ALL.to_vec()
+    } else {
+        req.kinds.clone()
+    };
+    let f = &req.filters;
+    let fetch = (limit + offset) as i64;
+    let mut hits = Vec::new();
+    for kind in kinds {
+        let applies = match kind {
+            Kind::Observation => true,
+            Kind::Summary => f.types.is_empty() && f.concept.is_none(),
+            Kind::Prompt => f.types.is_empty() && f.concept.is_none() && f.file.is_none(),
+        };
+        if applies {
+            hits.extend(search_kind(conn, kind, &q, f, req.order, fetch)?);
+        }
+    }
+    let fts_match = q.fts_match();
+    let ranked = fts_match.is_some();
+    hits.sort_by(|a, b| {
+        let by_time = (b.created_at, b.kind, b.id).cmp(&(a.created_at, a.kind, a.id));
+        match req.order {
+            Order::Relevance if ranked => a
+                .score
+                .unwrap_or(0.0)
+                .total_cmp(&b.score.unwrap_or(0.0))
+                .then(by_time),
+            Order::Relevance | Order::Newest => by_time,
+            Order::Oldest => by_time.reverse(),
+        }
+    });
+    let shown: Vec<Candidate> = hits.into_iter().skip(offset).take(limit).collect();
+    let mut snippets: HashMap<(Kind, i64), SnippetPair> = HashMap::new();
+    if let Some(m) = &fts_match {
+        for kind in Kind::ALL {
+            let ids: Vec<i64> = shown
+                .iter()
+                .filter(|c| c.kind == kind)
+                .map(|c| c.id)
+                .collect();
+            for (id, pair) in snippets_of(conn, kind, m, &ids)? {
+                snippets.insert((kind, id), pair);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for c in shown {
+        let pair = snippets.remove(&(c.kind, c.id));
+        // A row deleted between the two reads is simply left out.
+        if let Some(hit) = fill(conn, c, fts_match.is_some(), pair)? {
+            out.push(hit);
+        }
+    }
+    Ok(out)
+}
+
+/// A hit's best snippet and its body column's snippet.
+type SnippetPair = (Option<String>, Option<String>);
+
+/// The best snippet and the body-column snippet of each id, in one full-text query: the
+/// rowid range of the ids bounds the walk, and `+rowid IN (…)` (not usable as an index)
+/// keeps snippets from being made for rows in between.
+fn snippets_of(
+    conn: &Connection,
+    kind: Kind,
+    fts_match: &str,
+    ids: &[i64],
+) -> Result<Vec<(i64, SnippetPair)>> {
+    let (Some(lo), Some(hi)) = (ids.iter().min(), ids.iter().max()) else {
+        return Ok(Vec::new());
+    };
+    let t = table(kind);
+    let fts = t.fts;
+    let body = match t.body_column {
+        Some(col) => {
+            format!("snippet({fts}, {col}, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12)")
+        }
+        None => "NULL".into(),
+    };
+    let marks: Vec<String> = (0..ids.len()).map(|i| format!("?{}", i + 4)).collect();
+    let sql = format!(
+        "SELECT rowid, snippet({fts}, -1, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12), {body}
+         FROM {fts} WHERE {fts} MATCH ?1 AND rowid >= ?2 AND rowid <= ?3 AND +rowid IN ({})",
+        marks.join(", ")
+    );
+    let mut args: Vec<Value> = vec![
+        Value::Text(fts_match.to_string()),
+        Value::Integer(*lo),
+        Value::Integer(*hi),
+    ];
+    args.extend(ids.iter().map(|id| Value::Integer(*id)));
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| {
+            Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// The SQL pieces that differ between the three searchable tables.
+struct Table {
+    table: &'static str,
+    fts: &'static str,
+    select: &'static str,
+    weights: Option<&'static str>,
+    /// The text shown when there is no match to make a snippet from.
+    plain: &'static str,
+    /// The FTS column a snippet comes from when the best one only repeats the title.
+    body_column: Option<u8>,
+}
+
+fn table(kind: Kind) -> Table {
+    match kind {
+        Kind::Observation => Table {
+            table: "observations",
+            fts: "observations_fts",
+            select: "t.id, t.project, t.created_at, t.type, t.title",
+            weights: Some(OBSERVATION_WEIGHTS),
+            plain: "CASE WHEN t.subtitle <> '' THEN t.subtitle ELSE t.narrative END",
+            body_column: Some(2),
+        },
+        Kind::Summary => Table {
+            table: "session_summaries",
+            fts: "session_summaries_fts",
+            select: "t.id, t.project, t.created_at, 'summary', t.request",
+            weights: Some(SUMMARY_WEIGHTS),
+            plain: "CASE WHEN t.completed <> '' THEN t.completed ELSE t.learned END",
+            body_column: Some(3),
+        },
+        Kind::Prompt => Table {
+            table: "user_prompts",
+            fts: "user_prompts_fts",
+            select: "t.id, t.project, t.created_at, 'prompt', t.prompt_text",
+            weights: None,
+            plain: "''",
+            body_column: None,
+        },
+    }
+}
+
+/// A ranked row before its text is read: ranking needs only these, and reading titles and
+/// snippets for every match (not just the rows shown) would cost far more.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    kind: Kind,
+    id: i64,
+    created_at: i64,
+    score: Option<f64>,
+}
+
+fn search_kind(
+    conn: &Connection,
+    kind: Kind,
+    q: &query::Query,
+    f: &Filters,
+    order: Order,
+    fetch: i64,
+) -> Result<Vec<Candidate>> {
+    let t = table(kind);
+    let Some(m) = q.fts_match() else {
+        return list_kind(conn, kind, q, f, order, fetch);
+    };
+    let fts = t.fts;
+    let bm25 = match t.weights {
+        Some(w) => format!("bm25({fts}, {w})"),
+        None => format!("bm25({fts})"),
+    };
+    // `?1` is the MATCH expression in both statements; filters follow. A unary `+` keeps
+    // SQLite from driving the join from a `project` or `created_at` index (one full-text
+    // evaluation per row of the project): the full-text index always leads.
+    let mut args: Vec<Value> = vec![Value::Text(m)];
+    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
+    push_filters(kind, f, true, &mut args, &mut wheres);
+    let from = format!(
+        "{fts} JOIN {table} t ON t.id = {fts}.rowid",
+        table = t.table
+    );
+    let wheres = wheres.join(" AND ");
+    // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
+    // the filters, found by walking the full-text index in rowid order.
+    let window = fetch.max(RANK_WINDOW);
+    let (walk, bound) = match order {
+        Order::Oldest => ("ASC", "<="),
+        Order::Relevance | Order::Newest => ("DESC", ">="),
+    };
+    let mut edge_args = args.clone();
+    edge_args.push(Value::Integer(window - 1));
+    let edge: Option<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT {fts}.rowid FROM {from} WHERE {wheres}
+             ORDER BY {fts}.rowid {walk} LIMIT 1 OFFSET ?{}",
+            edge_args.len()
+        ))?
+        .query_row(params_from_iter(edge_args), |r| r.get(0))
+        .optional()?;
+    let mut wheres = wheres;
+    if let Some(edge) = edge {
+        args.push(Value::Integer(edge));
+        wheres.push_str(&format!(" AND {fts}.rowid {bound} ?{}", args.len()));
+    }
+    let order_by = match order {
+        Order::Relevance => "score, t.created_at DESC, t.id DESC",
+        Order::Newest => "t.created_at DESC, t.id DESC",
+        Order::Oldest => "t.created_at, t.id",
+    };
+    args.push(Value::Integer(fetch));
+    let sql = format!(
+        "SELECT t.id, t.created_at, {bm25} AS score FROM {from} WHERE {wheres}
+         ORDER BY {order_by} LIMIT ?{}",
+        args.len()
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| {
+            Ok(Candidate {
+                kind,
+                id: r.get(0)?,
+                created_at: r.get(1)?,
+                score: r.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Rows of a kind by the filters alone (the query has no word to match), newest or oldest
+/// first, minus the rows matching excluded words.
+fn list_kind(
+    conn: &Connection,
+    kind: Kind,
+    q: &query::Query,
+    f: &Filters,
+    order: Order,
+    fetch: i64,
+) -> Result<Vec<Candidate>> {
+    let t = table(kind);
+    let mut args: Vec<Value> = Vec::new();
+    let mut wheres: Vec<String> = Vec::new();
+    if let Some(x) = q.exclusion() {
+        args.push(Value::Text(x));
+        wheres.push(format!(
+            "t.id NOT IN (SELECT rowid FROM {fts} WHERE {fts} MATCH ?{})",
+            args.len(),
+            fts = t.fts
+        ));
+    }
+    push_filters(kind, f, false, &mut args, &mut wheres);
+    let order_by = match order {
+        Order::Relevance | Order::Newest => "t.created_at DESC, t.id DESC",
+        Order::Oldest => "t.created_at, t.id",
+    };
+    args.push(Value::Integer(fetch));
+    let sql = format!(
+        "SELECT t.id, t.created_at FROM {table} t WHERE {wheres}
+         ORDER BY {order_by} LIMIT ?{n}",
+        table = t.table,
+        wheres = if wheres.is_empty() {
+            "1".to_string()
+        } else {
+            wheres.join(" AND ")
+        },
+        n = args.len(),
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| {
+            Ok(Candidate {
+                kind,
+                id: r.get(0)?,
+                created_at: r.get(1)?,
+                score: None,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Reads what a hit shows: project, label, title, and its snippet (highlighted when the
+/// query had words to match: `snippets` holds the best one and the body column's).
+fn fill(
+    conn: &Connection,
+    c: Candidate,
+    matched: bool,
+    snippets: Option<SnippetPair>,
+) -> Result<Option<Hit>> {
+    let t = table(c.kind);
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {select}, substr({plain}, 1, 160) FROM {table} t WHERE t.id = ?1",
+            select = t.select,
+            plain = t.plain,
+            table = t.table
+        ))?
+        .query_row([c.id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ))
+        })
+        .optional()?;
+    let Some((id, project, created_at, label, title, plain)) = row else {
+        return Ok(None);
+    };
+    let plain = one_line(&plain.unwrap_or_default());
+    let snippet = if matched {
+        let (best, body) = snippets.unwrap_or((None, None));
+        let best = one_line(&best.unwrap_or_default());
+        // The title is shown anyway: a snippet that only repeats it gives way to the body.
+        let bare = best
+            .replace(HIGHLIGHT_OPEN, "")
+            .replace(HIGHLIGHT_CLOSE, "");
+        match body.map(|b| one_line(&b)).filter(|b| !b.is_empty()) {
+            Some(body) if bare == one_line(&title) => body,
+            _ => best,
+        }
+    } else {
+        shorten(&plain, 120)
+    };
+    Ok(Some(Hit {
+        kind: c.kind,
+        id,
+        project,
+        created_at,
+        label,
+        title: if c.kind == Kind::Observation {
+            title
+        } else {
+            short_title(&title)
+        },
+        snippet,
+        score: c.score,
+    }))
+}
+
+/// With `no_index`, the indexed columns are written `+t.column` so that SQLite does not
+/// use their indexes (see [`search_kind`]).
+fn push_filters(
+    kind: Kind,
+    f: &Filters,
+    no_index: bool,
+    args: &mut Vec<Value>,
+    wheres: &mut Vec<String>,
+) {
+    let plus = if no_index { "+" } else { "" };
+    if let Some(p) = &f.project {
+        args.push(Value::Text(p.clone()));
+        wheres.push(format!("{plus}t.project = ?{}", args.len()));
+    }
+    if let Some(since) = f.since {
+        args.push(Value::Integer(since));
+        wheres.push(format!("{plus}t.created_at >= ?{}", args.len()));
+    }
+    if let Some(until) = f.until {
+        args.push(Value::Integer(until));
+        wheres.push(format!("{plus}t.created_at < ?{}", args.len()));
+    }
+    if kind == Kind::Observation {
+        if !f.types.is_empty() {
+            let mut marks = Vec::new();
+            for ty in &f.types {
+                args.push(Value::Text(ty.trim().to_ascii_lowercase()));
+                marks.push(format!("?{}", args.len()));
+            }
+            wheres.push(format!("t.type IN ({})", marks.join(", ")));
+        }
+        if let Some(c) = &f.concept {
+            args.push(Value::Text(c.trim().to_lowercase()));
+            wheres.push(format!(
+                "EXISTS (SELECT 1 FROM json_each(t.concepts) c WHERE lower(c.value) = ?{})",
+                args.len()
+            ));
+        }
+    }
+    if let Some(file) = &f.file {
+        let columns: &[&str] = match kind {
+            Kind::Observation => &["files_read", "files_modified"],
+            Kind::Summary => &["files_read", "files_edited"],
+            Kind::Prompt => &[],
+        };
+        args.push(Value::Text(format!("%{}%", escape_like(file.trim()))));
+        let n = args.len();
+        let any: Vec<String> = columns
+            .iter()
+            .map(|col| {
+                format!(
+                    "EXISTS (SELECT 1 FROM json_each(t.{col}) f WHERE f.value LIKE ?{n} ESCAPE '\\')"
+                )
+            })
+            .collect();
+        if !any.is_empty() {
+            wheres.push(format!("({})", any.join(" OR ")));
+        }
+    }
+}
+
+/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
+fn escape_like(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The first line, shortened to [`TITLE_CHARS`] characters at a word boundary.
+pub fn short_title(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or("").trim();
+    shorten(line, TITLE_CHARS)
+}
+
+/// `text` cut to at most `max` characters, at a word boundary when one is near, with `…`.
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    let cut = match cut.rfind(' ') {
+        Some(i) if i > cut.len() / 2 => &cut[..i],
+        _ => cut.as_str(),
+    };
+    format!("{}…", cut.trim_end())
+}
+
+/// Whitespace runs (newlines included) as single spaces.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Where a timeline is centred.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchor {
+    /// An observation id.
+    Observation(i64),
+    /// The best hit (any kind) of this query.
+    Query(String),
+}
+
+/// A timeline request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimelineRequest {
+    pub anchor: Anchor,
+    /// Records before the anchor.
+    pub before: usize,
+    /// Records after the anchor.
+    pub after: usize,
+    /// Only this project; `None` is every project.
+    pub project: Option<String>,
+}
+
+/// One record in a timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    pub kind: Kind,
+    pub id: i64,
+    pub project: String,
+    pub created_at: i64,
+    /// The observation type, or `summary` / `prompt`.
+    #[serde(rename = "type")]
+    pub label: String,
+    pub title: String,
+    /// Subtitle of an observation, what a summary completed; empty for prompts.
+    pub detail: String,
+    /// True for the record the timeline is centred on.
+    pub anchor: bool,
+}
+
+impl Entry {
+    /// `12`, `S12` or `P12`.
+    pub fn reference(&self) -> String {
+        self.kind.reference(self.id)
+    }
+}
+
+/// A record of some kind, by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Ref {
+    pub kind: Kind,
+    pub id: i64,
+}
+
+/// Records around an anchor, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Timeline {
+    /// The anchor's kind and id; `None` when the anchor was not found (then no entries).
+    pub anchor: Option<Ref>,
+    pub entries: Vec<Entry>,
+}
+
+/// Most records on either side of a timeline anchor.
+pub const MAX_TIMELINE_SIDE: usize = 100;
+
+/// Observations, summaries and prompts in time order around an anchor. An anchor id of
+/// another project than `req.project` is an error naming both projects; an unknown id or
+/// a query without hits gives an empty timeline.
+pub fn timeline(conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
+    let anchor: Option<(Kind, i64)> = match &req.anchor {
+        Anchor::Observation(id) => Some((Kind::Observation, *id)),
+        Anchor::Query(text) => search(
+            conn,
+            &SearchRequest {
+                query: text.clone(),
+                filters: Filters {
+                    project: req.project.clone(),
+                    ..Filters::default()
+                },
+                limit: 1,
+                ..SearchRequest::default()
+            },
+        )?
+        .first()
+        .map(|h| (h.kind, h.id)),
+    };
+    let empty = Timeline {
+        anchor: None,
+        entries: Vec::new(),
+    };
+    let Some((kind, id)) = anchor else {
+        return Ok(empty);
+    };
+    let Some(mut centre) = entry(conn, kind, id)? else {
+        return Ok(empty);
+    };
+    if let Some(p) = &req.project
+        && *p != centre.project
+    {
+        return Err(Error::Invalid(format!(
+            "{} {} belongs to project '{}', not '{p}'; ask for all projects or that project",
+            label_of(kind),
+            kind.reference(id),
+            centre.project
+        )));
+    }
+    centre.anchor = true;
+    let key = (centre.created_at, kind.rank(), id);
+    let before = req.before.min(MAX_TIMELINE_SIDE);
+    let after = req.after.min(MAX_TIMELINE_SIDE);
+    let mut older = Vec::new();
+    let mut newer = Vec::new();
+    for k in Kind::ALL {
+        older.extend(side(conn, k, key, true, before, req.project.as_deref())?);
+        newer.extend(side(conn, k, key, false, after, req.project.as_deref())?);
+    }
+    let order = |e: &Entry| (e.created_at, e.kind.rank(), e.id);
+    older.sort_by_key(|e| std::cmp::Reverse(order(e)));
+    older.truncate(before);
+    older.reverse();
+    newer.sort_by_key(order);
+    newer.truncate(after);
+    let mut entries = older;
+    entries.push(centre);
+    entries.extend(newer);
+    Ok(Timeline {
+        anchor: Some(Ref { kind, id }),
+        entries,
+    })
+}
+
+fn label_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Observation => "observation",
+        Kind::Summary => "summary",
+        Kind::Prompt => "prompt",
+    }
+}
+
+/// Columns of an [`Entry`] for each table (alias `t`).
+fn entry_select(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Observation => (
+            "observations",
+            "t.id, t.project, t.created_at, t.type, t.title, t.subtitle",
+        ),
+        Kind::Summary => (
+            "session_summaries",
+            "t.id, t.project, t.created_at, 'summary', t.request, t.completed",
+        ),
+        Kind::Prompt => (
+            "user_prompts",
+            "t.id, t.project, t.created_at, 'prompt', t.prompt_text, ''",
+        ),
+    }
+}
+
+fn read_entry(kind: Kind, r: &rusqlite::Row) -> rusqlite::Result<Entry> {
+    let title: String = r.get(4)?;
+    let detail: String = r.get(5)?;
+    Ok(Entry {
+        kind,
+        id: r.get(0)?,
+        project: r.get(1)?,
+        created_at: r.get(2)?,
+        label: r.get(3)?,
+        title: if kind == Kind::Observation {
+            title
+        } else {
+            short_title(&title)
+        },
+        detail: shorten(&one_line(&detail), 160),
+        anchor: false,
+    })
+}
+
+fn entry(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Entry>> {
+    let (table, cols) = entry_select(kind);
+    Ok(conn
+        .prepare_cached(&format!("SELECT {cols} FROM {table} t WHERE t.id = ?1"))?
+        .query_row([id], |r| read_entry(kind, r))
+        .optional()?)
+}
+
+/// Up to `n` records of `kind` strictly before (or after) the anchor key
+/// `(created_at, kind rank, id)`.
+fn side(
+    conn: &Connection,
+    kind: Kind,
+    key: (i64, u8, i64),
+    before: bool,
+    n: usize,
+    project: Option<&str>,
+) -> Result<Vec<Entry>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let (table, cols) = entry_select(kind);
+    let (at, rank, id) = key;
+    // Same time: order by kind rank, then id.
+    let cmp = if before { "<" } else { ">" };
+    let tie = match kind.rank().cmp(&rank) {
+        std::cmp::Ordering::Equal => format!("(t.created_at = ?1 AND t.id {cmp} ?2)"),
+        std::cmp::Ordering::Less if before => "t.created_at = ?1".to_string(),
+        std::cmp::Ordering::Greater if !before => "t.created_at = ?1".to_string(),
+        _ => "0".to_string(),
+    };
+    let dir = if before { "DESC" } else { "ASC" };
+    let scope = if project.is_some() {
+        "t.project = ?4 AND"
+    } else {
+        "?4 IS NULL AND"
+    };
+    let sql = format!(
+        "SELECT {cols} FROM {table} t
+         WHERE {scope} (t.created_at {cmp} ?1 OR {tie})
+         ORDER BY t.created_at {dir}, t.id {dir} LIMIT ?3"
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params![at, id, n as i64, project], |r| read_entry(kind, r))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// A full observation, with the prompt that led to it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Observation {
+    pub id: i64,
+    pub project: String,
+    pub session_id: Option<String>,
+    pub prompt_number: Option<i64>,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub subtitle: String,
+    pub narrative: String,
+    pub facts: Vec<String>,
+    pub concepts: Vec<String>,
+    pub files_read: Vec<String>,
+    pub files_modified: Vec<String>,
+    /// `model`, `offline`, `manual` or `import`.
+    pub origin: String,
+    pub created_at: i64,
+    /// The user's prompt of that turn, when it was recorded.
+    pub prompt: Option<String>,
+}
+
+/// Observations fetched by id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fetched {
+    /// In the order asked (each id once).
+    pub found: Vec<Observation>,
+    /// Ids asked for that do not exist.
+    pub missing: Vec<i64>,
+}
+
+/// Full observations by id, in the order asked; repeated ids are returned once and unknown
+/// ids are listed in `missing`.
+pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.id, o.project, o.session_id, o.prompt_number, o.type, o.title, o.subtitle,
+                o.narrative, o.facts, o.concepts, o.files_read, o.files_modified, o.origin,
+                o.created_at, p.prompt_text
+         FROM observations o
+         LEFT JOIN user_prompts p
+                ON p.session_id = o.session_id AND p.prompt_number = o.prompt_number
+         WHERE o.id = ?1",
+    )?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Fetched {
+        found: Vec::new(),
+        missing: Vec::new(),
+    };
+    for &id in ids {
+        if !seen.insert(id) {
+            continue;
+        }
+        let row = stmt
+            .query_row([id], |r| {
+                Ok(Observation {
+                    id: r.get(0)?,
+                    project: r.get(1)?,
+                    session_id: r.get(2)?,
+                    prompt_number: r.get(3)?,
+                    kind: r.get(4)?,
+                    title: r.get(5)?,
+                    subtitle: r.get(6)?,
+                    narrative: r.get(7)?,
+                    facts: json_list(&r.get::<_, String>(8)?),
+                    concepts: json_list(&r.get::<_, String>(9)?),
+                    files_read: json_list(&r.get::<_, String>(10)?),
+                    files_modified: json_list(&r.get::<_, String>(11)?),
+                    origin: r.get(12)?,
+                    created_at: r.get(13)?,
+                    prompt: r.get(14)?,
+                })
+            })
+            .optional()?;
+        match row {
+            Some(o) => out.found.push(o),
+            None => out.missing.push(id),
+        }
+    }
+    Ok(out)
+}
+
+/// A JSON array of strings; anything else (it cannot be, the schema checks JSON) is empty.
+fn json_list(text: &str) -> Vec<String> {
+    serde_json::from_str::<Vec<serde_json::Value>>(text)
+        .map(|items| {
+            items
+                .into_iter()
+                .map(|v| match v {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A point in time from a person: `YYYY-MM-DD[THH:MM[:SS]]` (UTC), or an age like `7d`,
+/// `12h`, `2w` meaning that long before `now`.
+pub fn parse_time(s: &str, now: i64) -> Option<i64> {
+    crate::clock::parse_iso_utc(s)
+        .or_else(|| crate::clock::parse_duration_ms(s).map(|d| now.saturating_sub(d)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db;
+    use crate::memory::{self, NewObservation, NewSummary};
+
+    const DAY: i64 = 86_400_000;
+    const T0: i64 = 1_790_000_000_000;
+
+    struct Fixture {
+        _tmp: tempfile::TempDir,
+        conn: Connection,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = crate::paths::DataDir::new(tmp.path());
+        let conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
+        tune_for_reading(&conn).expect("tune");
+        Fixture { _tmp: tmp, conn }
+    }
+
+    fn obs(project: &str, kind: &str, title: &str, narrative: &str, at: i64) -> NewObservation {
+        NewObservation {
+            session_id: Some(format!("s-{project}")),
+            project: project.into(),
+            prompt_number: Some(1),
+            kind: kind.into(),
+            title: title.into(),
+            narrative: narrative.into(),
+            origin: "model".into(),
+            created_at: at,
+            ..Default::default()
+        }
+    }
+
+    impl Fixture {
+        fn add(&mut self, o: NewObservation) -> i64 {
+            db::write(&mut self.conn, |tx| {
+                if let Some(s) = &o.session_id {
+                    crate::sessions::ensure(tx, s, &o.project, "/x", o.created_at)?;
+                }
+                Ok(memory::insert_observation(tx, &o)?.id())
+            })
+            .expect("insert")
+        }
+
+        fn summary(
+            &mut self,
+            project: &str,
+            n: i64,
+            request: &str,
+            completed: &str,
+            at: i64,
+        ) -> i64 {
+            let s = NewSummary {
+                session_id: format!("s-{project}"),
+                project: project.into(),
+                prompt_number: n,
+                request: request.into(),
+                completed: completed.into(),
+                files_edited: vec!["core/src/queue.rs".into()],
+                origin: "model".into(),
+                created_at: at,
+                ..Default::default()
+            };
+            db::write(&mut self.conn, |tx| {
+                crate::sessions::ensure(tx, &s.session_id, project, "/x", at)?;
+                Ok(memory::upsert_summary(tx, &s)?.id())
+            })
+            .expect("summary")
+        }
+
+        fn prompt(&mut self, project: &str, n: i64, text: &str, at: i64) -> i64 {
+            let session = format!("s-{project}");
+            db::write(&mut self.conn, |tx| {
+                crate::sessions::ensure(tx, &session, project, "/x", at)?;
+                tx.execute(
+                    "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![session, project, n, text, at],
+                )?;
+                Ok(tx.last_insert_rowid())
+            })
+            .expect("prompt")
+        }
+
+        fn ids(&self, req: SearchRequest) -> Vec<String> {
+            search(&self.conn, &req)
+                .expect("search")
+                .iter()
+                .map(Hit::reference)
+                .collect()
+        }
+    }
+
+    fn req(query: &str, project: Option<&str>) -> SearchRequest {
+        SearchRequest {
+            query: query.into(),
+            filters: Filters {
+                project: project.map(Into::into),
+                ..Filters::default()
+            },
+            ..SearchRequest::default()
+        }
+    }
+
+    #[test]
+    fn a_title_hit_beats_a_narrative_hit() {
+        let mut f = fixture();
+        let narrative = f.add(obs(
+            "p",
+            "discovery",
+            "Queue notes",
+            "the worker lease expires after five minutes and is rescued",
+            T0 + 10,
+        ));
+        let title = f.add(obs("p", "bugfix", "Lease rescue fixed", "small change", T0));
+        assert_eq!(
+            f.ids(req("lease", Some("p"))),
+            vec![title.to_string(), narrative.to_string()]
+        );
+        let hits = search(&f.conn, &req("lease", Some("p"))).expect("search");
+        // A title-only match shows the body instead of repeating the title.
+        assert_eq!(hits[0].snippet, "small change");
+        assert!(hits[1].snippet.contains("**lease**"), "{:?}", hits[1]);
+        assert!(hits[0].score.expect("score") < hits[1].score.expect("score"));
+    }
+
+    #[test]
+    fn projects_are_isolated_unless_widened() {
+        let mut f = fixture();
+        let a = f.add(obs("alpha", "feature", "Token budget", "", T0));
+        let b = f.add(obs("beta", "feature", "Token budget too", "", T0 + 1));
+        assert_eq!(f.ids(req("token", Some("alpha"))), vec![a.to_string()]);
+        assert_eq!(f.ids(req("token", Some("beta"))), vec![b.to_string()]);
+        assert!(f.ids(req("token", Some("gamma"))).is_empty());
+        let all = search(&f.conn, &req("token", None)).expect("all");
+        let mut projects: Vec<&str> = all.iter().map(|h| h.project.as_str()).collect();
+        projects.sort();
+        assert_eq!(projects, vec!["alpha", "beta"]);
+    }
+
+    #[test]
+    fn operators_work_end_to_end() {
+        let mut f = fixture();
+        let sqlite = f.add(obs(
+            "p",
+            "decision",
+            "Use sqlite wal",
+            "readers never block",
+            T0,
+        ));
+        let pg = f.add(obs(
+            "p",
+            "decision",
+            "Postgres rejected",
+            "too heavy for a cli",
+            T0 + 1,
+        ));
+        let mig = f.add(obs(
+            "p",
+            "change",
+            "Migration runner",
+            "numbered files",
+            T0 + 2,
+        ));
+        let check = |q: &str, want: Vec<i64>| {
+            let mut got: Vec<i64> = search(&f.conn, &req(q, Some("p")))
+                .expect(q)
+                .iter()
+                .map(|h| h.id)
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "{q}");
+        };
+        check("sqlite OR postgres", vec![sqlite, pg]);
+        check("sqlite postgres", vec![]);
+        check("\"readers never block\"", vec![sqlite]);
+        check("\"never readers\"", vec![]);
+        check("migrat*", vec![mig]);
+        check("-sqlite", vec![pg, mig]);
+        check("decision -postgres", vec![]); // `decision` is the type, not in the text
+        check("wal -postgres", vec![sqlite]);
+        check("", vec![sqlite, pg, mig]);
+        check("title:sqlite", vec![]);
+        check("\"", vec![sqlite, pg, mig]);
+    }
+
+    #[test]
+    fn filters_by_type_concept_file_and_dates() {
+        let mut f = fixture();
+        let mut a = obs("p", "bugfix", "Fix lease", "", T0);
+        a.concepts = vec!["Gotcha".into(), "queue".into()];
+        a.files_modified = vec!["/home/dev/cairn/core/src/queue.rs".into()];
+        let a = f.add(a);
+        let mut b = obs("p", "feature", "Lease heartbeat", "", T0 + 3 * DAY);
+        b.concepts = vec!["how-it-works".into()];
+        b.files_read = vec!["core/src/db.rs".into()];
+        let b = f.add(b);
+        let s = f.summary("p", 1, "Make leases safe", "lease rescue", T0 + DAY);
+        let p = f.prompt("p", 1, "please fix the lease", T0 + 2 * DAY);
+
+        let with = |edit: &dyn Fn(&mut SearchRequest)| {
+            let mut r = req("lease", Some("p"));
+            r.order = Order::Oldest;
+            edit(&mut r);
+            f.ids(r)
+        };
+        assert_eq!(
+            with(&|_| {}),
+            vec![
+                a.to_string(),
+                format!("S{s}"),
+                format!("P{p}"),
+                b.to_string()
+            ]
+        );
+        assert_eq!(
+            with(&|r| r.filters.types = vec!["bugfix".into()]),
+            vec![a.to_string()]
+        );
+        assert_eq!(
+            with(&|r| r.filters.types = vec!["BUGFIX".into(), "feature".into()]),
+            vec![a.to_string(), b.to_string()]
+        );
+        assert_eq!(
+            with(&|r| r.filters.concept = Some("gotcha".into())),
+            vec![a.to_string()]
+        );
+        assert_eq!(
+            with(&|r| r.filters.concept = Some("queue".into())),
+            vec![a.to_string()]
+        );
+        assert_eq!(
+            with(&|r| r.filters.concept = Some("que".into())),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            with(&|r| r.filters.file = Some("queue.rs".into())),
+            vec![a.to_string(), format!("S{s}")]
+        );
+        assert_eq!(
+            with(&|r| r.filters.file = Some("db.rs".into())),
+            vec![b.to_string()]
+        );
+        assert_eq!(
+            with(&|r| r.filters.file = Some("%".into())),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            with(&|r| {
+                r.filters.since = Some(T0 + DAY);
+                r.filters.until = Some(T0 + 3 * DAY);
+            }),
+            vec![format!("S{s}"), format!("P{p}")]
+        );
+        assert_eq!(
+            with(&|r| r.kinds = vec![Kind::Prompt]),
+            vec![format!("P{p}")]
+        );
+        assert_eq!(
+            with(&|r| r.kinds = vec![Kind::Summary]),
+            vec![format!("S{s}")]
+        );
+        assert_eq!(
+            with(&|r| r.order = Order::Newest),
+            vec![
+                b.to_string(),
+                format!("P{p}"),
+                format!("S{s}"),
+                a.to_string()
+            ]
+        );
+        assert_eq!(
+            with(&|r| {
+                r.limit = 2;
+                r.offset = 1;
+            }),
+            vec![format!("S{s}"), format!("P{p}")]
+        );
+        assert_eq!(with(&|r| r.limit = 0), Vec::<String>::new());
+    }
+
+    #[test]
+    fn timeline_centres_on_the_anchor_in_its_project() {
+        let mut f = fixture();
+        let p1 = f.prompt("p", 1, "start the queue work", T0);
+        let o1 = f.add(obs("p", "discovery", "Read the queue", "", T0 + 1));
+        let o2 = f.add(obs("p", "bugfix", "Fixed rescue", "", T0 + 2));
+        let s1 = f.summary("p", 1, "queue work", "rescue fixed", T0 + 3);
+        let o3 = f.add(obs("p", "change", "Tidy", "", T0 + 4));
+        f.add(obs("other", "change", "Elsewhere", "", T0 + 2));
+        let t = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(o2),
+                before: 2,
+                after: 1,
+                project: Some("p".into()),
+            },
+        )
+        .expect("timeline");
+        let refs: Vec<(String, bool)> = t
+            .entries
+            .iter()
+            .map(|e| (e.reference(), e.anchor))
+            .collect();
+        assert_eq!(
+            refs,
+            vec![
+                (format!("P{p1}"), false),
+                (o1.to_string(), false),
+                (o2.to_string(), true),
+                (format!("S{s1}"), false),
+            ]
+        );
+        let t = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Query("tidy".into()),
+                before: 1,
+                after: 5,
+                project: Some("p".into()),
+            },
+        )
+        .expect("by query");
+        assert_eq!(
+            t.anchor,
+            Some(Ref {
+                kind: Kind::Observation,
+                id: o3
+            })
+        );
+        assert_eq!(t.entries.len(), 2);
+        let err = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(o2),
+                before: 1,
+                after: 1,
+                project: Some("other".into()),
+            },
+        )
+        .expect_err("wrong project");
+        assert!(err.to_string().contains("belongs to project 'p'"), "{err}");
+        let all = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(o2),
+                before: 5,
+                after: 5,
+                project: None,
+            },
+        )
+        .expect("all");
+        assert!(all.entries.iter().any(|e| e.project == "other"));
+        let none = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(9_999),
+                before: 1,
+                after: 1,
+                project: None,
+            },
+        )
+        .expect("unknown");
+        assert_eq!(none.anchor, None);
+        assert!(none.entries.is_empty());
+    }
+
+    #[test]
+    fn observations_by_id_in_order_with_missing_reported() {
+        let mut f = fixture();
+        f.prompt("p", 1, "why is the lease lost", T0);
+        let mut o = obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1);
+        o.facts = vec!["fact one".into()];
+        o.files_modified = vec!["core/src/queue.rs".into()];
+        let a = f.add(o);
+        let b = f.add(obs("p", "change", "Other", "", T0 + 2));
+        let got = get_observations(&f.conn, &[b, 42, a, b]).expect("get");
+        assert_eq!(
+            got.found.iter().map(|o| o.id).collect::<Vec<_>>(),
+            vec![b, a]
+        );
+        assert_eq!(got.missing, vec![42]);
+        let lease = &got.found[1];
+        assert_eq!(lease.facts, vec!["fact one"]);
+        assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
+        assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
+        assert_eq!(lease.narrative, "the narrative");
+    }
+
+    #[test]
+    fn the_rank_window_follows_the_filters() {
+        let mut f = fixture();
+        let n = RANK_WINDOW as usize + 100;
+        db::write(&mut f.conn, |tx| {
+            crate::sessions::ensure(tx, "s-small", "small", "/x", T0)?;
+            crate::sessions::ensure(tx, "s-big", "big", "/x", T0)?;
+            for i in 0..3 {
+                memory::insert_observation(
+                    tx,
+                    &obs("small", "change", &format!("small {i}"), "lease", T0 + i),
+                )?;
+            }
+            for i in 0..n as i64 {
+                let title = if i == n as i64 - 1 {
+                    "Lease title hit"
+                } else {
+                    "Queue note"
+                };
+                memory::insert_observation(
+                    tx,
+                    &obs(
+                        "big",
+                        "change",
+                        &format!("{title} {i}"),
+                        "lease here",
+                        T0 + 10 + i,
+                    ),
+                )?;
+            }
+            Ok(())
+        })
+        .expect("seed");
+        // The small project's matches are the oldest of all, yet every one is found.
+        assert_eq!(
+            search(&f.conn, &req("lease", Some("small")))
+                .expect("small")
+                .len(),
+            3
+        );
+        let hits = search(&f.conn, &req("lease", Some("big"))).expect("big");
+        assert!(
+            hits[0].title.starts_with("Lease title hit"),
+            "{:?}",
+            hits[0]
+        );
+        let mut oldest = req("lease", Some("big"));
+        oldest.order = Order::Oldest;
+        let hits = search(&f.conn, &oldest).expect("oldest");
+        assert_eq!(hits[0].title, "Queue note 0");
+        let mut newest = req("lease", None);
+        newest.order = Order::Newest;
+        newest.limit = 2;
+        let hits = search(&f.conn, &newest).expect("newest");
+        assert_eq!(hits[0].title, format!("Lease title hit {}", n - 1));
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(shorten("short", 10), "short");
+        assert_eq!(shorten("one two three four", 10), "one two…");
+        assert_eq!(one_line("a\n  b\tc"), "a b c");
+        assert_eq!(short_title("first line\nsecond"), "first line");
+        assert_eq!(parse_time("1970-01-02", 0), Some(DAY));
+        assert_eq!(parse_time("2d", 5 * DAY), Some(3 * DAY));
+        assert_eq!(parse_time("soon", 0), None);
+        assert_eq!(escape_like("a%b_c\\"), "a\\%b\\_c\\\\");
+        assert_eq!(Kind::parse_list("summaries"), Some(vec![Kind::Summary]));
+        assert_eq!(Order::parse("newest"), Some(Order::Newest));
+        assert_eq!(Order::parse("x"), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        #[test]
+        fn no_query_is_an_sql_error(q in proptest::prelude::any::<String>()) {
+            let mut f = fixture();
+            f.add(obs("p", "change", "Some title", "some narrative", T0));
+            f.prompt("p", 1, "a prompt", T0);
+            let r = search(&f.conn, &req(&q, Some("p")));
+            proptest::prop_assert!(r.is_ok(), "{q:?}: {r:?}");
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! `cairn mcp` driven over stdio like Claude Code drives it: one JSON-RPC message per line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::recall::{hostile_queries, project_dir, seed};
+use crate::support::TestEnv;
+
+/// A running `cairn mcp` with its pipes.
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Client {
+    fn start(env: &TestEnv) -> Client {
+        let mut c = env.cmd("cairn");
+        c.current_dir(project_dir(env))
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn cairn mcp");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Client {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn send_raw(&mut self, line: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).expect("write");
+        stdin.write_all(b"\n").expect("newline");
+        stdin.flush().expect("flush");
+    }
+
+    fn send(&mut self, msg: &Value) {
+        self.send_raw(msg.to_string().as_bytes());
+    }
+
+    fn read(&mut self) -> Value {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).expect("read");
+        assert!(n > 0, "server closed stdout");
+        assert!(line.ends_with('\n'), "one message per line: {line:?}");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply is not JSON ({e}): {line}"))
+    }
+
+    fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let reply = self.read();
+        assert_eq!(reply["jsonrpc"], "2.0");
+        assert_eq!(reply["id"], id, "{reply}");
+        reply
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> (bool, String) {
+        let r = self.request(
+            json!(9),
+            "tools/call",
+            json!({"name": tool, "arguments": args}),
+        );
+        let result = &r["result"];
+        assert!(result.is_object(), "{r}");
+        (
+            result["isError"].as_bool().expect("isError"),
+            result["content"][0]["text"]
+                .as_str()
+                .expect("text")
+                .to_string(),
+        )
+    }
+
+    fn handshake(&mut self) {
+        let r = self.request(
+            json!(0),
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}),
+        );
+        assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    /// Closes stdin and waits; returns the remaining stdout lines and the exit code.
+    fn finish(mut self) -> (Vec<Value>, Option<i32>) {
+        drop(self.stdin.take());
+        let mut rest = Vec::new();
+        let mut line = String::new();
+        while self.stdout.read_line(&mut line).expect("read") > 0 {
+            rest.push(serde_json::from_str(&line).expect("json"));
+            line.clear();
+        }
+        let status = self.child.wait().expect("wait");
+        (rest, status.code())
+    }
+}
+
+#[test]
+fn handshake_list_and_every_tool() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let mut c = Client::start(&env);
+    c.handshake();
+    // The notification got no reply: the next line answers the ping.
+    assert_eq!(
+        c.request(json!("p"), "ping", json!({}))["result"],
+        json!({})
+    );
+
+    let tools = c.request(json!(1), "tools/list", json!({}));
+    let tools = tools["result"]["tools"].as_array().expect("tools").clone();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["search", "timeline", "get_observations", "save_memory"]
+    );
+    for t in &tools {
+        assert_eq!(t["inputSchema"]["type"], "object");
+        assert!(t["inputSchema"]["properties"].is_object());
+    }
+    assert_eq!(tools[2]["inputSchema"]["required"], json!(["ids"]));
+    assert!(
+        tools[0]["description"]
+            .as_str()
+            .expect("d")
+            .contains("Step 1 of 3")
+    );
+
+    let (err, text) = c.call("search", json!({"query": "lease"}));
+    assert!(!err, "{text}");
+    assert!(text.contains("in project 'acme'"), "{text}");
+    assert!(text.contains(&format!("\n{} ", s.title_hit)), "{text}");
+    assert!(!text.contains("globex"), "{text}");
+    let (_, text) = c.call(
+        "search",
+        json!({"query": "lease", "all_projects": true, "type": "bugfix"}),
+    );
+    assert!(
+        text.contains("[globex]") && text.contains("[acme]"),
+        "{text}"
+    );
+    let (_, text) = c.call("search", json!({"query": "zebra"}));
+    assert!(text.starts_with("No results"), "{text}");
+
+    let (err, text) = c.call(
+        "timeline",
+        json!({"anchor": s.title_hit, "before": 1, "after": 1}),
+    );
+    assert!(!err, "{text}");
+    assert!(text.contains(&format!("→ {} ", s.title_hit)), "{text}");
+    assert_eq!(text.lines().count(), 4, "{text}");
+
+    let (err, text) = c.call(
+        "get_observations",
+        json!({"ids": [s.bugfix, 4040, s.title_hit]}),
+    );
+    assert!(!err, "{text}");
+    let first = text.find("Busy timeout").expect("bugfix first");
+    let second = text.find("Lease rescue").expect("title hit second");
+    assert!(first < second, "in the order asked: {text}");
+    assert!(text.contains("Not found: 4040"), "{text}");
+
+    let (err, text) = c.call(
+        "save_memory",
+        json!({"title": "WAL needs a shared-memory file", "text": "Network file systems break the -shm file.", "type": "discovery", "files": ["core/src/db.rs"]}),
+    );
+    assert!(!err, "{text}");
+    let (err, text) = c.call("search", json!({"query": "shared memory"}));
+    assert!(
+        !err && text.contains("WAL needs a shared-memory file"),
+        "{text}"
+    );
+    let (rest, code) = c.finish();
+    assert!(rest.is_empty());
+    assert_eq!(code, Some(0));
+    let (origin, project, session): (String, String, Option<String>) = env
+        .db()
+        .query_row(
+            "SELECT origin, project, session_id FROM observations WHERE title LIKE 'WAL needs%'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .expect("saved row");
+    assert_eq!(
+        (origin.as_str(), project.as_str(), session),
+        ("manual", "acme", None)
+    );
+}
+
+#[test]
+fn protocol_errors_and_bad_arguments() {
+    let env = TestEnv::new();
+    seed(&env);
+    let mut c = Client::start(&env);
+    // Unknown method before initialize.
+    let r = c.request(json!(1), "resources/templates/list", json!({}));
+    assert_eq!(r["error"]["code"], -32601);
+    // Malformed lines: a parse error with a null id, and the server carries on.
+    c.send_raw(b"{\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": ");
+    let r = c.read();
+    assert_eq!(
+        (r["error"]["code"].clone(), r["id"].clone()),
+        (json!(-32700), Value::Null)
+    );
+    c.send_raw(b"\xff\xfe not utf-8");
+    assert_eq!(c.read()["error"]["code"], -32700);
+    c.send_raw(b"[1, 2]");
+    assert_eq!(c.read()["error"]["code"], -32600);
+    c.handshake();
+    // Ids: 0, negative, large and strings come back as sent.
+    for id in [
+        json!(0),
+        json!(-5),
+        json!(9_007_199_254_740_991i64),
+        json!(""),
+        json!("abc"),
+    ] {
+        c.request(id, "ping", json!({}));
+    }
+    assert_eq!(
+        c.request(json!(3), "nope/nothing", json!({}))["error"]["code"],
+        -32601
+    );
+
+    for (tool, args, hint) in [
+        ("get_observations", json!({}), "'ids' must be a list"),
+        (
+            "get_observations",
+            json!({"ids": "all"}),
+            "'ids' must be a list",
+        ),
+        (
+            "get_observations",
+            json!({"ids": [999]}),
+            "no observation with id 999",
+        ),
+        (
+            "search",
+            json!({"limit": 1000}),
+            "'limit' must be an integer from 1 to 100",
+        ),
+        (
+            "search",
+            json!({"since": "yesterday"}),
+            "'since' must be a date",
+        ),
+        (
+            "search",
+            json!({"type": ["bugfix", "idea"]}),
+            "unknown type 'idea'",
+        ),
+        (
+            "search",
+            json!({"project": 7}),
+            "'project' must be a string",
+        ),
+        (
+            "search",
+            json!({"querry": "x"}),
+            "unknown argument 'querry'",
+        ),
+        ("timeline", json!({"before": 2}), "give 'anchor'"),
+        (
+            "timeline",
+            json!({"anchor": "abc"}),
+            "'anchor' must be an integer",
+        ),
+        (
+            "timeline",
+            json!({"anchor": 999}),
+            "no observation with id 999",
+        ),
+        (
+            "save_memory",
+            json!({"title": "", "text": "x"}),
+            "'title' is required",
+        ),
+        (
+            "save_memory",
+            json!({"title": "t", "text": "x", "files": [1]}),
+            "'files' must be a list of strings",
+        ),
+        ("nonexistent", json!({}), "unknown tool 'nonexistent'"),
+    ] {
+        let (err, text) = c.call(tool, args.clone());
+        assert!(err, "{tool} {args}: {text}");
+        assert!(text.contains(hint), "{tool} {args}: {text}");
+    }
+    let r = c.request(
+        json!(4),
+        "tools/call",
+        json!({"name": "search", "arguments": "lease"}),
+    );
+    assert_eq!(r["result"]["isError"], true);
+}
+
+#[test]
+fn every_reply_is_flushed_before_exit_at_eof() {
+    let env = TestEnv::new();
+    seed(&env);
+    let mut c = Client::start(&env);
+    c.handshake();
+    for i in 1..=20 {
+        c.send(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "search", "arguments": {"query": "lease"}}}));
+        c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i}}));
+    }
+    // The last line has no newline: it still counts.
+    c.stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(br#"{"jsonrpc":"2.0","id":21,"method":"ping"}"#)
+        .expect("write");
+    let (rest, code) = c.finish();
+    // The initialize reply was read by handshake; 20 searches and a ping remain.
+    assert_eq!(rest.len(), 21);
+    let ids: Vec<i64> = rest.iter().filter_map(|r| r["id"].as_i64()).collect();
+    assert_eq!(ids, (1..=21).collect::<Vec<_>>());
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn hostile_queries_never_break_the_server() {
+    let env = TestEnv::new();
+    seed(&env);
+    let mut c = Client::start(&env);
+    c.handshake();
+    let mut corpus = hostile_queries();
+    corpus.extend(
+        [
+            "\0",
+            "lease\0rescue",
+            "\0\0\0",
+            "\"\0\"",
+            "-\0",
+            "\0*",
+            "NEAR(\0)",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    for q in &corpus {
+        for args in [
+            json!({"query": q, "all_projects": true}),
+            json!({"query": q, "file": q, "concept": q}),
+        ] {
+            let (err, text) = c.call("search", args);
+            assert!(!err, "{q:?}: {text}");
+        }
+        let (err, text) = c.call("timeline", json!({"query": q, "all_projects": true}));
+        assert!(
+            !err || text.contains("no record matches") || text.contains("give 'anchor'"),
+            "{q:?}: {text}"
+        );
+        // Hostile project names are just names.
+        let (err, text) = c.call("search", json!({"query": "lease", "project": q}));
+        assert!(!err, "{q:?}: {text}");
+    }
+    let (rest, code) = c.finish();
+    assert!(rest.is_empty());
+    assert_eq!(code, Some(0));
+}

@@ -1,0 +1,762 @@
+//! `cairn search`, `timeline`, `show`, `context` and `save` on a database seeded through
+//! `cairn_core`, run as the real binary from a project directory.
+
+use std::process::Output;
+
+use cairn_core::db::{self, OpenOptions};
+use cairn_core::memory::{self, NewObservation, NewSummary};
+use cairn_core::paths::DataDir;
+use cairn_core::sessions;
+use serde_json::Value;
+
+use crate::support::{TestEnv, stderr, stdout};
+
+const DAY: i64 = 86_400_000;
+/// 2026-09-21T14:13:20Z
+pub const T0: i64 = 1_790_000_000_000;
+
+/// Ids of the seeded records.
+pub struct Seeded {
+    pub title_hit: i64,
+    pub narrative_hit: i64,
+    pub bugfix: i64,
+    pub old: i64,
+    pub other_project: i64,
+    pub summary: i64,
+    pub prompt: i64,
+}
+
+/// A project directory `acme` (not in a git repository) the commands run in.
+pub fn project_dir(env: &TestEnv) -> std::path::PathBuf {
+    let dir = env.tmp.path().join("acme");
+    std::fs::create_dir_all(&dir).expect("project dir");
+    dir
+}
+
+fn obs(
+    session: &str,
+    project: &str,
+    kind: &str,
+    title: &str,
+    narrative: &str,
+    at: i64,
+) -> NewObservation {
+    NewObservation {
+        session_id: Some(session.into()),
+        project: project.into(),
+        prompt_number: Some(1),
+        kind: kind.into(),
+        title: title.into(),
+        narrative: narrative.into(),
+        origin: "model".into(),
+        created_at: at,
+        ..NewObservation::default()
+    }
+}
+
+/// Seeds two projects through `cairn_core`.
+pub fn seed(env: &TestEnv) -> Seeded {
+    let mut conn =
+        db::open_data_dir(&DataDir::new(&env.data_dir), OpenOptions::default()).expect("open");
+    db::write(&mut conn, |tx| {
+        sessions::ensure(tx, "s1", "acme", "/acme", T0 - 30 * DAY)?;
+        sessions::ensure(tx, "s2", "acme", "/acme", T0)?;
+        sessions::ensure(tx, "x1", "globex", "/globex", T0)?;
+        tx.execute(
+            "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
+             VALUES ('s2', 'acme', 1, 'why does the worker lose its lease?', ?1)",
+            [T0 - 10],
+        )?;
+        let prompt = tx.last_insert_rowid();
+        let narrative_hit = memory::insert_observation(
+            tx,
+            &obs(
+                "s2",
+                "acme",
+                "discovery",
+                "Queue internals",
+                "The worker lease expires after five minutes and is rescued by the next worker.",
+                T0,
+            ),
+        )?
+        .id();
+        let mut b = obs(
+            "s2",
+            "acme",
+            "bugfix",
+            "Lease rescue counts as a failed attempt",
+            "Rescued jobs used to loop forever.",
+            T0 + 60_000,
+        );
+        b.concepts = vec!["gotcha".into(), "queue".into()];
+        b.files_modified = vec!["core/src/queue.rs".into()];
+        b.facts = vec!["three failed attempts skip a job".into()];
+        let title_hit = memory::insert_observation(tx, &b)?.id();
+        let mut c = obs(
+            "s2",
+            "acme",
+            "decision",
+            "Busy timeout before WAL",
+            "Set busy_timeout first on every connection.",
+            T0 + 120_000,
+        );
+        c.files_read = vec!["core/src/db.rs".into()];
+        let bugfix_decision = memory::insert_observation(tx, &c)?.id();
+        let old = memory::insert_observation(
+            tx,
+            &obs(
+                "s1",
+                "acme",
+                "feature",
+                "Migration runner",
+                "Numbered migrations applied in order.",
+                T0 - 30 * DAY,
+            ),
+        )?
+        .id();
+        let other_project = memory::insert_observation(
+            tx,
+            &obs(
+                "x1",
+                "globex",
+                "bugfix",
+                "Lease handling in globex",
+                "Different project entirely.",
+                T0,
+            ),
+        )?
+        .id();
+        let summary = memory::upsert_summary(
+            tx,
+            &NewSummary {
+                session_id: "s2".into(),
+                project: "acme".into(),
+                prompt_number: 1,
+                request: "Find why the worker loses its lease".into(),
+                completed: "Rescue now counts as a failed attempt".into(),
+                next_steps: "Add a heartbeat metric".into(),
+                origin: "model".into(),
+                created_at: T0 + 180_000,
+                ..NewSummary::default()
+            },
+        )?
+        .id();
+        Ok(Seeded {
+            title_hit,
+            narrative_hit,
+            bugfix: bugfix_decision,
+            old,
+            other_project,
+            summary,
+            prompt,
+        })
+    })
+    .expect("seed")
+}
+
+/// Runs `cairn` in the `acme` project directory.
+pub fn cairn(env: &TestEnv, args: &[&str]) -> Output {
+    let mut c = env.cmd("cairn");
+    c.current_dir(project_dir(env)).args(args);
+    crate::support::run_with_stdin(c, b"")
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("json: {e}: {}", stdout(o)))
+}
+
+fn ids(o: &Output) -> Vec<String> {
+    json_of(o)
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|h| {
+            let id = h["id"].as_i64().expect("id");
+            match h["kind"].as_str().expect("kind") {
+                "summary" => format!("S{id}"),
+                "prompt" => format!("P{id}"),
+                _ => id.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn search_ranks_filters_and_stays_in_its_project() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+
+    let o = cairn(&env, &["search", "lease"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let table = stdout(&o);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(
+        table.contains("Lease rescue counts as a failed attempt"),
+        "{table}"
+    );
+    assert!(!table.contains("globex"), "{table}");
+
+    // A title hit beats a narrative hit; no other project leaks in.
+    let o = cairn(
+        &env,
+        &["search", "lease", "--kind", "observations", "--json"],
+    );
+    assert_eq!(
+        ids(&o),
+        vec![s.title_hit.to_string(), s.narrative_hit.to_string()]
+    );
+
+    let check = |args: &[&str], want: Vec<String>| {
+        let mut full = vec!["search", "--json"];
+        full.extend_from_slice(args);
+        let o = cairn(&env, &full);
+        assert_eq!(ids(&o), want, "{args:?}: {}", stderr(&o));
+    };
+    check(
+        &["lease", "--type", "bugfix"],
+        vec![s.title_hit.to_string()],
+    );
+    check(&["--concept", "gotcha"], vec![s.title_hit.to_string()]);
+    check(&["--file", "db.rs"], vec![s.bugfix.to_string()]);
+    check(
+        &["--file", "queue.rs", "--kind", "observations"],
+        vec![s.title_hit.to_string()],
+    );
+    check(
+        &["--until", "2026-09-01", "--order", "oldest"],
+        vec![s.old.to_string()],
+    );
+    check(
+        &["--since", "2026-09-21T14:14", "--order", "oldest"],
+        vec![
+            s.title_hit.to_string(),
+            s.bugfix.to_string(),
+            format!("S{}", s.summary),
+        ],
+    );
+    check(
+        &["lease", "--kind", "prompts"],
+        vec![format!("P{}", s.prompt)],
+    );
+    check(
+        &["heartbeat", "--kind", "summaries"],
+        vec![format!("S{}", s.summary)],
+    );
+    check(
+        &["busy OR migrations", "--order", "newest"],
+        vec![s.bugfix.to_string(), s.old.to_string()],
+    );
+    check(&["\"busy timeout\""], vec![s.bugfix.to_string()]);
+    check(&["migrat*"], vec![s.old.to_string()]);
+    check(
+        &["--kind", "observations", "--", "lease", "-rescued"],
+        vec![],
+    );
+    check(
+        &["lease", "NOT", "minutes", "--kind", "observations"],
+        vec![s.title_hit.to_string()],
+    );
+    check(
+        &["--order", "newest", "--limit", "2", "--offset", "1"],
+        vec![s.bugfix.to_string(), s.title_hit.to_string()],
+    );
+    check(
+        &["lease", "--project", "globex"],
+        vec![s.other_project.to_string()],
+    );
+
+    // Widened: every line names its project.
+    let o = cairn(
+        &env,
+        &[
+            "search",
+            "lease",
+            "--all-projects",
+            "--kind",
+            "observations",
+        ],
+    );
+    let table = stdout(&o);
+    assert!(table.contains("PROJECT"), "{table}");
+    assert!(
+        table.contains("globex") && table.contains("acme"),
+        "{table}"
+    );
+    let o = cairn(&env, &["search", "lease", "--all-projects", "--json"]);
+    assert!(
+        json_of(&o)
+            .as_array()
+            .expect("array")
+            .iter()
+            .any(|h| h["project"] == "globex")
+    );
+
+    // No results: exit 1, a hint on stderr, nothing on stdout.
+    let o = cairn(&env, &["search", "zebra"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).is_empty());
+    assert!(stderr(&o).contains("--all-projects"), "{}", stderr(&o));
+
+    // Errors: exit 2, one `error:` line.
+    for bad in [
+        vec!["search", "x", "--since", "tuesday"],
+        vec!["search", "x", "--type", "idea"],
+        vec!["search", "x", "--order", "worst"],
+        vec!["search", "x", "--kind", "mail"],
+        vec!["search", "x", "--project", "a", "--all-projects"],
+    ] {
+        let o = cairn(&env, &bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        assert!(stderr(&o).contains("error"), "{bad:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn no_database_is_an_error_not_an_empty_result() {
+    let env = TestEnv::new();
+    for args in [
+        vec!["search", "x"],
+        vec!["timeline", "1"],
+        vec!["show", "1"],
+        vec!["context"],
+    ] {
+        let o = cairn(&env, &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&o).starts_with("error: no cairn database"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+fn timeline_show_context_and_save() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+
+    let o = cairn(
+        &env,
+        &[
+            "timeline",
+            &s.title_hit.to_string(),
+            "--before",
+            "2",
+            "--after",
+            "2",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let table = stdout(&o);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 6, "{table}");
+    assert!(lines[1].contains(&format!("P{}", s.prompt)), "{table}");
+    assert!(
+        lines[3].starts_with('→') && lines[3].contains("Lease rescue"),
+        "{table}"
+    );
+    assert!(lines[5].contains(&format!("S{}", s.summary)), "{table}");
+
+    let o = cairn(&env, &["timeline", "--query", "busy timeout", "--json"]);
+    let t = json_of(&o);
+    assert_eq!(
+        t["anchor"],
+        serde_json::json!({"kind": "observation", "id": s.bugfix})
+    );
+    assert!(
+        t["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .any(|e| e["anchor"] == true)
+    );
+
+    // Another project's id is refused by name, and found when widened.
+    let other = s.other_project.to_string();
+    let o = cairn(&env, &["timeline", &other]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("belongs to project 'globex'"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cairn(&env, &["timeline", &other, "--all-projects"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(cairn(&env, &["timeline", "999"]).status.code(), Some(1));
+
+    let o = cairn(&env, &["show", &format!("#{}", s.title_hit), "999"]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = stdout(&o);
+    assert!(
+        text.contains("Rescued jobs used to loop forever."),
+        "{text}"
+    );
+    assert!(
+        text.contains("- three failed attempts skip a job"),
+        "{text}"
+    );
+    assert!(text.contains("- core/src/queue.rs"), "{text}");
+    assert!(
+        text.contains("Prompt: why does the worker lose its lease?"),
+        "{text}"
+    );
+    assert!(stderr(&o).contains("no observation 999"));
+    let o = cairn(&env, &["show", "999", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(json_of(&o)["missing"], serde_json::json!([999]));
+
+    let o = cairn(&env, &["context"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let block = stdout(&o);
+    assert!(
+        block.contains("- Next steps: Add a heartbeat metric"),
+        "{block}"
+    );
+    assert!(block.contains(&format!("- #{} ", s.title_hit)), "{block}");
+    assert!(!block.contains("globex"), "{block}");
+    assert!(
+        block
+            .trim_end()
+            .ends_with("`cairn show <id>`.\n</cairn-context>"),
+        "{block}"
+    );
+    assert!(block.starts_with("<cairn-context>\n"), "{block}");
+    let o = cairn(&env, &["context", "--project", "nobody"]);
+    assert_eq!(o.status.code(), Some(1));
+    // The budget comes from the settings.
+    let mut small = env.cmd("cairn");
+    small
+        .current_dir(project_dir(&env))
+        .env("CAIRN_CONTEXT__BUDGET_TOKENS", "60")
+        .args(["context", "--json"]);
+    let o = crate::support::run_with_stdin(small, b"");
+    let j = json_of(&o);
+    assert!(j["tokens"].as_u64().expect("tokens") <= 60, "{j}");
+    assert_eq!(j["budget_tokens"], 60);
+
+    let o = cairn(
+        &env,
+        &[
+            "save",
+            "Prefer BEGIN IMMEDIATE",
+            "--text",
+            "Deferred transactions get SQLITE_BUSY at once.",
+            "--type",
+            "decision",
+            "--file",
+            "core/src/db.rs",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let id = json_of(&o)["id"].as_i64().expect("id");
+    let (origin, session): (String, Option<String>) = env
+        .db()
+        .query_row(
+            "SELECT origin, session_id FROM observations WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("row");
+    assert_eq!((origin.as_str(), session), ("manual", None));
+    let o = cairn(&env, &["search", "immediate", "--json"]);
+    assert_eq!(ids(&o), vec![id.to_string()]);
+    let mut piped = env.cmd("cairn");
+    piped
+        .current_dir(project_dir(&env))
+        .args(["save", "From stdin", "--text", "-"]);
+    let o = crate::support::run_with_stdin(piped, b"text read from stdin\n");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        env.count("SELECT count(*) FROM observations WHERE narrative = 'text read from stdin'"),
+        1
+    );
+    assert_eq!(
+        cairn(&env, &["save", "x", "--type", "idea"]).status.code(),
+        Some(2)
+    );
+}
+
+/// At least 300 queries a person, a model or an attacker might type: quotes, FTS5
+/// operators and column names, SQL, unicode, control bytes and very long ones.
+pub fn hostile_queries() -> Vec<String> {
+    let mut q: Vec<String> = [
+        "",
+        " ",
+        "\"",
+        "\"\"",
+        "\"\"\"",
+        "'",
+        "''",
+        "`",
+        "\\",
+        "\\\"",
+        "*",
+        "**",
+        "-",
+        "--",
+        "---",
+        "^",
+        "^lease",
+        "lease^",
+        "+",
+        "+lease",
+        "(",
+        ")",
+        "()",
+        "(lease",
+        "lease)",
+        "((lease))",
+        "{",
+        "}",
+        "{lease}",
+        "[",
+        "]",
+        "[lease]",
+        ":",
+        "::",
+        "title:",
+        "title:lease",
+        "narrative:lease",
+        "{title narrative}:lease",
+        "-title:lease",
+        "observations_fts:lease",
+        "rank:1",
+        "bm25",
+        "NEAR",
+        "NEAR(",
+        "NEAR(lease",
+        "NEAR(lease rescue)",
+        "NEAR(lease rescue, 2)",
+        "lease NEAR rescue",
+        "NEAR/2",
+        "AND",
+        "OR",
+        "NOT",
+        "AND AND",
+        "OR OR OR",
+        "NOT NOT",
+        "lease AND",
+        "AND lease",
+        "lease OR",
+        "OR lease",
+        "lease NOT",
+        "NOT lease",
+        "lease AND OR NOT rescue",
+        "a OR b OR c OR d",
+        "and or not",
+        "lease -",
+        "- lease",
+        "-lease",
+        "--lease",
+        "-\"lease\"",
+        "-(lease)",
+        "lease*",
+        "*lease",
+        "lea*se",
+        "l*",
+        "\"lease\"*",
+        "\"lease",
+        "lease\"",
+        "\"lease rescue",
+        "lease \"rescue\" \"",
+        "\"a\"\"b\"",
+        "\"\"lease\"\"",
+        "lease\"\"rescue",
+        "'lease'",
+        "'; DROP TABLE observations; --",
+        "\"; DROP TABLE observations; --",
+        "1; SELECT * FROM sqlite_master",
+        "' OR 1=1 --",
+        "\" OR 1=1 --",
+        "lease' OR '1'='1",
+        "UNION SELECT",
+        "%",
+        "%%",
+        "_",
+        "lease%",
+        "lease_",
+        "\\%",
+        "?",
+        "?1",
+        ":name",
+        "@x",
+        "$x",
+        "#",
+        "#1",
+        "#include",
+        "0",
+        "-1",
+        "1e309",
+        "9223372036854775808",
+        "NaN",
+        "null",
+        "NULL",
+        "true",
+        "[]",
+        "{}",
+        "{\"a\":1}",
+        "<xml>",
+        "</private>",
+        "<private>secret</private>",
+        "&&",
+        "||",
+        "|",
+        "&",
+        "!",
+        "!lease",
+        "~",
+        "lease~",
+        "=",
+        "==",
+        "!=",
+        "<>",
+        "<",
+        ">",
+        ";",
+        ";;",
+        ",",
+        ".",
+        "..",
+        "...",
+        "/",
+        "//",
+        "/etc/passwd",
+        "../../etc/passwd",
+        "C:\\Windows",
+        "a/b/c.rs",
+        "src/db.rs:42",
+        "core::queue::claim",
+        "fn main() {}",
+        "println!(\"{}\", x);",
+        "x => y",
+        "a->b",
+        "a::b",
+        "é",
+        "ß",
+        "Æ",
+        "ø",
+        "naïve café",
+        "résumé",
+        "straße",
+        "ﬁ",
+        "İstanbul",
+        "ǅ",
+        "数据库",
+        "データベース",
+        "데이터베이스",
+        "база данных",
+        "قاعدة بيانات",
+        "מסד נתונים",
+        "ฐานข้อมูล",
+        "🦀",
+        "🦀🦀🦀",
+        "lease 🦀",
+        "👨‍👩‍👧",
+        "🏳️‍🌈",
+        "e\u{301}",
+        "a\u{300}\u{301}\u{302}",
+        "\u{200b}",
+        "\u{200d}",
+        "\u{feff}lease",
+        "\u{202e}esael",
+        "\u{2028}",
+        "\u{2029}",
+        "\u{fffd}",
+        "\u{e000}",
+        "\u{10ffff}",
+        "\u{1d400}\u{1d401}",
+        "Ⅻ",
+        "½",
+        "١٢٣",
+        "٣",
+        "\t",
+        "\n",
+        "\r\n",
+        "lease\trescue",
+        "lease\nrescue",
+        "\u{7}",
+        "\u{1b}[31mred",
+        "\u{7f}",
+        "\u{85}",
+        "\u{1}\u{2}\u{3}",
+        "lease\u{8}\u{8}",
+        "\u{c}",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Operators and syntax glued to words, in every position.
+    for op in [
+        "\"", "-", "*", "^", "(", ")", ":", "+", "OR", "AND", "NOT", "NEAR", "'", "{", "}",
+    ] {
+        q.push(format!("{op}lease rescue"));
+        q.push(format!("lease{op} rescue"));
+        q.push(format!("lease {op} rescue"));
+        q.push(format!("lease rescue {op}"));
+        q.push(format!("{op}{op}{op}"));
+    }
+    // Long ones.
+    q.push("lease ".repeat(2_000));
+    q.push("x".repeat(10_240));
+    q.push("\"".repeat(10_240));
+    q.push("(".repeat(5_000));
+    q.push("-".repeat(10_240));
+    q.push("*".repeat(10_240));
+    q.push("OR ".repeat(3_000));
+    q.push("NOT ".repeat(2_500));
+    q.push("a OR ".repeat(2_000));
+    q.push("\"a\" ".repeat(2_500));
+    q.push("🦀".repeat(2_560));
+    q.push("é".repeat(5_120));
+    q.push(format!("{}lease", " ".repeat(10_000)));
+    q.push(
+        (0..2_000)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    // Every ASCII punctuation character alone and around a word.
+    for c in (0x21u8..0x7f)
+        .map(char::from)
+        .filter(|c| !c.is_ascii_alphanumeric())
+    {
+        q.push(c.to_string());
+        q.push(format!("lease{c}rescue"));
+    }
+    q
+}
+
+#[test]
+fn hostile_queries_never_break_the_cli() {
+    let env = TestEnv::new();
+    seed(&env);
+    let corpus = hostile_queries();
+    assert!(corpus.len() >= 300, "{}", corpus.len());
+    for q in &corpus {
+        // Arguments cannot hold NUL bytes; the MCP test sends those.
+        let o = cairn(&env, &["search", "--all-projects", "--", q]);
+        let err = stderr(&o);
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(1)),
+            "{q:?}: exit {:?}: {err}",
+            o.status.code()
+        );
+        assert!(
+            !err.contains("error") && !err.contains("panicked"),
+            "{q:?}: {err}"
+        );
+    }
+    // The same inputs as timeline anchors.
+    for q in corpus.iter().step_by(7).filter(|q| !q.trim().is_empty()) {
+        let o = cairn(
+            &env,
+            &["timeline", "--all-projects", &format!("--query={q}")],
+        );
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(1)),
+            "{q:?}: {}",
+            stderr(&o)
+        );
+    }
+}
