@@ -2,5 +2,6 @@
 //! codes. Decisions live in `cairn_core`; this crate wires them to processes.
 
 pub mod cli;
+pub mod entry;
 pub mod exit;
 pub mod logging;

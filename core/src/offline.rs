@@ -177,20 +177,30 @@ pub fn summary(
     if !files_read.is_empty() {
         investigated.push(format!("Read {}", files_read.join(", ")));
     }
-    let mut completed = Vec::new();
+    let mut changes = Vec::new();
     if !files_edited.is_empty() {
-        completed.push(format!("Changed {}", files_edited.join(", ")));
+        changes.push(format!("Changed {}", files_edited.join(", ")));
     }
     if !titles.is_empty() {
-        completed.push(titles.join("; "));
+        changes.push(titles.join("; "));
     }
+    let changes = changes.join(". ");
+    // The assistant's closing message is its own account of what the turn achieved, the
+    // best "completed" there is without a model; the mechanical list of changes then goes
+    // to the notes. Without a message, the list is all we know.
+    let message = last_assistant_message.trim();
+    let (completed, notes) = if message.is_empty() {
+        (changes.as_str(), "")
+    } else {
+        (message, changes.as_str())
+    };
     ParsedSummary {
         request: cap(request.trim(), 600),
         investigated: cap(&investigated.join(". "), 1_000),
         learned: String::new(),
-        completed: cap(&completed.join(". "), 1_000),
+        completed: cap(completed, 1_500),
         next_steps: String::new(),
-        notes: cap(last_assistant_message.trim(), 1_500),
+        notes: cap(notes, 1_000),
     }
 }
 
@@ -314,7 +324,16 @@ mod tests {
         );
         assert_eq!(s.request, "please do the full tour");
         assert_eq!(s.investigated, "Read /p/a");
-        assert_eq!(s.completed, "Changed /p/out.txt. Wrote out.txt");
-        assert_eq!(s.notes, "All done.");
+        assert_eq!(s.completed, "All done.");
+        assert_eq!(s.notes, "Changed /p/out.txt. Wrote out.txt");
+        let silent = summary(
+            "q",
+            &["Wrote out.txt".into()],
+            &[],
+            &["/p/out.txt".into()],
+            "  ",
+        );
+        assert_eq!(silent.completed, "Changed /p/out.txt. Wrote out.txt");
+        assert_eq!(silent.notes, "");
     }
 }

@@ -1082,16 +1082,16 @@ fn without_a_key_the_offline_extractor_does_the_work() {
             ),
         ]
     );
-    let (request, notes, origin): (String, String, String) = env
+    let (request, completed, origin): (String, String, String) = env
         .db()
         .query_row(
-            "SELECT request, notes, origin FROM session_summaries",
+            "SELECT request, completed, origin FROM session_summaries",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .expect("summary");
     assert_eq!(request, REQUEST);
-    assert_eq!(notes, "All done: out.txt and sub.txt written.");
+    assert_eq!(completed, "All done: out.txt and sub.txt written.");
     assert_eq!(origin, "offline");
     assert_eq!(env.count("SELECT count(*) FROM model_calls"), 0);
 }

@@ -22,6 +22,9 @@ pub mod recall;
 /// summaries; this command searches them, shows what the next session will be told, and
 /// keeps the whole thing healthy.
 ///
+/// `cairn hook` and `cairn worker` run the hook and the worker (the same code as the
+/// `cairn-hook` and `cairn-worker` binaries; `cairn worker --help` for its flags).
+///
 /// Exit codes: 0 success (with results), 1 no results or something needs attention,
 /// 2 error.
 #[derive(Debug, Parser)]
@@ -101,6 +104,15 @@ impl Ctx {
 /// Parses the command line and runs the command. Errors are printed once, as
 /// `error: ...`, and exit with code 2.
 pub fn main() -> ExitCode {
+    // `cairn hook ...` and `cairn worker ...` are `cairn-hook` and `cairn-worker`.
+    let mut args = std::env::args_os().skip(1);
+    match args.next().as_ref().and_then(|a| a.to_str()) {
+        Some("hook") => return crate::entry::hook::main(args.filter_map(|a| a.into_string().ok())),
+        Some("worker") => {
+            return crate::entry::worker::main(std::iter::once("cairn worker".into()).chain(args));
+        }
+        _ => {}
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

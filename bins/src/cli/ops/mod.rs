@@ -17,15 +17,14 @@ use cairn_core::queue::JobStatus;
 use super::Ctx;
 
 mod data;
+mod demo;
 mod health;
 mod queue;
 
 pub use data::{backup, export, import, restore};
+pub use demo::DemoArgs;
 pub use health::{config, doctor, status};
 pub use queue::queue;
-
-#[derive(Debug, Args)]
-pub struct DemoArgs {}
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -199,8 +198,9 @@ fn parse_status(s: &str) -> Result<JobStatus, String> {
     JobStatus::parse(s).ok_or_else(|| "expected pending, claimed, done or skipped".into())
 }
 
-pub fn demo(_args: &DemoArgs, _data_dir: Option<&Path>, _verbose: u8) -> anyhow::Result<u8> {
-    anyhow::bail!("demo is not built yet")
+/// `cairn demo`: see [`demo`].
+pub fn demo(args: &DemoArgs, data_dir: Option<&Path>, verbose: u8) -> anyhow::Result<u8> {
+    demo::run(args, data_dir, verbose)
 }
 
 /// How the CLI opens the database: never creates it, waits briefly on other writers.

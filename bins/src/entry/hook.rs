@@ -1,0 +1,289 @@
+//! `cairn-hook`: the producer. Claude Code runs it for every hook event; it reads the event
+//! from stdin (`hook_event_name`; an event name given as the first argument is used when the
+//! payload has none), writes it to the database through `cairn_core::capture`, prints the
+//! protocol answer on stdout and exits 0, whatever happened. Logs go to
+//! `<data dir>/logs/hook-<date>.log`, never to stdout.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::logging::{self, Target};
+use cairn_core::capture::{self, HookInput, Stored};
+use cairn_core::hook::PLAIN_ANSWER;
+use cairn_core::paths::DataDir;
+use cairn_core::settings::Settings;
+
+/// How long the hook waits for stdin to close.
+const STDIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Inputs larger than this are quarantined (head kept), not parsed.
+const MAX_INPUT: usize = 8 << 20;
+/// An autostart marker younger than this means another hook is already starting the worker.
+const AUTOSTART_MARKER_FRESH: Duration = Duration::from_secs(5);
+
+/// The whole hook process: `args` are the arguments after the program name (an optional
+/// event name). Always exits 0.
+pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
+    let explicit = args.into_iter().next();
+    std::panic::set_hook(Box::new(|info| log::error!("cairn-hook panicked: {info}")));
+    let answer =
+        std::panic::catch_unwind(|| run(explicit)).unwrap_or_else(|_| PLAIN_ANSWER.to_string());
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(answer.as_bytes());
+    let _ = out.flush();
+    ExitCode::SUCCESS
+}
+
+fn run(explicit: Option<String>) -> String {
+    if std::env::var_os(cairn_core::SUPPRESS_HOOKS_ENV).is_some_and(|v| !v.is_empty()) {
+        return PLAIN_ANSWER.to_string();
+    }
+    // Claude Code writes the payload after the process started: open the database while
+    // it arrives.
+    let stdin = start_reading_stdin();
+
+    let dir = match DataDir::from_env() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("cairn-hook: event not captured: {e}");
+            return PLAIN_ANSWER.to_string();
+        }
+    };
+    let (settings, settings_error) = match Settings::load(&dir) {
+        Ok(l) => (l.settings, None),
+        Err(e) => (Settings::default(), Some(e)),
+    };
+    let target = if log_file_writable(&dir) {
+        Target::File
+    } else {
+        Target::Stderr
+    };
+    logging::init("hook", Some(&dir.logs()), target, settings.log_level());
+    if let Some(e) = settings_error {
+        log::error!("{e}; using default settings");
+    }
+    let conn = capture::open_for_hook(&dir, &settings);
+    // An incomplete input is quarantined (and logged once) by `handle_with`.
+    let input = finish_reading_stdin(stdin, STDIN_TIMEOUT, MAX_INPUT);
+
+    let project_dir = std::env::var("CLAUDE_PROJECT_DIR").ok();
+    let outcome = capture::handle_with(
+        &dir,
+        &settings,
+        &HookInput {
+            bytes: &input.bytes,
+            total_len: input.total_len,
+            incomplete: input.incomplete.clone(),
+            explicit_event: explicit.as_deref(),
+            project_dir: project_dir.as_deref(),
+        },
+        Some(conn),
+        cairn_core::clock::now_ms(),
+    );
+    if settings.worker.autostart && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
+    {
+        autostart(&dir);
+    }
+    outcome.answer
+}
+
+/// What was read from stdin.
+struct Input {
+    bytes: Vec<u8>,
+    total_len: u64,
+    incomplete: Option<String>,
+}
+
+/// Chunks of stdin, from the reader thread (or why there is none).
+type Stdin = Result<mpsc::Receiver<std::io::Result<Vec<u8>>>, String>;
+
+/// Starts a reader thread doing the blocking reads of stdin, so that a stdin that never
+/// closes cannot hang the hook.
+fn start_reading_stdin() -> Stdin {
+    let (tx, rx) = mpsc::channel::<std::io::Result<Vec<u8>>>();
+    let spawned = std::thread::Builder::new()
+        .name("stdin".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut chunk = vec![0u8; 64 * 1024];
+                match stdin.read(&mut chunk) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        chunk.truncate(n);
+                        if tx.send(Ok(chunk)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Ok(rx),
+        Err(e) => Err(format!("cannot read stdin: {e}")),
+    }
+}
+
+/// Collects stdin until it closes, for at most `timeout` from now, keeping at most `max`
+/// bytes (the rest is counted and dropped).
+fn finish_reading_stdin(stdin: Stdin, timeout: Duration, max: usize) -> Input {
+    let rx = match stdin {
+        Ok(rx) => rx,
+        Err(why) => {
+            return Input {
+                bytes: Vec::new(),
+                total_len: 0,
+                incomplete: Some(why),
+            };
+        }
+    };
+    let deadline = Instant::now() + timeout;
+    let mut bytes = Vec::new();
+    let mut total: u64 = 0;
+    let mut incomplete = None;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Ok(chunk)) => {
+                total += chunk.len() as u64;
+                let room = max.saturating_sub(bytes.len());
+                bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(Err(e)) => {
+                incomplete = Some(format!("cannot read stdin: {e}"));
+                break;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // A whole payload followed by a stdin left open is still a payload.
+                if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
+                    incomplete = Some(format!(
+                        "stdin not closed within {} ms",
+                        timeout.as_millis()
+                    ));
+                }
+                break;
+            }
+        }
+    }
+    if incomplete.is_none() && total > max as u64 {
+        incomplete = Some(format!(
+            "input of {total} bytes is larger than the {max} bytes a hook accepts"
+        ));
+    }
+    Input {
+        bytes,
+        total_len: total,
+        incomplete,
+    }
+}
+
+/// True when today's hook log file can be opened for appending (the data dir and its
+/// `logs/` are created if missing). Otherwise the hook logs to stderr.
+fn log_file_writable(dir: &DataDir) -> bool {
+    if dir.ensure_sub(&dir.logs()).is_err() {
+        return false;
+    }
+    let date = cairn_core::clock::date_utc(cairn_core::clock::now_ms());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.logs().join(format!("hook-{date}.log")))
+        .is_ok()
+}
+
+/// Starts `cairn-worker --autostarted` when no worker holds the lock: detached in its own
+/// session, stdio closed, never waited on. An `O_EXCL` marker file, fresh for a few
+/// seconds, lets one of many hooks firing at once do it.
+fn autostart(dir: &DataDir) {
+    match cairn_core::lock::holder(&dir.worker_lock()) {
+        Ok(Some(_)) => return,
+        Ok(None) => {}
+        Err(e) => {
+            log::warn!("cannot check the worker lock: {e}");
+            return;
+        }
+    }
+    let marker = dir.root().join("worker.autostart");
+    if !claim_marker(&marker) {
+        return;
+    }
+    let worker = match std::env::current_exe() {
+        Ok(exe) => exe.with_file_name("cairn-worker"),
+        Err(e) => {
+            log::warn!("cannot start the worker: cannot find my own executable: {e}");
+            return;
+        }
+    };
+    if !worker.is_file() {
+        log::warn!(
+            "cannot start the worker: {} not found (start cairn-worker yourself, or set worker.autostart to false)",
+            worker.display()
+        );
+        return;
+    }
+    let mut cmd = Command::new(&worker);
+    cmd.arg("--autostarted")
+        .env(cairn_core::paths::DATA_DIR_ENV, dir.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    detach(&mut cmd);
+    match cmd.spawn() {
+        Ok(child) => log::info!("started {} (pid {})", worker.display(), child.id()),
+        Err(e) => log::warn!("cannot start {}: {e}", worker.display()),
+    }
+}
+
+#[allow(unsafe_code)]
+fn detach(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
+    // which is async-signal-safe; it allocates nothing and touches no shared state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Creates the marker exclusively; an old marker (a start that failed or finished long
+/// ago) is replaced once.
+fn claim_marker(marker: &Path) -> bool {
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(marker)
+        {
+            Ok(_) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let fresh = std::fs::metadata(marker)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_none_or(|age| age < AUTOSTART_MARKER_FRESH);
+                if fresh {
+                    return false;
+                }
+                let _ = std::fs::remove_file(marker);
+            }
+            Err(e) => {
+                log::warn!("cannot create {}: {e}", marker.display());
+                return false;
+            }
+        }
+    }
+    false
+}

@@ -1,0 +1,138 @@
+//! `cairn-worker`: the consumer. Claims ready batches from the queue, has a model (or the
+//! offline extractor) turn them into observations and turn summaries, stores them and
+//! acks. Runs in the foreground, for systemd, launchd, supervisord, or a hook that starts
+//! it on demand.
+//!
+//! Exit codes: 0 after a clean stop (SIGTERM/SIGINT, `--once` drained, `--autostarted`
+//! idle), and also when another worker already holds the data dir's lock: that is not a
+//! failure (the work is being done), and a process manager must not restart-loop on it.
+//! 2 on an error (unusable database or settings). A second SIGTERM/SIGINT while shutting
+//! down exits at once with 1.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::{exit, logging};
+use cairn_core::lock::{self, WorkerLock};
+use cairn_core::paths::DataDir;
+use cairn_core::settings::Settings;
+use cairn_core::worker::{self, Control, Options, Periodic};
+
+/// cairn's worker: compresses queued Claude Code events into observations and summaries.
+#[derive(Debug, Parser)]
+#[command(name = "cairn-worker", version, max_term_width = 100)]
+struct Args {
+    /// Process what is ready now, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Also log to stderr (for journald, launchd and supervisord logs).
+    #[arg(long)]
+    log_stderr: bool,
+    /// Started on demand by a hook: exit after `worker.idle_exit_secs` with nothing to do.
+    #[arg(long)]
+    autostarted: bool,
+    /// Data dir to use instead of CAIRN_DATA_DIR or ~/.cairn.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+/// The whole worker process; `args` include the program name, as `std::env::args_os`.
+pub fn main<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = Args::parse_from(args);
+    match run(args) {
+        Ok(code) => exit::code(code),
+        Err(e) => {
+            let msg = crate::cli::chain(&e);
+            log::error!("{msg}");
+            eprintln!("error: {msg}");
+            exit::code(exit::ERROR)
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<u8> {
+    let dir = match &args.data_dir {
+        Some(d) => DataDir::new(d),
+        None => DataDir::from_env()?,
+    };
+    let loaded = Settings::load(&dir)?;
+    let target = if args.log_stderr {
+        logging::Target::FileAndStderr
+    } else {
+        logging::Target::File
+    };
+    logging::init(
+        "worker",
+        Some(&dir.logs()),
+        target,
+        loaded.settings.log_level(),
+    );
+    for w in &loaded.warnings {
+        log::warn!("{w}");
+    }
+    dir.ensure()?;
+    let now = cairn_core::clock::now_ms();
+    let Some(held) = WorkerLock::try_acquire(&dir.worker_lock(), now)? else {
+        let pid = lock::holder(&dir.worker_lock())
+            .ok()
+            .flatten()
+            .map(|h| format!(" (pid {})", h.pid))
+            .unwrap_or_default();
+        let msg = format!(
+            "another cairn-worker is already running on {}{pid}; exiting",
+            dir.root().display()
+        );
+        log::info!("{msg}");
+        eprintln!("cairn-worker: {msg}");
+        return Ok(exit::OK);
+    };
+
+    let control = Control::default();
+    register_signals(&control).context("failed to install signal handlers")?;
+
+    let settings = loaded.settings;
+    let idle_exit = (args.autostarted && settings.worker.idle_exit_secs > 0)
+        .then(|| Duration::from_secs(settings.worker.idle_exit_secs));
+    let opts = Options {
+        worker_id: worker::worker_id(now),
+        once: args.once,
+        idle_exit,
+    };
+    let logs = dir.logs();
+    let periodic: Periodic = Box::new(move |s: &Settings, now: i64| {
+        logging::prune(&logs, s.log.keep_days, now);
+    });
+    let reload_dir = dir.clone();
+    let reload = move || {
+        let l = Settings::load(&reload_dir)?;
+        for w in &l.warnings {
+            log::warn!("{w}");
+        }
+        Ok(l.settings)
+    };
+    worker::run(&dir, settings, &reload, opts, control, Some(periodic))
+        .context("worker stopped on an error")?;
+    drop(held);
+    Ok(exit::OK)
+}
+
+/// SIGTERM/SIGINT set the stop flag (a second one while stopping exits at once with 1);
+/// SIGHUP asks for a settings reload.
+fn register_signals(control: &Control) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    for sig in [SIGTERM, SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&control.stop))?;
+        signal_hook::flag::register(sig, Arc::clone(&control.stop))?;
+    }
+    signal_hook::flag::register(SIGHUP, Arc::clone(&control.reload))?;
+    Ok(())
+}

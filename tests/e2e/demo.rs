@@ -1,0 +1,70 @@
+//! `cairn demo` end to end: the recorded session through the real binaries.
+
+use crate::support::{TestEnv, stderr, stdout};
+
+#[test]
+fn the_demo_shows_observations_context_search_and_timeline() {
+    let env = TestEnv::new();
+    let dir = env.tmp.path().join("demo-data");
+    let dir_s = dir.to_string_lossy().to_string();
+    let out = env.run("cairn", &["demo", "--data-dir", &dir_s], b"");
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+
+    // The hooks took every event, the worker processed every job.
+    assert!(text.contains("17 hook events"), "{text}");
+    assert!(text.contains("0 jobs not done"), "{text}");
+    // The observations the offline extractor must find in this session.
+    for title in [
+        "Edited session.py",
+        "Bash failed: pytest tests/test_login.py -x",
+        "Wrote ratelimit.py",
+        "Edited login.py",
+        "Wrote test_ratelimit.py",
+    ] {
+        assert!(text.contains(title), "missing {title}:\n{text}");
+    }
+    // The next session's context block, with the last turn's summary.
+    assert!(
+        text.contains("<cairn-context>\n# cairn memory of project acme-api"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- Completed: Added a sliding-window rate limiter"),
+        "{text}"
+    );
+    // The search and the timeline ran and found the story.
+    assert!(text.contains("**rate** **limiting**"), "{text}");
+    assert!(
+        text.contains("→  S1"),
+        "the timeline marks its anchor:\n{text}"
+    );
+    // Privacy held and skipped tools stayed out, in the database the demo leaves behind.
+    let db = rusqlite::Connection::open(dir.join("cairn.db")).expect("demo database");
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    assert_eq!(
+        count("SELECT count(*) FROM user_prompts WHERE prompt_text LIKE '%hunter2%'"),
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM pending_messages WHERE payload LIKE '%TodoWrite%'"),
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM pending_messages WHERE status <> 'done'"),
+        0
+    );
+    assert_eq!(count("SELECT count(*) FROM session_summaries"), 2);
+    assert!(
+        text.contains(&format!("export CAIRN_DATA_DIR={dir_s}")),
+        "{text}"
+    );
+
+    // The data dir is now not empty: a second demo there is refused, nothing touched.
+    let before = std::fs::read(dir.join("cairn.db")).expect("db");
+    let again = env.run("cairn", &["demo", "--data-dir", &dir_s], b"");
+    assert_eq!(again.status.code(), Some(2));
+    assert!(stderr(&again).starts_with("error: "), "{}", stderr(&again));
+    assert!(stderr(&again).contains("not empty"));
+    assert_eq!(before, std::fs::read(dir.join("cairn.db")).expect("db"));
+}
