@@ -72,7 +72,12 @@ pub fn parse_iso_utc(s: &str) -> Option<i64> {
     let y: i64 = parts.next()?.parse().ok()?;
     let m: u32 = parts.next()?.parse().ok()?;
     let d: u32 = parts.next()?.parse().ok()?;
-    if parts.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+    // Years outside 0..=9999 are not dates a person means, and would overflow below.
+    if parts.next().is_some()
+        || !(0..=9999).contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&d)
+    {
         return None;
     }
     let mut ms = days_from_civil(y, m, d);
@@ -138,6 +143,9 @@ mod tests {
         assert_eq!(parse_iso_utc("1970-01-01 00:00:05"), Some(5_000));
         assert_eq!(parse_iso_utc("1970-13-01"), None);
         assert_eq!(parse_iso_utc("yesterday"), None);
+        assert_eq!(parse_iso_utc("99999999999999999-01-01"), None);
+        assert_eq!(parse_iso_utc("-5-01-01"), None);
+        assert_eq!(parse_iso_utc("9999-12-31"), Some(253_402_214_400_000));
         assert_eq!(parse_duration_ms("7d"), Some(7 * 86_400_000));
         assert_eq!(parse_duration_ms("90s"), Some(90_000));
         assert_eq!(parse_duration_ms("3"), None);

@@ -340,8 +340,17 @@ fn main() -> ExitCode {
         ("many_writers_two_claimers", many_writers_two_claimers),
         ("claimer_killed_mid_batch", claimer_killed_mid_batch),
     ];
+    // Like libtest: plain arguments are name filters (`cargo test -p cairn-core claimer`).
+    let filters: Vec<&String> = args
+        .iter()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let (mut passed, mut failed) = (0, 0);
     for (name, f) in scenarios {
+        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
         let root = tmp.path().join(name);
         std::fs::create_dir_all(&root).expect("mkdir");
         match std::panic::catch_unwind(|| f(&root)) {
