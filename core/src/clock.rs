@@ -98,6 +98,11 @@ pub fn parse_iso_utc(s: &str) -> Option<i64> {
 }
 
 /// Parses a duration like `30s`, `15m`, `12h`, `7d`, `2w` into milliseconds.
+///
+/// ```
+/// assert_eq!(cairn_core::clock::parse_duration_ms("15m"), Some(900_000));
+/// assert_eq!(cairn_core::clock::parse_duration_ms("soon"), None);
+/// ```
 pub fn parse_duration_ms(s: &str) -> Option<i64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit())?;

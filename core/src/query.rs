@@ -121,7 +121,17 @@ enum Token {
     Not,
 }
 
-/// Parses what a person typed. Never fails.
+/// Parses what a person typed. Never fails: whatever the input, the result is either
+/// empty or a `MATCH` expression made only of quoted terms.
+///
+/// ```
+/// let q = cairn_core::query::parse(r#"lease "fenced ack" -flaky OR retr*"#);
+/// let expr = q.fts_match().expect("terms");
+/// assert!(expr.contains(r#""fenced ack""#));
+/// // A column filter typed by a user is only text inside a quoted term.
+/// let hostile = cairn_core::query::parse("title:secret");
+/// assert_eq!(hostile.fts_match().as_deref(), Some(r#""title:secret""#));
+/// ```
 pub fn parse(input: &str) -> Query {
     let tokens = lex(input);
     let mut q = Query::default();
