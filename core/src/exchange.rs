@@ -96,19 +96,6 @@ fn io_err(e: std::io::Error) -> Error {
     Error::io("cannot write export to", "output", e)
 }
 
-fn json_list(text: &str) -> Vec<String> {
-    match serde_json::from_str::<Vec<serde_json::Value>>(text) {
-        Ok(items) => items
-            .into_iter()
-            .map(|v| match v {
-                serde_json::Value::String(s) => s,
-                other => other.to_string(),
-            })
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
 fn json_ids(text: &str) -> Vec<i64> {
     serde_json::from_str(text).unwrap_or_default()
 }
@@ -177,10 +164,10 @@ pub fn observations(conn: &Connection, project: Option<&str>) -> Result<Vec<NewO
                 title: r.get(5)?,
                 subtitle: r.get(6)?,
                 narrative: r.get(7)?,
-                facts: json_list(&r.get::<_, String>(8)?),
-                concepts: json_list(&r.get::<_, String>(9)?),
-                files_read: json_list(&r.get::<_, String>(10)?),
-                files_modified: json_list(&r.get::<_, String>(11)?),
+                facts: crate::memory::json_list(&r.get::<_, String>(8)?),
+                concepts: crate::memory::json_list(&r.get::<_, String>(9)?),
+                files_read: crate::memory::json_list(&r.get::<_, String>(10)?),
+                files_modified: crate::memory::json_list(&r.get::<_, String>(11)?),
                 source_job_ids: json_ids(&r.get::<_, String>(12)?),
                 origin: r.get(13)?,
                 created_at: r.get(14)?,
@@ -210,8 +197,8 @@ pub fn summaries(conn: &Connection, project: Option<&str>) -> Result<Vec<NewSumm
                 completed: r.get(6)?,
                 next_steps: r.get(7)?,
                 notes: r.get(8)?,
-                files_read: json_list(&r.get::<_, String>(9)?),
-                files_edited: json_list(&r.get::<_, String>(10)?),
+                files_read: crate::memory::json_list(&r.get::<_, String>(9)?),
+                files_edited: crate::memory::json_list(&r.get::<_, String>(10)?),
                 source_job_ids: json_ids(&r.get::<_, String>(11)?),
                 origin: r.get(12)?,
                 created_at: r.get(13)?,

@@ -134,6 +134,23 @@ impl Stored {
     }
 }
 
+/// Decodes a JSON list column (facts, concepts, files): strings as they are, other values
+/// as their JSON text; a malformed column (the schema's `json_valid` checks make that
+/// impossible) reads as empty.
+pub fn json_list(text: &str) -> Vec<String> {
+    serde_json::from_str::<Vec<serde_json::Value>>(text)
+        .map(|items| {
+            items
+                .into_iter()
+                .map(|v| match v {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn json(list: &[String]) -> String {
     serde_json::to_string(list).unwrap_or_else(|_| "[]".into())
 }
@@ -279,6 +296,13 @@ mod tests {
         let mut c = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
         db::write(&mut c, |tx| crate::sessions::ensure(tx, "s1", "p", "/p", 1)).expect("session");
         (tmp, c)
+    }
+
+    #[test]
+    fn json_lists_decode_leniently() {
+        assert_eq!(json_list(r#"["a", 2, null]"#), vec!["a", "2", "null"]);
+        assert_eq!(json_list("[]"), Vec::<String>::new());
+        assert_eq!(json_list("not json"), Vec::<String>::new());
     }
 
     #[test]

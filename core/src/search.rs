@@ -926,10 +926,10 @@ pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
                     title: r.get(5)?,
                     subtitle: r.get(6)?,
                     narrative: r.get(7)?,
-                    facts: json_list(&r.get::<_, String>(8)?),
-                    concepts: json_list(&r.get::<_, String>(9)?),
-                    files_read: json_list(&r.get::<_, String>(10)?),
-                    files_modified: json_list(&r.get::<_, String>(11)?),
+                    facts: crate::memory::json_list(&r.get::<_, String>(8)?),
+                    concepts: crate::memory::json_list(&r.get::<_, String>(9)?),
+                    files_read: crate::memory::json_list(&r.get::<_, String>(10)?),
+                    files_modified: crate::memory::json_list(&r.get::<_, String>(11)?),
                     origin: r.get(12)?,
                     created_at: r.get(13)?,
                     prompt: r.get(14)?,
@@ -942,21 +942,6 @@ pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
         }
     }
     Ok(out)
-}
-
-/// A JSON array of strings; anything else (it cannot be, the schema checks JSON) is empty.
-fn json_list(text: &str) -> Vec<String> {
-    serde_json::from_str::<Vec<serde_json::Value>>(text)
-        .map(|items| {
-            items
-                .into_iter()
-                .map(|v| match v {
-                    serde_json::Value::String(s) => s,
-                    other => other.to_string(),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A point in time from a person: `YYYY-MM-DD[THH:MM[:SS]]` (UTC), or an age like `7d`,
