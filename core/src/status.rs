@@ -62,6 +62,8 @@ pub struct Status {
     pub tokens_today: i64,
     /// `model.daily_token_budget`; 0 is no limit.
     pub daily_token_budget: u64,
+    /// When the budget is spent: the time (ms) it renews; jobs wait until then.
+    pub budget_spent_until: Option<i64>,
     pub memories: MemoryCounts,
     /// The database file plus its WAL, in bytes.
     pub database_bytes: u64,
@@ -127,12 +129,8 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let midnight = now - now.rem_euclid(86_400_000);
-    let tokens_today: i64 = conn.query_row(
-        "SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM model_calls WHERE created_at >= ?1",
-        [midnight],
-        |r| r.get(0),
-    )?;
+    let budget = crate::usage::budget(conn, settings.model.daily_token_budget, now)?;
+    let tokens_today = i64::try_from(budget.spent).unwrap_or(i64::MAX);
     let memories = MemoryCounts {
         sessions: count(conn, "SELECT count(*) FROM sessions")?,
         prompts: count(conn, "SELECT count(*) FROM user_prompts")?,
@@ -153,6 +151,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         recent_quarantine,
         tokens_today,
         daily_token_budget: settings.model.daily_token_budget,
+        budget_spent_until: budget.exhausted().then_some(budget.resets_at),
         memories,
         database_bytes,
         attention: Vec::new(),
@@ -240,6 +239,17 @@ mod tests {
         .expect("seed");
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert_eq!(s.tokens_today, 120);
+        assert_eq!(s.budget_spent_until, None, "no budget set");
+        let mut tight = settings.clone();
+        tight.model.daily_token_budget = 100;
+        let t = gather(&dd, &conn, &tight, now).expect("gather");
+        assert_eq!(
+            t.budget_spent_until,
+            Some(crate::usage::day_start_utc(now) + 86_400_000)
+        );
+        tight.model.daily_token_budget = 121;
+        let t = gather(&dd, &conn, &tight, now).expect("gather");
+        assert_eq!(t.budget_spent_until, None, "120 of 121 is not spent");
         assert_eq!(s.worker.heartbeat_age_ms, Some(2_000));
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
         assert!(s.attention[0].contains("worker is not running"));

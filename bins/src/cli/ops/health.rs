@@ -86,9 +86,13 @@ fn render_status(s: &status::Status) -> String {
             ));
         }
     }
-    let budget = match s.daily_token_budget {
-        0 => "no daily budget".to_string(),
-        b => format!("budget {b}"),
+    let budget = match (s.daily_token_budget, s.budget_spent_until) {
+        (0, _) => "no daily budget".to_string(),
+        (b, None) => format!("budget {b}"),
+        (b, Some(until)) => format!(
+            "budget {b} spent: jobs wait until {} (raise model.daily_token_budget to go on now)",
+            clock::iso_utc(until)
+        ),
     };
     out.push_str(&format!(
         "{:<11}{} today (UTC), {budget}\n",
