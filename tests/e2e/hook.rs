@@ -595,3 +595,25 @@ fn an_event_name_on_the_command_line_serves_payloads_without_one() {
         1
     );
 }
+
+#[test]
+fn unreadable_settings_capture_nothing() {
+    // The broken file excludes this very project: defaults must not capture it anyway.
+    let env = TestEnv::new();
+    std::fs::create_dir_all(&env.data_dir).expect("data dir");
+    std::fs::write(
+        env.data_dir.join("settings.json"),
+        "{\"capture\": {\"excluded_projects\": [\"acme-*\"],}}",
+    )
+    .expect("settings");
+    let mut c = env.cmd("cairn-hook");
+    c.env("CAIRN_WORKER__AUTOSTART", "true");
+    let out = run_with_stdin(c, hook_fixture("UserPromptSubmit.json").as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), PLAIN);
+    assert!(!env.db_path().exists(), "nothing written");
+    assert!(!env.data_dir.join("spool").exists());
+    assert!(!env.data_dir.join("worker.autostart").exists(), "no worker started");
+    let logs = read_logs(&env);
+    assert!(logs.contains("event not captured") && logs.contains("settings.json"), "{logs}");
+}

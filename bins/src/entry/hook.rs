@@ -51,19 +51,23 @@ fn run(explicit: Option<String>) -> String {
             return PLAIN_ANSWER.to_string();
         }
     };
-    let (settings, settings_error) = match Settings::load(&dir) {
-        Ok(l) => (l.settings, None),
-        Err(e) => (Settings::default(), Some(e)),
-    };
     let target = if log_file_writable(&dir) {
         Target::File
     } else {
         Target::Stderr
     };
+    // Unreadable settings capture nothing: the file may hold `capture.excluded_projects`
+    // or `capture.redact_secrets`, and defaults would quietly break those promises. The
+    // error names the file and line, here and in every `cairn` command.
+    let settings = match Settings::load(&dir) {
+        Ok(l) => l.settings,
+        Err(e) => {
+            logging::init("hook", Some(&dir.logs()), target, log::LevelFilter::Info);
+            log::error!("event not captured: {e}");
+            return PLAIN_ANSWER.to_string();
+        }
+    };
     logging::init("hook", Some(&dir.logs()), target, settings.log_level());
-    if let Some(e) = settings_error {
-        log::error!("{e}; using default settings");
-    }
     let conn = capture::open_for_hook(&dir, &settings);
     // An incomplete input is quarantined (and logged once) by `handle_with`.
     let input = finish_reading_stdin(stdin, STDIN_TIMEOUT, MAX_INPUT);
