@@ -75,6 +75,8 @@ pub struct Server {
     clock: fn() -> i64,
     /// The version agreed by `initialize`, if it happened.
     negotiated: Option<String>,
+    /// Cleans memories saved through `save_memory`, like everything captured.
+    privacy: crate::privacy::Privacy,
 }
 
 /// What handling one line produced.
@@ -95,7 +97,14 @@ impl Server {
             project: project.into(),
             clock,
             negotiated: None,
+            privacy: crate::privacy::Privacy::from_settings(&Default::default()),
         }
+    }
+
+    /// Uses these capture settings (redaction, field cap) for `save_memory`.
+    pub fn with_privacy(mut self, privacy: crate::privacy::Privacy) -> Self {
+        self.privacy = privacy;
+        self
     }
 
     /// The protocol version `initialize` agreed on, if any.
@@ -560,7 +569,7 @@ impl Server {
         let project = args
             .string("project")?
             .unwrap_or_else(|| self.project.clone());
-        let obs = NewObservation {
+        let mut obs = NewObservation {
             session_id: None,
             project: project.clone(),
             prompt_number: None,
@@ -573,6 +582,7 @@ impl Server {
             created_at: (self.clock)(),
             ..NewObservation::default()
         };
+        self.privacy.observation(&mut obs);
         let stored = crate::db::write(&mut self.conn, |tx| memory::insert_observation(tx, &obs))
             .map_err(ToolError::Internal)?;
         Ok(format!(

@@ -56,6 +56,25 @@ impl Privacy {
         cap(&redacted, self.max_field_bytes).into_owned()
     }
 
+    /// A memory saved by hand (`cairn save`, the MCP tool `save_memory`), cleaned like
+    /// everything captured: every text field and list item goes through [`Privacy::text`].
+    pub fn observation(&self, o: &mut crate::memory::NewObservation) {
+        for field in [&mut o.title, &mut o.subtitle, &mut o.narrative] {
+            *field = self.text(field);
+        }
+        for list in [
+            &mut o.facts,
+            &mut o.concepts,
+            &mut o.files_read,
+            &mut o.files_modified,
+        ] {
+            for item in list.iter_mut() {
+                *item = self.text(item);
+            }
+            list.retain(|i| !i.trim().is_empty());
+        }
+    }
+
     /// A JSON field (tool input or response), cleaned: every string (and object key)
     /// cleaned like [`Privacy::text`], values of secret-looking keys (`"password": …`)
     /// redacted; when the whole value is still larger than the limit, it becomes a string

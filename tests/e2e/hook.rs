@@ -613,7 +613,13 @@ fn unreadable_settings_capture_nothing() {
     assert_eq!(stdout(&out), PLAIN);
     assert!(!env.db_path().exists(), "nothing written");
     assert!(!env.data_dir.join("spool").exists());
-    assert!(!env.data_dir.join("worker.autostart").exists(), "no worker started");
+    assert!(
+        !env.data_dir.join("worker.autostart").exists(),
+        "no worker started"
+    );
     let logs = read_logs(&env);
-    assert!(logs.contains("event not captured") && logs.contains("settings.json"), "{logs}");
+    assert!(
+        logs.contains("event not captured") && logs.contains("settings.json"),
+        "{logs}"
+    );
 }

@@ -176,9 +176,30 @@ fn handshake_list_and_every_tool() {
         !err && text.contains("WAL needs a shared-memory file"),
         "{text}"
     );
+    let (err, text) = c.call(
+        "save_memory",
+        json!({"title": "Token ghp_abcdefghijklmnopqrstuvwxyz0123456789", "text": "<private>secret plan</private>kept", "files": ["<private>x</private>"]}),
+    );
+    assert!(!err, "{text}");
     let (rest, code) = c.finish();
     assert!(rest.is_empty());
     assert_eq!(code, Some(0));
+    let dump: String = env
+        .db()
+        .query_row(
+            "SELECT title || narrative || files_modified FROM observations WHERE narrative = 'kept'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the cleaned memory");
+    assert!(
+        !dump.contains("ghp_abc") && !dump.contains("secret plan"),
+        "{dump}"
+    );
+    assert!(
+        dump.ends_with("[]"),
+        "an empty file entry is dropped: {dump}"
+    );
     let (origin, project, session): (String, String, Option<String>) = env
         .db()
         .query_row(

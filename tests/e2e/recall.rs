@@ -475,6 +475,30 @@ fn timeline_show_context_and_save() {
         cairn(&env, &["save", "x", "--type", "idea"]).status.code(),
         Some(2)
     );
+
+    // A memory saved by hand is cleaned like everything captured.
+    let o = cairn(
+        &env,
+        &[
+            "save",
+            "Deploy key AKIAIOSFODNN7EXAMPLE",
+            "--text",
+            "password=hunter2 then <private>the vault phrase</private> done",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let dump: String = env
+        .db()
+        .query_row(
+            "SELECT title || ' ' || narrative FROM observations ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("row");
+    for canary in ["AKIAIOSFODNN7EXAMPLE", "hunter2", "vault phrase"] {
+        assert!(!dump.contains(canary), "{canary} stored: {dump}");
+    }
+    assert!(dump.contains("done"), "{dump}");
 }
 
 /// At least 300 queries a person, a model or an attacker might type: quotes, FTS5

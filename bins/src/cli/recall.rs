@@ -13,6 +13,7 @@ use clap::Args;
 
 use cairn_core::db::{self, OpenOptions};
 use cairn_core::memory::{self, NewObservation, OBSERVATION_TYPES};
+use cairn_core::privacy::Privacy;
 use cairn_core::search::{
     self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
 };
@@ -489,7 +490,7 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
         Some(p) => p.clone(),
         None => current_project()?,
     };
-    let obs = NewObservation {
+    let mut obs = NewObservation {
         session_id: None,
         project: project.clone(),
         kind,
@@ -501,6 +502,7 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
         created_at: clock::now_ms(),
         ..NewObservation::default()
     };
+    Privacy::from_settings(&ctx.settings().capture).observation(&mut obs);
     let mut conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
     let stored = db::write(&mut conn, |tx| memory::insert_observation(tx, &obs))?;
     if args.json {
@@ -523,7 +525,8 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
     let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
     search::tune_for_reading(&conn)?;
     log::info!("mcp server for project '{project}'");
-    let mut server = mcp::Server::new(conn, project, clock::now_ms);
+    let mut server = mcp::Server::new(conn, project, clock::now_ms)
+        .with_privacy(Privacy::from_settings(&ctx.settings().capture));
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     mcp::serve(&mut server, stdin, stdout)?;
