@@ -88,6 +88,10 @@ CREATE TABLE observations (
     concepts       TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(concepts)),
     files_read     TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(files_read)),
     files_modified TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(files_modified)),
+    -- facts and concepts as plain text (one fact per line; concepts comma-separated), for
+    -- the full-text index: it must hold words, not JSON escapes, and snippets show them.
+    facts_text     TEXT NOT NULL DEFAULT '',
+    concepts_text  TEXT NOT NULL DEFAULT '',
     content_hash   TEXT NOT NULL,
     source_job_ids TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(source_job_ids)),
     origin         TEXT NOT NULL DEFAULT 'model',  -- model | offline | manual | import
@@ -158,22 +162,22 @@ CREATE TABLE workers (
 
 -- Full-text search: external-content FTS5 tables kept in step by triggers.
 CREATE VIRTUAL TABLE observations_fts USING fts5 (
-    title, subtitle, narrative, facts, concepts,
+    title, subtitle, narrative, facts_text, concepts_text,
     content = 'observations', content_rowid = 'id', tokenize = 'porter unicode61'
 );
 CREATE TRIGGER observations_fts_insert AFTER INSERT ON observations BEGIN
-    INSERT INTO observations_fts (rowid, title, subtitle, narrative, facts, concepts)
-    VALUES (new.id, new.title, new.subtitle, new.narrative, new.facts, new.concepts);
+    INSERT INTO observations_fts (rowid, title, subtitle, narrative, facts_text, concepts_text)
+    VALUES (new.id, new.title, new.subtitle, new.narrative, new.facts_text, new.concepts_text);
 END;
 CREATE TRIGGER observations_fts_delete AFTER DELETE ON observations BEGIN
-    INSERT INTO observations_fts (observations_fts, rowid, title, subtitle, narrative, facts, concepts)
-    VALUES ('delete', old.id, old.title, old.subtitle, old.narrative, old.facts, old.concepts);
+    INSERT INTO observations_fts (observations_fts, rowid, title, subtitle, narrative, facts_text, concepts_text)
+    VALUES ('delete', old.id, old.title, old.subtitle, old.narrative, old.facts_text, old.concepts_text);
 END;
 CREATE TRIGGER observations_fts_update AFTER UPDATE ON observations BEGIN
-    INSERT INTO observations_fts (observations_fts, rowid, title, subtitle, narrative, facts, concepts)
-    VALUES ('delete', old.id, old.title, old.subtitle, old.narrative, old.facts, old.concepts);
-    INSERT INTO observations_fts (rowid, title, subtitle, narrative, facts, concepts)
-    VALUES (new.id, new.title, new.subtitle, new.narrative, new.facts, new.concepts);
+    INSERT INTO observations_fts (observations_fts, rowid, title, subtitle, narrative, facts_text, concepts_text)
+    VALUES ('delete', old.id, old.title, old.subtitle, old.narrative, old.facts_text, old.concepts_text);
+    INSERT INTO observations_fts (rowid, title, subtitle, narrative, facts_text, concepts_text)
+    VALUES (new.id, new.title, new.subtitle, new.narrative, new.facts_text, new.concepts_text);
 END;
 
 CREATE VIRTUAL TABLE session_summaries_fts USING fts5 (

@@ -163,8 +163,9 @@ pub fn insert_observation(tx: &Transaction, o: &NewObservation) -> Result<Stored
         .prepare_cached(
             "INSERT INTO observations
                  (session_id, project, prompt_number, type, original_type, title, subtitle, narrative,
-                  facts, concepts, files_read, files_modified, content_hash, source_job_ids, origin, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                  facts, concepts, files_read, files_modified, content_hash, source_job_ids, origin, created_at,
+                  facts_text, concepts_text)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
              ON CONFLICT (session_id, content_hash) DO NOTHING
              RETURNING id",
         )?
@@ -185,7 +186,9 @@ pub fn insert_observation(tx: &Transaction, o: &NewObservation) -> Result<Stored
                 hash,
                 ids,
                 o.origin,
-                o.created_at
+                o.created_at,
+                o.facts.join("\n"),
+                o.concepts.join(", ")
             ],
             |r| r.get::<_, i64>(0),
         )
@@ -289,6 +292,7 @@ impl Fnv {
 mod tests {
     use super::*;
     use crate::db;
+    use rusqlite::OptionalExtension;
 
     fn conn() -> (tempfile::TempDir, rusqlite::Connection) {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -352,6 +356,57 @@ mod tests {
             recent_titles(&c, "s1", 5).expect("titles"),
             vec!["Found it", "Found it"]
         );
+    }
+
+    #[test]
+    fn facts_and_concepts_are_indexed_as_text_not_json() {
+        let (_t, mut c) = conn();
+        let o = NewObservation {
+            session_id: Some("s1".into()),
+            project: "p".into(),
+            kind: "discovery".into(),
+            title: "Tests fail".into(),
+            facts: vec![
+                "Exit code 1\nFAILED test_login".into(),
+                "second \"quoted\" fact".into(),
+            ],
+            concepts: vec!["flaky-tests".into()],
+            origin: "model".into(),
+            ..Default::default()
+        };
+        let id = db::write(&mut c, |tx| insert_observation(tx, &o))
+            .expect("insert")
+            .id();
+        let hit = |q: &str| -> Option<String> {
+            c.query_row(
+                "SELECT snippet(observations_fts, 3, '[', ']', '…', 8) FROM observations_fts
+                 WHERE observations_fts MATCH ?1",
+                [q],
+                |r| r.get(0),
+            )
+            .optional()
+            .expect("query")
+        };
+        let snippet = hit("\"code 1 failed\"").expect("a phrase across the JSON escape");
+        assert!(
+            !snippet.contains("[\"") && !snippet.contains("\\n"),
+            "{snippet}"
+        );
+        assert!(hit("nfailed").is_none(), "no word glued to a JSON escape");
+        assert!(hit("concepts_text:flaky").is_some());
+        // Updates and deletes remove exactly what was indexed.
+        c.execute(
+            "UPDATE observations SET facts = '[\"replaced\"]', facts_text = 'replaced' WHERE id = ?1",
+            [id],
+        )
+        .expect("update");
+        assert!(hit("login").is_none(), "the old facts left the index");
+        assert!(hit("replaced").is_some());
+        assert!(db::integrity_problems(&c).expect("check").is_empty());
+        c.execute("DELETE FROM observations WHERE id = ?1", [id])
+            .expect("delete");
+        assert!(hit("replaced").is_none());
+        assert!(db::integrity_problems(&c).expect("check").is_empty());
     }
 
     #[test]

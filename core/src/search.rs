@@ -37,7 +37,8 @@ pub const RANK_WINDOW: i64 = 300;
 /// Longest title shown for a summary or prompt (its first line, shortened).
 const TITLE_CHARS: usize = 100;
 
-/// BM25 column weights of `observations_fts(title, subtitle, narrative, facts, concepts)`.
+/// BM25 column weights of
+/// `observations_fts(title, subtitle, narrative, facts_text, concepts_text)`.
 const OBSERVATION_WEIGHTS: &str = "10.0, 4.0, 1.0, 2.0, 4.0";
 /// Of `session_summaries_fts(request, investigated, learned, completed, next_steps, notes)`.
 const SUMMARY_WEIGHTS: &str = "5.0, 1.0, 2.0, 2.0, 1.0, 1.0";

@@ -358,7 +358,7 @@ fn an_unusable_data_dir_is_logged_and_answered() {
     assert_eq!(stdout(&out), PLAIN);
     let err = stderr(&out);
     assert!(
-        err.contains("event lost") && err.contains("a-file"),
+        err.contains("event not captured") && err.contains("a-file"),
         "{err}"
     );
 
