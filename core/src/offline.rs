@@ -125,11 +125,25 @@ fn describe_edit(ev: &ToolEvent) -> Option<String> {
         "Edit" => {
             let old = input.get("old_string").and_then(Value::as_str)?;
             let new = input.get("new_string").and_then(Value::as_str)?;
-            Some(format!(
-                "Replaced \"{}\" with \"{}\"",
-                first_line(old),
-                first_line(new)
-            ))
+            // Show the first line that differs, so an edit that keeps its first line (code
+            // added below it) does not read "Replaced X with X".
+            let skip = old
+                .lines()
+                .zip(new.lines())
+                .take_while(|(a, b)| a.trim() == b.trim())
+                .count();
+            let nth = |s: &str| cap(s.lines().nth(skip).unwrap_or("").trim(), 120);
+            Some(if skip == 0 {
+                format!(
+                    "Replaced \"{}\" with \"{}\"",
+                    first_line(old),
+                    first_line(new)
+                )
+            } else if old.lines().count() == skip {
+                format!("Added \"{}\" after \"{}\"", nth(new), first_line(old))
+            } else {
+                format!("Replaced \"{}\" with \"{}\"", nth(old), nth(new))
+            })
         }
         "MultiEdit" => input
             .get("edits")
@@ -262,6 +276,22 @@ mod tests {
             json!({"file_path": "/p/a.rs", "old_string": "fn a()\nmore", "new_string": "fn b()"}),
         )]);
         assert_eq!(o[0].facts, vec!["Replaced \"fn a()\" with \"fn b()\""]);
+        let added = observations(&[ev(
+            "Edit",
+            json!({"file_path": "/p/a.py", "old_string": "@app.post('/login')", "new_string": "@app.post('/login')\n@rate_limited(5)"}),
+        )]);
+        assert_eq!(
+            added[0].facts,
+            vec!["Added \"@rate_limited(5)\" after \"@app.post('/login')\""]
+        );
+        let later = observations(&[ev(
+            "Edit",
+            json!({"file_path": "/p/a.py", "old_string": "def f():\n    return 1", "new_string": "def f():\n    return 2"}),
+        )]);
+        assert_eq!(
+            later[0].facts,
+            vec!["Replaced \"return 1\" with \"return 2\""]
+        );
     }
 
     #[test]
