@@ -145,6 +145,9 @@ CREATE INDEX model_calls_time ON model_calls (created_at);
 CREATE TABLE quarantine (
     id             INTEGER PRIMARY KEY,
     event          TEXT,                           -- hook_event_name when it could be read
+    -- invalid: input cairn could not read (a problem to look at); uncaptured: a well-formed
+    -- event cairn does not capture (kept for inspection, harmless)
+    kind           TEXT NOT NULL DEFAULT 'invalid' CHECK (kind IN ('invalid', 'uncaptured')),
     reason         TEXT NOT NULL,
     raw            BLOB NOT NULL,                  -- bounded copy of the input
     raw_len        INTEGER NOT NULL,               -- full length of the input in bytes

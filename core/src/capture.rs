@@ -335,6 +335,7 @@ pub fn handle_with(
             input,
             name,
             why,
+            false,
             connect(),
             now,
         ));
@@ -342,9 +343,9 @@ pub fn handle_with(
     let event = match hook::decode(input.bytes, input.explicit_event) {
         Ok(e) => e,
         Err(e) => {
-            let name = match &e {
-                DecodeError::NotCaptured(n) => Some(n.clone()),
-                _ => hook::sniff_name(input.bytes),
+            let (name, uncaptured) = match &e {
+                DecodeError::NotCaptured(n) => (Some(n.clone()), true),
+                _ => (hook::sniff_name(input.bytes), false),
             };
             return plain(quarantine_input(
                 dir,
@@ -352,6 +353,7 @@ pub fn handle_with(
                 input,
                 name,
                 &e.to_string(),
+                uncaptured,
                 connect(),
                 now,
             ));
@@ -367,6 +369,7 @@ pub fn handle_with(
                 input,
                 Some(event.name().to_string()),
                 &why,
+                false,
                 connect(),
                 now,
             ));
@@ -452,16 +455,18 @@ fn quarantine_input(
     input: &HookInput,
     name: Option<String>,
     why: &str,
+    uncaptured: bool,
     conn: Result<Connection>,
     now: i64,
 ) -> Stored {
-    let entry = quarantine::Entry::new(
+    let mut entry = quarantine::Entry::new(
         name,
         why,
         input.bytes,
         input.total_len,
         settings.capture.redact_secrets,
     );
+    entry.uncaptured = uncaptured;
     log::warn!(
         "input quarantined ({} bytes, event {}): {}",
         entry.raw_len,
@@ -703,6 +708,19 @@ mod tests {
             assert_eq!(o.answer, hook::PLAIN_ANSWER);
             let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
             let rows = quarantine::list(&conn, 1).expect("list");
+            let kind: String = conn
+                .query_row(
+                    "SELECT kind FROM quarantine ORDER BY id DESC LIMIT 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("kind");
+            let expected = if reason == "not captured" {
+                "uncaptured"
+            } else {
+                "invalid"
+            };
+            assert_eq!(kind, expected, "{input}");
             assert!(rows[0].reason.contains(reason), "{}", rows[0].reason);
         }
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");

@@ -24,6 +24,9 @@ pub const MAX_ROWS: i64 = 1_000;
 pub struct Entry {
     /// `hook_event_name`, when it could be read.
     pub event: Option<String>,
+    /// A well-formed event cairn does not capture (harmless), rather than unreadable input.
+    #[serde(default)]
+    pub uncaptured: bool,
     pub reason: String,
     /// The bounded, cleaned copy of the input.
     pub raw: String,
@@ -48,6 +51,7 @@ impl Entry {
         };
         Entry {
             event: event.map(|e| p.text(&e)),
+            uncaptured: false,
             reason: p.text(&reason.into()),
             raw: p.text(&String::from_utf8_lossy(input)),
             raw_len,
@@ -59,8 +63,8 @@ impl Entry {
 pub fn add(tx: &Transaction, entry: &Entry, now: i64) -> Result<i64> {
     let id: i64 = tx
         .prepare_cached(
-            "INSERT INTO quarantine (event, reason, raw, raw_len, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+            "INSERT INTO quarantine (event, reason, raw, raw_len, created_at, kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
         )?
         .query_row(
             params![
@@ -68,7 +72,12 @@ pub fn add(tx: &Transaction, entry: &Entry, now: i64) -> Result<i64> {
                 entry.reason,
                 entry.raw.as_bytes(),
                 i64::try_from(entry.raw_len).unwrap_or(i64::MAX),
-                now
+                now,
+                if entry.uncaptured {
+                    "uncaptured"
+                } else {
+                    "invalid"
+                }
             ],
             |r| r.get(0),
         )?;

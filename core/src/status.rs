@@ -54,7 +54,8 @@ pub struct Status {
     pub queue: queue::Stats,
     /// Hook inputs quarantined, ever.
     pub quarantined: i64,
-    /// Hook inputs quarantined in the last [`QUARANTINE_WINDOW_MS`]; these need attention.
+    /// Unreadable hook inputs quarantined in the last [`QUARANTINE_WINDOW_MS`]; these need
+    /// attention (well-formed events cairn does not capture are kept too, but are harmless).
     pub quarantined_recently: i64,
     /// The latest quarantined inputs (up to 5), newest first.
     pub recent_quarantine: Vec<QuarantineRow>,
@@ -111,7 +112,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let queue = queue::stats(conn, now)?;
     let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
     let quarantined_recently: i64 = conn.query_row(
-        "SELECT count(*) FROM quarantine WHERE created_at >= ?1",
+        "SELECT count(*) FROM quarantine WHERE created_at >= ?1 AND kind = 'invalid'",
         [now - QUARANTINE_WINDOW_MS],
         |r| r.get(0),
     )?;
@@ -276,6 +277,19 @@ mod tests {
             .expect("claim")
             .expect("batch");
         queue::fail(&mut conn, &batch, "boom", &Policy::default(), now).expect("fail");
+        // A well-formed event cairn does not capture is kept, and is no problem.
+        let mut harmless = crate::quarantine::Entry::new(
+            Some("Notification".into()),
+            "not captured",
+            b"{}",
+            2,
+            true,
+        );
+        harmless.uncaptured = true;
+        db::write(&mut conn, |tx| crate::quarantine::add(tx, &harmless, now)).expect("uncaptured");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert_eq!((s.quarantined, s.quarantined_recently), (1, 0));
+        assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
         conn.execute(
             "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES (NULL, 'bad json', x'00', 1, ?1)",
             [now],
@@ -287,7 +301,7 @@ mod tests {
         // A week later the quarantined input is history, still counted.
         let later = now + QUARANTINE_WINDOW_MS + 1;
         let s = gather(&dd, &conn, &settings, later).expect("gather");
-        assert_eq!((s.quarantined, s.quarantined_recently), (1, 0));
+        assert_eq!((s.quarantined, s.quarantined_recently), (2, 0));
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
         drop(lock);
     }
