@@ -49,7 +49,7 @@ pub fn open_data_dir(dir: &DataDir, opts: OpenOptions) -> Result<Connection> {
         ensure_private_file(&path)?;
     } else if !path.exists() {
         return Err(Error::Invalid(format!(
-            "no cairn database at {} (set CAIRN_DATA_DIR, or run `cairn demo` to make one)",
+            "no cairn database at {} (is CAIRN_DATA_DIR or --data-dir right? the hooks create it at the first Claude Code event; `cairn demo` shows cairn on a data dir of its own)",
             path.display()
         )));
     }

@@ -299,15 +299,6 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The events cairn needs hooked.
-const NEEDED_EVENTS: &[&str] = &[
-    "SessionStart",
-    "UserPromptSubmit",
-    "PostToolUse",
-    "Stop",
-    "SessionEnd",
-];
-
 fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
     let mut files = Vec::new();
     if let Some(home) = &env.home {
@@ -380,9 +371,10 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
         ));
         return;
     }
-    let missing: Vec<&str> = NEEDED_EVENTS
+    // Exactly the events `cairn install` registers.
+    let missing: Vec<&str> = crate::hook::EventName::CAPTURED
         .iter()
-        .copied()
+        .map(|e| e.as_str())
         .filter(|e| !hooked.iter().any(|h| h == e))
         .collect();
     if !missing.is_empty() {
@@ -727,9 +719,9 @@ mod tests {
         std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
         let mut hooks = serde_json::Map::new();
-        for ev in NEEDED_EVENTS {
+        for ev in crate::hook::EventName::CAPTURED.map(|e| e.as_str()) {
             hooks.insert(
-                (*ev).into(),
+                ev.into(),
                 serde_json::json!([{"hooks": [{"type": "command", "command": hook.display().to_string()}]}]),
             );
         }
@@ -755,6 +747,19 @@ mod tests {
             "{f:#?}"
         );
         assert!(any_failed(&f));
+        // Without the failure hook: a warning that names it.
+        hooks.remove("PostToolUseFailure");
+        std::fs::write(
+            claude.join("settings.json"),
+            serde_json::json!({ "hooks": hooks }).to_string(),
+        )
+        .expect("settings");
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Warn && x.message.contains("PostToolUseFailure")),
+            "{f:#?}"
+        );
 
         let mut s = Settings::default();
         s.model.provider = "anthropic".into();

@@ -623,3 +623,20 @@ fn unreadable_settings_capture_nothing() {
         "{logs}"
     );
 }
+
+#[test]
+fn help_is_for_people_and_touches_nothing() {
+    let env = TestEnv::new();
+    for flag in ["--help", "-h"] {
+        let out = env.run("cairn-hook", &[flag], b"");
+        assert_eq!(out.status.code(), Some(0));
+        assert!(
+            stdout(&out).contains("Usage: cairn-hook"),
+            "{}",
+            stdout(&out)
+        );
+    }
+    let out = env.run("cairn-hook", &["--version"], b"");
+    assert!(stdout(&out).starts_with("cairn-hook "));
+    assert!(!env.data_dir.exists(), "help never creates the data dir");
+}

@@ -50,6 +50,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a recorded Claude Code session through the real pipeline and show the result.
+    ///
+    /// The demo never touches your memory: it ignores CAIRN_DATA_DIR and works in a new
+    /// temp dir, or in --data-dir when given (which must be new or empty). The data dir is
+    /// kept afterwards for you to explore with the other commands.
     Demo(ops::DemoArgs),
     /// Show whether cairn is healthy: worker, queue, skipped jobs, quarantine, tokens.
     Status(ops::StatusArgs),

@@ -33,6 +33,15 @@ pub struct ScopeArgs {
     pub all_projects: bool,
 }
 
+/// A result count of at least 1.
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SearchArgs {
     /// Words (all must match), "exact phrases", NOT word (or -word after `--`), OR,
@@ -62,8 +71,8 @@ pub struct SearchArgs {
     /// relevance, newest or oldest.
     #[arg(long, default_value = "relevance")]
     pub order: String,
-    /// Most results.
-    #[arg(long, default_value_t = 20)]
+    /// Most results (at least 1).
+    #[arg(long, default_value_t = 20, value_parser = parse_limit)]
     pub limit: usize,
     /// Skip this many results.
     #[arg(long, default_value_t = 0)]

@@ -16,6 +16,20 @@ use cairn_core::hook::PLAIN_ANSWER;
 use cairn_core::paths::DataDir;
 use cairn_core::settings::Settings;
 
+const HELP: &str = "\
+cairn-hook: cairn's producer. Claude Code runs it for every hook event; it is not meant to
+be run by hand.
+
+Usage: cairn-hook [EVENT] < payload.json
+
+It reads one hook payload (JSON) on stdin, takes the event from its hook_event_name (or
+EVENT when the payload has none), stores it in the data dir (CAIRN_DATA_DIR, else
+~/.cairn), prints Claude Code's protocol answer on stdout and exits 0, whatever happened.
+Problems go to <data dir>/logs/hook-<date>.log and to `cairn status`.
+
+Install it into Claude Code with `cairn install`.
+";
+
 /// How long the hook waits for stdin to close.
 const STDIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Inputs larger than this are quarantined (head kept), not parsed.
@@ -27,6 +41,16 @@ const AUTOSTART_MARKER_FRESH: Duration = Duration::from_secs(5);
 /// event name). Always exits 0.
 pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
     let explicit = args.into_iter().next();
+    if let Some(flag @ ("-h" | "--help" | "-V" | "--version")) = explicit.as_deref() {
+        // A person at a terminal, not Claude Code: explain instead of waiting for stdin.
+        let text = if flag.ends_with('V') || flag == "--version" {
+            format!("cairn-hook {}\n", env!("CARGO_PKG_VERSION"))
+        } else {
+            HELP.to_string()
+        };
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
     std::panic::set_hook(Box::new(|info| log::error!("cairn-hook panicked: {info}")));
     let answer =
         std::panic::catch_unwind(|| run(explicit)).unwrap_or_else(|_| PLAIN_ANSWER.to_string());
