@@ -470,6 +470,10 @@ impl Server {
                 Anchor::Observation(id) => {
                     format!("no observation with id {id}; take ids from search results")
                 }
+                Anchor::Record(kind, id) => format!(
+                    "no record {}; take ids from search results",
+                    kind.reference(id)
+                ),
                 Anchor::Query(_) => {
                     "no record matches that query; try search with broader words".into()
                 }

@@ -65,6 +65,19 @@ impl Kind {
         }
     }
 
+    /// Parses a reference as [`Kind::reference`] writes it: `12` or `#12` (an
+    /// observation), `S3` (a turn summary), `P7` (a prompt); case-insensitive.
+    pub fn parse_reference(s: &str) -> Option<(Kind, i64)> {
+        let s = s.trim().trim_start_matches('#');
+        let (kind, digits) = match s.chars().next()? {
+            'S' | 's' => (Kind::Summary, &s[1..]),
+            'P' | 'p' => (Kind::Prompt, &s[1..]),
+            _ => (Kind::Observation, s),
+        };
+        let id: i64 = digits.parse().ok()?;
+        (id > 0).then_some((kind, id))
+    }
+
     /// Parses `observations`, `summaries`, `prompts` (singular too) or `all`.
     pub fn parse_list(s: &str) -> Option<Vec<Kind>> {
         match s.trim().to_ascii_lowercase().as_str() {
@@ -645,6 +658,8 @@ pub fn one_line(text: &str) -> String {
 pub enum Anchor {
     /// An observation id.
     Observation(i64),
+    /// A record of any kind, as search lists it (`12`, `S3`, `P7`).
+    Record(Kind, i64),
     /// The best hit (any kind) of this query.
     Query(String),
 }
@@ -709,6 +724,7 @@ pub const MAX_TIMELINE_SIDE: usize = 100;
 pub fn timeline(conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
     let anchor: Option<(Kind, i64)> = match &req.anchor {
         Anchor::Observation(id) => Some((Kind::Observation, *id)),
+        Anchor::Record(kind, id) => Some((*kind, *id)),
         Anchor::Query(text) => search(
             conn,
             &SearchRequest {
@@ -950,6 +966,27 @@ pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
 pub fn parse_time(s: &str, now: i64) -> Option<i64> {
     crate::clock::parse_iso_utc(s)
         .or_else(|| crate::clock::parse_duration_ms(s).map(|d| now.saturating_sub(d)))
+}
+
+#[cfg(test)]
+mod reference_tests {
+    use super::Kind;
+
+    #[test]
+    fn references_round_trip() {
+        for (kind, id) in [
+            (Kind::Observation, 12),
+            (Kind::Summary, 3),
+            (Kind::Prompt, 7),
+        ] {
+            assert_eq!(Kind::parse_reference(&kind.reference(id)), Some((kind, id)));
+        }
+        assert_eq!(Kind::parse_reference("#12"), Some((Kind::Observation, 12)));
+        assert_eq!(Kind::parse_reference("s3"), Some((Kind::Summary, 3)));
+        for bad in ["", "S", "X3", "P-1", "0", "12a", "S 3"] {
+            assert_eq!(Kind::parse_reference(bad), None, "{bad}");
+        }
+    }
 }
 
 #[cfg(test)]

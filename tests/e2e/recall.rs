@@ -784,3 +784,35 @@ fn hostile_queries_never_break_the_cli() {
         );
     }
 }
+
+#[test]
+fn timeline_centres_on_summaries_and_prompts_as_search_lists_them() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    for reference in [format!("S{}", s.summary), format!("p{}", s.prompt)] {
+        let o = cairn(&env, &["timeline", &reference, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let t = json_of(&o);
+        let anchor = t["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .find(|e| e["anchor"] == Value::Bool(true))
+            .cloned()
+            .expect("an anchor");
+        assert_eq!(
+            anchor["id"].as_i64(),
+            Some(if reference.starts_with('S') {
+                s.summary
+            } else {
+                s.prompt
+            }),
+            "{t}"
+        );
+    }
+    let o = cairn(&env, &["timeline", "S99999"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no record S99999"), "{}", stderr(&o));
+    let o = cairn(&env, &["timeline", "X1"]);
+    assert_eq!(o.status.code(), Some(2));
+}

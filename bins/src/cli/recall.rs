@@ -84,9 +84,10 @@ pub struct SearchArgs {
 
 #[derive(Debug, Args)]
 pub struct TimelineArgs {
-    /// Observation id to centre on.
-    #[arg(value_parser = parse_id, required_unless_present = "query")]
-    pub id: Option<i64>,
+    /// Record to centre on, as search lists it: `12` (observation), `S3` (turn summary),
+    /// `P7` (prompt). Or use --query.
+    #[arg(value_parser = parse_reference, required_unless_present = "query")]
+    pub id: Option<(Kind, i64)>,
     /// Centre on the best hit of this query instead.
     #[arg(long, short, conflicts_with = "id")]
     pub query: Option<String>,
@@ -155,6 +156,14 @@ pub struct McpArgs {
 }
 
 /// `12` or `#12`.
+fn parse_reference(s: &str) -> Result<(Kind, i64), String> {
+    Kind::parse_reference(s).ok_or_else(|| {
+        format!(
+            "'{s}' is not a record id (12 for an observation, S3 for a summary, P7 for a prompt)"
+        )
+    })
+}
+
 fn parse_id(s: &str) -> Result<i64, String> {
     s.trim()
         .trim_start_matches('#')
@@ -363,7 +372,7 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
 
 pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
     let anchor = match (&args.id, &args.query) {
-        (Some(id), _) => Anchor::Observation(*id),
+        (Some((kind, id)), _) => Anchor::Record(*kind, *id),
         (None, Some(q)) => Anchor::Query(q.clone()),
         (None, None) => anyhow::bail!("give an observation id or --query"),
     };
@@ -383,6 +392,7 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
     } else if t.anchor.is_none() {
         match anchor {
             Anchor::Observation(id) => eprintln!("no observation {id}"),
+            Anchor::Record(kind, id) => eprintln!("no record {}", kind.reference(id)),
             Anchor::Query(_) => eprintln!("no record matches the query"),
         }
     } else {
