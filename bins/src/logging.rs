@@ -15,6 +15,9 @@ pub enum Target {
     FileAndStderr,
     /// stderr only.
     Stderr,
+    /// The daily file, or stderr when the file cannot be opened (the hook: its stdout is
+    /// protocol, and a log line must land somewhere).
+    FileElseStderr,
 }
 
 /// Sets up the global logger. Failing to open the log file is not fatal: the process runs
@@ -38,17 +41,26 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
             message
         ))
     });
-    if matches!(target, Target::File | Target::FileAndStderr)
-        && let Some(dir) = logs_dir
+    let mut file_open = false;
+    if matches!(
+        target,
+        Target::File | Target::FileAndStderr | Target::FileElseStderr
+    ) && let Some(dir) = logs_dir
         && cairn_core::paths::ensure_private_dir(dir).is_ok()
     {
         let date = cairn_core::clock::date_utc(cairn_core::clock::now_ms());
         let path = dir.join(format!("{name}-{date}.log"));
         if let Ok(file) = fern::log_file(&path) {
             dispatch = dispatch.chain(file);
+            file_open = true;
         }
     }
-    if matches!(target, Target::Stderr | Target::FileAndStderr) {
+    let stderr = match target {
+        Target::Stderr | Target::FileAndStderr => true,
+        Target::FileElseStderr => !file_open,
+        Target::File => false,
+    };
+    if stderr {
         dispatch = dispatch.chain(std::io::stderr());
     }
     let _ = dispatch.apply();

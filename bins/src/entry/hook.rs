@@ -75,11 +75,7 @@ fn run(explicit: Option<String>) -> String {
             return PLAIN_ANSWER.to_string();
         }
     };
-    let target = if log_file_writable(&dir) {
-        Target::File
-    } else {
-        Target::Stderr
-    };
+    let target = Target::FileElseStderr;
     // Unreadable settings capture nothing: the file may hold `capture.excluded_projects`
     // or `capture.redact_secrets`, and defaults would quietly break those promises. The
     // error names the file and line, here and in every `cairn` command.
@@ -212,20 +208,6 @@ fn finish_reading_stdin(stdin: Stdin, timeout: Duration, max: usize) -> Input {
         total_len: total,
         incomplete,
     }
-}
-
-/// True when today's hook log file can be opened for appending (the data dir and its
-/// `logs/` are created if missing). Otherwise the hook logs to stderr.
-fn log_file_writable(dir: &DataDir) -> bool {
-    if dir.ensure_sub(&dir.logs()).is_err() {
-        return false;
-    }
-    let date = cairn_core::clock::date_utc(cairn_core::clock::now_ms());
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(dir.logs().join(format!("hook-{date}.log")))
-        .is_ok()
 }
 
 /// Starts `cairn-worker --autostarted` when no worker holds the lock: detached in its own
