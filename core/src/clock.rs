@@ -44,6 +44,12 @@ pub fn date_utc(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// `YYYY-MM-DD HH:MM` of a millisecond timestamp, UTC: for people, to the minute.
+pub fn minute_utc(ms: i64) -> String {
+    let ((y, m, d), (hh, mm, _)) = civil_utc(ms);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ` of a millisecond timestamp.
 pub fn iso_utc(ms: i64) -> String {
     let ((y, m, d), (hh, mm, ss)) = civil_utc(ms);
@@ -138,6 +144,7 @@ mod tests {
             assert_eq!(back, ms - ms.rem_euclid(1000), "{ms}");
         }
         assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(minute_utc(3_599_999), "1970-01-01 00:59");
         assert_eq!(date_utc(951_782_400_000), "2000-02-29");
     }
 

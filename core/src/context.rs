@@ -174,7 +174,7 @@ pub fn render(data: &ContextData, budget_tokens: usize, now: i64) -> String {
             lines.push(Line::Summary(String::new()));
             lines.push(Line::Summary(format!(
                 "## Last turn ({})",
-                day_and_time(s.created_at)
+                clock::minute_utc(s.created_at)
             )));
             lines.extend(fields);
         }
@@ -276,12 +276,6 @@ fn fit(mut lines: Vec<Line>, max_chars: usize) -> String {
         out.push('\n');
     }
     out
-}
-
-/// `YYYY-MM-DD HH:MM` (UTC).
-fn day_and_time(ms: i64) -> String {
-    let ((y, m, d), (hh, mm, _)) = clock::civil_utc(ms);
-    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
 }
 
 #[cfg(test)]

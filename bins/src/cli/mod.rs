@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use cairn_core::db::{self, OpenOptions};
 use cairn_core::paths::DataDir;
 use cairn_core::settings::{Loaded, Settings};
 
@@ -192,5 +194,35 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Mcp(a) => recall::mcp(&ctx, &a),
         Command::Install(a) => capture::install(&ctx, &a),
         Command::Uninstall(a) => capture::uninstall(&ctx, &a),
+    }
+}
+
+/// How the CLI opens the database: never creates it, waits briefly on other writers.
+pub(crate) fn read_opts() -> OpenOptions {
+    OpenOptions {
+        busy_timeout: Duration::from_secs(3),
+        create: false,
+    }
+}
+
+/// Opens the existing database of the data dir, or explains why it cannot.
+pub(crate) fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
+    db::open_data_dir(&ctx.data_dir, read_opts()).map_err(explain)
+}
+
+/// A core error as one line that says what to do.
+pub(crate) fn explain(e: cairn_core::Error) -> anyhow::Error {
+    use cairn_core::Error;
+    match &e {
+        Error::Locked { .. } => anyhow::anyhow!(
+            "{e}; try again when it is done (an import, restore or backup may be running)"
+        ),
+        _ if e.is_busy() => {
+            anyhow::anyhow!("the database is locked by another process; try again when it is done")
+        }
+        Error::NotADatabase { .. } => anyhow::anyhow!(
+            "{e}; restore a backup with `cairn restore PATH` (daily backups are in the data dir's backups/), or move the file away"
+        ),
+        _ => anyhow::Error::new(e),
     }
 }

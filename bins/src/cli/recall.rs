@@ -189,14 +189,9 @@ impl ScopeArgs {
     }
 }
 
+/// The existing database (as every reading command opens it), tuned for searches.
 fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
-    let conn = db::open_data_dir(
-        &ctx.data_dir,
-        OpenOptions {
-            create: false,
-            ..OpenOptions::default()
-        },
-    )?;
+    let conn = super::open(ctx)?;
     search::tune_for_reading(&conn)?;
     Ok(conn)
 }
@@ -214,12 +209,6 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     let mut text = serde_json::to_string_pretty(value)?;
     text.push('\n');
     print(&text)
-}
-
-/// `YYYY-MM-DD HH:MM` (UTC).
-fn when(ms: i64) -> String {
-    let ((y, m, d), (hh, mm, _)) = clock::civil_utc(ms);
-    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
 }
 
 /// Left-aligned columns, two spaces apart; the last column is not padded.
@@ -348,7 +337,11 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
         let rows: Vec<Vec<String>> = hits
             .iter()
             .map(|h| {
-                let mut row = vec![h.reference(), when(h.created_at), h.label.clone()];
+                let mut row = vec![
+                    h.reference(),
+                    clock::minute_utc(h.created_at),
+                    h.label.clone(),
+                ];
                 if wide {
                     row.push(h.project.clone());
                 }
@@ -413,7 +406,7 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
                         String::new()
                     },
                     e.reference(),
-                    when(e.created_at),
+                    clock::minute_utc(e.created_at),
                     e.label.clone(),
                 ];
                 if wide {

@@ -14,7 +14,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use cairn_core::db::{self, OpenOptions};
 use cairn_core::queue::JobStatus;
 
-use super::Ctx;
+use super::{Ctx, explain, open, read_opts};
 
 mod data;
 mod demo;
@@ -203,19 +203,6 @@ pub fn demo(args: &DemoArgs, data_dir: Option<&Path>, verbose: u8) -> anyhow::Re
     demo::run(args, data_dir, verbose)
 }
 
-/// How the CLI opens the database: never creates it, waits briefly on other writers.
-fn read_opts() -> OpenOptions {
-    OpenOptions {
-        busy_timeout: Duration::from_secs(3),
-        create: false,
-    }
-}
-
-/// Opens the existing database of the data dir, or explains why it cannot.
-fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
-    db::open_data_dir(&ctx.data_dir, read_opts()).map_err(explain)
-}
-
 /// Opens the database, creating the data dir and database when missing (for the commands
 /// whose purpose is to fill one: import, restore).
 /// Imports write in many transactions while hooks and the worker write too, so they wait
@@ -229,23 +216,6 @@ fn open_or_create(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
         },
     )
     .map_err(explain)
-}
-
-/// A core error as one line that says what to do.
-fn explain(e: cairn_core::Error) -> anyhow::Error {
-    use cairn_core::Error;
-    match &e {
-        Error::Locked { .. } => anyhow::anyhow!(
-            "{e}; try again when it is done (an import, restore or backup may be running)"
-        ),
-        _ if e.is_busy() => {
-            anyhow::anyhow!("the database is locked by another process; try again when it is done")
-        }
-        Error::NotADatabase { .. } => anyhow::anyhow!(
-            "{e}; restore a backup with `cairn restore PATH` (daily backups are in the data dir's backups/), or move the file away"
-        ),
-        _ => anyhow::Error::new(e),
-    }
 }
 
 /// Appends a line to a `String` buffer (printed at the end with [`emit`]).
