@@ -4,8 +4,14 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use crate::error::Result;
 
-/// Makes sure the session row exists; refreshes its cwd and `updated_at`. The project is
-/// fixed by the first event of the session.
+/// How stale `updated_at` may get before an event refreshes it. Every hook event calls
+/// [`ensure`]; rewriting the row (and its `sessions_project_recent` entry) each time would
+/// add two pages to every hook's commit for a time nobody reads finer than the minute.
+pub const ACTIVITY_RESOLUTION_MS: i64 = 60_000;
+
+/// Makes sure the session row exists; refreshes its cwd at once and its `updated_at` once
+/// it is [`ACTIVITY_RESOLUTION_MS`] old (an event that changes nothing writes nothing). The
+/// project is fixed by the first event of the session.
 pub fn ensure(
     tx: &Transaction,
     session_id: &str,
@@ -18,9 +24,17 @@ pub fn ensure(
          VALUES (?1, ?2, ?3, ?4, ?4)
          ON CONFLICT (session_id) DO UPDATE SET
              cwd = CASE WHEN excluded.cwd = '' THEN sessions.cwd ELSE excluded.cwd END,
-             updated_at = max(sessions.updated_at, excluded.updated_at)",
+             updated_at = max(sessions.updated_at, excluded.updated_at)
+         WHERE (excluded.cwd <> '' AND excluded.cwd <> sessions.cwd)
+            OR excluded.updated_at >= sessions.updated_at + ?5",
     )?
-    .execute(params![session_id, project, cwd, now])?;
+    .execute(params![
+        session_id,
+        project,
+        cwd,
+        now,
+        ACTIVITY_RESOLUTION_MS
+    ])?;
     Ok(())
 }
 
@@ -196,4 +210,59 @@ pub fn import_prompt(tx: &Transaction, p: &PromptRecord) -> Result<bool> {
             p.created_at
         ])?;
     Ok(added > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db;
+    use rusqlite::Connection;
+
+    fn row(conn: &Connection) -> (String, String, i64, i64) {
+        conn.query_row(
+            "SELECT project, cwd, started_at, updated_at FROM sessions WHERE session_id = 's'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .expect("session row")
+    }
+
+    /// Runs `ensure` in its own transaction; returns how many rows it wrote.
+    fn ensure_at(conn: &mut Connection, project: &str, cwd: &str, now: i64) -> u64 {
+        db::write(conn, |tx| {
+            ensure(tx, "s", project, cwd, now)?;
+            Ok(tx.changes())
+        })
+        .expect("ensure")
+    }
+
+    #[test]
+    fn ensure_writes_only_what_changed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = crate::paths::DataDir::new(tmp.path());
+        let mut conn = db::open_data_dir(&dir, db::OpenOptions::default()).expect("db");
+        assert_eq!(ensure_at(&mut conn, "p", "/a", 1_000), 1);
+        assert_eq!(row(&conn), ("p".into(), "/a".into(), 1_000, 1_000));
+
+        // Same cwd, within the resolution: nothing is written.
+        assert_eq!(
+            ensure_at(&mut conn, "p", "/a", 1_000 + ACTIVITY_RESOLUTION_MS - 1),
+            0
+        );
+        assert_eq!(ensure_at(&mut conn, "p", "", 2_000), 0);
+        assert_eq!(row(&conn).3, 1_000);
+
+        // A new cwd is written at once; the project never changes.
+        assert_eq!(ensure_at(&mut conn, "other", "/b", 3_000), 1);
+        assert_eq!(row(&conn), ("p".into(), "/b".into(), 1_000, 3_000));
+
+        // Once stale, activity is refreshed; an empty cwd keeps the known one.
+        let later = 3_000 + ACTIVITY_RESOLUTION_MS;
+        assert_eq!(ensure_at(&mut conn, "p", "", later), 1);
+        assert_eq!(row(&conn), ("p".into(), "/b".into(), 1_000, later));
+
+        // An event older than the row (a spooled one) never moves time backwards.
+        assert_eq!(ensure_at(&mut conn, "p", "/c", 10), 1);
+        assert_eq!(row(&conn), ("p".into(), "/c".into(), 1_000, later));
+    }
 }

@@ -9,6 +9,10 @@
 //! Each enqueue is its own `BEGIN IMMEDIATE` transaction with the session upsert, exactly
 //! as a hook does it; each job carries a 1 KB payload. Claims take batches of 20 and each
 //! ack is its own transaction.
+//!
+//! A third column is the floor the queue is measured against: a plain rusqlite loop on a
+//! bare table with one index on the claim columns (same pragmas, same transactions, same
+//! batches), i.e. what SQLite costs with no queue logic at all.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -55,6 +59,81 @@ fn enqueue(dir: &Path, session: &str, n: usize) {
     }
 }
 
+/// The plain loop's table: a payload, a status and one index on the claim columns.
+const PLAIN_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY, payload TEXT NOT NULL,
+    status INTEGER NOT NULL DEFAULT 0, available_at INTEGER NOT NULL, lease_until INTEGER);
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (status, available_at);";
+
+fn plain_open(dir: &Path) -> rusqlite::Connection {
+    std::fs::create_dir_all(dir).expect("plain dir");
+    let conn = rusqlite::Connection::open(dir.join("plain.db")).expect("open plain");
+    conn.busy_timeout(std::time::Duration::from_secs(60))
+        .expect("busy timeout");
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+        .expect("wal");
+    conn.execute_batch("PRAGMA synchronous = NORMAL;")
+        .expect("pragmas");
+    conn.execute_batch(PLAIN_SCHEMA).expect("plain schema");
+    conn
+}
+
+/// The plain loop's enqueue: one immediate transaction per 1 KB job.
+fn plain_enqueue(dir: &Path, n: usize) {
+    let mut conn = plain_open(dir);
+    let payload = "x".repeat(1024);
+    for _ in 0..n {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("begin");
+        tx.prepare_cached("INSERT INTO jobs (payload, available_at) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute(rusqlite::params![payload, clock::now_ms()]))
+            .expect("insert");
+        tx.commit().expect("commit");
+    }
+}
+
+/// The plain loop's claim + ack: batches of 20, each claim and each ack its own transaction.
+fn plain_drain(dir: &Path) -> usize {
+    let mut conn = plain_open(dir);
+    let mut n = 0;
+    loop {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("begin");
+        let ids: Vec<i64> = tx
+            .prepare_cached(
+                "UPDATE jobs SET status = 1, lease_until = ?1
+                 WHERE id IN (SELECT id FROM jobs WHERE status = 0 AND available_at <= ?1
+                              ORDER BY id LIMIT 20)
+                 RETURNING id",
+            )
+            .and_then(|mut s| {
+                s.query_map([clock::now_ms()], |r| r.get(0))?
+                    .collect::<Result<_, _>>()
+            })
+            .expect("claim");
+        tx.commit().expect("commit");
+        if ids.is_empty() {
+            return n;
+        }
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("begin");
+        {
+            let mut ack = tx
+                .prepare_cached("UPDATE jobs SET status = 2 WHERE id = ?1 AND status = 1")
+                .expect("ack");
+            for id in &ids {
+                ack.execute([id]).expect("ack");
+            }
+        }
+        tx.commit().expect("commit");
+        n += ids.len();
+    }
+}
+
 /// Claims and acks everything; returns how many jobs.
 fn drain(dir: &Path) -> usize {
     let mut conn = open(dir);
@@ -82,14 +161,52 @@ struct Rates {
     claim_ack: f64,
 }
 
-fn cairn_run(root: &Path, jobs: usize) -> Rates {
-    let one = root.join("one");
+/// Which queue a run drives: cairn's, or the plain loop it is measured against.
+#[derive(Debug, Clone, Copy)]
+enum Impl {
+    Cairn,
+    Plain,
+}
+
+impl Impl {
+    fn name(self) -> &'static str {
+        match self {
+            Impl::Cairn => "cairn",
+            Impl::Plain => "plain",
+        }
+    }
+
+    fn parse(s: &str) -> Impl {
+        if s == "plain" {
+            Impl::Plain
+        } else {
+            Impl::Cairn
+        }
+    }
+
+    fn enqueue(self, dir: &Path, session: &str, n: usize) {
+        match self {
+            Impl::Cairn => enqueue(dir, session, n),
+            Impl::Plain => plain_enqueue(dir, n),
+        }
+    }
+
+    fn drain(self, dir: &Path) -> usize {
+        match self {
+            Impl::Cairn => drain(dir),
+            Impl::Plain => plain_drain(dir),
+        }
+    }
+}
+
+fn measure(which: Impl, root: &Path, jobs: usize) -> Rates {
+    let one = root.join(format!("{}-one", which.name()));
     let t = Instant::now();
-    enqueue(&one, "s", jobs);
+    which.enqueue(&one, "s", jobs);
     let enqueue_one = jobs as f64 / t.elapsed().as_secs_f64();
 
-    let many = root.join("many");
-    drop(open(&many));
+    let many = root.join(format!("{}-many", which.name()));
+    which.enqueue(&many, "setup", 0);
     let per = jobs / WRITERS;
     let exe = std::env::current_exe().expect("current exe");
     let t = Instant::now();
@@ -98,6 +215,7 @@ fn cairn_run(root: &Path, jobs: usize) -> Rates {
             Command::new(&exe)
                 .args([
                     "writer",
+                    which.name(),
                     &many.to_string_lossy(),
                     &format!("w{i}"),
                     &per.to_string(),
@@ -113,7 +231,7 @@ fn cairn_run(root: &Path, jobs: usize) -> Rates {
     let enqueue_many = (per * WRITERS) as f64 / t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let drained = drain(&one);
+    let drained = which.drain(&one);
     assert_eq!(drained, jobs);
     let claim_ack = jobs as f64 / t.elapsed().as_secs_f64();
     Rates {
@@ -167,10 +285,10 @@ fn medians(runs: &[Rates]) -> Rates {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("writer") {
-        enqueue(
-            Path::new(&args[2]),
-            &args[3],
-            args[4].parse().expect("count"),
+        Impl::parse(&args[2]).enqueue(
+            Path::new(&args[3]),
+            &args[4],
+            args[5].parse().expect("count"),
         );
         return;
     }
@@ -180,11 +298,13 @@ fn main() {
     let jobs = env_usize("CAIRN_BENCH_JOBS", 20_000);
     let runs = env_usize("CAIRN_BENCH_RUNS", 5).max(1);
     let mut ours = Vec::new();
+    let mut plain = Vec::new();
     let mut peer = Vec::new();
     let mut peer_error = None;
     for run in 0..runs {
         let tmp = tempfile::tempdir().expect("tempdir");
-        ours.push(cairn_run(tmp.path(), jobs));
+        ours.push(measure(Impl::Cairn, tmp.path(), jobs));
+        plain.push(measure(Impl::Plain, tmp.path(), jobs));
         match peer_run(tmp.path(), jobs) {
             Ok(r) => peer.push(r),
             Err(e) => peer_error = Some(e),
@@ -192,28 +312,40 @@ fn main() {
         eprintln!("run {}/{runs} done", run + 1);
     }
     let o = medians(&ours);
+    let f = medians(&plain);
     println!(
         "queue benchmark: {jobs} jobs of 1 KB, {WRITERS} writer processes, batches of 20, median of {runs} runs (jobs/s)\n"
     );
-    println!("| measure | cairn | litequeue | cairn / litequeue |");
-    println!("| --- | ---: | ---: | ---: |");
+    println!("| measure | cairn | plain loop | litequeue | cairn / plain | cairn / litequeue |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     let p = (!peer.is_empty()).then(|| medians(&peer));
-    for (name, ours, theirs) in [
+    for (name, ours, floor, theirs) in [
         (
             "enqueue, 1 process",
             o.enqueue_one,
+            f.enqueue_one,
             p.map(|p| p.enqueue_one),
         ),
         (
             "enqueue, 16 processes",
             o.enqueue_many,
+            f.enqueue_many,
             p.map(|p| p.enqueue_many),
         ),
-        ("claim + ack", o.claim_ack, p.map(|p| p.claim_ack)),
+        (
+            "claim + ack",
+            o.claim_ack,
+            f.claim_ack,
+            p.map(|p| p.claim_ack),
+        ),
     ] {
+        let vs_floor = ours / floor;
         match theirs {
-            Some(t) => println!("| {name} | {ours:.0} | {t:.0} | {:.1}x |", ours / t),
-            None => println!("| {name} | {ours:.0} | n/a | n/a |"),
+            Some(t) => println!(
+                "| {name} | {ours:.0} | {floor:.0} | {t:.0} | {vs_floor:.2}x | {:.1}x |",
+                ours / t
+            ),
+            None => println!("| {name} | {ours:.0} | {floor:.0} | n/a | {vs_floor:.2}x | n/a |"),
         }
     }
     if let Some(e) = peer_error {
