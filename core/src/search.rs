@@ -10,8 +10,10 @@
 //!   narrative hit;
 //! - cost is bounded by a window, not by the number of matches: a query ranks (by BM25,
 //!   or by time for `newest`/`oldest`) the [`RANK_WINDOW`] most recently stored matches of
-//!   each kind that pass the filters (the earliest stored, for `oldest`), found by walking
-//!   the full-text index in rowid order; with fewer matches, all of them;
+//!   each kind that pass the filters (the earliest stored, for `oldest`), found and scored
+//!   in one walk of the full-text index in rowid order; with fewer matches, all of them;
+//! - the full-text index leads every plan; project, time and type filters read the
+//!   covering `*_search` indexes (migration 0002), never the wide rows;
 //! - read only: nothing here writes.
 
 use std::collections::HashMap;
@@ -327,6 +329,8 @@ struct Table {
     plain: &'static str,
     /// The FTS column a snippet comes from when the best one only repeats the title.
     body_column: Option<u8>,
+    /// The covering index of the columns search filters read (migration 0002).
+    search_index: &'static str,
 }
 
 fn table(kind: Kind) -> Table {
@@ -338,6 +342,7 @@ fn table(kind: Kind) -> Table {
             weights: Some(OBSERVATION_WEIGHTS),
             plain: "CASE WHEN t.subtitle <> '' THEN t.subtitle ELSE t.narrative END",
             body_column: Some(2),
+            search_index: "observations_search",
         },
         Kind::Summary => Table {
             table: "session_summaries",
@@ -346,6 +351,7 @@ fn table(kind: Kind) -> Table {
             weights: Some(SUMMARY_WEIGHTS),
             plain: "CASE WHEN t.completed <> '' THEN t.completed ELSE t.learned END",
             body_column: Some(3),
+            search_index: "session_summaries_search",
         },
         Kind::Prompt => Table {
             table: "user_prompts",
@@ -354,6 +360,7 @@ fn table(kind: Kind) -> Table {
             weights: None,
             plain: "''",
             body_column: None,
+            search_index: "user_prompts_search",
         },
     }
 }
@@ -376,60 +383,11 @@ fn search_kind(
     order: Order,
     fetch: i64,
 ) -> Result<Vec<Candidate>> {
-    let t = table(kind);
     let Some(m) = q.fts_match() else {
         return list_kind(conn, kind, q, f, order, fetch);
     };
-    let fts = t.fts;
-    let bm25 = match t.weights {
-        Some(w) => format!("bm25({fts}, {w})"),
-        None => format!("bm25({fts})"),
-    };
-    // `?1` is the MATCH expression in both statements; filters follow. A unary `+` keeps
-    // SQLite from driving the join from a `project` or `created_at` index (one full-text
-    // evaluation per row of the project): the full-text index always leads.
-    let mut args: Vec<Value> = vec![Value::Text(m)];
-    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
-    push_filters(kind, f, true, &mut args, &mut wheres);
-    let from = format!(
-        "{fts} JOIN {table} t ON t.id = {fts}.rowid",
-        table = t.table
-    );
-    let wheres = wheres.join(" AND ");
-    // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
-    // the filters, found by walking the full-text index in rowid order.
-    let window = fetch.max(RANK_WINDOW);
-    let (walk, bound) = match order {
-        Order::Oldest => ("ASC", "<="),
-        Order::Relevance | Order::Newest => ("DESC", ">="),
-    };
-    let mut edge_args = args.clone();
-    edge_args.push(Value::Integer(window - 1));
-    let edge: Option<i64> = conn
-        .prepare_cached(&format!(
-            "SELECT {fts}.rowid FROM {from} WHERE {wheres}
-             ORDER BY {fts}.rowid {walk} LIMIT 1 OFFSET ?{}",
-            edge_args.len()
-        ))?
-        .query_row(params_from_iter(edge_args), |r| r.get(0))
-        .optional()?;
-    let mut wheres = wheres;
-    if let Some(edge) = edge {
-        args.push(Value::Integer(edge));
-        wheres.push_str(&format!(" AND {fts}.rowid {bound} ?{}", args.len()));
-    }
-    let order_by = match order {
-        Order::Relevance => "score, t.created_at DESC, t.id DESC",
-        Order::Newest => "t.created_at DESC, t.id DESC",
-        Order::Oldest => "t.created_at, t.id",
-    };
-    args.push(Value::Integer(fetch));
-    let sql = format!(
-        "SELECT t.id, t.created_at, {bm25} AS score FROM {from} WHERE {wheres}
-         ORDER BY {order_by} LIMIT ?{}",
-        args.len()
-    );
-    let rows = conn
+    let (sql, args) = window_statement(kind, m, f, order, fetch);
+    let mut rows = conn
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), |r| {
             Ok(Candidate {
@@ -440,7 +398,75 @@ fn search_kind(
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    let newest_first =
+        |a: &Candidate, b: &Candidate| (b.created_at, b.id).cmp(&(a.created_at, a.id));
+    match order {
+        // BM25 scores are negative: lower is better.
+        Order::Relevance => rows.sort_by(|a, b| {
+            a.score
+                .unwrap_or(0.0)
+                .total_cmp(&b.score.unwrap_or(0.0))
+                .then_with(|| newest_first(a, b))
+        }),
+        Order::Newest => rows.sort_by(newest_first),
+        Order::Oldest => rows.sort_by(|a, b| newest_first(b, a)),
+    }
+    rows.truncate(usize::try_from(fetch).unwrap_or(usize::MAX));
     Ok(rows)
+}
+
+/// The statement [`search_kind`] runs: id, time and score of the window's matches, and its
+/// arguments (`fts_match` is the parsed query's MATCH expression).
+fn window_statement(
+    kind: Kind,
+    fts_match: String,
+    f: &Filters,
+    order: Order,
+    fetch: i64,
+) -> (String, Vec<Value>) {
+    let t = table(kind);
+    let fts = t.fts;
+    // BM25 only when it orders the result: its IDF walks each phrase's whole doclist.
+    let score = match (order, t.weights) {
+        (Order::Relevance, Some(w)) => format!("bm25({fts}, {w})"),
+        (Order::Relevance, None) => format!("bm25({fts})"),
+        (Order::Newest | Order::Oldest, _) => "NULL".into(),
+    };
+    // `?1` is the MATCH expression; filters follow. A unary `+` keeps SQLite from driving
+    // the join from a `project` or `created_at` index (one full-text evaluation per row of
+    // the project): the full-text index always leads.
+    let mut args: Vec<Value> = vec![Value::Text(fts_match)];
+    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
+    push_filters(kind, f, true, &mut args, &mut wheres);
+    // Filters on id, project, time and type read the covering index (a few dense pages);
+    // only concept and file filters need the row itself.
+    let covered = f.concept.is_none() && f.file.is_none();
+    let from = if covered {
+        format!(
+            "{fts} JOIN {table} t INDEXED BY {index} ON t.id = {fts}.rowid",
+            table = t.table,
+            index = t.search_index
+        )
+    } else {
+        format!(
+            "{fts} JOIN {table} t ON t.id = {fts}.rowid",
+            table = t.table
+        )
+    };
+    // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
+    // the filters, found and scored in one walk of the full-text index in rowid order.
+    let walk = match order {
+        Order::Oldest => "ASC",
+        Order::Relevance | Order::Newest => "DESC",
+    };
+    args.push(Value::Integer(fetch.max(RANK_WINDOW)));
+    let sql = format!(
+        "SELECT t.id, t.created_at, {score} FROM {from} WHERE {wheres}
+         ORDER BY {fts}.rowid {walk} LIMIT ?{}",
+        args.len(),
+        wheres = wheres.join(" AND ")
+    );
+    (sql, args)
 }
 
 /// Rows of a kind by the filters alone (the query has no word to match), newest or oldest
@@ -1380,6 +1406,63 @@ mod tests {
         assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
         assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
         assert_eq!(lease.narrative, "the narrative");
+    }
+
+    #[test]
+    fn the_window_walks_the_full_text_index_and_reads_covering_indexes() {
+        let f = fixture();
+        let plan = |kind: Kind, filters: &Filters, order: Order| {
+            let (sql, args) = window_statement(kind, "lease".into(), filters, order, 20);
+            let mut stmt = f
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .expect("plan");
+            let rows = stmt
+                .query_map(params_from_iter(args), |r| r.get::<_, String>(3))
+                .expect("rows")
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .expect("collect");
+            rows.join("\n")
+        };
+        let covered = Filters {
+            project: Some("p".into()),
+            types: vec!["bugfix".into()],
+            since: Some(1),
+            until: Some(i64::MAX),
+            ..Default::default()
+        };
+        for kind in Kind::ALL {
+            for order in [Order::Relevance, Order::Newest, Order::Oldest] {
+                let p = plan(kind, &covered, order);
+                let lines: Vec<&str> = p.lines().collect();
+                assert!(
+                    lines[0].contains("VIRTUAL TABLE"),
+                    "{kind:?} {order:?}:\n{p}"
+                );
+                assert!(
+                    p.contains(&format!(
+                        "USING COVERING INDEX {}",
+                        table(kind).search_index
+                    )),
+                    "{kind:?} {order:?}:\n{p}"
+                );
+                assert!(!p.contains("TEMP B-TREE"), "{kind:?} {order:?} sorts:\n{p}");
+            }
+        }
+        // Concept and file filters read the row itself, still led by the full-text index.
+        let concept = Filters {
+            project: Some("p".into()),
+            concept: Some("gotcha".into()),
+            ..Default::default()
+        };
+        let p = plan(Kind::Observation, &concept, Order::Relevance);
+        assert!(
+            p.lines()
+                .next()
+                .is_some_and(|l| l.contains("VIRTUAL TABLE")),
+            "{p}"
+        );
+        assert!(!p.contains("observations_search"), "{p}");
     }
 
     #[test]
