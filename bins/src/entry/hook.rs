@@ -7,7 +7,6 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::logging::{self, Target};
@@ -64,10 +63,6 @@ fn run(explicit: Option<String>) -> String {
     if std::env::var_os(cairn_core::SUPPRESS_HOOKS_ENV).is_some_and(|v| !v.is_empty()) {
         return PLAIN_ANSWER.to_string();
     }
-    // Claude Code writes the payload after the process started: open the database while
-    // it arrives.
-    let stdin = start_reading_stdin();
-
     let dir = match DataDir::from_env() {
         Ok(d) => d,
         Err(e) => {
@@ -90,7 +85,9 @@ fn run(explicit: Option<String>) -> String {
     logging::init("hook", Some(&dir.logs()), target, settings.log_level());
     let conn = capture::open_for_hook(&dir, &settings);
     // An incomplete input is quarantined (and logged once) by `handle_with`.
-    let input = finish_reading_stdin(stdin, STDIN_TIMEOUT, MAX_INPUT);
+    // Claude Code writes the payload once the process has started; by now (settings read,
+    // database open) it has usually arrived.
+    let input = read_stdin(STDIN_TIMEOUT, MAX_INPUT);
 
     let project_dir = std::env::var("CLAUDE_PROJECT_DIR").ok();
     let outcome = capture::handle_with(
@@ -120,73 +117,23 @@ struct Input {
     incomplete: Option<String>,
 }
 
-/// Chunks of stdin, from the reader thread (or why there is none).
-type Stdin = Result<mpsc::Receiver<std::io::Result<Vec<u8>>>, String>;
-
-/// Starts a reader thread doing the blocking reads of stdin, so that a stdin that never
-/// closes cannot hang the hook.
-fn start_reading_stdin() -> Stdin {
-    let (tx, rx) = mpsc::channel::<std::io::Result<Vec<u8>>>();
-    let spawned = std::thread::Builder::new()
-        .name("stdin".into())
-        .stack_size(64 * 1024)
-        .spawn(move || {
-            let mut stdin = std::io::stdin().lock();
-            loop {
-                let mut chunk = vec![0u8; 64 * 1024];
-                match stdin.read(&mut chunk) {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        chunk.truncate(n);
-                        if tx.send(Ok(chunk)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                }
-            }
-        });
-    match spawned {
-        Ok(_) => Ok(rx),
-        Err(e) => Err(format!("cannot read stdin: {e}")),
-    }
-}
-
-/// Collects stdin until it closes, for at most `timeout` from now, keeping at most `max`
-/// bytes (the rest is counted and dropped).
-fn finish_reading_stdin(stdin: Stdin, timeout: Duration, max: usize) -> Input {
-    let rx = match stdin {
-        Ok(rx) => rx,
-        Err(why) => {
-            return Input {
-                bytes: Vec::new(),
-                total_len: 0,
-                incomplete: Some(why),
-            };
-        }
-    };
+/// Reads stdin until it closes, for at most `timeout` from now, keeping at most `max` bytes
+/// (the rest is counted and dropped). Each read waits in poll(2) with what is left of the
+/// timeout, so a stdin that never closes cannot hang the hook, and no thread is needed
+/// (a second thread cost the hook its stack, a malloc arena and their page faults).
+fn read_stdin(timeout: Duration, max: usize) -> Input {
     let deadline = Instant::now() + timeout;
+    // Reads at least as large as its buffer go straight to the file descriptor, so poll(2)
+    // on fd 0 never misses data held in the lock's buffer.
+    let mut stdin = std::io::stdin().lock();
+    let mut chunk = [0u8; 16 * 1024];
     let mut bytes = Vec::new();
     let mut total: u64 = 0;
     let mut incomplete = None;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(Ok(chunk)) => {
-                total += chunk.len() as u64;
-                let room = max.saturating_sub(bytes.len());
-                bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok(Err(e)) => {
-                incomplete = Some(format!("cannot read stdin: {e}"));
-                break;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
+        match wait_readable(deadline.saturating_duration_since(Instant::now())) {
+            Ok(true) => {}
+            Ok(false) => {
                 // A whole payload followed by a stdin left open is still a payload.
                 if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
                     incomplete = Some(format!(
@@ -194,6 +141,23 @@ fn finish_reading_stdin(stdin: Stdin, timeout: Duration, max: usize) -> Input {
                         timeout.as_millis()
                     ));
                 }
+                break;
+            }
+            Err(e) => {
+                incomplete = Some(format!("cannot read stdin: {e}"));
+                break;
+            }
+        }
+        match stdin.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                total += n as u64;
+                let room = max.saturating_sub(bytes.len());
+                bytes.extend_from_slice(&chunk[..n.min(room)]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                incomplete = Some(format!("cannot read stdin: {e}"));
                 break;
             }
         }
@@ -207,6 +171,30 @@ fn finish_reading_stdin(stdin: Stdin, timeout: Duration, max: usize) -> Input {
         bytes,
         total_len: total,
         incomplete,
+    }
+}
+
+/// Waits until stdin has data or end of file (true), or `timeout` passes (false). A closed
+/// or invalid fd 0 reports ready, and the read that follows says what is wrong.
+#[allow(unsafe_code)]
+fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `fd` is one valid, initialised pollfd that outlives the call, and the
+        // count passed is 1.
+        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
+        if rc >= 0 {
+            return Ok(rc > 0);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
