@@ -2,7 +2,10 @@
 //! protocol); the worker to a daily file plus stderr under a process manager; the CLI to
 //! stderr.
 
-use std::path::Path;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use log::LevelFilter;
 
@@ -15,8 +18,9 @@ pub enum Target {
     FileAndStderr,
     /// stderr only.
     Stderr,
-    /// The daily file, or stderr when the file cannot be opened (the hook: its stdout is
-    /// protocol, and a log line must land somewhere).
+    /// The daily file, opened at the first line logged, or stderr when it cannot be
+    /// opened (the hook: its stdout is protocol, a log line must land somewhere, and most
+    /// runs log nothing, so they need not pay for opening the file).
     FileElseStderr,
 }
 
@@ -41,19 +45,30 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
             message
         ))
     });
-    let mut file_open = false;
-    if matches!(
-        target,
-        Target::File | Target::FileAndStderr | Target::FileElseStderr
-    ) && let Some(dir) = logs_dir
-        && cairn_core::paths::ensure_private_dir(dir).is_ok()
-    {
+    let daily = logs_dir.map(|dir| {
         let date = cairn_core::clock::date_utc(cairn_core::clock::now_ms());
-        let path = dir.join(format!("{name}-{date}.log"));
-        if let Ok(file) = fern::log_file(&path) {
-            dispatch = dispatch.chain(file);
+        (dir, dir.join(format!("{name}-{date}.log")))
+    });
+    let mut file_open = false;
+    match (target, daily) {
+        (Target::FileElseStderr, Some((dir, path))) => {
+            let lazy = LazyFile {
+                dir: dir.to_path_buf(),
+                path,
+                file: Mutex::new(None),
+            };
+            dispatch = dispatch.chain(fern::Output::call(move |record| lazy.write(record)));
             file_open = true;
         }
+        (Target::File | Target::FileAndStderr, Some((dir, path))) => {
+            if cairn_core::paths::ensure_private_dir(dir).is_ok()
+                && let Ok(file) = fern::log_file(&path)
+            {
+                dispatch = dispatch.chain(file);
+                file_open = true;
+            }
+        }
+        _ => {}
     }
     let stderr = match target {
         Target::Stderr | Target::FileAndStderr => true,
@@ -64,6 +79,38 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
         dispatch = dispatch.chain(std::io::stderr());
     }
     let _ = dispatch.apply();
+}
+
+/// A log file opened when the first line arrives; when it cannot be opened, the lines go
+/// to stderr instead.
+struct LazyFile {
+    dir: PathBuf,
+    path: PathBuf,
+    /// Not tried yet (`None`), opened (`Some(Some(_))`) or failed (`Some(None)`).
+    file: Mutex<Option<Option<File>>>,
+}
+
+impl LazyFile {
+    fn write(&self, record: &log::Record) {
+        let Ok(mut slot) = self.file.lock() else {
+            return;
+        };
+        let file = slot.get_or_insert_with(|| {
+            cairn_core::paths::ensure_private_dir(&self.dir).ok()?;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .ok()
+        });
+        let written = match file {
+            Some(f) => writeln!(f, "{}", record.args()).is_ok(),
+            None => false,
+        };
+        if !written {
+            eprintln!("{}", record.args());
+        }
+    }
 }
 
 /// Deletes daily log files older than `keep_days`.

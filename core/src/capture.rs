@@ -305,27 +305,32 @@ pub struct Outcome {
 /// decode, clean, write (or spool, or quarantine), and render the SessionStart context.
 /// Never fails: every problem is logged and answered with the plain protocol answer.
 pub fn handle(dir: &DataDir, settings: &Settings, input: &HookInput, now: i64) -> Outcome {
-    handle_with(dir, settings, input, None, now)
+    handle_with(dir, settings, input, None, now).0
 }
 
 /// [`handle`] with the database connection already opened (or its opening already failed)
 /// by the caller: the hook opens it while it waits for stdin. `None` opens it here.
+/// Also returns the connection the event was written with, for the caller to close, or to
+/// leave to the process exit (see `cairn-hook`).
 pub fn handle_with(
     dir: &DataDir,
     settings: &Settings,
     input: &HookInput,
     opened: Option<Result<Connection>>,
     now: i64,
-) -> Outcome {
+) -> (Outcome, Option<Connection>) {
     let mut opened = opened;
     let mut connect = move || {
         opened
             .take()
             .unwrap_or_else(|| open_for_hook(dir, settings))
     };
-    let plain = |stored| Outcome {
-        answer: hook::PLAIN_ANSWER.to_string(),
-        stored,
+    let plain = |stored| {
+        let outcome = Outcome {
+            answer: hook::PLAIN_ANSWER.to_string(),
+            stored,
+        };
+        (outcome, None)
     };
     if let Some(why) = &input.incomplete {
         let name = hook::sniff_name(input.bytes);
@@ -429,7 +434,7 @@ pub fn handle_with(
         }
         _ => hook::PLAIN_ANSWER.to_string(),
     };
-    Outcome { answer, stored }
+    (Outcome { answer, stored }, conn)
 }
 
 fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i64) -> Stored {
@@ -668,7 +673,7 @@ mod tests {
         // With the connection opened ahead (as the hook does), still nothing is written.
         let conn = open_for_hook(&dd2, &s);
         let input = ev("UserPromptSubmit", r#","prompt":"hi""#);
-        let o = handle_with(
+        let (o, _) = handle_with(
             &dd2,
             &s,
             &HookInput {

@@ -84,13 +84,13 @@ fn run(explicit: Option<String>) -> String {
     };
     logging::init("hook", Some(&dir.logs()), target, settings.log_level());
     let conn = capture::open_for_hook(&dir, &settings);
-    // An incomplete input is quarantined (and logged once) by `handle_with`.
     // Claude Code writes the payload once the process has started; by now (settings read,
-    // database open) it has usually arrived.
+    // database open) it has usually arrived. An incomplete input is quarantined (and
+    // logged once) by `handle_with`.
     let input = read_stdin(STDIN_TIMEOUT, MAX_INPUT);
 
     let project_dir = std::env::var("CLAUDE_PROJECT_DIR").ok();
-    let outcome = capture::handle_with(
+    let (outcome, conn) = capture::handle_with(
         &dir,
         &settings,
         &HookInput {
@@ -103,6 +103,12 @@ fn run(explicit: Option<String>) -> String {
         Some(conn),
         cairn_core::clock::now_ms(),
     );
+    // The process exits right after answering. Closing the connection would only free
+    // what the exit frees anyway (the parsed schema, the page cache, the WAL-index
+    // mapping: about a tenth of the hook's time); the event is committed to the WAL
+    // either way, and the kernel releases the file locks at exit. The hook already skips
+    // the checkpoint a close could run (`open_for_hook`).
+    std::mem::forget(conn);
     if settings.worker.autostart && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
     {
         autostart(&dir);
