@@ -1,7 +1,10 @@
 //! Hook benchmark: the real `cairn-hook` binary, spawned as Claude Code spawns it.
 //!
 //! - PostToolUse wall time (spawn → exit) while another connection (the worker's) is open,
-//!   and while none is (the hook is the last to close);
+//!   and while none is (the hook is the last to close); with the worker's connection open,
+//!   run by run in turn with two references, so that the machine's drift hits all three
+//!   alike: spawning `true`, and a bare Rust process that parses the payload and inserts
+//!   it as one row into a one-table WAL database (this binary in `--bare` mode);
 //! - SessionStart wall time with 100,000 observations in the database;
 //! - peak RSS of a hook process (`getrusage(RUSAGE_CHILDREN)` in a small probe process);
 //! - 32 hooks started at once: wall time until the last exits.
@@ -164,10 +167,62 @@ fn probe_main(args: &[String]) {
     println!("{}", children_max_rss_kib());
 }
 
+/// The bare reference: read stdin, parse it as JSON, insert it as one row into a WAL
+/// database with a one-table schema, exit. What any SQLite-backed hook must pay.
+fn bare_main(db_path: &Path) {
+    let mut input = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut input).expect("stdin");
+    let event: serde_json::Value = serde_json::from_slice(&input).expect("json");
+    let conn = rusqlite::Connection::open(db_path).expect("open");
+    conn.busy_timeout(Duration::from_secs(5)).expect("busy");
+    conn.execute_batch("PRAGMA synchronous = NORMAL;")
+        .expect("pragma");
+    conn.execute(
+        "INSERT INTO events (tool_use_id, payload) VALUES (?1, ?2)",
+        rusqlite::params![event["tool_use_id"].as_str(), event.to_string()],
+    )
+    .expect("insert");
+    print!("{{\"continue\":true,\"suppressOutput\":true}}");
+}
+
+fn bare_create(db_path: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db_path).expect("open bare");
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+        .expect("wal");
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS events (
+             id INTEGER PRIMARY KEY, tool_use_id TEXT UNIQUE, payload TEXT NOT NULL);",
+    )
+    .expect("bare schema");
+    conn
+}
+
+/// Spawns `program args` with `input` on stdin (closed after), waits for its exit.
+fn spawn_timed(program: &Path, args: &[&std::ffi::OsStr], input: &[u8]) -> Duration {
+    let t = Instant::now();
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{} failed", program.display());
+    t.elapsed()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--rss-probe") {
         probe_main(&args[i + 1..]);
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--bare") {
+        bare_main(Path::new(&args[i + 1]));
         return;
     }
     let runs: usize = std::env::var("CAIRN_BENCH_RUNS")
@@ -178,43 +233,50 @@ fn main() {
     let home = tmp.path();
     let mut report = Vec::new();
 
-    // 0. The floor: spawning a process that does nothing, with the same stdin.
-    let times: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            let mut child = Command::new("true")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn true");
-            let mut stdin = child.stdin.take().expect("stdin");
-            let _ = stdin.write_all(tool_payload(0).as_bytes());
-            drop(stdin);
-            child.wait_with_output().expect("wait");
-            t.elapsed()
-        })
-        .collect();
-    let floor = stats(times);
+    // 1. PostToolUse with the worker's connection open, in turn with the two references
+    //    (`true`; the bare Rust + SQLite process), then with no other connection.
+    let data = tmp.path().join("post");
+    let dir = DataDir::new(&data);
+    run_once(&data, home, fixture("SessionStart.json").as_bytes());
+    run_once(&data, home, fixture("UserPromptSubmit.json").as_bytes());
+    let worker = db::open_data_dir(&dir, OpenOptions::default()).expect("worker connection");
+    let bare_db = tmp.path().join("bare.db");
+    let bare_worker = bare_create(&bare_db);
+    let exe = std::env::current_exe().expect("exe");
+    let true_exe = Path::new("true");
+    let bare_args = [std::ffi::OsStr::new("--bare"), bare_db.as_os_str()];
+    for i in 0..20 {
+        run_once(&data, home, tool_payload(1_000_000 + i).as_bytes());
+        spawn_timed(&exe, &bare_args, tool_payload(1_000_000 + i).as_bytes());
+    }
+    let (mut floor, mut bare, mut hook) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..runs {
+        let payload = tool_payload(i);
+        floor.push(spawn_timed(true_exe, &[], payload.as_bytes()));
+        bare.push(spawn_timed(&exe, &bare_args, payload.as_bytes()));
+        hook.push(run_once(&data, home, payload.as_bytes()).0);
+    }
+    let bare_rows: i64 = bare_worker
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .expect("bare count");
+    assert_eq!(
+        bare_rows as usize,
+        runs + 20,
+        "every bare run wrote its row"
+    );
+    let (floor, bare, with_worker) = (stats(floor), stats(bare), stats(hook));
     report.push(format!(
         "| baseline: spawn `true` (process start and exit only) | {} | {} | {} | {runs} |",
         ms(floor.median),
         ms(floor.p90),
         ms(floor.min)
     ));
-
-    // 1. PostToolUse with the worker's connection open, then with none.
-    let data = tmp.path().join("post");
-    let dir = DataDir::new(&data);
-    run_once(&data, home, fixture("SessionStart.json").as_bytes());
-    run_once(&data, home, fixture("UserPromptSubmit.json").as_bytes());
-    let worker = db::open_data_dir(&dir, OpenOptions::default()).expect("worker connection");
-    for i in 0..20 {
-        run_once(&data, home, tool_payload(1_000_000 + i).as_bytes());
-    }
-    let times: Vec<Duration> = (0..runs)
-        .map(|i| run_once(&data, home, tool_payload(i).as_bytes()).0)
-        .collect();
-    let with_worker = stats(times);
+    report.push(format!(
+        "| reference: bare Rust process, parse + insert one row (one-table WAL database, another connection open) | {} | {} | {} | {runs} |",
+        ms(bare.median),
+        ms(bare.p90),
+        ms(bare.min)
+    ));
     let rss_post = rss_probe(&data, home, &tool_payload(9_000_000), 20);
     drop(worker);
     let times: Vec<Duration> = (0..runs)
