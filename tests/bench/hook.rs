@@ -10,7 +10,9 @@
 //! - 32 hooks started at once: wall time until the last exits.
 //!
 //! Run: `cargo bench -p cairn --bench hook` (release). `CAIRN_BENCH_RUNS` sets the number
-//! of single-hook runs (default 300).
+//! of single-hook runs (default 300); `CAIRN_BENCH_HOOK` a hook binary to measure instead
+//! of the one Cargo built (e.g. the statically linked one from `cargo hook-static`, copied
+//! out of `target/release/` first, since the bench rebuilds that path).
 
 use std::io::Write;
 use std::path::Path;
@@ -21,7 +23,12 @@ use cairn_core::db::{self, OpenOptions};
 use cairn_core::memory::{self, NewObservation};
 use cairn_core::paths::DataDir;
 
-const HOOK: &str = env!("CARGO_BIN_EXE_cairn-hook");
+/// The hook binary measured: `CAIRN_BENCH_HOOK`, else the one Cargo built for this bench.
+fn hook_exe() -> std::path::PathBuf {
+    std::env::var_os("CAIRN_BENCH_HOOK")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_cairn-hook").into())
+}
 
 fn fixture(name: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -31,7 +38,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn spawn(data: &Path, home: &Path, input: &[u8]) -> Child {
-    let mut child = Command::new(HOOK)
+    let mut child = Command::new(hook_exe())
         .env("CAIRN_DATA_DIR", data)
         .env("HOME", home)
         .env("CAIRN_WORKER__AUTOSTART", "false")
@@ -363,6 +370,7 @@ fn main() {
         .expect("count");
     assert_eq!(n as usize, 2 * runs + 21 + 32 * rounds);
 
+    println!("hook binary: {}\n", hook_exe().display());
     println!("| case | median | p90 | min | runs |");
     println!("| --- | --- | --- | --- | --- |");
     for line in report {
