@@ -8,7 +8,7 @@
 //! redacted), so quarantine never keeps what capture would have refused to store; the table
 //! keeps at most [`MAX_ROWS`] rows, the oldest are dropped first.
 
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
@@ -91,6 +91,9 @@ pub fn add(tx: &Transaction, entry: &Entry, now: i64) -> Result<i64> {
 pub struct Row {
     pub id: i64,
     pub event: Option<String>,
+    /// `invalid` (unreadable input: needs attention) or `uncaptured` (a well-formed event
+    /// cairn does not capture: harmless).
+    pub kind: String,
     pub reason: String,
     /// The stored (bounded, cleaned) copy, as text.
     pub raw: String,
@@ -98,27 +101,72 @@ pub struct Row {
     pub created_at: i64,
 }
 
+const ROW_COLUMNS: &str = "id, event, kind, reason, raw, raw_len, created_at";
+
+fn read_row(r: &rusqlite::Row) -> rusqlite::Result<Row> {
+    let raw: Vec<u8> = r.get(4)?;
+    Ok(Row {
+        id: r.get(0)?,
+        event: r.get(1)?,
+        kind: r.get(2)?,
+        reason: r.get(3)?,
+        raw: String::from_utf8_lossy(&raw).into_owned(),
+        raw_len: r.get(5)?,
+        created_at: r.get(6)?,
+    })
+}
+
 /// The latest `limit` entries (0: all), newest first.
 pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Row>> {
     let limit = if limit == 0 { i64::MAX } else { limit as i64 };
     let rows = conn
-        .prepare_cached(
-            "SELECT id, event, reason, raw, raw_len, created_at FROM quarantine
-             ORDER BY id DESC LIMIT ?1",
-        )?
-        .query_map([limit], |r| {
-            let raw: Vec<u8> = r.get(3)?;
-            Ok(Row {
-                id: r.get(0)?,
-                event: r.get(1)?,
-                reason: r.get(2)?,
-                raw: String::from_utf8_lossy(&raw).into_owned(),
-                raw_len: r.get(4)?,
-                created_at: r.get(5)?,
-            })
-        })?
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM quarantine ORDER BY id DESC LIMIT ?1"
+        ))?
+        .query_map([limit], read_row)?
         .collect::<rusqlite::Result<_>>()?;
     Ok(rows)
+}
+
+/// One entry by id.
+pub fn get(conn: &Connection, id: i64) -> Result<Option<Row>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM quarantine WHERE id = ?1"
+        ))?
+        .query_row([id], read_row)
+        .optional()?)
+}
+
+/// Which entries [`clear`] deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Clear {
+    /// These ids (unknown ids are ignored).
+    Ids(Vec<i64>),
+    /// Entries created before this time (ms).
+    Before(i64),
+    /// Every entry.
+    All,
+}
+
+/// Deletes the entries a person has looked at (or no longer cares about); returns how many.
+pub fn clear(conn: &mut Connection, which: &Clear) -> Result<usize> {
+    crate::db::write(conn, |tx| {
+        Ok(match which {
+            Clear::Ids(ids) => {
+                let mut stmt = tx.prepare_cached("DELETE FROM quarantine WHERE id = ?1")?;
+                let mut n = 0;
+                for id in ids {
+                    n += stmt.execute([id])?;
+                }
+                n
+            }
+            Clear::Before(cutoff) => tx
+                .prepare_cached("DELETE FROM quarantine WHERE created_at < ?1")?
+                .execute([cutoff])?,
+            Clear::All => tx.prepare_cached("DELETE FROM quarantine")?.execute([])?,
+        })
+    })
 }
 
 /// How many entries there are, and how many arrived at or after `since` (ms).
@@ -130,11 +178,7 @@ pub fn count(conn: &Connection, since: i64) -> Result<(i64, i64)> {
 
 /// Deletes entries created before `cutoff` (ms); returns how many.
 pub fn purge(conn: &mut Connection, cutoff: i64) -> Result<usize> {
-    crate::db::write(conn, |tx| {
-        Ok(tx
-            .prepare_cached("DELETE FROM quarantine WHERE created_at < ?1")?
-            .execute([cutoff])?)
-    })
+    clear(conn, &Clear::Before(cutoff))
 }
 
 #[cfg(test)]
@@ -170,6 +214,46 @@ mod tests {
         assert_eq!(count(&conn, 15).expect("count"), (2, 1));
         assert_eq!(purge(&mut conn, 15).expect("purge"), 1);
         assert_eq!(list(&conn, 0).expect("list").len(), 1);
+    }
+
+    #[test]
+    fn gets_by_id_and_clears_by_id_age_or_all() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let bad = Entry::new(None, "input is not valid JSON", b"{nope", 5, true);
+        let mut harmless = Entry::new(Some("Notification".into()), "not captured", b"{}", 2, true);
+        harmless.uncaptured = true;
+        let ids: Vec<i64> = db::write(&mut conn, |tx| {
+            Ok(vec![
+                add(tx, &bad, 10)?,
+                add(tx, &harmless, 20)?,
+                add(tx, &bad, 30)?,
+                add(tx, &bad, 40)?,
+            ])
+        })
+        .expect("add");
+        let one = get(&conn, ids[1]).expect("get").expect("present");
+        assert_eq!(one.kind, "uncaptured");
+        assert_eq!(one.raw, "{}");
+        assert_eq!(one.event.as_deref(), Some("Notification"));
+        assert_eq!(
+            get(&conn, ids[0]).expect("get").expect("present").kind,
+            "invalid"
+        );
+        assert_eq!(get(&conn, 999).expect("get"), None);
+
+        assert_eq!(
+            clear(&mut conn, &Clear::Ids(vec![ids[0], 999])).expect("ids"),
+            1
+        );
+        assert_eq!(get(&conn, ids[0]).expect("get"), None);
+        assert_eq!(clear(&mut conn, &Clear::Before(30)).expect("before"), 1);
+        let left: Vec<i64> = list(&conn, 0).expect("list").iter().map(|r| r.id).collect();
+        assert_eq!(left, vec![ids[3], ids[2]]);
+        assert_eq!(clear(&mut conn, &Clear::All).expect("all"), 2);
+        assert!(list(&conn, 0).expect("list").is_empty());
+        assert_eq!(clear(&mut conn, &Clear::All).expect("none"), 0);
     }
 
     #[test]

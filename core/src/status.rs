@@ -182,7 +182,7 @@ pub fn attention(s: &Status) -> Vec<String> {
     }
     if s.quarantined_recently > 0 {
         out.push(format!(
-            "{} quarantined as unreadable in the last 7 days: see `cairn status --json` (recent_quarantine); a Claude Code update may have changed its hook format",
+            "{} quarantined as unreadable in the last 7 days: see `cairn quarantine list` (a Claude Code update may have changed its hook format), then `cairn quarantine clear`",
             plural(s.quarantined_recently, "hook input was", "hook inputs were")
         ));
     }

@@ -11,7 +11,7 @@ use cairn_core::paths::DataDir;
 use cairn_core::queue::{self, JobKind, NewJob, Policy};
 use cairn_core::{memory, sessions};
 
-use crate::support::{TestEnv, fixtures, stderr, stdout};
+use crate::support::{TestEnv, fixtures, hook_fixture, stderr, stdout};
 
 fn now() -> i64 {
     cairn_core::clock::now_ms()
@@ -146,6 +146,86 @@ fn status_exit_codes_follow_what_needs_attention() {
         stdout(&o)
     );
     drop(lock);
+}
+
+#[test]
+fn quarantine_lists_shows_and_clears_what_hooks_could_not_use() {
+    let env = TestEnv::new();
+    // What the hooks could not use: unreadable input carrying a secret, and a well-formed
+    // event cairn does not capture.
+    let bad = b"{\"hook_event_name\": \"PostToolUse\", \"key\": \"AKIAIOSFODNN7EXAMPLE\"";
+    assert_eq!(code(&env.run("cairn-hook", &[], bad)), 0);
+    let notification = hook_fixture("Notification.json");
+    assert_eq!(
+        code(&env.run("cairn-hook", &[], notification.as_bytes())),
+        0
+    );
+
+    let o = cairn(&env, &["quarantine", "list"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("invalid") && text.contains("uncaptured"),
+        "{text}"
+    );
+    assert!(text.contains("Notification"), "{text}");
+
+    let o = cairn(&env, &["quarantine", "list", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let rows = rows.as_array().expect("array");
+    assert_eq!(rows.len(), 2);
+    let invalid = rows
+        .iter()
+        .find(|r| r["kind"] == "invalid")
+        .expect("invalid row");
+    let id = invalid["id"].as_i64().expect("id").to_string();
+
+    // The stored copy is shown, cleaned like everything capture stores.
+    let o = cairn(&env, &["quarantine", "show", &id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("hook_event_name"), "{text}");
+    assert!(!text.contains("AKIAIOSFODNN7EXAMPLE"), "{text}");
+    let o = cairn(&env, &["quarantine", "show", "999999"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("cairn quarantine list"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Unreadable input makes status ask for attention, and points here.
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stdout(&o).contains("cairn quarantine list"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = cairn(&env, &["quarantine", "clear"]);
+    assert_eq!(code(&o), 2, "clear needs to be told what");
+    let o = cairn(&env, &["quarantine", "clear", "--id", &id]);
+    assert_eq!(code(&o), 0);
+    assert!(
+        stdout(&o).contains("cleared 1 quarantined input"),
+        "{}",
+        stdout(&o)
+    );
+    let o = cairn(&env, &["status", "--json"]);
+    let attention =
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json")["attention"]
+            .to_string();
+    assert!(!attention.contains("quarantine"), "{attention}");
+
+    let o = cairn(&env, &["quarantine", "clear", "--older-than", "1d"]);
+    assert_eq!(code(&o), 1, "nothing that old");
+    let o = cairn(&env, &["quarantine", "clear", "--all", "--json"]);
+    assert_eq!(code(&o), 0);
+    assert!(stdout(&o).contains("\"cleared\": 1"), "{}", stdout(&o));
+    let o = cairn(&env, &["quarantine", "list"]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
 }
 
 #[test]

@@ -62,6 +62,9 @@ pub enum Command {
     /// Inspect, replay and purge the job queue.
     #[command(subcommand)]
     Queue(ops::QueueCommand),
+    /// List, show and clear hook inputs cairn could not use.
+    #[command(subcommand)]
+    Quarantine(ops::QuarantineCommand),
     /// Check the database, files, hooks, worker and model settings, and say what to fix.
     Doctor(ops::DoctorArgs),
     /// Print the effective settings and where each value came from.
@@ -180,6 +183,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Demo(_) => unreachable!("handled above"),
         Command::Status(a) => ops::status(&ctx, &a),
         Command::Queue(c) => ops::queue(&ctx, &c),
+        Command::Quarantine(c) => ops::quarantine(&ctx, &c),
         Command::Doctor(a) => ops::doctor(&ctx, &a),
         Command::Config(a) => ops::config(&ctx, &a),
         Command::Backup(a) => ops::backup(&ctx, &a),

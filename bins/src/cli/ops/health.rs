@@ -69,7 +69,7 @@ fn render_status(s: &status::Status) -> String {
     }
     if s.quarantined > 0 {
         out.push_str(&format!(
-            "{:<11}{} hook input{} could not be read\n",
+            "{:<11}{} hook input{} kept aside (`cairn quarantine list`)\n",
             "quarantine",
             s.quarantined,
             if s.quarantined == 1 { "" } else { "s" }

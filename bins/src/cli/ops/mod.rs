@@ -19,11 +19,13 @@ use super::{Ctx, explain, open, read_opts};
 mod data;
 mod demo;
 mod health;
+mod quarantine;
 mod queue;
 
 pub use data::{backup, export, import, restore};
 pub use demo::DemoArgs;
 pub use health::{config, doctor, status};
+pub use quarantine::quarantine;
 pub use queue::queue;
 
 #[derive(Debug, Args)]
@@ -87,6 +89,47 @@ pub enum QueueCommand {
         /// Like 14d, 12h, 2w (default: queue.retention_days).
         #[arg(long, value_name = "D", value_parser = parse_duration)]
         older_than: Option<i64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QuarantineCommand {
+    /// List quarantined hook inputs, newest first: kind (`invalid`: unreadable, needs
+    /// attention; `uncaptured`: an event cairn does not capture, harmless), event, size and
+    /// reason. Exits 1 when there are none.
+    List {
+        /// At most this many (0: all).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON (with the stored copies).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one quarantined input: why, when, and the stored copy (cleaned and bounded the
+    /// way capture cleans events).
+    Show {
+        /// The id (from `cairn quarantine list`).
+        id: i64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete quarantined inputs once looked at; `cairn status` stops reporting them.
+    /// Exits 1 when nothing matched.
+    #[command(group(ArgGroup::new("which").required(true).args(["id", "older_than", "all"])))]
+    Clear {
+        /// These ids.
+        #[arg(long, num_args = 1.., value_name = "N")]
+        id: Vec<i64>,
+        /// Those received longer ago than this (like 7d, 12h).
+        #[arg(long, value_name = "D", value_parser = parse_duration)]
+        older_than: Option<i64>,
+        /// All of them.
+        #[arg(long)]
+        all: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,

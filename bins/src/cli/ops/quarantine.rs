@@ -1,0 +1,120 @@
+//! `cairn quarantine list | show | clear`: the hook inputs cairn could not use.
+
+use cairn_core::clock;
+use cairn_core::quarantine::{self, Clear};
+
+use super::{QuarantineCommand, emit, one_line, open, outln, print_json};
+use crate::cli::Ctx;
+use crate::exit;
+
+pub fn quarantine(ctx: &Ctx, cmd: &QuarantineCommand) -> anyhow::Result<u8> {
+    let now = clock::now_ms();
+    match cmd {
+        QuarantineCommand::List { limit, json } => {
+            let conn = open(ctx)?;
+            let rows = quarantine::list(&conn, *limit)?;
+            if *json {
+                print_json(&rows)?;
+            } else if rows.is_empty() {
+                eprintln!("the quarantine is empty: every hook input so far was usable");
+            } else {
+                let mut o = String::new();
+                outln!(
+                    o,
+                    "{:>6}  {:<20}  {:<10} {:<18} {:>9}  reason",
+                    "id",
+                    "time",
+                    "kind",
+                    "event",
+                    "bytes"
+                );
+                for r in &rows {
+                    outln!(
+                        o,
+                        "{:>6}  {:<20}  {:<10} {:<18} {:>9}  {}",
+                        r.id,
+                        clock::iso_utc(r.created_at),
+                        r.kind,
+                        one_line(r.event.as_deref().unwrap_or("-"), 18),
+                        r.raw_len,
+                        one_line(&r.reason, 70)
+                    );
+                }
+                outln!(
+                    o,
+                    "\n`cairn quarantine show ID` prints an input; `cairn quarantine clear` removes them."
+                );
+                emit(&o)?;
+            }
+            Ok(if rows.is_empty() {
+                exit::NEGATIVE
+            } else {
+                exit::OK
+            })
+        }
+        QuarantineCommand::Show { id, json } => {
+            let conn = open(ctx)?;
+            let Some(row) = quarantine::get(&conn, *id)? else {
+                anyhow::bail!("no quarantined input {id}; see `cairn quarantine list`");
+            };
+            if *json {
+                print_json(&row)?;
+                return Ok(exit::OK);
+            }
+            let mut o = String::new();
+            outln!(o, "quarantined input {} ({})", row.id, row.kind);
+            outln!(
+                o,
+                "event      {}",
+                row.event.as_deref().unwrap_or("unknown")
+            );
+            outln!(o, "received   {}", clock::iso_utc(row.created_at));
+            outln!(o, "reason     {}", row.reason);
+            let kept = row.raw.len();
+            outln!(
+                o,
+                "size       {} bytes received, {kept} kept (cleaned: private spans and secrets removed{})",
+                row.raw_len,
+                if i64::try_from(kept).unwrap_or(i64::MAX) < row.raw_len {
+                    ", head and tail only"
+                } else {
+                    ""
+                }
+            );
+            outln!(o, "\n{}", row.raw);
+            emit(&o)?;
+            Ok(exit::OK)
+        }
+        QuarantineCommand::Clear {
+            id,
+            older_than,
+            all,
+            json,
+        } => {
+            let which = if !id.is_empty() {
+                Clear::Ids(id.clone())
+            } else if let Some(age) = older_than {
+                Clear::Before(now.saturating_sub(*age))
+            } else if *all {
+                Clear::All
+            } else {
+                anyhow::bail!("say which inputs to clear: --id, --older-than or --all");
+            };
+            let mut conn = open(ctx)?;
+            let cleared = quarantine::clear(&mut conn, &which).map_err(super::explain)?;
+            if *json {
+                print_json(&serde_json::json!({ "cleared": cleared }))?;
+            } else {
+                emit(&format!(
+                    "cleared {cleared} quarantined input{}\n",
+                    if cleared == 1 { "" } else { "s" }
+                ))?;
+            }
+            Ok(if cleared == 0 {
+                exit::NEGATIVE
+            } else {
+                exit::OK
+            })
+        }
+    }
+}
