@@ -396,8 +396,8 @@ impl Server {
             ));
         }
         let mut out = format!(
-            "{} result{} in {scope} (id date type title — snippet). Observation ids go to \
-             timeline or get_observations; S = turn summary, P = user prompt.\n",
+            "{} result{} in {scope} (id date type title — snippet). Ids go to timeline or \
+             get_observations (S = turn summary, P = user prompt: pass them as strings).\n",
             hits.len(),
             if hits.len() == 1 { "" } else { "s" }
         );
@@ -510,33 +510,35 @@ impl Server {
         let args = Args::new(raw, &["ids"])?;
         let fix = || {
             ToolError::Fix(format!(
-                "'ids' must be a list of 1 to {MAX_IDS} observation ids (integers from search), e.g. {{\"ids\": [12, 15]}}"
+                "'ids' must be a list of 1 to {MAX_IDS} ids as search and timeline list them: observations as integers, turn summaries and prompts as strings, e.g. {{\"ids\": [12, 15, \"S3\"]}}"
             ))
         };
-        let ids: Vec<i64> = match args.get("ids") {
+        let refs: Vec<(search::Kind, i64)> = match args.get("ids") {
             Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_IDS => items
                 .iter()
-                .map(as_id)
+                .map(as_reference)
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(fix)?,
             // A lone id is what was meant.
-            Some(v @ (Value::Number(_) | Value::String(_))) => vec![as_id(v).ok_or_else(fix)?],
+            Some(v @ (Value::Number(_) | Value::String(_))) => {
+                vec![as_reference(v).ok_or_else(fix)?]
+            }
             _ => return Err(fix()),
         };
-        let fetched = search::get_observations(&self.conn, &ids).map_err(ToolError::Internal)?;
+        let fetched = search::get_records(&self.conn, &refs).map_err(ToolError::Internal)?;
         if fetched.found.is_empty() {
             return Err(ToolError::Fix(format!(
-                "no observation with id {}; take ids from search or timeline results",
-                join_ids(&fetched.missing)
+                "nothing stored as {}; take ids from search or timeline results",
+                fetched.missing.join(", ")
             )));
         }
         let mut out = String::new();
-        for o in &fetched.found {
-            out.push_str(&render_observation(o));
+        for r in &fetched.found {
+            out.push_str(&render_record(r));
             out.push('\n');
         }
         if !fetched.missing.is_empty() {
-            out.push_str(&format!("Not found: {}\n", join_ids(&fetched.missing)));
+            out.push_str(&format!("Not found: {}\n", fetched.missing.join(", ")));
         }
         Ok(out)
     }
@@ -637,11 +639,69 @@ pub fn render_observation(o: &search::Observation) -> String {
     out
 }
 
-fn join_ids(ids: &[i64]) -> String {
-    ids.iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Any record as text: an observation as [`render_observation`] does, a summary with its
+/// sections, a prompt with its text.
+pub fn render_record(r: &search::Record) -> String {
+    match r {
+        search::Record::Observation(o) => render_observation(o),
+        search::Record::Summary(s) => {
+            let mut out = format!(
+                "S{} summary [{}] {} — session {}, prompt {}\n",
+                s.id,
+                s.project,
+                crate::clock::iso_utc(s.created_at),
+                s.session_id,
+                s.prompt_number
+            );
+            for (label, text) in [
+                ("Request", &s.request),
+                ("Investigated", &s.investigated),
+                ("Learned", &s.learned),
+                ("Completed", &s.completed),
+                ("Next steps", &s.next_steps),
+                ("Notes", &s.notes),
+            ] {
+                if !text.trim().is_empty() {
+                    out.push_str(&format!("{label}: {}\n", text.trim_end()));
+                }
+            }
+            for (label, list) in [
+                ("Files read", &s.files_read),
+                ("Files edited", &s.files_edited),
+            ] {
+                if list.is_empty() {
+                    continue;
+                }
+                out.push_str(&format!("{label}:\n"));
+                for item in list {
+                    out.push_str(&format!("- {item}\n"));
+                }
+            }
+            out
+        }
+        search::Record::Prompt(p) => format!(
+            "P{} prompt [{}] {} — session {}, prompt {}\n\n{}\n",
+            p.id,
+            p.project,
+            crate::clock::iso_utc(p.created_at),
+            p.session_id,
+            p.prompt_number,
+            p.text.trim_end()
+        ),
+    }
+}
+
+/// An id as search and timeline list it: a number (an observation) or a string (`12`,
+/// `S3`, `P7`).
+fn as_reference(v: &Value) -> Option<(search::Kind, i64)> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .filter(|id| *id > 0)
+            .map(|id| (search::Kind::Observation, id)),
+        Value::String(s) => search::Kind::parse_reference(s),
+        _ => None,
+    }
 }
 
 /// An id as a number, or a string of digits (with an optional leading `#`).
@@ -838,18 +898,19 @@ pub fn tools() -> Value {
         {
             "name": "get_observations",
             "title": "Fetch observations in full",
-            "description": "Step 3 of 3. Fetch full observations by id: narrative, facts, concepts, files read and \
-    modified, session and the user's prompt. Costs more tokens than the index, so ask only for the ids \
-    that matter (from `search` or `timeline`). Returned in the order asked; unknown ids are listed.",
+            "description": "Step 3 of 3. Fetch full records by id: an observation's narrative, facts, concepts, \
+    files read and modified, session and the user's prompt; a turn summary's sections (S ids); a prompt's \
+    text (P ids). Costs more tokens than the index, so ask only for the ids that matter (from `search` or \
+    `timeline`). Returned in the order asked; unknown ids are listed.",
             "inputSchema": {
                 "type": "object",
                 "properties": {
                     "ids": {
                         "type": "array",
-                        "items": { "type": "integer" },
+                        "items": { "type": ["integer", "string"] },
                         "minItems": 1,
                         "maxItems": MAX_IDS,
-                        "description": "Observation ids, e.g. [12, 15]."
+                        "description": "Ids as search and timeline list them: observations as integers, turn summaries and prompts as strings, e.g. [12, 15, \"S3\", \"P7\"]."
                     }
                 },
                 "required": ["ids"],
@@ -1086,6 +1147,31 @@ mod tests {
         );
         assert!(text.contains("- core/src/queue.rs"), "{text}");
         assert!(text.contains("Not found: 99"), "{text}");
+        // Summaries and prompts, as search and timeline list them (S1, P5).
+        crate::db::write(&mut s.conn, |tx| {
+            crate::sessions::ensure(tx, "s1", "acme", "/w/acme", 1)?;
+            crate::memory::upsert_summary(
+                tx,
+                &crate::memory::NewSummary {
+                    session_id: "s1".into(),
+                    project: "acme".into(),
+                    prompt_number: 1,
+                    request: "make rescues count".into(),
+                    completed: "rescue is an attempt".into(),
+                    origin: "model".into(),
+                    created_at: 2,
+                    ..Default::default()
+                },
+            )
+        })
+        .expect("summary");
+        let (err, text) = call(&mut s, "get_observations", json!({"ids": ["S1", 1, "P5"]}));
+        assert!(!err, "{text}");
+        assert!(text.starts_with("S1 summary [acme]"), "{text}");
+        assert!(text.contains("Request: make rescues count"), "{text}");
+        assert!(text.contains("Completed: rescue is an attempt"), "{text}");
+        assert!(text.contains("#1 decision"), "{text}");
+        assert!(text.contains("Not found: P5"), "{text}");
         let (err, text) = call(
             &mut s,
             "search",
@@ -1119,7 +1205,7 @@ mod tests {
             (
                 "get_observations",
                 json!({"ids": [404]}),
-                "no observation with id 404",
+                "nothing stored as 404",
             ),
             (
                 "search",

@@ -987,6 +987,131 @@ pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
     Ok(out)
 }
 
+/// A full turn summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub id: i64,
+    pub project: String,
+    pub session_id: String,
+    pub prompt_number: i64,
+    pub request: String,
+    pub investigated: String,
+    pub learned: String,
+    pub completed: String,
+    pub next_steps: String,
+    pub notes: String,
+    pub files_read: Vec<String>,
+    pub files_edited: Vec<String>,
+    pub origin: String,
+    pub created_at: i64,
+}
+
+/// A stored user prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prompt {
+    pub id: i64,
+    pub project: String,
+    pub session_id: String,
+    pub prompt_number: i64,
+    pub text: String,
+    pub created_at: i64,
+}
+
+/// Any record a search or timeline lists, in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "record", rename_all = "lowercase")]
+pub enum Record {
+    Observation(Observation),
+    Summary(Summary),
+    Prompt(Prompt),
+}
+
+/// Records fetched by reference (`12`, `S3`, `P7`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FetchedRecords {
+    /// In the order asked (each reference once).
+    pub found: Vec<Record>,
+    /// References asked for that do not exist, written as search lists them.
+    pub missing: Vec<String>,
+}
+
+/// Full records by kind and id, in the order asked; repeats are returned once and unknown
+/// ones are listed in `missing`.
+pub fn get_records(conn: &Connection, refs: &[(Kind, i64)]) -> Result<FetchedRecords> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = FetchedRecords {
+        found: Vec::new(),
+        missing: Vec::new(),
+    };
+    for &(kind, id) in refs {
+        if !seen.insert((kind, id)) {
+            continue;
+        }
+        let record = match kind {
+            Kind::Observation => get_observations(conn, &[id])?
+                .found
+                .pop()
+                .map(Record::Observation),
+            Kind::Summary => get_summary(conn, id)?.map(Record::Summary),
+            Kind::Prompt => get_prompt(conn, id)?.map(Record::Prompt),
+        };
+        match record {
+            Some(r) => out.found.push(r),
+            None => out.missing.push(kind.reference(id)),
+        }
+    }
+    Ok(out)
+}
+
+/// One turn summary by id.
+pub fn get_summary(conn: &Connection, id: i64) -> Result<Option<Summary>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, project, session_id, prompt_number, request, investigated, learned,
+                    completed, next_steps, notes, files_read, files_edited, origin, created_at
+             FROM session_summaries WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(Summary {
+                id: r.get(0)?,
+                project: r.get(1)?,
+                session_id: r.get(2)?,
+                prompt_number: r.get(3)?,
+                request: r.get(4)?,
+                investigated: r.get(5)?,
+                learned: r.get(6)?,
+                completed: r.get(7)?,
+                next_steps: r.get(8)?,
+                notes: r.get(9)?,
+                files_read: crate::memory::json_list(&r.get::<_, String>(10)?),
+                files_edited: crate::memory::json_list(&r.get::<_, String>(11)?),
+                origin: r.get(12)?,
+                created_at: r.get(13)?,
+            })
+        })
+        .optional()?)
+}
+
+/// One stored prompt by id.
+pub fn get_prompt(conn: &Connection, id: i64) -> Result<Option<Prompt>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, project, session_id, prompt_number, prompt_text, created_at
+             FROM user_prompts WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(Prompt {
+                id: r.get(0)?,
+                project: r.get(1)?,
+                session_id: r.get(2)?,
+                prompt_number: r.get(3)?,
+                text: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })
+        .optional()?)
+}
+
 /// A point in time from a person: `YYYY-MM-DD[THH:MM[:SS]]` (UTC), or an age like `7d`,
 /// `12h`, `2w` meaning that long before `now`.
 pub fn parse_time(s: &str, now: i64) -> Option<i64> {
@@ -1406,6 +1531,44 @@ mod tests {
         assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
         assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
         assert_eq!(lease.narrative, "the narrative");
+    }
+
+    #[test]
+    fn records_of_every_kind_by_reference_in_order_with_missing_reported() {
+        let mut f = fixture();
+        let p = f.prompt("p", 1, "why is the lease lost", T0);
+        let o = f.add(obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1));
+        let s = f.summary("p", 1, "fix the lease", "rescue counts attempts", T0 + 2);
+        let refs = [
+            (Kind::Summary, s),
+            (Kind::Prompt, 999),
+            (Kind::Observation, o),
+            (Kind::Prompt, p),
+            (Kind::Summary, s),
+        ];
+        let got = get_records(&f.conn, &refs).expect("get");
+        assert_eq!(got.missing, vec!["P999".to_string()]);
+        assert_eq!(got.found.len(), 3);
+        let Record::Summary(sum) = &got.found[0] else {
+            panic!("{:?}", got.found[0]);
+        };
+        assert_eq!(
+            (sum.id, sum.request.as_str(), sum.completed.as_str()),
+            (s, "fix the lease", "rescue counts attempts")
+        );
+        assert_eq!(sum.files_edited, vec!["core/src/queue.rs"]);
+        assert!(matches!(&got.found[1], Record::Observation(x) if x.id == o));
+        let Record::Prompt(prompt) = &got.found[2] else {
+            panic!("{:?}", got.found[2]);
+        };
+        assert_eq!(
+            (prompt.id, prompt.text.as_str()),
+            (p, "why is the lease lost")
+        );
+        let json = serde_json::to_value(&got).expect("json");
+        assert_eq!(json["found"][0]["record"], "summary");
+        assert_eq!(json["found"][1]["record"], "observation");
+        assert_eq!(json["found"][1]["type"], "bugfix");
     }
 
     #[test]

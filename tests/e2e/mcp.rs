@@ -258,8 +258,8 @@ fn protocol_errors_and_bad_arguments() {
         ),
         (
             "get_observations",
-            json!({"ids": [999]}),
-            "no observation with id 999",
+            json!({"ids": [999, "S999"]}),
+            "nothing stored as 999, S999",
         ),
         (
             "search",

@@ -400,10 +400,14 @@ fn timeline_show_context_and_save() {
         text.contains("Prompt: why does the worker lose its lease?"),
         "{text}"
     );
-    assert!(stderr(&o).contains("no observation 999"));
+    assert!(
+        stderr(&o).contains("nothing stored as 999"),
+        "{}",
+        stderr(&o)
+    );
     let o = cairn(&env, &["show", "999", "--json"]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(json_of(&o)["missing"], serde_json::json!([999]));
+    assert_eq!(json_of(&o)["missing"], serde_json::json!(["999"]));
 
     let o = cairn(&env, &["context"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -815,4 +819,30 @@ fn timeline_centres_on_summaries_and_prompts_as_search_lists_them() {
     assert!(stderr(&o).contains("no record S99999"), "{}", stderr(&o));
     let o = cairn(&env, &["timeline", "X1"]);
     assert_eq!(o.status.code(), Some(2));
+
+    // `show` takes the same references.
+    let (summary, prompt) = (format!("S{}", s.summary), format!("P{}", s.prompt));
+    let o = cairn(&env, &["show", &summary, &prompt, "S99999"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("Request: Find why the worker loses its lease"),
+        "{text}"
+    );
+    assert!(
+        text.contains("why does the worker lose its lease?"),
+        "{text}"
+    );
+    assert!(
+        stderr(&o).contains("nothing stored as S99999"),
+        "{}",
+        stderr(&o)
+    );
+    let o = cairn(&env, &["show", &prompt, "--json"]);
+    let v = json_of(&o);
+    assert_eq!(v["found"][0]["record"], "prompt");
+    assert_eq!(v["found"][0]["id"].as_i64(), Some(s.prompt));
+    let o = cairn(&env, &["show", "X1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("S3 for a summary"), "{}", stderr(&o));
 }

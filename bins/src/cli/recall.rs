@@ -106,9 +106,10 @@ pub struct TimelineArgs {
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// Observation ids (`12` or `#12`).
-    #[arg(required = true, value_parser = parse_id)]
-    pub ids: Vec<i64>,
+    /// What to show, as search and timeline list it: an observation (`12` or `#12`), a
+    /// turn summary (`S3`) or a prompt (`P7`).
+    #[arg(required = true, value_name = "ID", value_parser = parse_reference)]
+    pub ids: Vec<(Kind, i64)>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -155,20 +156,13 @@ pub struct McpArgs {
     pub project: Option<String>,
 }
 
-/// `12` or `#12`.
+/// `12`, `#12`, `S3` or `P7`.
 fn parse_reference(s: &str) -> Result<(Kind, i64), String> {
     Kind::parse_reference(s).ok_or_else(|| {
         format!(
             "'{s}' is not a record id (12 for an observation, S3 for a summary, P7 for a prompt)"
         )
     })
-}
-
-fn parse_id(s: &str) -> Result<i64, String> {
-    s.trim()
-        .trim_start_matches('#')
-        .parse()
-        .map_err(|_| format!("'{s}' is not an observation id (a number like 12)"))
 }
 
 fn current_project() -> anyhow::Result<String> {
@@ -432,16 +426,15 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
 
 pub fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<u8> {
     let conn = open(ctx)?;
-    let fetched = search::get_observations(&conn, &args.ids)?;
+    let fetched = search::get_records(&conn, &args.ids)?;
     if args.json {
         print_json(&fetched)?;
     } else {
-        let texts: Vec<String> = fetched.found.iter().map(mcp::render_observation).collect();
+        let texts: Vec<String> = fetched.found.iter().map(mcp::render_record).collect();
         print(&texts.join("\n"))?;
     }
     if !fetched.missing.is_empty() && !args.json {
-        let ids: Vec<String> = fetched.missing.iter().map(i64::to_string).collect();
-        eprintln!("no observation {}", ids.join(", "));
+        eprintln!("nothing stored as {}", fetched.missing.join(", "));
     }
     Ok(if fetched.found.is_empty() {
         exit::NEGATIVE
@@ -561,7 +554,8 @@ mod tests {
         assert_eq!(t, "ID   TYPE     TITLE\n1    bugfix   a\nS22  summary  b\n");
         assert_eq!(highlight("a **b** c", false), "a **b** c");
         assert_eq!(highlight("a **b** c", true), "a \x1b[1mb\x1b[0m c\x1b[0m");
-        assert_eq!(parse_id("#12"), Ok(12));
-        assert!(parse_id("x").is_err());
+        assert_eq!(parse_reference("#12"), Ok((Kind::Observation, 12)));
+        assert_eq!(parse_reference("s3"), Ok((Kind::Summary, 3)));
+        assert!(parse_reference("x").is_err());
     }
 }
