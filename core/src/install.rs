@@ -210,7 +210,7 @@ pub fn uninstall(settings: &Value) -> Result<(Value, Changes)> {
             if removed > 0 {
                 change = EventChange::Removed;
                 if had && groups.is_empty() {
-                    hooks.remove(name);
+                    hooks.shift_remove(name);
                 }
             }
         }
@@ -221,7 +221,7 @@ pub fn uninstall(settings: &Value) -> Result<(Value, Changes)> {
         && hooks.is_empty()
         && let Value::Object(root) = &mut out
     {
-        root.remove("hooks");
+        root.shift_remove("hooks");
     }
     Ok((out, changes))
 }
@@ -332,9 +332,19 @@ mod tests {
         assert!(!changes.changed());
         assert_eq!(twice, once);
 
+        // The person's keys keep their order (Value equality ignores it; the text does not).
+        let keys: Vec<&String> = once.as_object().expect("object").keys().collect();
+        assert_eq!(keys, ["model", "permissions", "hooks"]);
+        let event_keys: Vec<&String> = once["hooks"].as_object().expect("hooks").keys().collect();
+        assert_eq!(&event_keys[..2], ["PostToolUse", "Notification"]);
+
         let (after, changes) = uninstall(&twice).expect("uninstall");
         assert_eq!(changes.with(EventChange::Removed).len(), 6);
         assert_eq!(after, before);
+        assert_eq!(
+            serde_json::to_string(&after).expect("text"),
+            serde_json::to_string(&before).expect("text")
+        );
         assert!(detect(&after, CMD).absent());
         let (again, changes) = uninstall(&after).expect("uninstall again");
         assert!(!changes.changed());
