@@ -56,6 +56,9 @@ pub struct Record {
 }
 
 /// What a record writes.
+// One record per hook process (or per spooled file): the size of the largest variant
+// costs nothing, and boxing it would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Action {

@@ -141,6 +141,8 @@ pub struct ToolCall {
 }
 
 /// What cairn acts on.
+// One event per hook process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     SessionStart {
