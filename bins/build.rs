@@ -10,6 +10,9 @@
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let var = |k: &str| std::env::var(k).unwrap_or_default();
+    // Seen only when crt-static is set for the whole build (RUSTFLAGS or a target spec).
+    // `cargo hook-static` passes it to one rustc call, which build scripts do not see; the
+    // unwinder then appears twice on the link line, which the linker takes as one.
     let static_crt = var("CARGO_CFG_TARGET_FEATURE")
         .split(',')
         .any(|f| f == "crt-static");

@@ -103,12 +103,15 @@ impl LazyFile {
                 .open(&self.path)
                 .ok()
         });
+        // One write(2) per line: an append of one buffer is not interleaved with the
+        // lines of other hooks writing the same file at the same moment.
+        let line = format!("{}\n", record.args());
         let written = match file {
-            Some(f) => writeln!(f, "{}", record.args()).is_ok(),
+            Some(f) => f.write_all(line.as_bytes()).is_ok(),
             None => false,
         };
         if !written {
-            eprintln!("{}", record.args());
+            eprint!("{line}");
         }
     }
 }

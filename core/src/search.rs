@@ -181,7 +181,8 @@ pub struct Hit {
     /// A short excerpt with the matched words between [`HIGHLIGHT_OPEN`] and
     /// [`HIGHLIGHT_CLOSE`].
     pub snippet: String,
-    /// BM25 score (lower is better); `None` when the query had no word to rank by.
+    /// BM25 score (lower is better); `None` when the query had no word to rank by or the
+    /// order is by time (newest, oldest), where no score is computed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
 }

@@ -70,16 +70,14 @@ pub fn quarantine(ctx: &Ctx, cmd: &QuarantineCommand) -> anyhow::Result<u8> {
             );
             outln!(o, "received   {}", clock::iso_utc(row.created_at));
             outln!(o, "reason     {}", row.reason);
-            let kept = row.raw.len();
+            // The stored copy is cleaned (private spans and secrets removed, which can make
+            // it longer or shorter) and capped, so its length says nothing about the cut.
             outln!(
                 o,
-                "size       {} bytes received, {kept} kept (cleaned: private spans and secrets removed{})",
+                "size       {} bytes received; the copy below is cleaned (private spans and \
+                 secrets removed) and at most {} KiB",
                 row.raw_len,
-                if i64::try_from(kept).unwrap_or(i64::MAX) < row.raw_len {
-                    ", head and tail only"
-                } else {
-                    ""
-                }
+                quarantine::MAX_RAW_BYTES / 1024
             );
             outln!(o, "\n{}", row.raw);
             emit(&o)?;
