@@ -594,7 +594,7 @@ fn clip(s: &str) -> &str {
     }
 }
 
-/// Which skipped jobs `replay` brings back.
+/// Which skipped jobs `replay` brings back or `discard` deletes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {
     Ids(Vec<i64>),
@@ -604,24 +604,20 @@ pub enum Selector {
     AllSkipped,
 }
 
-/// Puts skipped jobs back to `pending` with their attempts reset; returns how many.
-/// Jobs in any other state are left alone (replaying a done job would duplicate it).
-pub fn replay(conn: &mut Connection, selector: &Selector, now: i64) -> Result<usize> {
-    const SET: &str = "UPDATE pending_messages
-        SET status = 'pending', attempts = 0, available_at = ?1, updated_at = ?1,
-            claimed_by = NULL, claim_token = NULL, lease_until = NULL
-        WHERE status = 'skipped'";
+/// Runs `sql`, a statement over `pending_messages` ending in `WHERE status = 'skipped'`
+/// whose `?1` is `now`, on the jobs `selector` picks; returns how many rows it changed.
+fn on_skipped(conn: &mut Connection, sql: &str, selector: &Selector, now: i64) -> Result<usize> {
     db::write(conn, |tx| {
         Ok(match selector {
-            Selector::AllSkipped => tx.prepare_cached(SET)?.execute([now])?,
+            Selector::AllSkipped => tx.prepare_cached(sql)?.execute([now])?,
             Selector::Session(s) => tx
-                .prepare_cached(&format!("{SET} AND session_id = ?2"))?
+                .prepare_cached(&format!("{sql} AND session_id = ?2"))?
                 .execute(params![now, s])?,
             Selector::Since(t) => tx
-                .prepare_cached(&format!("{SET} AND updated_at >= ?2"))?
+                .prepare_cached(&format!("{sql} AND updated_at >= ?2"))?
                 .execute(params![now, t])?,
             Selector::Ids(ids) => {
-                let mut stmt = tx.prepare_cached(&format!("{SET} AND id = ?2"))?;
+                let mut stmt = tx.prepare_cached(&format!("{sql} AND id = ?2"))?;
                 let mut n = 0;
                 for id in ids {
                     n += stmt.execute(params![now, id])?;
@@ -630,6 +626,32 @@ pub fn replay(conn: &mut Connection, selector: &Selector, now: i64) -> Result<us
             }
         })
     })
+}
+
+/// Puts skipped jobs back to `pending` with their attempts reset; returns how many.
+/// Jobs in any other state are left alone (replaying a done job would duplicate it).
+pub fn replay(conn: &mut Connection, selector: &Selector, now: i64) -> Result<usize> {
+    on_skipped(
+        conn,
+        "UPDATE pending_messages
+         SET status = 'pending', attempts = 0, available_at = ?1, updated_at = ?1,
+             claimed_by = NULL, claim_token = NULL, lease_until = NULL
+         WHERE status = 'skipped'",
+        selector,
+        now,
+    )
+}
+
+/// Deletes skipped jobs, with their error history, once a person has decided they will
+/// never succeed; returns how many. Jobs in any other state are left alone. The event is
+/// gone with its job: a repeat of it later is queued as new.
+pub fn discard(conn: &mut Connection, selector: &Selector, now: i64) -> Result<usize> {
+    on_skipped(
+        conn,
+        "DELETE FROM pending_messages WHERE updated_at <= ?1 AND status = 'skipped'",
+        selector,
+        now,
+    )
 }
 
 /// Deletes `done` jobs last changed before `cutoff` (ms), with their error history.
@@ -1282,8 +1304,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn replay_selectors() {
+    /// Skipped jobs a and b of session s, c and d of t; d skipped at 200, the rest at 100.
+    fn four_skipped() -> (Q, [i64; 4]) {
         let mut q = q();
         q.policy.batching = false;
         q.policy.max_attempts = 1;
@@ -1295,6 +1317,12 @@ mod tests {
         skip_all(&mut q, 100);
         let d = q.obs("t", 1, "d", 0);
         skip_all(&mut q, 200);
+        (q, [a, b, c, d])
+    }
+
+    #[test]
+    fn replay_selectors() {
+        let (mut q, [a, b, c, d]) = four_skipped();
         assert_eq!(
             replay(&mut q.conn, &Selector::Ids(vec![b, 999]), 300).expect("ids"),
             1
@@ -1311,6 +1339,54 @@ mod tests {
         );
         assert_eq!(q.status(c).0, "pending");
         assert_eq!(q.status(a).0, "skipped");
+    }
+
+    #[test]
+    fn discard_deletes_only_the_selected_skipped_jobs() {
+        let (mut q, [a, b, c, d]) = four_skipped();
+        let e = q.obs("t", 1, "e", 0);
+        let gone = |q: &Q, id: i64| get(&q.conn, id).expect("get").is_none();
+        let errors = |q: &Q| -> i64 {
+            q.conn
+                .query_row("SELECT count(*) FROM job_errors", [], |r| r.get(0))
+                .expect("count")
+        };
+        assert_eq!(errors(&q), 4);
+
+        assert_eq!(
+            discard(&mut q.conn, &Selector::Ids(vec![b, e, 999]), 300).expect("ids"),
+            1,
+            "a pending job is not discarded"
+        );
+        assert!(gone(&q, b) && !gone(&q, e));
+        assert_eq!(errors(&q), 3, "its failed attempts go with it");
+        assert_eq!(
+            discard(&mut q.conn, &Selector::Since(150), 300).expect("since"),
+            1
+        );
+        assert!(gone(&q, d));
+        assert_eq!(
+            discard(&mut q.conn, &Selector::Session("t".into()), 300).expect("session"),
+            1
+        );
+        assert!(gone(&q, c) && !gone(&q, a));
+        assert_eq!(
+            discard(&mut q.conn, &Selector::AllSkipped, 300).expect("all"),
+            1
+        );
+        assert!(gone(&q, a));
+        assert_eq!(errors(&q), 0);
+        assert_eq!(
+            discard(&mut q.conn, &Selector::AllSkipped, 300).expect("again"),
+            0
+        );
+        assert_eq!(q.status(e).0, "pending");
+        assert_eq!(
+            stats(&q.conn, 300)
+                .expect("stats")
+                .count(JobStatus::Skipped),
+            0
+        );
     }
 
     #[test]

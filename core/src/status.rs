@@ -176,7 +176,7 @@ pub fn attention(s: &Status) -> Vec<String> {
     let skipped = s.queue.count(JobStatus::Skipped);
     if skipped > 0 {
         out.push(format!(
-            "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped`",
+            "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard` those that can never succeed)",
             plural(skipped, "job was", "jobs were")
         ));
     }

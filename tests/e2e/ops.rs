@@ -321,6 +321,46 @@ fn replay_revives_skipped_jobs_and_says_how_many() {
         env.count("SELECT count(*) FROM pending_messages WHERE status = 'skipped'"),
         2
     );
+
+    // Discard deletes skipped jobs once a person gives up on them, and only those.
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1, "skipped jobs need attention");
+    assert!(stdout(&o).contains("cairn queue discard"), "{}", stdout(&o));
+    let o = cairn(&env, &["queue", "discard"]);
+    assert_eq!(code(&o), 2, "which jobs must be said");
+    let o = cairn(
+        &env,
+        &["queue", "discard", "--all-skipped", "--session", "s1"],
+    );
+    assert_eq!(code(&o), 2, "one selection at a time: {}", stderr(&o));
+    let pending = enqueue(&mut conn, "s3", "c1", 1);
+    let o = cairn(&env, &["queue", "discard", "--id", &pending.to_string()]);
+    assert_eq!(code(&o), 1, "a pending job is not discarded");
+    assert!(stdout(&o).starts_with("discarded 0 jobs"), "{}", stdout(&o));
+    let o = cairn(&env, &["queue", "discard", "--session", "s1"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "discarded 1 skipped job with its failed attempts\n"
+    );
+    let o = cairn(&env, &["queue", "discard", "--all-skipped", "--json"]);
+    assert_eq!(json(&o)["discarded"], 1);
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE status = 'skipped'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM job_errors"),
+        0,
+        "the failed attempts went with their jobs"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 1);
+    let o = cairn(&env, &["status"]);
+    assert!(
+        !stdout(&o).contains("skipped after failing"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 /// A JSONL export with one session and `n` observations, written through the export format.

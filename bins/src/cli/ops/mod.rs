@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, Subcommand};
 
 use cairn_core::db::{self, OpenOptions};
-use cairn_core::queue::JobStatus;
+use cairn_core::queue::{JobStatus, Selector};
 
 use super::{Ctx, explain, open, read_opts};
 
@@ -64,21 +64,22 @@ pub enum QueueCommand {
     ///
     /// Only skipped jobs are replayed: pending, claimed and done jobs are left alone.
     /// Exits 1 when nothing was replayed.
-    #[command(group(ArgGroup::new("which").required(true).args(["id", "session", "since", "all_skipped"])))]
     Replay {
-        /// These job ids.
-        #[arg(long, num_args = 1.., value_name = "N")]
-        id: Vec<i64>,
-        /// The skipped jobs of this session.
-        #[arg(long, value_name = "ID")]
-        session: Option<String>,
-        /// Jobs skipped since a date (2026-11-22, 2026-11-22T10:00Z) or a duration ago
-        /// (30m, 12h, 7d).
-        #[arg(long, value_name = "T", value_parser = parse_since)]
-        since: Option<Since>,
-        /// Every skipped job.
+        #[command(flatten)]
+        which: SkippedJobs,
+        /// Print JSON.
         #[arg(long)]
-        all_skipped: bool,
+        json: bool,
+    },
+    /// Delete skipped jobs that will never succeed (look first with `cairn queue show`),
+    /// with their failed attempts, and say how many. `cairn status` stops reporting them.
+    ///
+    /// Only skipped jobs are deleted: pending, claimed and done jobs are left alone. The
+    /// event is gone for good; replay instead if it may still succeed. Exits 1 when
+    /// nothing was discarded.
+    Discard {
+        #[command(flatten)]
+        which: SkippedJobs,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -93,6 +94,40 @@ pub enum QueueCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Which skipped jobs `cairn queue replay` or `discard` acts on: exactly one of these.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct SkippedJobs {
+    /// These job ids.
+    #[arg(long, num_args = 1.., value_name = "N")]
+    id: Vec<i64>,
+    /// The skipped jobs of this session.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Jobs skipped since a date (2026-11-22, 2026-11-22T10:00Z) or a duration ago
+    /// (30m, 12h, 7d).
+    #[arg(long, value_name = "T", value_parser = parse_since)]
+    since: Option<Since>,
+    /// Every skipped job.
+    #[arg(long)]
+    all_skipped: bool,
+}
+
+impl SkippedJobs {
+    fn selector(&self, now: i64) -> Selector {
+        if !self.id.is_empty() {
+            Selector::Ids(self.id.clone())
+        } else if let Some(s) = &self.session {
+            Selector::Session(s.clone())
+        } else if let Some(t) = self.since {
+            Selector::Since(t.resolve(now))
+        } else {
+            // clap requires one of the four.
+            Selector::AllSkipped
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

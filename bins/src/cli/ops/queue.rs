@@ -1,7 +1,7 @@
-//! `cairn queue list | show | replay | purge`.
+//! `cairn queue list | show | replay | discard | purge`.
 
 use cairn_core::clock;
-use cairn_core::queue::{self, ListFilter, Selector};
+use cairn_core::queue::{self, ListFilter};
 
 use super::{QueueCommand, emit, one_line, open, outln, print_json};
 use crate::cli::Ctx;
@@ -132,46 +132,39 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             emit(&o)?;
             Ok(exit::OK)
         }
-        QueueCommand::Replay {
-            id,
-            session,
-            since,
-            all_skipped,
-            json,
-        } => {
-            let selector = if !id.is_empty() {
-                Selector::Ids(id.clone())
-            } else if let Some(s) = session {
-                Selector::Session(s.clone())
-            } else if let Some(t) = since {
-                Selector::Since(t.resolve(now))
-            } else if *all_skipped {
-                Selector::AllSkipped
-            } else {
-                anyhow::bail!(
-                    "say which jobs to replay: --id, --session, --since or --all-skipped"
-                );
-            };
+        QueueCommand::Replay { which, json } => {
             let mut conn = open(ctx)?;
-            let revived = queue::replay(&mut conn, &selector, now).map_err(super::explain)?;
+            let revived =
+                queue::replay(&mut conn, &which.selector(now), now).map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "revived": revived }))?;
             } else if revived == 0 {
-                emit(
-                    "revived 0 jobs: none of the selected jobs is skipped (see `cairn queue list --status skipped`)\n",
-                )?;
+                emit(&format!("revived {NONE_SKIPPED}"))?;
             } else {
                 emit(&format!(
-                    "revived {revived} skipped job{}; the worker picks {} up again\n",
-                    if revived == 1 { "" } else { "s" },
+                    "revived {}; the worker picks {} up again\n",
+                    jobs(revived, "skipped job"),
                     if revived == 1 { "it" } else { "them" }
                 ))?;
             }
-            Ok(if revived == 0 {
-                exit::NEGATIVE
+            Ok(found(revived))
+        }
+        QueueCommand::Discard { which, json } => {
+            let mut conn = open(ctx)?;
+            let discarded =
+                queue::discard(&mut conn, &which.selector(now), now).map_err(super::explain)?;
+            if *json {
+                print_json(&serde_json::json!({ "discarded": discarded }))?;
+            } else if discarded == 0 {
+                emit(&format!("discarded {NONE_SKIPPED}"))?;
             } else {
-                exit::OK
-            })
+                emit(&format!(
+                    "discarded {} with {} failed attempts\n",
+                    jobs(discarded, "skipped job"),
+                    if discarded == 1 { "its" } else { "their" }
+                ))?;
+            }
+            Ok(found(discarded))
         }
         QueueCommand::Purge { older_than, json } => {
             let keep_ms = older_than.unwrap_or_else(|| {
@@ -186,12 +179,25 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
                 print_json(&serde_json::json!({ "purged": purged }))?;
             } else {
                 emit(&format!(
-                    "purged {purged} processed job{} last changed before {}\n",
-                    if purged == 1 { "" } else { "s" },
+                    "purged {} last changed before {}\n",
+                    jobs(purged, "processed job"),
                     clock::iso_utc(now.saturating_sub(keep_ms))
                 ))?;
             }
             Ok(exit::OK)
         }
     }
+}
+
+const NONE_SKIPPED: &str =
+    "0 jobs: none of the selected jobs is skipped (see `cairn queue list --status skipped`)\n";
+
+/// `1 skipped job`, `3 skipped jobs`.
+fn jobs(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Exit code of a command that acts on selected jobs: 1 (like grep) when none was.
+fn found(n: usize) -> u8 {
+    if n == 0 { exit::NEGATIVE } else { exit::OK }
 }
