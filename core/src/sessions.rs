@@ -11,7 +11,9 @@ pub const ACTIVITY_RESOLUTION_MS: i64 = 60_000;
 
 /// Makes sure the session row exists; refreshes its cwd at once and its `updated_at` once
 /// it is [`ACTIVITY_RESOLUTION_MS`] old (an event that changes nothing writes nothing). The
-/// project is fixed by the first event of the session.
+/// project is fixed by the first event of the session. An event older than the row's
+/// `updated_at` (one the worker ingests late from the spool) changes neither: a newer
+/// event's cwd is already there.
 pub fn ensure(
     tx: &Transaction,
     session_id: &str,
@@ -23,9 +25,11 @@ pub fn ensure(
         "INSERT INTO sessions (session_id, project, cwd, started_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?4)
          ON CONFLICT (session_id) DO UPDATE SET
-             cwd = CASE WHEN excluded.cwd = '' THEN sessions.cwd ELSE excluded.cwd END,
+             cwd = CASE WHEN excluded.cwd = '' OR excluded.updated_at < sessions.updated_at
+                        THEN sessions.cwd ELSE excluded.cwd END,
              updated_at = max(sessions.updated_at, excluded.updated_at)
-         WHERE (excluded.cwd <> '' AND excluded.cwd <> sessions.cwd)
+         WHERE (excluded.cwd <> '' AND excluded.cwd <> sessions.cwd
+                AND excluded.updated_at >= sessions.updated_at)
             OR excluded.updated_at >= sessions.updated_at + ?5",
     )?
     .execute(params![
@@ -261,8 +265,15 @@ mod tests {
         assert_eq!(ensure_at(&mut conn, "p", "", later), 1);
         assert_eq!(row(&conn), ("p".into(), "/b".into(), 1_000, later));
 
-        // An event older than the row (a spooled one) never moves time backwards.
-        assert_eq!(ensure_at(&mut conn, "p", "/c", 10), 1);
+        // An event older than the row (a spooled one) moves neither time nor cwd back.
+        assert_eq!(ensure_at(&mut conn, "p", "/c", 10), 0);
+        assert_eq!(ensure_at(&mut conn, "p", "/c", later - 1), 0);
+        assert_eq!(row(&conn), ("p".into(), "/b".into(), 1_000, later));
+        assert_eq!(
+            ensure_at(&mut conn, "p", "/c", later),
+            1,
+            "not older: taken"
+        );
         assert_eq!(row(&conn), ("p".into(), "/c".into(), 1_000, later));
     }
 }
