@@ -210,25 +210,20 @@ pub fn enqueue(tx: &Transaction, job: &NewJob, max_attempts: u32, now: i64) -> R
                  (session_id, project, kind, prompt_number, payload, dedupe_key,
                   max_attempts, available_at, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8)
-             ON CONFLICT (dedupe_key) DO NOTHING
-             RETURNING id",
+             ON CONFLICT (dedupe_key) DO NOTHING",
         )?
-        .query_row(
-            params![
-                job.session_id,
-                job.project,
-                job.kind.as_str(),
-                job.prompt_number,
-                job.payload,
-                job.dedupe_key,
-                max_attempts.max(1),
-                now
-            ],
-            |r| r.get::<_, i64>(0),
-        )
-        .optional()?;
-    if let Some(id) = added {
-        return Ok(Enqueued::Added(id));
+        .execute(params![
+            job.session_id,
+            job.project,
+            job.kind.as_str(),
+            job.prompt_number,
+            job.payload,
+            job.dedupe_key,
+            max_attempts.max(1),
+            now
+        ])?;
+    if added == 1 {
+        return Ok(Enqueued::Added(tx.last_insert_rowid()));
     }
     let (id, status): (i64, String) = tx
         .prepare_cached("SELECT id, status FROM pending_messages WHERE dedupe_key = ?1")?
