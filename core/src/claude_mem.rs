@@ -259,10 +259,11 @@ pub fn open_source(path: &Path) -> Result<Connection> {
             path.display()
         )));
     }
-    let src = Connection::open_with_flags(
+    let mut src = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
+    db::trace_if_asked(&mut src);
     src.busy_timeout(std::time::Duration::from_secs(5))?;
     let found: Option<i64> = src
         .query_row(
@@ -665,6 +666,44 @@ in the pool', 'discovery', '2024-01-01T00:00:00Z', 1704067200),
         assert_eq!(title, "Found the leak");
         assert!(narrative.contains("in the pool"));
         assert_eq!(created, 1_704_067_200_000);
+    }
+
+    #[test]
+    fn a_prompt_of_a_session_cairn_already_has_is_imported_into_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let src_path = tmp.path().join("prompts.db");
+        Connection::open(&src_path)
+            .expect("create")
+            .execute_batch(
+                "CREATE TABLE sdk_sessions (id INTEGER PRIMARY KEY, content_session_id TEXT,
+                     memory_session_id TEXT, project TEXT, started_at_epoch INTEGER);
+                 CREATE TABLE user_prompts (id INTEGER PRIMARY KEY, content_session_id TEXT,
+                     prompt_number INTEGER, prompt_text TEXT, created_at_epoch INTEGER);
+                 INSERT INTO user_prompts (content_session_id, prompt_number, prompt_text, created_at_epoch)
+                     VALUES ('known', 2, 'and the flaky test?', 1704067200),
+                            ('ghost', 1, 'nobody knows this session', 1704067200);",
+            )
+            .expect("source");
+        let (_t, mut conn) = fresh();
+        db::write(&mut conn, |tx| {
+            sessions::ensure(tx, "known", "cairn", "/src/cairn", 1)
+        })
+        .expect("session");
+
+        let r = import(&mut conn, &src_path, 1).expect("import");
+        assert_eq!(r.added.prompts, 1, "{r:?}");
+        assert_eq!(r.skipped_rows["prompt of a session not in the source"], 1);
+        let (project, text): (String, String) = conn
+            .query_row(
+                "SELECT project, prompt_text FROM user_prompts WHERE session_id = 'known'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("prompt");
+        assert_eq!(
+            (project.as_str(), text.as_str()),
+            ("cairn", "and the flaky test?")
+        );
     }
 
     fn row(col: &str, v: Value) -> Row {
