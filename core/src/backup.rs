@@ -116,6 +116,7 @@ pub fn online(conn: &Connection, dest: &Path) -> Result<BackupInfo> {
     remove_quietly(&tmp);
     let result = (|| {
         let mut out = Connection::open(&tmp)?;
+        db::trace_if_asked(&mut out);
         copy(
             conn,
             &mut out,

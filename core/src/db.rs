@@ -71,7 +71,8 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
         } else {
             OpenFlags::empty()
         };
-    let conn = Connection::open_with_flags(path, flags)?;
+    let mut conn = Connection::open_with_flags(path, flags)?;
+    trace_if_asked(&mut conn);
     let not_db = |e: rusqlite::Error| classify_open_error(path, e);
     conn.busy_timeout(opts.busy_timeout).map_err(not_db)?;
     // One statement, so one snapshot: a racing process that is migrating this very file
@@ -103,11 +104,46 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
     }
     conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
         .map_err(not_db)?;
-    let mut conn = conn;
     if version < SCHEMA_VERSION {
         migrate(&mut conn)?;
     }
     Ok(conn)
+}
+
+/// Environment variable naming a directory: when it is set, every connection cairn opens
+/// appends each distinct statement it runs to `<dir>/<pid>.sql`, one line each, whitespace
+/// collapsed (the SQL text only, never a bound value; a trigger shows as
+/// `-- TRIGGER name`). The test suite runs with it so that `tests/sql_coverage` can check
+/// every statement in `core` was run by some test.
+pub const SQL_TRACE_ENV: &str = "CAIRN_SQL_TRACE";
+
+/// Installs the [`SQL_TRACE_ENV`] statement log on `conn` when the variable is set.
+pub fn trace_if_asked(conn: &mut Connection) {
+    use rusqlite::trace::{TraceEvent, TraceEventCodes};
+    use std::io::Write;
+
+    let Some(dir) = std::env::var_os(SQL_TRACE_ENV) else {
+        return;
+    };
+    let path = Path::new(&dir).join(format!("{}.sql", std::process::id()));
+    let mut seen = std::collections::HashSet::new();
+    let log = move |event: TraceEvent<'_>| {
+        let TraceEvent::Stmt(_, sql) = event else {
+            return;
+        };
+        let line = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        if seen.insert(line.clone()) {
+            // One write per line: processes and connections append to their files at once.
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+        }
+    };
+    if let Err(e) = conn.trace_v2(TraceEventCodes::SQLITE_TRACE_STMT, Some(log)) {
+        log::warn!("{SQL_TRACE_ENV} is set but the statement log cannot be installed: {e}");
+    }
 }
 
 fn classify_open_error(path: &Path, e: rusqlite::Error) -> Error {
@@ -243,6 +279,73 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dd = DataDir::new(tmp.path().join("data"));
         (tmp, dd)
+    }
+
+    /// Each full-text index follows its table through insert, update and delete (the
+    /// triggers of 0001_init), whichever code writes the table.
+    #[test]
+    fn full_text_indexes_follow_every_write_to_their_tables() {
+        let (_tmp, dd) = temp_db();
+        let mut conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let tables = [
+            (
+                "observations",
+                "title",
+                "INSERT INTO observations (id, session_id, project, type, title, content_hash, created_at)
+                 VALUES (1, 's', 'p', 'discovery', 'walrus', 'h', 1)",
+            ),
+            (
+                "session_summaries",
+                "learned",
+                "INSERT INTO session_summaries (id, session_id, project, prompt_number, learned, content_hash, created_at)
+                 VALUES (1, 's', 'p', 1, 'walrus', 'h', 1)",
+            ),
+            (
+                "user_prompts",
+                "prompt_text",
+                "INSERT INTO user_prompts (id, session_id, project, prompt_number, prompt_text, created_at)
+                 VALUES (1, 's', 'p', 1, 'walrus', 1)",
+            ),
+        ];
+        write(&mut conn, |tx| {
+            tx.execute(
+                "INSERT INTO sessions (session_id, project, cwd, started_at, updated_at)
+                 VALUES ('s', 'p', '/p', 1, 1)",
+                [],
+            )?;
+            Ok(())
+        })
+        .expect("session");
+        let hits = |conn: &Connection, table: &str, word: &str| -> i64 {
+            conn.query_row(
+                &format!("SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?1"),
+                [word],
+                |r| r.get(0),
+            )
+            .expect("match")
+        };
+        for (table, column, insert) in tables {
+            conn.execute(insert, []).expect("insert");
+            assert_eq!(hits(&conn, table, "walrus"), 1, "{table}: inserted");
+            conn.execute(
+                &format!("UPDATE {table} SET {column} = 'narwhal' WHERE id = 1"),
+                [],
+            )
+            .expect("update");
+            assert_eq!(hits(&conn, table, "walrus"), 0, "{table}: old words gone");
+            assert_eq!(hits(&conn, table, "narwhal"), 1, "{table}: new words in");
+            assert!(
+                integrity_problems(&conn).expect("check").is_empty(),
+                "{table}"
+            );
+            conn.execute(&format!("DELETE FROM {table} WHERE id = 1"), [])
+                .expect("delete");
+            assert_eq!(hits(&conn, table, "narwhal"), 0, "{table}: deleted");
+            assert!(
+                integrity_problems(&conn).expect("check").is_empty(),
+                "{table}"
+            );
+        }
     }
 
     #[test]

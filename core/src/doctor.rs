@@ -136,8 +136,11 @@ fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
     }
     // Read-write without create, like every cairn connection: a read-only connection to a
     // WAL database would leave -wal and -shm files behind.
-    let version = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)
-        .and_then(|c| db::schema_version(&c));
+    let version =
+        Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE).and_then(|mut c| {
+            db::trace_if_asked(&mut c);
+            db::schema_version(&c)
+        });
     match version {
         Ok(v) if v > db::SCHEMA_VERSION => {
             out.push(finding(

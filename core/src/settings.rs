@@ -296,7 +296,11 @@ pub struct Loaded {
 }
 
 /// Environment variables that start with `CAIRN_` but are not settings.
-const NON_SETTING_ENV: &[&str] = &["CAIRN_DATA_DIR", crate::SUPPRESS_HOOKS_ENV];
+const NON_SETTING_ENV: &[&str] = &[
+    "CAIRN_DATA_DIR",
+    crate::SUPPRESS_HOOKS_ENV,
+    crate::db::SQL_TRACE_ENV,
+];
 
 impl Settings {
     /// Loads from the data dir's `settings.json` and the process environment.
