@@ -61,7 +61,7 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
             file_open = true;
         }
         (Target::File | Target::FileAndStderr, Some((dir, path))) => {
-            if cairn_core::paths::ensure_private_dir(dir).is_ok()
+            if cairn_core::store::paths::ensure_private_dir(dir).is_ok()
                 && let Ok(file) = fern::log_file(&path)
             {
                 dispatch = dispatch.chain(file);
@@ -96,7 +96,7 @@ impl LazyFile {
             return;
         };
         let file = slot.get_or_insert_with(|| {
-            cairn_core::paths::ensure_private_dir(&self.dir).ok()?;
+            cairn_core::store::paths::ensure_private_dir(&self.dir).ok()?;
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)

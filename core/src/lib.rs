@@ -1,40 +1,37 @@
 //! cairn's library. Every decision lives here; the binaries parse arguments, load settings,
 //! call into this crate and map errors to exit codes. See ARCHITECTURE.md for the map.
+//!
+//! The folders are the pipeline's stages, and dependencies point down:
+//!
+//! ```text
+//! leaves (clock, error, rand, settings, privacy)
+//!   ← store (paths, db, lock, backup)
+//!   ← queue, memory
+//!   ← capture, worker, recall
+//!   ← mcp, ops
+//!   ← the binaries
+//! ```
+//!
+//! Data flows capture → queue → worker → memory → recall. No two folders import each
+//! other.
 
-pub mod backup;
-pub mod capture;
-pub mod claude_mem;
 pub mod clock;
-pub mod context;
-pub mod db;
-pub mod doctor;
 pub mod error;
-pub mod exchange;
-pub mod hook;
-pub mod install;
-pub mod lock;
-pub mod mcp;
-pub mod memory;
-pub mod model;
-pub mod offline;
-pub mod parse;
-pub mod paths;
-pub mod payload;
 pub mod privacy;
-pub mod project;
-pub mod prompt;
-pub mod quarantine;
-pub mod query;
-pub mod queue;
 pub mod rand;
-pub mod search;
-pub mod sessions;
 pub mod settings;
-pub mod spool;
-pub mod status;
-pub mod usage;
+
+pub mod store;
+
+pub mod memory;
+pub mod queue;
+
+pub mod capture;
+pub mod recall;
 pub mod worker;
-pub mod workers;
+
+pub mod mcp;
+pub mod ops;
 
 pub use error::{Error, Result};
 

@@ -58,7 +58,7 @@ impl Privacy {
 
     /// A memory saved by hand (`cairn save`, the MCP tool `save_memory`), cleaned like
     /// everything captured: every text field and list item goes through [`Privacy::text`].
-    pub fn observation(&self, o: &mut crate::memory::NewObservation) {
+    pub fn observation(&self, o: &mut crate::memory::observations::NewObservation) {
         for field in [&mut o.title, &mut o.subtitle, &mut o.narrative] {
             *field = self.text(field);
         }

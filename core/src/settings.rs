@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::paths::DataDir;
+use crate::store::paths::DataDir;
 
 /// Every setting cairn reads. Defaults are what a fresh install needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -299,7 +299,7 @@ pub struct Loaded {
 const NON_SETTING_ENV: &[&str] = &[
     "CAIRN_DATA_DIR",
     crate::SUPPRESS_HOOKS_ENV,
-    crate::db::SQL_TRACE_ENV,
+    crate::store::db::SQL_TRACE_ENV,
 ];
 
 impl Settings {

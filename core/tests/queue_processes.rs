@@ -9,11 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use cairn_core::db::{self, OpenOptions};
-use cairn_core::memory::{self, NewObservation};
-use cairn_core::paths::DataDir;
-use cairn_core::queue::{self, Fenced, JobKind, NewJob, Policy, RescueScope};
-use cairn_core::{clock, sessions};
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::memory;
+use cairn_core::memory::observations::NewObservation;
+use cairn_core::store::paths::DataDir;
+use cairn_core::queue;
+use cairn_core::queue::claim::{Fenced, JobKind, NewJob, Policy, RescueScope};
+use cairn_core::clock;
+use cairn_core::memory::sessions;
 
 const WRITERS: usize = 16;
 const JOBS_PER_WRITER: usize = 150;
@@ -60,15 +63,15 @@ fn writer(dir: &Path, session: &str, index: usize) {
         };
         db::write(&mut conn, |tx| {
             sessions::ensure(tx, session, "proj", "/proj", clock::now_ms())?;
-            queue::enqueue(tx, &job, 3, clock::now_ms())
+            queue::claim::enqueue(tx, &job, 3, clock::now_ms())
         })
         .expect("enqueue");
     }
 }
 
 /// Stores one observation per job, naming the job, inside the ack.
-fn ack_with_results(conn: &mut rusqlite::Connection, batch: &queue::Batch) -> Fenced {
-    queue::ack(conn, batch, clock::now_ms(), |tx| {
+fn ack_with_results(conn: &mut rusqlite::Connection, batch: &queue::claim::Batch) -> Fenced {
+    queue::claim::ack(conn, batch, clock::now_ms(), |tx| {
         for job in &batch.jobs {
             let o = NewObservation {
                 session_id: Some(job.session_id.clone()),
@@ -80,7 +83,7 @@ fn ack_with_results(conn: &mut rusqlite::Connection, batch: &queue::Batch) -> Fe
                 created_at: clock::now_ms(),
                 ..Default::default()
             };
-            memory::insert_observation(tx, &o)?;
+            memory::observations::insert_observation(tx, &o)?;
         }
         Ok(())
     })
@@ -94,7 +97,7 @@ fn claimer(dir: &Path, name: &str, stop: &Path) {
     let out = std::io::stdout();
     loop {
         let stopping = stop.exists();
-        match queue::claim_batch(&mut conn, name, &policy(), clock::now_ms()).expect("claim") {
+        match queue::claim::claim_batch(&mut conn, name, &policy(), clock::now_ms()).expect("claim") {
             Some(batch) => {
                 assert_eq!(ack_with_results(&mut conn, &batch), Fenced::Done);
                 let ids: Vec<String> = batch.ids().iter().map(i64::to_string).collect();
@@ -115,7 +118,7 @@ fn hang(dir: &Path) {
         lease_ms: HANG_LEASE_MS,
         ..policy()
     };
-    let batch = queue::claim_batch(&mut conn, "doomed", &short_lease, clock::now_ms())
+    let batch = queue::claim::claim_batch(&mut conn, "doomed", &short_lease, clock::now_ms())
         .expect("claim")
         .expect("a batch to claim");
     let ids: Vec<String> = batch.ids().iter().map(i64::to_string).collect();
@@ -244,7 +247,7 @@ fn claimer_killed_mid_batch(root: &Path) {
             };
             db::write(&mut conn, |tx| {
                 sessions::ensure(tx, "s", "proj", "/proj", 0)?;
-                queue::enqueue(tx, &job, 3, 0)
+                queue::claim::enqueue(tx, &job, 3, 0)
             })
             .expect("enqueue");
         }
@@ -278,7 +281,7 @@ fn claimer_killed_mid_batch(root: &Path) {
     while clock::now_ms() <= lease_until {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let rescued = queue::rescue(&mut conn, RescueScope::Expired, clock::now_ms()).expect("rescue");
+    let rescued = queue::claim::rescue(&mut conn, RescueScope::Expired, clock::now_ms()).expect("rescue");
     assert_eq!(
         rescued.retrying, 20,
         "the dead claimer's jobs come back after the lease"

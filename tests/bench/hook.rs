@@ -19,9 +19,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cairn_core::db::{self, OpenOptions};
-use cairn_core::memory::{self, NewObservation};
-use cairn_core::paths::DataDir;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::memory;
+use cairn_core::memory::observations::NewObservation;
+use cairn_core::store::paths::DataDir;
 
 /// The hook binary measured: `CAIRN_BENCH_HOOK`, else the one Cargo built for this bench.
 fn hook_exe() -> std::path::PathBuf {
@@ -136,7 +137,7 @@ fn seed_observations(dir: &DataDir, n: usize) {
                 created_at: base + i as i64 * 1000,
                 ..NewObservation::default()
             };
-            memory::insert_observation(tx, &o)?;
+            memory::observations::insert_observation(tx, &o)?;
         }
         Ok(())
     })

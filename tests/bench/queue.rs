@@ -18,10 +18,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use cairn_core::db::{self, OpenOptions};
-use cairn_core::paths::DataDir;
-use cairn_core::queue::{self, Fenced, JobKind, NewJob, Policy};
-use cairn_core::{clock, sessions};
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
+use cairn_core::queue;
+use cairn_core::queue::claim::{Fenced, JobKind, NewJob, Policy};
+use cairn_core::clock;
+use cairn_core::memory::sessions;
 
 const WRITERS: usize = 16;
 
@@ -53,7 +55,7 @@ fn enqueue(dir: &Path, session: &str, n: usize) {
         db::write(&mut conn, |tx| {
             let now = clock::now_ms();
             sessions::ensure(tx, session, "bench", "/bench", now)?;
-            queue::enqueue(tx, &job, 3, now)
+            queue::claim::enqueue(tx, &job, 3, now)
         })
         .expect("enqueue");
     }
@@ -145,9 +147,9 @@ fn drain(dir: &Path) -> usize {
     };
     let mut n = 0;
     while let Some(batch) =
-        queue::claim_batch(&mut conn, "bench", &policy, clock::now_ms()).expect("claim")
+        queue::claim::claim_batch(&mut conn, "bench", &policy, clock::now_ms()).expect("claim")
     {
-        let r = queue::ack(&mut conn, &batch, clock::now_ms(), |_| Ok(())).expect("ack");
+        let r = queue::claim::ack(&mut conn, &batch, clock::now_ms(), |_| Ok(())).expect("ack");
         assert_eq!(r, Fenced::Done);
         n += batch.jobs.len();
     }

@@ -16,12 +16,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use cairn_core::context;
-use cairn_core::db::{self, OpenOptions};
-use cairn_core::memory::{self, NewObservation, NewSummary, OBSERVATION_TYPES};
-use cairn_core::paths::DataDir;
-use cairn_core::search::{self, Filters, Kind, Order, SearchRequest};
-use cairn_core::sessions;
+use cairn_core::recall::context;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::memory;
+use cairn_core::memory::observations::{NewObservation, NewSummary, OBSERVATION_TYPES};
+use cairn_core::store::paths::DataDir;
+use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use cairn_core::memory::sessions;
 use cairn_core::settings::ContextSettings;
 
 const DAY: i64 = 86_400_000;
@@ -390,7 +391,7 @@ fn seeded(n: usize) -> DataDir {
             let l = live[p].as_mut().expect("live session");
             if l.prompt_left == 0 {
                 if l.prompt > 0 {
-                    memory::upsert_summary(
+                    memory::observations::upsert_summary(
                         tx,
                         &NewSummary {
                             session_id: l.session.clone(),
@@ -448,7 +449,7 @@ fn seeded(n: usize) -> DataDir {
                 origin: "model".into(),
                 created_at: at.max(l.prompt_at),
             };
-            memory::insert_observation(tx, &o)?;
+            memory::observations::insert_observation(tx, &o)?;
             if i % 100_000 == 99_999 {
                 eprintln!("  {} observations, {:.0?}", i + 1, started.elapsed());
             }

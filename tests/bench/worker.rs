@@ -18,9 +18,11 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use cairn_core::payload::{ToolEvent, TurnEnd};
-use cairn_core::queue::{self, JobKind, NewJob};
-use cairn_core::{db, paths::DataDir, sessions};
+use cairn_core::queue::payload::{ToolEvent, TurnEnd};
+use cairn_core::queue;
+use cairn_core::queue::claim::{JobKind, NewJob};
+use cairn_core::memory::sessions;
+use cairn_core::store::{db, paths::DataDir};
 use serde_json::{Value, json};
 
 /// What the fake model saw: (prompt chars, is summary) per request.
@@ -202,7 +204,7 @@ fn seed(dir: &Path, sessions_n: usize, turns: usize, calls: usize) -> usize {
                         payload: &payload,
                         dedupe_key: &key,
                     };
-                    queue::enqueue(tx, &job, 3, now)?;
+                    queue::claim::enqueue(tx, &job, 3, now)?;
                     n += 1;
                     Ok(())
                 };

@@ -178,14 +178,14 @@ fn a_broken_settings_file_is_left_alone() {
 fn the_shipped_snippet_and_plugin_match_what_install_writes() {
     let ops = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/claude-code");
     let snippet = read(&ops.join("settings.hooks.json"));
-    assert!(cairn_core::install::detect(&snippet, "cairn-hook").complete());
-    let (installed, _) = cairn_core::install::install(&json!({}), "cairn-hook").expect("install");
+    assert!(cairn_core::ops::install::detect(&snippet, "cairn-hook").complete());
+    let (installed, _) = cairn_core::ops::install::install(&json!({}), "cairn-hook").expect("install");
     assert_eq!(snippet, installed);
 
     let plugin_hooks = read(&ops.join("hooks/hooks.json"));
     let command = "${CLAUDE_PLUGIN_ROOT}/bin/cairn-hook";
-    assert!(cairn_core::install::detect(&plugin_hooks, command).complete());
-    let (installed, _) = cairn_core::install::install(&json!({}), command).expect("install");
+    assert!(cairn_core::ops::install::detect(&plugin_hooks, command).complete());
+    let (installed, _) = cairn_core::ops::install::install(&json!({}), command).expect("install");
     assert_eq!(plugin_hooks["hooks"], installed["hooks"]);
 
     let manifest = read(&ops.join(".claude-plugin/plugin.json"));
@@ -197,7 +197,7 @@ fn the_shipped_snippet_and_plugin_match_what_install_writes() {
 #[test]
 fn doctor_can_tell_whether_the_hooks_are_installed() {
     use cairn_cli::cli::capture::installed_hooks;
-    use cairn_core::install::HookState;
+    use cairn_core::ops::install::HookState;
     let env = TestEnv::new();
     let path = env.tmp.path().join(".claude/settings.json");
     assert!(installed_hooks(&path).expect("missing file").is_none());

@@ -6,10 +6,11 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 
-use cairn_core::db::{self, OpenOptions};
-use cairn_core::paths::DataDir;
-use cairn_core::queue::{self, JobKind, NewJob, Policy};
-use cairn_core::{memory, sessions};
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
+use cairn_core::queue;
+use cairn_core::queue::claim::{JobKind, NewJob, Policy};
+use cairn_core::memory::{self, sessions};
 
 use crate::support::{TestEnv, fixtures, hook_fixture, stderr, stdout};
 
@@ -34,7 +35,7 @@ fn enqueue(conn: &mut rusqlite::Connection, session: &str, key: &str, max_attemp
     let t = now();
     db::write(conn, |tx| {
         sessions::ensure(tx, session, "proj", "/home/dev/proj", t)?;
-        let e = queue::enqueue(
+        let e = queue::claim::enqueue(
             tx,
             &NewJob {
                 session_id: session,
@@ -48,7 +49,7 @@ fn enqueue(conn: &mut rusqlite::Connection, session: &str, key: &str, max_attemp
             t,
         )?;
         match e {
-            queue::Enqueued::Added(id) => Ok(id),
+            queue::claim::Enqueued::Added(id) => Ok(id),
             other => Err(cairn_core::Error::Invalid(format!("{other:?}"))),
         }
     })
@@ -62,9 +63,9 @@ fn fail_all(conn: &mut rusqlite::Connection, error: &str) -> usize {
         ..Policy::default()
     };
     let mut n = 0;
-    while let Some(batch) = queue::claim_batch(conn, "test-worker", &policy, now()).expect("claim")
+    while let Some(batch) = queue::claim::claim_batch(conn, "test-worker", &policy, now()).expect("claim")
     {
-        let out = queue::fail(conn, &batch, error, &policy, now()).expect("fail");
+        let out = queue::claim::fail(conn, &batch, error, &policy, now()).expect("fail");
         n += out.skipped;
     }
     n
@@ -114,7 +115,7 @@ fn status_exit_codes_follow_what_needs_attention() {
     );
 
     // A live worker (the lock held) with work waiting is healthy.
-    let lock = cairn_core::lock::WorkerLock::try_acquire(
+    let lock = cairn_core::store::lock::WorkerLock::try_acquire(
         &DataDir::new(&env.data_dir).worker_lock(),
         now() - 60_000,
     )
@@ -132,7 +133,7 @@ fn status_exit_codes_follow_what_needs_attention() {
     assert!(text.contains("model said 500"), "{text}");
     assert!(text.contains("cairn queue replay --all-skipped"), "{text}");
 
-    queue::replay(&mut conn, &queue::Selector::AllSkipped, now()).expect("replay");
+    queue::claim::replay(&mut conn, &queue::claim::Selector::AllSkipped, now()).expect("replay");
     conn.execute(
         "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES ('Stop', 'not JSON', x'7b7b', 2, ?1)",
         [now()],
@@ -298,12 +299,12 @@ fn replay_revives_skipped_jobs_and_says_how_many() {
         batching: false,
         ..Policy::default()
     };
-    queue::replay(&mut conn, &queue::Selector::Ids(vec![a1]), now()).expect("replay");
-    let batch = queue::claim_batch(&mut conn, "w", &policy, now())
+    queue::claim::replay(&mut conn, &queue::claim::Selector::Ids(vec![a1]), now()).expect("replay");
+    let batch = queue::claim::claim_batch(&mut conn, "w", &policy, now())
         .expect("claim")
         .expect("batch");
     let long_ago = now() - 30 * 86_400_000;
-    queue::ack(&mut conn, &batch, long_ago, |_| Ok(())).expect("ack");
+    queue::claim::ack(&mut conn, &batch, long_ago, |_| Ok(())).expect("ack");
     conn.execute(
         "UPDATE pending_messages SET updated_at = ?1 WHERE status = 'done'",
         [long_ago],
@@ -376,7 +377,7 @@ fn writer_file(dir: &Path, i: usize, n: usize) -> PathBuf {
     )
     .expect("write");
     for k in 0..n {
-        let o = memory::NewObservation {
+        let o = memory::observations::NewObservation {
             session_id: Some(sid.clone()),
             project: "load".into(),
             prompt_number: Some(1),
@@ -490,7 +491,7 @@ fn backup_is_consistent_while_eight_writers_run_and_restores() {
 
     // Restore is refused while a worker runs, and changes nothing.
     let first = backups[0].to_str().expect("utf8").to_string();
-    let lock = cairn_core::lock::WorkerLock::try_acquire(
+    let lock = cairn_core::store::lock::WorkerLock::try_acquire(
         &DataDir::new(&env.data_dir).worker_lock(),
         now(),
     )
@@ -541,9 +542,9 @@ fn export_then_import_round_trips_without_loss_or_duplicates() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let mut conn = create_db(&a);
     db::write(&mut conn, |tx| {
-        memory::insert_observation(
+        memory::observations::insert_observation(
             tx,
-            &memory::NewObservation {
+            &memory::observations::NewObservation {
                 session_id: None,
                 project: "other".into(),
                 kind: "decision".into(),
@@ -562,7 +563,7 @@ fn export_then_import_round_trips_without_loss_or_duplicates() {
     let o = cairn(&a, &["export", "--output", file.to_str().expect("utf8")]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stderr(&o).contains("151 observations"), "{}", stderr(&o));
-    assert_eq!(cairn_core::paths::mode_of(&file), Some(0o600));
+    assert_eq!(cairn_core::store::paths::mode_of(&file), Some(0o600));
     let exported = std::fs::read_to_string(&file).expect("read");
     let o = cairn(&a, &["export", "--output", file.to_str().expect("utf8")]);
     assert_eq!(code(&o), 2, "never overwrites an existing file");

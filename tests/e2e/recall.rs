@@ -3,10 +3,11 @@
 
 use std::process::Output;
 
-use cairn_core::db::{self, OpenOptions};
-use cairn_core::memory::{self, NewObservation, NewSummary};
-use cairn_core::paths::DataDir;
-use cairn_core::sessions;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::memory;
+use cairn_core::memory::observations::{NewObservation, NewSummary};
+use cairn_core::store::paths::DataDir;
+use cairn_core::memory::sessions;
 use serde_json::Value;
 
 use crate::support::{TestEnv, stderr, stdout};
@@ -68,7 +69,7 @@ pub fn seed(env: &TestEnv) -> Seeded {
             [T0 - 10],
         )?;
         let prompt = tx.last_insert_rowid();
-        let narrative_hit = memory::insert_observation(
+        let narrative_hit = memory::observations::insert_observation(
             tx,
             &obs(
                 "s2",
@@ -91,7 +92,7 @@ pub fn seed(env: &TestEnv) -> Seeded {
         b.concepts = vec!["gotcha".into(), "queue".into()];
         b.files_modified = vec!["core/src/queue.rs".into()];
         b.facts = vec!["three failed attempts skip a job".into()];
-        let title_hit = memory::insert_observation(tx, &b)?.id();
+        let title_hit = memory::observations::insert_observation(tx, &b)?.id();
         let mut c = obs(
             "s2",
             "acme",
@@ -101,8 +102,8 @@ pub fn seed(env: &TestEnv) -> Seeded {
             T0 + 120_000,
         );
         c.files_read = vec!["core/src/db.rs".into()];
-        let bugfix_decision = memory::insert_observation(tx, &c)?.id();
-        let old = memory::insert_observation(
+        let bugfix_decision = memory::observations::insert_observation(tx, &c)?.id();
+        let old = memory::observations::insert_observation(
             tx,
             &obs(
                 "s1",
@@ -114,7 +115,7 @@ pub fn seed(env: &TestEnv) -> Seeded {
             ),
         )?
         .id();
-        let other_project = memory::insert_observation(
+        let other_project = memory::observations::insert_observation(
             tx,
             &obs(
                 "x1",
@@ -126,7 +127,7 @@ pub fn seed(env: &TestEnv) -> Seeded {
             ),
         )?
         .id();
-        let summary = memory::upsert_summary(
+        let summary = memory::observations::upsert_summary(
             tx,
             &NewSummary {
                 session_id: "s2".into(),

@@ -11,9 +11,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_core::payload::{ToolEvent, TurnEnd};
-use cairn_core::queue::{self, JobKind, NewJob};
-use cairn_core::{db, lock, paths::DataDir, sessions, usage};
+use cairn_core::queue::payload::{ToolEvent, TurnEnd};
+use cairn_core::queue;
+use cairn_core::queue::claim::{JobKind, NewJob};
+use cairn_core::memory::sessions;
+use cairn_core::store::{db, lock, paths::DataDir};
+use cairn_core::worker::usage;
 use serde_json::{Value, json};
 
 use crate::support::{TestEnv, hook_fixture, stderr};
@@ -279,7 +282,7 @@ fn seed(
                 payload: &payload,
                 dedupe_key: &key,
             };
-            if let queue::Enqueued::Added(id) = queue::enqueue(tx, &job, max_attempts, now)? {
+            if let queue::claim::Enqueued::Added(id) = queue::claim::enqueue(tx, &job, max_attempts, now)? {
                 ids.push(id);
             }
             Ok(())
@@ -609,9 +612,9 @@ fn three_failed_attempts_skip_the_job_and_replay_brings_it_back() {
 
     let dd = DataDir::new(&env.data_dir);
     let mut conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
-    let n = queue::replay(
+    let n = queue::claim::replay(
         &mut conn,
-        &queue::Selector::AllSkipped,
+        &queue::claim::Selector::AllSkipped,
         cairn_core::clock::now_ms(),
     )
     .expect("replay");

@@ -1,5 +1,5 @@
 //! `cairn install` / `cairn uninstall`: cairn's hooks in Claude Code's settings. The merge
-//! itself is `cairn_core::install` (pure); this module reads and writes the file, keeps a
+//! itself is `cairn_core::ops::install` (pure); this module reads and writes the file, keeps a
 //! backup of it, and says what it did.
 
 use std::io::Write;
@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
-use cairn_core::install::{self, Detection, EventChange};
+use cairn_core::ops::install::{self, Detection, EventChange};
 
 use super::Ctx;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use cairn_core::db::{self, OpenOptions};
-use cairn_core::paths::DataDir;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
 use cairn_core::settings::{Loaded, Settings};
 
 use crate::exit;

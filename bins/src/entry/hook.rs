@@ -1,6 +1,6 @@
 //! `cairn-hook`: the producer. Claude Code runs it for every hook event; it reads the event
 //! from stdin (`hook_event_name`; an event name given as the first argument is used when the
-//! payload has none), writes it to the database through `cairn_core::capture`, prints the
+//! payload has none), writes it to the database through `cairn_core::capture::handle`, prints the
 //! protocol answer on stdout and exits 0, whatever happened. Logs go to
 //! `<data dir>/logs/hook-<date>.log`, never to stdout.
 
@@ -10,9 +10,10 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::logging::{self, Target};
-use cairn_core::capture::{self, HookInput, Stored};
-use cairn_core::hook::PLAIN_ANSWER;
-use cairn_core::paths::DataDir;
+use cairn_core::capture;
+use cairn_core::capture::handle::{HookInput, Stored};
+use cairn_core::capture::hook::PLAIN_ANSWER;
+use cairn_core::store::paths::DataDir;
 use cairn_core::settings::Settings;
 
 const HELP: &str = "\
@@ -83,14 +84,14 @@ fn run(explicit: Option<String>) -> String {
         }
     };
     logging::init("hook", Some(&dir.logs()), target, settings.log_level());
-    let conn = capture::open_for_hook(&dir, &settings);
+    let conn = capture::handle::open_for_hook(&dir, &settings);
     // Claude Code writes the payload once the process has started; by now (settings read,
     // database open) it has usually arrived. An incomplete input is quarantined (and
     // logged once) by `handle_with`.
     let input = read_stdin(STDIN_TIMEOUT, MAX_INPUT);
 
     let project_dir = std::env::var("CLAUDE_PROJECT_DIR").ok();
-    let (outcome, conn) = capture::handle_with(
+    let (outcome, conn) = capture::handle::handle_with(
         &dir,
         &settings,
         &HookInput {
@@ -208,7 +209,7 @@ fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
 /// session, stdio closed, never waited on. An `O_EXCL` marker file, fresh for a few
 /// seconds, lets one of many hooks firing at once do it.
 fn autostart(dir: &DataDir) {
-    match cairn_core::lock::holder(&dir.worker_lock()) {
+    match cairn_core::store::lock::holder(&dir.worker_lock()) {
         Ok(Some(_)) => return,
         Ok(None) => {}
         Err(e) => {
@@ -236,7 +237,7 @@ fn autostart(dir: &DataDir) {
     }
     let mut cmd = Command::new(&worker);
     cmd.arg("--autostarted")
-        .env(cairn_core::paths::DATA_DIR_ENV, dir.root())
+        .env(cairn_core::store::paths::DATA_DIR_ENV, dir.root())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

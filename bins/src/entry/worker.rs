@@ -18,10 +18,11 @@ use anyhow::Context;
 use clap::Parser;
 
 use crate::{exit, logging};
-use cairn_core::lock::{self, WorkerLock};
-use cairn_core::paths::DataDir;
+use cairn_core::store::lock::{self, WorkerLock};
+use cairn_core::store::paths::DataDir;
 use cairn_core::settings::Settings;
-use cairn_core::worker::{self, Control, Options, Periodic};
+use cairn_core::worker;
+use cairn_core::worker::pipeline::{Control, Options, Periodic};
 
 /// cairn's worker: compresses queued Claude Code events into observations and summaries.
 #[derive(Debug, Parser)]
@@ -103,7 +104,7 @@ fn run(args: Args) -> anyhow::Result<u8> {
     let idle_exit = (args.autostarted && settings.worker.idle_exit_secs > 0)
         .then(|| Duration::from_secs(settings.worker.idle_exit_secs));
     let opts = Options {
-        worker_id: worker::worker_id(now),
+        worker_id: worker::pipeline::worker_id(now),
         once: args.once,
         idle_exit,
     };
@@ -119,7 +120,7 @@ fn run(args: Args) -> anyhow::Result<u8> {
         }
         Ok(l.settings)
     };
-    worker::run(&dir, settings, &reload, opts, control, Some(periodic))
+    worker::pipeline::run(&dir, settings, &reload, opts, control, Some(periodic))
         .context("worker stopped on an error")?;
     drop(held);
     Ok(exit::OK)

@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    let parsed = cairn_core::parse::parse(&text);
+    let parsed = cairn_core::worker::parse::parse(&text);
     for o in &parsed.observations {
         assert!(!o.title.is_empty());
     }

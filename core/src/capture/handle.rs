@@ -32,17 +32,18 @@ use std::time::Duration;
 use rusqlite::{Connection, Transaction};
 use serde::{Deserialize, Serialize};
 
-use crate::db::{self, OpenOptions};
+use crate::store::db::{self, OpenOptions};
 use crate::error::Result;
-use crate::hook::{self, DecodeError, Event, StartSource};
-use crate::paths::DataDir;
-use crate::payload::{ToolEvent, TurnEnd};
+use crate::capture::hook::{self, DecodeError, Event, StartSource};
+use crate::store::paths::DataDir;
+use crate::queue::payload::{ToolEvent, TurnEnd};
 use crate::privacy::Privacy;
-use crate::quarantine;
-use crate::queue::{self, Enqueued, JobKind, NewJob};
-use crate::sessions::{self, NewPrompt, PromptRecorded};
+use crate::capture::quarantine;
+use crate::queue;
+use crate::queue::claim::{Enqueued, JobKind, NewJob};
+use crate::memory::sessions::{self, NewPrompt, PromptRecorded};
 use crate::settings::{CaptureSettings, Settings};
-use crate::spool;
+use crate::capture::spool;
 
 /// One event, cleaned and ready to write. Serializable: a spool file holds one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,7 +85,7 @@ pub fn is_excluded(project: &str, settings: &CaptureSettings) -> bool {
     settings
         .excluded_projects
         .iter()
-        .any(|p| crate::project::glob_match(p, project))
+        .any(|p| crate::capture::project::glob_match(p, project))
 }
 
 /// Builds the record for an event: cleans every text (private spans, injected context,
@@ -199,7 +200,7 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
             let payload = serde_json::to_string(ev)
                 .map_err(|e| crate::Error::Invalid(format!("cannot encode tool event: {e}")))?;
             let key = format!("tool:{}", ev.tool_use_id);
-            Ok(Applied::Job(queue::enqueue(
+            Ok(Applied::Job(queue::claim::enqueue(
                 tx,
                 &NewJob {
                     session_id: sid,
@@ -219,7 +220,7 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
             let payload = serde_json::to_string(turn)
                 .map_err(|e| crate::Error::Invalid(format!("cannot encode turn end: {e}")))?;
             let key = format!("turn:{sid}:{prompt_number}");
-            Ok(Applied::Job(queue::enqueue(
+            Ok(Applied::Job(queue::claim::enqueue(
                 tx,
                 &NewJob {
                     session_id: sid,
@@ -384,7 +385,7 @@ pub fn handle_with(
         }
         (cwd, _) => cwd.to_string(),
     };
-    let project = crate::project::detect(std::path::Path::new(&cwd));
+    let project = crate::capture::project::detect(std::path::Path::new(&cwd));
     if is_excluded(&project, &settings.capture) {
         log::debug!(
             "{} of excluded project {project}: not captured",
@@ -424,7 +425,7 @@ pub fn handle_with(
             if *source != StartSource::Resume || settings.capture.context_on_resume =>
         {
             match conn.as_ref() {
-                Some(c) => match crate::context::session_start(c, &project, &settings.context, now)
+                Some(c) => match crate::recall::context::session_start(c, &project, &settings.context, now)
                 {
                     Ok(block) => hook::session_start_answer(&block),
                     Err(e) => {
@@ -494,7 +495,7 @@ fn quarantine_input(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hook::decode;
+    use crate::capture::hook::decode;
 
     fn settings() -> Settings {
         Settings::default()

@@ -151,7 +151,7 @@ pub enum Clear {
 
 /// Deletes the entries a person has looked at (or no longer cares about); returns how many.
 pub fn clear(conn: &mut Connection, which: &Clear) -> Result<usize> {
-    crate::db::write(conn, |tx| {
+    crate::store::db::write(conn, |tx| {
         Ok(match which {
             Clear::Ids(ids) => {
                 let mut stmt = tx.prepare_cached("DELETE FROM quarantine WHERE id = ?1")?;
@@ -184,8 +184,8 @@ pub fn purge(conn: &mut Connection, cutoff: i64) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{self, OpenOptions};
-    use crate::paths::DataDir;
+    use crate::store::db::{self, OpenOptions};
+    use crate::store::paths::DataDir;
 
     #[test]
     fn stores_bounded_clean_copies_lists_counts_and_purges() {

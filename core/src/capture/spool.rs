@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{self, Record};
-use crate::db;
+use crate::capture;
+use crate::capture::handle::Record;
+use crate::store::db;
 use crate::error::{Error, Result};
-use crate::paths::DataDir;
-use crate::quarantine;
+use crate::store::paths::DataDir;
+use crate::capture::quarantine;
 use crate::settings::Settings;
 
 /// What a spool file holds.
@@ -85,7 +86,7 @@ fn is_spool_file(p: &Path) -> bool {
 }
 
 /// Writes every spooled event to the database through the same path as the hook
-/// ([`capture::apply`], [`quarantine::add`]), each in its own transaction, removing each
+/// ([`capture::handle::apply`], [`quarantine::add`]), each in its own transaction, removing each
 /// file once its event is committed. A file that cannot be read as an event goes to the
 /// quarantine. Stops at the first database error (the database is still locked: try
 /// again later). Returns how many files were ingested.
@@ -105,7 +106,7 @@ pub fn ingest(
         match serde_json::from_slice::<(Item, i64)>(&bytes) {
             Ok((Item::Capture(rec), _)) => {
                 db::write(conn, |tx| {
-                    capture::apply(tx, &rec, settings.queue.max_attempts).map(drop)
+                    capture::handle::apply(tx, &rec, settings.queue.max_attempts).map(drop)
                 })?;
             }
             Ok((Item::Quarantine(entry), at)) => {
@@ -139,8 +140,8 @@ pub fn ingest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::Action;
-    use crate::db::OpenOptions;
+    use crate::capture::handle::Action;
+    use crate::store::db::OpenOptions;
 
     #[test]
     fn files_sort_in_order_and_bad_ones_are_quarantined() {
@@ -158,7 +159,7 @@ mod tests {
         let a = write(&dd, &rec(2), 2).expect("write");
         let b = write(&dd, &rec(10), 10).expect("write");
         assert_eq!(pending(&dd).expect("pending"), vec![a, b]);
-        assert_eq!(crate::paths::mode_of(&dd.spool()), Some(0o700));
+        assert_eq!(crate::store::paths::mode_of(&dd.spool()), Some(0o700));
         std::fs::write(dd.spool().join("0000000000011-1-x.json"), b"{oops").expect("bad");
         std::fs::write(dd.spool().join(".partial.json.tmp"), b"{").expect("tmp");
 

@@ -22,8 +22,9 @@ use rusqlite::Connection;
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
-use crate::memory::{self, NewObservation, OBSERVATION_TYPES};
-use crate::search::{
+use crate::memory;
+use crate::memory::observations::{NewObservation, OBSERVATION_TYPES};
+use crate::recall::search::{
     self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
 };
 
@@ -589,7 +590,7 @@ impl Server {
             ..NewObservation::default()
         };
         self.privacy.observation(&mut obs);
-        let stored = crate::db::write(&mut self.conn, |tx| memory::insert_observation(tx, &obs))
+        let stored = crate::store::db::write(&mut self.conn, |tx| memory::observations::insert_observation(tx, &obs))
             .map_err(ToolError::Internal)?;
         Ok(format!(
             "Saved as observation {} in project '{project}'.",
@@ -973,8 +974,8 @@ mod tests {
 
     fn server() -> (tempfile::TempDir, Server) {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::paths::DataDir::new(tmp.path());
-        let conn = crate::db::open_data_dir(&dd, crate::db::OpenOptions::default()).expect("open");
+        let dd = crate::store::paths::DataDir::new(tmp.path());
+        let conn = crate::store::db::open_data_dir(&dd, crate::store::db::OpenOptions::default()).expect("open");
         (tmp, Server::new(conn, "acme", || 1_790_000_000_000))
     }
 
@@ -1148,11 +1149,11 @@ mod tests {
         assert!(text.contains("- core/src/queue.rs"), "{text}");
         assert!(text.contains("Not found: 99"), "{text}");
         // Summaries and prompts, as search and timeline list them (S1, P5).
-        crate::db::write(&mut s.conn, |tx| {
-            crate::sessions::ensure(tx, "s1", "acme", "/w/acme", 1)?;
-            crate::memory::upsert_summary(
+        crate::store::db::write(&mut s.conn, |tx| {
+            crate::memory::sessions::ensure(tx, "s1", "acme", "/w/acme", 1)?;
+            crate::memory::observations::upsert_summary(
                 tx,
-                &crate::memory::NewSummary {
+                &crate::memory::observations::NewSummary {
                     session_id: "s1".into(),
                     project: "acme".into(),
                     prompt_number: 1,

@@ -291,14 +291,14 @@ impl Fnv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db;
+    use crate::store::db;
     use rusqlite::OptionalExtension;
 
     fn conn() -> (tempfile::TempDir, rusqlite::Connection) {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::paths::DataDir::new(tmp.path());
+        let dd = crate::store::paths::DataDir::new(tmp.path());
         let mut c = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
-        db::write(&mut c, |tx| crate::sessions::ensure(tx, "s1", "p", "/p", 1)).expect("session");
+        db::write(&mut c, |tx| crate::memory::sessions::ensure(tx, "s1", "p", "/p", 1)).expect("session");
         (tmp, c)
     }
 

@@ -219,7 +219,7 @@ pub fn import_prompt(tx: &Transaction, p: &PromptRecord) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db;
+    use crate::store::db;
     use rusqlite::Connection;
 
     fn row(conn: &Connection) -> (String, String, i64, i64) {
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn ensure_writes_only_what_changed() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = crate::paths::DataDir::new(tmp.path());
+        let dir = crate::store::paths::DataDir::new(tmp.path());
         let mut conn = db::open_data_dir(&dir, db::OpenOptions::default()).expect("db");
         assert_eq!(ensure_at(&mut conn, "p", "/a", 1_000), 1);
         assert_eq!(row(&conn), ("p".into(), "/a".into(), 1_000, 1_000));

@@ -19,11 +19,12 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 
-use crate::db;
+use crate::store::db;
 use crate::error::{Error, Result};
-use crate::exchange::Counts;
-use crate::memory::{self, NewObservation, NewSummary};
-use crate::sessions::{self, PromptRecord, SessionRecord};
+use crate::ops::exchange::Counts;
+use crate::memory;
+use crate::memory::observations::{NewObservation, NewSummary};
+use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 
 /// Rows written per transaction.
 const CHUNK: usize = 500;
@@ -400,7 +401,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
         let created = time(row, "created_at").unwrap_or(now);
         let project = text(row, "project").unwrap_or_else(|| "unknown".into());
         let session_id = session_for(&memory_id, &project, created, &mut sessions_out);
-        let (kind, original_type) = memory::normalize_type(&text_or_empty(row, "type"));
+        let (kind, original_type) = memory::observations::normalize_type(&text_or_empty(row, "type"));
         observations.push(NewObservation {
             session_id: Some(session_id),
             project,
@@ -525,9 +526,9 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in observations.chunks(CHUNK) {
         db::write(conn, |tx| {
             for o in chunk {
-                match memory::insert_observation(tx, o)? {
-                    memory::Stored::Added(_) => report.added.observations += 1,
-                    memory::Stored::Duplicate(_) => report.existing.observations += 1,
+                match memory::observations::insert_observation(tx, o)? {
+                    memory::observations::Stored::Added(_) => report.added.observations += 1,
+                    memory::observations::Stored::Duplicate(_) => report.existing.observations += 1,
                 }
             }
             Ok(())
@@ -537,9 +538,9 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in summaries_vec.chunks(CHUNK) {
         db::write(conn, |tx| {
             for s in chunk {
-                match memory::upsert_summary(tx, s)? {
-                    memory::Stored::Added(_) => report.added.summaries += 1,
-                    memory::Stored::Duplicate(_) => report.existing.summaries += 1,
+                match memory::observations::upsert_summary(tx, s)? {
+                    memory::observations::Stored::Added(_) => report.added.summaries += 1,
+                    memory::observations::Stored::Duplicate(_) => report.existing.summaries += 1,
                 }
             }
             Ok(())
@@ -572,8 +573,8 @@ fn existing_project(conn: &Connection, session_id: &str) -> Result<Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::OpenOptions;
-    use crate::paths::DataDir;
+    use crate::store::db::OpenOptions;
+    use crate::store::paths::DataDir;
 
     fn fixture() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))

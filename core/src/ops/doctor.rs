@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
-use crate::db::{self, OpenOptions};
-use crate::paths::{DataDir, mode_of};
+use crate::store::db::{self, OpenOptions};
+use crate::store::paths::{DataDir, mode_of};
 use crate::settings::Settings;
 
 /// How a check came out.
@@ -113,7 +113,7 @@ pub fn any_failed(findings: &[Finding]) -> bool {
 }
 
 fn restore_hint(dir: &DataDir) -> String {
-    match crate::backup::daily_backups(dir)
+    match crate::store::backup::daily_backups(dir)
         .ok()
         .and_then(|b| b.last().cloned())
     {
@@ -375,7 +375,7 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
         return;
     }
     // Exactly the events `cairn install` registers.
-    let missing: Vec<&str> = crate::hook::EventName::CAPTURED
+    let missing: Vec<&str> = crate::capture::hook::EventName::CAPTURED
         .iter()
         .map(|e| e.as_str())
         .filter(|e| !hooked.iter().any(|h| h == e))
@@ -397,7 +397,7 @@ fn check_worker(
     now: i64,
     out: &mut Vec<Finding>,
 ) {
-    let holder = match crate::lock::holder(&dir.worker_lock()) {
+    let holder = match crate::store::lock::holder(&dir.worker_lock()) {
         Ok(h) => h,
         Err(e) => {
             out.push(finding(
@@ -410,7 +410,7 @@ fn check_worker(
         }
     };
     let heartbeat: Option<i64> = conn.and_then(|c| {
-        crate::status::last_heartbeat(c, holder.as_ref().map(|h| h.pid))
+        crate::ops::status::last_heartbeat(c, holder.as_ref().map(|h| h.pid))
             .ok()
             .flatten()
     });
@@ -722,7 +722,7 @@ mod tests {
         std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
         let mut hooks = serde_json::Map::new();
-        for ev in crate::hook::EventName::CAPTURED.map(|e| e.as_str()) {
+        for ev in crate::capture::hook::EventName::CAPTURED.map(|e| e.as_str()) {
             hooks.insert(
                 ev.into(),
                 serde_json::json!([{"hooks": [{"type": "command", "command": hook.display().to_string()}]}]),
@@ -805,7 +805,7 @@ mod tests {
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
         let e = env(tmp.path());
         let now = 1_000_000_000;
-        let _lock = crate::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 1_000)
+        let _lock = crate::store::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 1_000)
             .expect("lock")
             .expect("free");
         let f = run(&dd, &Settings::default(), &[], &e, now);

@@ -17,10 +17,11 @@ use std::io::{BufRead, Write};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use crate::db;
+use crate::store::db;
 use crate::error::{Error, Result};
-use crate::memory::{self, NewObservation, NewSummary};
-use crate::sessions::{self, PromptRecord, SessionRecord};
+use crate::memory;
+use crate::memory::observations::{NewObservation, NewSummary};
+use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 
 /// The `format` of the header line.
 pub const FORMAT: &str = "cairn-export";
@@ -164,10 +165,10 @@ pub fn observations(conn: &Connection, project: Option<&str>) -> Result<Vec<NewO
                 title: r.get(5)?,
                 subtitle: r.get(6)?,
                 narrative: r.get(7)?,
-                facts: crate::memory::json_list(&r.get::<_, String>(8)?),
-                concepts: crate::memory::json_list(&r.get::<_, String>(9)?),
-                files_read: crate::memory::json_list(&r.get::<_, String>(10)?),
-                files_modified: crate::memory::json_list(&r.get::<_, String>(11)?),
+                facts: crate::memory::observations::json_list(&r.get::<_, String>(8)?),
+                concepts: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
+                files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
+                files_modified: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
                 source_job_ids: json_ids(&r.get::<_, String>(12)?),
                 origin: r.get(13)?,
                 created_at: r.get(14)?,
@@ -197,8 +198,8 @@ pub fn summaries(conn: &Connection, project: Option<&str>) -> Result<Vec<NewSumm
                 completed: r.get(6)?,
                 next_steps: r.get(7)?,
                 notes: r.get(8)?,
-                files_read: crate::memory::json_list(&r.get::<_, String>(9)?),
-                files_edited: crate::memory::json_list(&r.get::<_, String>(10)?),
+                files_read: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
+                files_edited: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
                 source_job_ids: json_ids(&r.get::<_, String>(11)?),
                 origin: r.get(12)?,
                 created_at: r.get(13)?,
@@ -447,7 +448,7 @@ pub fn import_records(conn: &mut Connection, records: &[(usize, Record)]) -> Res
                     Record::Prompt(p) => sessions::import_prompt(tx, p)?,
                     Record::Observation(o) => insert_observation_once(tx, o)?,
                     Record::Summary(s) => {
-                        matches!(memory::upsert_summary(tx, s)?, memory::Stored::Added(_))
+                        matches!(memory::observations::upsert_summary(tx, s)?, memory::observations::Stored::Added(_))
                     }
                 };
                 let counts = if added {
@@ -491,16 +492,16 @@ pub(crate) fn insert_observation_once(
         }
     }
     Ok(matches!(
-        memory::insert_observation(tx, o)?,
-        memory::Stored::Added(_)
+        memory::observations::insert_observation(tx, o)?,
+        memory::observations::Stored::Added(_)
     ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{OpenOptions, open_data_dir};
-    use crate::paths::DataDir;
+    use crate::store::db::{OpenOptions, open_data_dir};
+    use crate::store::paths::DataDir;
 
     fn fresh() -> (tempfile::TempDir, Connection) {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -524,7 +525,7 @@ mod tests {
                     created_at: 1_100,
                 },
             )?;
-            memory::insert_observation(
+            memory::observations::insert_observation(
                 tx,
                 &NewObservation {
                     session_id: Some("s1".into()),
@@ -542,7 +543,7 @@ mod tests {
                     ..Default::default()
                 },
             )?;
-            memory::insert_observation(
+            memory::observations::insert_observation(
                 tx,
                 &NewObservation {
                     session_id: None,
@@ -554,7 +555,7 @@ mod tests {
                     ..Default::default()
                 },
             )?;
-            memory::upsert_summary(
+            memory::observations::upsert_summary(
                 tx,
                 &NewSummary {
                     session_id: "s1".into(),

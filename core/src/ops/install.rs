@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
-use crate::hook::EventName;
+use crate::capture::hook::EventName;
 
 /// The hook binary's file name.
 pub const HOOK_PROGRAM: &str = "cairn-hook";

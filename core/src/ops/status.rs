@@ -5,8 +5,9 @@ use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::paths::DataDir;
-use crate::queue::{self, JobStatus};
+use crate::store::paths::DataDir;
+use crate::queue;
+use crate::queue::claim::JobStatus;
 use crate::settings::Settings;
 
 /// Quarantined hook inputs need attention for this long (7 days); older ones are only
@@ -51,7 +52,7 @@ pub struct Status {
     pub data_dir: String,
     pub now: i64,
     pub worker: WorkerStatus,
-    pub queue: queue::Stats,
+    pub queue: queue::claim::Stats,
     /// Hook inputs quarantined, ever.
     pub quarantined: i64,
     /// Unreadable hook inputs quarantined in the last [`QUARANTINE_WINDOW_MS`]; these need
@@ -99,7 +100,7 @@ fn count(conn: &Connection, sql: &str) -> Result<i64> {
 
 /// Gathers the report. `conn` must be open on `dir`'s database.
 pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -> Result<Status> {
-    let holder = crate::lock::holder(&dir.worker_lock())?;
+    let holder = crate::store::lock::holder(&dir.worker_lock())?;
     let last_heartbeat_at = last_heartbeat(conn, holder.as_ref().map(|h| h.pid))?;
     let worker = WorkerStatus {
         running: holder.is_some(),
@@ -109,7 +110,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         last_heartbeat_at,
         heartbeat_age_ms: last_heartbeat_at.map(|t| (now - t).max(0)),
     };
-    let queue = queue::stats(conn, now)?;
+    let queue = queue::claim::stats(conn, now)?;
     let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
     let quarantined_recently: i64 = conn.query_row(
         "SELECT count(*) FROM quarantine WHERE created_at >= ?1 AND kind = 'invalid'",
@@ -130,7 +131,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let budget = crate::usage::budget(conn, settings.model.daily_token_budget, now)?;
+    let budget = crate::worker::usage::budget(conn, settings.model.daily_token_budget, now)?;
     let tokens_today = i64::try_from(budget.spent).unwrap_or(i64::MAX);
     let memories = MemoryCounts {
         sessions: count(conn, "SELECT count(*) FROM sessions")?,
@@ -196,8 +197,8 @@ fn plural(n: i64, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::{self, OpenOptions};
-    use crate::queue::{JobKind, NewJob, Policy};
+    use crate::store::db::{self, OpenOptions};
+    use crate::queue::claim::{JobKind, NewJob, Policy};
 
     #[test]
     fn healthy_then_each_reason_for_attention() {
@@ -212,8 +213,8 @@ mod tests {
         assert!(s.database_bytes > 0);
 
         db::write(&mut conn, |tx| {
-            crate::sessions::ensure(tx, "s", "p", "", now)?;
-            queue::enqueue(
+            crate::memory::sessions::ensure(tx, "s", "p", "", now)?;
+            queue::claim::enqueue(
                 tx,
                 &NewJob {
                     session_id: "s",
@@ -246,7 +247,7 @@ mod tests {
         let t = gather(&dd, &conn, &tight, now).expect("gather");
         assert_eq!(
             t.budget_spent_until,
-            Some(crate::usage::day_start_utc(now) + 86_400_000)
+            Some(crate::worker::usage::day_start_utc(now) + 86_400_000)
         );
         tight.model.daily_token_budget = 121;
         let t = gather(&dd, &conn, &tight, now).expect("gather");
@@ -255,7 +256,7 @@ mod tests {
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
         assert!(s.attention[0].contains("worker is not running"));
 
-        let lock = crate::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 9_000)
+        let lock = crate::store::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 9_000)
             .expect("lock")
             .expect("free");
         let s = gather(&dd, &conn, &settings, now).expect("gather");
@@ -273,12 +274,12 @@ mod tests {
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert_eq!(s.worker.heartbeat_age_ms, Some(500));
 
-        let batch = queue::claim_batch(&mut conn, "w", &Policy::default(), now)
+        let batch = queue::claim::claim_batch(&mut conn, "w", &Policy::default(), now)
             .expect("claim")
             .expect("batch");
-        queue::fail(&mut conn, &batch, "boom", &Policy::default(), now).expect("fail");
+        queue::claim::fail(&mut conn, &batch, "boom", &Policy::default(), now).expect("fail");
         // A well-formed event cairn does not capture is kept, and is no problem.
-        let mut harmless = crate::quarantine::Entry::new(
+        let mut harmless = crate::capture::quarantine::Entry::new(
             Some("Notification".into()),
             "not captured",
             b"{}",
@@ -286,7 +287,7 @@ mod tests {
             true,
         );
         harmless.uncaptured = true;
-        db::write(&mut conn, |tx| crate::quarantine::add(tx, &harmless, now)).expect("uncaptured");
+        db::write(&mut conn, |tx| crate::capture::quarantine::add(tx, &harmless, now)).expect("uncaptured");
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert_eq!((s.quarantined, s.quarantined_recently), (1, 0));
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);

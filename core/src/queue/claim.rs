@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
 
-use crate::db;
+use crate::store::db;
 use crate::error::Result;
 use crate::settings::Settings;
 
@@ -834,7 +834,7 @@ pub fn stats(conn: &Connection, now: i64) -> Result<Stats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::paths::DataDir;
+    use crate::store::paths::DataDir;
 
     const W: &str = "worker-a";
 
@@ -867,7 +867,7 @@ mod tests {
     impl Q {
         fn session(&mut self, s: &str, prompt_counter: i64) {
             db::write(&mut self.conn, |tx| {
-                crate::sessions::ensure(tx, s, "proj", "/p", 0)?;
+                crate::memory::sessions::ensure(tx, s, "proj", "/p", 0)?;
                 tx.execute(
                     "UPDATE sessions SET prompt_counter = ?2 WHERE session_id = ?1",
                     params![s, prompt_counter],

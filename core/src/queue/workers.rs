@@ -5,7 +5,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::db;
+use crate::store::db;
 use crate::error::Result;
 
 /// A worker as recorded.
@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn register_heartbeat_stop() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::paths::DataDir::new(tmp.path());
+        let dd = crate::store::paths::DataDir::new(tmp.path());
         let mut c = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
         assert_eq!(latest(&c).expect("none"), None);
         register(&mut c, "h:1:10", 1, 10).expect("register");

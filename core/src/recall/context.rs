@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
 use crate::error::Result;
-use crate::search::{one_line, shorten};
+use crate::recall::search::{one_line, shorten};
 use crate::settings::ContextSettings;
 
 /// The project's latest turn summary, as the block shows it.
@@ -281,8 +281,9 @@ fn fit(mut lines: Vec<Line>, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db;
-    use crate::memory::{self, NewObservation, NewSummary};
+    use crate::store::db;
+    use crate::memory;
+    use crate::memory::observations::{NewObservation, NewSummary};
 
     /// 2026-09-21T14:13:20Z
     const NOW: i64 = 1_790_000_000_000;
@@ -428,7 +429,7 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
     #[test]
     fn loads_from_the_database_within_settings() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::paths::DataDir::new(tmp.path());
+        let dd = crate::store::paths::DataDir::new(tmp.path());
         let mut conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
         let settings = ContextSettings::default();
         assert_eq!(
@@ -438,9 +439,9 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
         db::write(&mut conn, |tx| {
             for s in 0..3i64 {
                 let sid = format!("s{s}");
-                crate::sessions::ensure(tx, &sid, "acme", "/acme", NOW - (3 - s) * HOUR)?;
+                crate::memory::sessions::ensure(tx, &sid, "acme", "/acme", NOW - (3 - s) * HOUR)?;
                 for i in 0..4i64 {
-                    memory::insert_observation(
+                    memory::observations::insert_observation(
                         tx,
                         &NewObservation {
                             session_id: Some(sid.clone()),
@@ -453,7 +454,7 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
                         },
                     )?;
                 }
-                memory::upsert_summary(
+                memory::observations::upsert_summary(
                     tx,
                     &NewSummary {
                         session_id: sid.clone(),
@@ -467,8 +468,8 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
                     },
                 )?;
             }
-            crate::sessions::ensure(tx, "x", "other", "/other", NOW)?;
-            memory::insert_observation(
+            crate::memory::sessions::ensure(tx, "x", "other", "/other", NOW)?;
+            memory::observations::insert_observation(
                 tx,
                 &NewObservation {
                     session_id: Some("x".into()),

@@ -125,11 +125,11 @@ enum Token {
 /// empty or a `MATCH` expression made only of quoted terms.
 ///
 /// ```
-/// let q = cairn_core::query::parse(r#"lease "fenced ack" -flaky OR retr*"#);
+/// let q = cairn_core::recall::query::parse(r#"lease "fenced ack" -flaky OR retr*"#);
 /// let expr = q.fts_match().expect("terms");
 /// assert!(expr.contains(r#""fenced ack""#));
 /// // A column filter typed by a user is only text inside a quoted term.
-/// let hostile = cairn_core::query::parse("title:secret");
+/// let hostile = cairn_core::recall::query::parse("title:secret");
 /// assert_eq!(hostile.fts_match().as_deref(), Some(r#""title:secret""#));
 /// ```
 pub fn parse(input: &str) -> Query {

@@ -2,7 +2,7 @@
 //! full observations by id.
 //!
 //! Invariants:
-//! - user text reaches `MATCH` only through [`crate::query`], so no input is an SQL error;
+//! - user text reaches `MATCH` only through [`crate::recall::query`], so no input is an SQL error;
 //! - every query is scoped to one project unless the caller passes `project: None`
 //!   (all projects), and every hit carries its project;
 //! - ranking is BM25 with column weights (an observation's title counts most, then its
@@ -23,7 +23,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::query;
+use crate::recall::query;
 
 /// Marks put around matched words in snippets.
 pub const HIGHLIGHT_OPEN: &str = "**";
@@ -144,7 +144,7 @@ pub struct Filters {
 /// A search.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchRequest {
-    /// What the person typed; see [`crate::query`]. Empty lists by the filters alone.
+    /// What the person typed; see [`crate::recall::query`]. Empty lists by the filters alone.
     pub query: String,
     pub filters: Filters,
     /// Kinds to search; empty means all.
@@ -970,10 +970,10 @@ pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
                     title: r.get(5)?,
                     subtitle: r.get(6)?,
                     narrative: r.get(7)?,
-                    facts: crate::memory::json_list(&r.get::<_, String>(8)?),
-                    concepts: crate::memory::json_list(&r.get::<_, String>(9)?),
-                    files_read: crate::memory::json_list(&r.get::<_, String>(10)?),
-                    files_modified: crate::memory::json_list(&r.get::<_, String>(11)?),
+                    facts: crate::memory::observations::json_list(&r.get::<_, String>(8)?),
+                    concepts: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
+                    files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
+                    files_modified: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
                     origin: r.get(12)?,
                     created_at: r.get(13)?,
                     prompt: r.get(14)?,
@@ -1084,8 +1084,8 @@ pub fn get_summary(conn: &Connection, id: i64) -> Result<Option<Summary>> {
                 completed: r.get(7)?,
                 next_steps: r.get(8)?,
                 notes: r.get(9)?,
-                files_read: crate::memory::json_list(&r.get::<_, String>(10)?),
-                files_edited: crate::memory::json_list(&r.get::<_, String>(11)?),
+                files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
+                files_edited: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
                 origin: r.get(12)?,
                 created_at: r.get(13)?,
             })
@@ -1144,8 +1144,9 @@ mod reference_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db;
-    use crate::memory::{self, NewObservation, NewSummary};
+    use crate::store::db;
+    use crate::memory;
+    use crate::memory::observations::{NewObservation, NewSummary};
 
     const DAY: i64 = 86_400_000;
     const T0: i64 = 1_790_000_000_000;
@@ -1157,7 +1158,7 @@ mod tests {
 
     fn fixture() -> Fixture {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::paths::DataDir::new(tmp.path());
+        let dd = crate::store::paths::DataDir::new(tmp.path());
         let conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
         tune_for_reading(&conn).expect("tune");
         Fixture { _tmp: tmp, conn }
@@ -1181,9 +1182,9 @@ mod tests {
         fn add(&mut self, o: NewObservation) -> i64 {
             db::write(&mut self.conn, |tx| {
                 if let Some(s) = &o.session_id {
-                    crate::sessions::ensure(tx, s, &o.project, "/x", o.created_at)?;
+                    crate::memory::sessions::ensure(tx, s, &o.project, "/x", o.created_at)?;
                 }
-                Ok(memory::insert_observation(tx, &o)?.id())
+                Ok(memory::observations::insert_observation(tx, &o)?.id())
             })
             .expect("insert")
         }
@@ -1208,8 +1209,8 @@ mod tests {
                 ..Default::default()
             };
             db::write(&mut self.conn, |tx| {
-                crate::sessions::ensure(tx, &s.session_id, project, "/x", at)?;
-                Ok(memory::upsert_summary(tx, &s)?.id())
+                crate::memory::sessions::ensure(tx, &s.session_id, project, "/x", at)?;
+                Ok(memory::observations::upsert_summary(tx, &s)?.id())
             })
             .expect("summary")
         }
@@ -1217,7 +1218,7 @@ mod tests {
         fn prompt(&mut self, project: &str, n: i64, text: &str, at: i64) -> i64 {
             let session = format!("s-{project}");
             db::write(&mut self.conn, |tx| {
-                crate::sessions::ensure(tx, &session, project, "/x", at)?;
+                crate::memory::sessions::ensure(tx, &session, project, "/x", at)?;
                 tx.execute(
                     "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -1634,10 +1635,10 @@ mod tests {
         let mut f = fixture();
         let n = RANK_WINDOW as usize + 100;
         db::write(&mut f.conn, |tx| {
-            crate::sessions::ensure(tx, "s-small", "small", "/x", T0)?;
-            crate::sessions::ensure(tx, "s-big", "big", "/x", T0)?;
+            crate::memory::sessions::ensure(tx, "s-small", "small", "/x", T0)?;
+            crate::memory::sessions::ensure(tx, "s-big", "big", "/x", T0)?;
             for i in 0..3 {
-                memory::insert_observation(
+                memory::observations::insert_observation(
                     tx,
                     &obs("small", "change", &format!("small {i}"), "lease", T0 + i),
                 )?;
@@ -1648,7 +1649,7 @@ mod tests {
                 } else {
                     "Queue note"
                 };
-                memory::insert_observation(
+                memory::observations::insert_observation(
                     tx,
                     &obs(
                         "big",

@@ -21,9 +21,9 @@ use rusqlite::Connection;
 use rusqlite::backup::{Backup, StepResult};
 use serde::Serialize;
 
-use crate::db::{self, OpenOptions};
+use crate::store::db::{self, OpenOptions};
 use crate::error::{Error, Result};
-use crate::paths::DataDir;
+use crate::store::paths::DataDir;
 
 /// How long a backup step waits on locks before giving up.
 const STEP_WAIT: Duration = Duration::from_secs(30);
@@ -84,7 +84,7 @@ fn move_aside(from: &Path, to: &Path) -> Result<()> {
         )));
     }
     if let Some(parent) = to.parent() {
-        crate::paths::ensure_private_dir(parent)?;
+        crate::store::paths::ensure_private_dir(parent)?;
     }
     for suffix in ["-wal", "-shm", ""] {
         let mut a = from.as_os_str().to_os_string();
@@ -110,7 +110,7 @@ pub fn online(conn: &Connection, dest: &Path) -> Result<BackupInfo> {
         )));
     }
     if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-        crate::paths::ensure_private_dir(parent)?;
+        crate::store::paths::ensure_private_dir(parent)?;
     }
     let tmp = temp_beside(dest);
     remove_quietly(&tmp);
@@ -235,7 +235,7 @@ pub struct RestoreInfo {
 /// Replaces the data dir's database with the backup at `source`. Refused while a worker
 /// runs; refused, with nothing changed, when the source is not a sound cairn database.
 pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Result<RestoreInfo> {
-    if let Some(h) = crate::lock::holder(&dir.worker_lock())? {
+    if let Some(h) = crate::store::lock::holder(&dir.worker_lock())? {
         return Err(Error::Invalid(format!(
             "a worker (pid {}) is running; stop it first (systemctl --user stop cairn-worker, or kill {}), then restore",
             h.pid, h.pid
@@ -341,7 +341,7 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sessions;
+    use crate::memory::sessions;
 
     fn data_dir() -> (tempfile::TempDir, DataDir, Connection) {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -370,7 +370,7 @@ mod tests {
         let dest = dd.root().join("b/one.db");
         let info = online(&conn, &dest).expect("backup");
         assert!(info.bytes > 0);
-        assert_eq!(crate::paths::mode_of(&dest), Some(0o600));
+        assert_eq!(crate::store::paths::mode_of(&dest), Some(0o600));
         assert!(online(&conn, &dest).is_err(), "never overwrites");
         add_session(&mut conn, "b");
         drop(conn);
@@ -396,7 +396,7 @@ mod tests {
 
         let good = tmp.path().join("good.db");
         online(&conn, &good).expect("backup");
-        let _lock = crate::lock::WorkerLock::try_acquire(&dd.worker_lock(), 1)
+        let _lock = crate::store::lock::WorkerLock::try_acquire(&dd.worker_lock(), 1)
             .expect("lock")
             .expect("free");
         let err = restore(&dd, &good, OpenOptions::default(), 1).expect_err("worker");
@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(std::fs::read(&kept).expect("kept"), garbage);
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
         assert_eq!(session_ids(&conn), vec!["a".to_string()]);
-        assert_eq!(crate::paths::mode_of(&dd.db()), Some(0o600));
+        assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
     }
 
     #[test]

@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::error::{Error, Result};
-use crate::paths::{DataDir, ensure_private_file};
+use crate::store::paths::{DataDir, ensure_private_file};
 
 /// The embedded migrations, applied in order. Never edit one once shipped.
 const MIGRATIONS: &[(&str, &str)] = &[
-    ("0001_init", include_str!("../../migrations/0001_init.sql")),
+    ("0001_init", include_str!("../../../migrations/0001_init.sql")),
     (
         "0002_search_covering",
-        include_str!("../../migrations/0002_search_covering.sql"),
+        include_str!("../../../migrations/0002_search_covering.sql"),
     ),
 ];
 
@@ -372,7 +372,7 @@ mod tests {
             .expect("count");
         assert_eq!(tables_before, tables_after);
         assert!(integrity_problems(&conn).expect("check").is_empty());
-        assert_eq!(crate::paths::mode_of(&dd.db()), Some(0o600));
+        assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
     }
 
     #[test]
@@ -404,11 +404,11 @@ mod tests {
             )
             .expect("indexes");
         assert_eq!(indexes, 3);
-        let hits = crate::search::search(
+        let hits = crate::recall::search::search(
             &conn,
-            &crate::search::SearchRequest {
+            &crate::recall::search::SearchRequest {
                 query: "lease".into(),
-                filters: crate::search::Filters {
+                filters: crate::recall::search::Filters {
                     project: Some("p".into()),
                     ..Default::default()
                 },

@@ -13,9 +13,9 @@
 
 use serde_json::Value;
 
-use crate::parse::{ParsedObservation, ParsedSummary};
-use crate::payload::ToolEvent;
-use crate::prompt::cap;
+use crate::worker::parse::{ParsedObservation, ParsedSummary};
+use crate::queue::payload::ToolEvent;
+use crate::worker::prompt::cap;
 
 /// Tools that modify files, and the input field naming the file.
 const EDIT_TOOLS: &[(&str, &str)] = &[

@@ -10,7 +10,7 @@
 //! Invariants:
 //! - no transaction is held across a model call: the claimer reads, the model threads touch
 //!   no database, the writer writes;
-//! - results are stored only through `queue::ack`'s closure, so a batch whose lease was
+//! - results are stored only through `queue::claim::ack`'s closure, so a batch whose lease was
 //!   lost stores nothing, and a replayed batch stores no duplicate (content hashes);
 //! - one in-flight batch per session (the queue's rule), so a turn's summary is built after
 //!   its observations are stored;
@@ -27,19 +27,21 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock::now_ms;
-use crate::db;
+use crate::store::db;
 use crate::error::{Error, Result};
-use crate::memory::{self, NewObservation, NewSummary};
-use crate::model::{self, Provider, RetryPolicy};
-use crate::offline;
-use crate::parse::{self, ObservationsOutcome, ParsedObservation, ParsedSummary, SummaryOutcome};
-use crate::paths::DataDir;
-use crate::payload::{ToolEvent, TurnEnd};
-use crate::prompt::{self, Limits, Prompt, SessionHeader, TurnObservation};
-use crate::queue::{self, Batch, Fenced, JobKind, Policy, RescueScope};
+use crate::memory;
+use crate::memory::observations::{NewObservation, NewSummary};
+use crate::worker::model::{self, Provider, RetryPolicy};
+use crate::worker::offline;
+use crate::worker::parse::{self, ObservationsOutcome, ParsedObservation, ParsedSummary, SummaryOutcome};
+use crate::store::paths::DataDir;
+use crate::queue::payload::{ToolEvent, TurnEnd};
+use crate::worker::prompt::{self, Limits, Prompt, SessionHeader, TurnObservation};
+use crate::queue;
+use crate::queue::claim::{Batch, Fenced, JobKind, Policy, RescueScope};
 use crate::settings::Settings;
-use crate::usage::{self, CallRecord, Outcome};
-use crate::workers;
+use crate::worker::usage::{self, CallRecord, Outcome};
+use crate::queue::workers;
 
 /// Titles of the session's latest observations shown in a prompt header.
 const HEADER_TITLES: usize = 8;
@@ -172,7 +174,7 @@ pub fn run(
     let now = now_ms();
     workers::register(&mut conn, &opts.worker_id, std::process::id(), now)?;
     // We hold the single-instance lock: every claim not ours belongs to a dead worker.
-    queue::rescue(&mut conn, RescueScope::AllBut(&opts.worker_id), now)?;
+    queue::claim::rescue(&mut conn, RescueScope::AllBut(&opts.worker_id), now)?;
 
     let concurrency = settings.worker.concurrency.max(1) as usize;
     let budget_spent = Arc::new(AtomicBool::new(false));
@@ -303,7 +305,7 @@ impl Claimer {
             }
             let mut claimed = false;
             if self.inflight.len() < concurrency && !self.budget_exhausted(now)? {
-                match queue::claim_batch(&mut self.conn, &self.opts.worker_id, &self.policy, now) {
+                match queue::claim::claim_batch(&mut self.conn, &self.opts.worker_id, &self.policy, now) {
                     Ok(Some(batch)) => {
                         claimed = true;
                         last_activity = Instant::now();
@@ -382,7 +384,7 @@ impl Claimer {
             Err(e) => {
                 let msg = format!("cannot prepare the batch: {e}");
                 log::warn!("{msg}");
-                queue::fail(&mut self.conn, &batch, &msg, &self.policy, now)?;
+                queue::claim::fail(&mut self.conn, &batch, &msg, &self.policy, now)?;
                 return Ok(());
             }
         };
@@ -416,7 +418,7 @@ impl Claimer {
                 let header = SessionHeader {
                     project: batch.project().to_string(),
                     request,
-                    recent_titles: memory::recent_titles(
+                    recent_titles: memory::observations::recent_titles(
                         &self.conn,
                         batch.session_id(),
                         HEADER_TITLES,
@@ -458,7 +460,7 @@ impl Claimer {
         }
         let mut lost = Vec::new();
         for (token, batch) in self.inflight.iter_mut() {
-            match queue::heartbeat(&mut self.conn, batch, &self.policy, now) {
+            match queue::claim::heartbeat(&mut self.conn, batch, &self.policy, now) {
                 Ok(Fenced::Done) => {}
                 Ok(Fenced::LeaseLost) => lost.push(*token),
                 Err(e) => log::warn!("lease renewal of jobs {:?} failed: {e}", batch.ids()),
@@ -469,10 +471,10 @@ impl Claimer {
             // the ack will be refused (fenced), storing nothing.
             log::debug!("batch {token} is no longer held by this worker");
         }
-        if let Err(e) = queue::rescue(&mut self.conn, RescueScope::Expired, now) {
+        if let Err(e) = queue::claim::rescue(&mut self.conn, RescueScope::Expired, now) {
             log::warn!("rescue failed: {e}");
         }
-        match crate::spool::ingest(&self.dir, &mut self.conn, &self.settings, now) {
+        match crate::capture::spool::ingest(&self.dir, &mut self.conn, &self.settings, now) {
             Ok(0) => {}
             Ok(n) => log::info!("ingested {n} spooled hook events"),
             Err(e) => log::warn!("spool ingestion failed (the files stay for the next try): {e}"),
@@ -480,7 +482,7 @@ impl Claimer {
         if now >= self.next_slow_housekeeping {
             self.next_slow_housekeeping = now + SLOW_HOUSEKEEPING_MS;
             let keep_ms = (self.settings.queue.retention_days as i64).saturating_mul(86_400_000);
-            match queue::purge(&mut self.conn, now.saturating_sub(keep_ms)) {
+            match queue::claim::purge(&mut self.conn, now.saturating_sub(keep_ms)) {
                 Ok(0) => {}
                 Ok(n) => log::info!(
                     "purged {n} done jobs older than {} days",
@@ -489,7 +491,7 @@ impl Claimer {
                 Err(e) => log::warn!("purge failed: {e}"),
             }
             if self.settings.backup.daily {
-                match crate::backup::daily(&self.dir, &self.conn, self.settings.backup.keep, now) {
+                match crate::store::backup::daily(&self.dir, &self.conn, self.settings.backup.keep, now) {
                     Ok(Some(path)) => log::info!("daily backup written to {}", path.display()),
                     Ok(None) => {}
                     Err(e) => log::warn!("daily backup failed: {e}"),
@@ -537,7 +539,7 @@ impl Claimer {
                         self.next_housekeeping =
                             now + (self.settings.worker.heartbeat_secs.max(1) * 1000) as i64;
                         for batch in self.inflight.values_mut() {
-                            let _ = queue::heartbeat(&mut self.conn, batch, &self.policy, now);
+                            let _ = queue::claim::heartbeat(&mut self.conn, batch, &self.policy, now);
                         }
                     }
                 }
@@ -547,7 +549,7 @@ impl Claimer {
         let mut released = 0;
         let now = now_ms();
         for batch in std::mem::take(&mut self.inflight).into_values() {
-            match queue::release(&mut self.conn, &batch, 0, now) {
+            match queue::claim::release(&mut self.conn, &batch, 0, now) {
                 Ok(Fenced::Done) => {
                     released += 1;
                     log::warn!(
@@ -826,7 +828,7 @@ fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<S
             let target = parsed
                 .iter()
                 .position(|o| {
-                    let (k, _) = memory::normalize_type(&o.kind);
+                    let (k, _) = memory::observations::normalize_type(&o.kind);
                     matches!(k.as_str(), "change" | "feature" | "bugfix" | "refactor")
                 })
                 .unwrap_or(0);
@@ -844,7 +846,7 @@ fn to_observation(
     origin: &str,
     now: i64,
 ) -> NewObservation {
-    let (kind, original_type) = memory::normalize_type(&p.kind);
+    let (kind, original_type) = memory::observations::normalize_type(&p.kind);
     let mut files_modified = p.files_modified;
     for f in edited {
         if !files_modified.contains(&f) {
@@ -999,14 +1001,14 @@ fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<
             summary,
         } => {
             let mut added = 0u64;
-            let stored = queue::ack(conn, &batch, now, |tx| {
+            let stored = queue::claim::ack(conn, &batch, now, |tx| {
                 for o in &observations {
-                    if let memory::Stored::Added(_) = memory::insert_observation(tx, o)? {
+                    if let memory::observations::Stored::Added(_) = memory::observations::insert_observation(tx, o)? {
                         added += 1;
                     }
                 }
                 if let Some(s) = &summary {
-                    memory::upsert_summary(tx, s)?;
+                    memory::observations::upsert_summary(tx, s)?;
                 }
                 for c in &calls {
                     usage::record(tx, c)?;
@@ -1033,14 +1035,14 @@ fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<
                     usage::record_all(conn, &calls)?;
                     let msg = format!("cannot store the results: {e}");
                     log::error!("{msg}");
-                    queue::fail(conn, &batch, &msg, &policy, now)?;
+                    queue::claim::fail(conn, &batch, &msg, &policy, now)?;
                     report.batches_failed += 1;
                 }
             }
         }
         Verdict::Fail(msg) => {
             usage::record_all(conn, &calls)?;
-            let out = queue::fail(conn, &batch, &msg, &policy, now)?;
+            let out = queue::claim::fail(conn, &batch, &msg, &policy, now)?;
             report.batches_failed += 1;
             if out.skipped > 0 {
                 log::error!(
@@ -1054,7 +1056,7 @@ fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<
         }
         Verdict::Release(delay) => {
             usage::record_all(conn, &calls)?;
-            queue::release(conn, &batch, delay, now)?;
+            queue::claim::release(conn, &batch, delay, now)?;
             report.batches_released += 1;
         }
     }
@@ -1102,7 +1104,7 @@ mod tests {
             worker: "w".into(),
             token: 7,
             lease_until: 0,
-            jobs: vec![queue::Job {
+            jobs: vec![queue::claim::Job {
                 id: 1,
                 session_id: "s".into(),
                 project: "p".into(),

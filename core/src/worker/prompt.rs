@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use serde_json::Value;
 
-use crate::payload::ToolEvent;
+use crate::queue::payload::ToolEvent;
 use crate::settings::ModelSettings;
 
 /// Most characters of the user's request quoted in a header.

@@ -7,7 +7,7 @@
 use rusqlite::{Connection, Transaction, params};
 use serde::Serialize;
 
-use crate::db;
+use crate::store::db;
 use crate::error::Result;
 
 const DAY_MS: i64 = 86_400_000;
@@ -78,7 +78,7 @@ pub fn record(tx: &Transaction, r: &CallRecord) -> Result<i64> {
                 r.output_tokens as i64,
                 r.latency_ms,
                 r.outcome.as_str(),
-                r.error.as_deref().map(|e| crate::prompt::cap(e, 2_000)),
+                r.error.as_deref().map(|e| crate::worker::prompt::cap(e, 2_000)),
                 r.created_at
             ],
             |row| row.get(0),
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn counts_todays_tokens_and_the_budget() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::paths::DataDir::new(tmp.path());
+        let dd = crate::store::paths::DataDir::new(tmp.path());
         let mut c = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
         let day = 20_000 * DAY_MS;
         let now = day + 3_600_000;

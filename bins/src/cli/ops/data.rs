@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use cairn_core::exchange::{self, Counts, Format};
-use cairn_core::{backup as core_backup, claude_mem, clock};
+use cairn_core::ops::exchange::{self, Counts, Format};
+use cairn_core::clock;
+use cairn_core::ops::claude_mem;
+use cairn_core::store::backup as core_backup;
 
 use super::{
     BackupArgs, ExportArgs, ImportCommand, RestoreArgs, bytes, emit, explain, open, open_or_create,

@@ -17,8 +17,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 
-use cairn_core::paths::DataDir;
-use cairn_core::{clock, db};
+use cairn_core::store::paths::DataDir;
+use cairn_core::clock;
+use cairn_core::store::db;
 
 /// The recorded session: one hook payload per line (see tests/fixtures/demo/README.md).
 const SESSION: &str = include_str!("../../../../tests/fixtures/demo/session.jsonl");
@@ -152,7 +153,7 @@ fn fresh_temp() -> anyhow::Result<PathBuf> {
         std::process::id(),
         clock::now_ms()
     ));
-    cairn_core::paths::ensure_private_dir(&dir)?;
+    cairn_core::store::paths::ensure_private_dir(&dir)?;
     Ok(dir)
 }
 

@@ -1,9 +1,9 @@
 //! `cairn status`, `cairn doctor`, `cairn config`.
 
 use cairn_core::clock;
-use cairn_core::doctor::{self, Level};
-use cairn_core::queue::JobStatus;
-use cairn_core::status;
+use cairn_core::ops::doctor::{self, Level};
+use cairn_core::queue::claim::JobStatus;
+use cairn_core::ops::status;
 
 use super::{
     ConfigArgs, DoctorArgs, StatusArgs, age, bytes, emit, one_line, open, outln, print_json,

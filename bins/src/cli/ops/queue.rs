@@ -1,7 +1,8 @@
 //! `cairn queue list | show | replay | discard | purge`.
 
 use cairn_core::clock;
-use cairn_core::queue::{self, ListFilter};
+use cairn_core::queue;
+use cairn_core::queue::claim::ListFilter;
 
 use super::{QueueCommand, emit, one_line, open, outln, print_json};
 use crate::cli::Ctx;
@@ -17,7 +18,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             json,
         } => {
             let conn = open(ctx)?;
-            let rows = queue::list(
+            let rows = queue::claim::list(
                 &conn,
                 &ListFilter {
                     status: *status,
@@ -66,7 +67,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         }
         QueueCommand::Show { id, json } => {
             let conn = open(ctx)?;
-            let Some((row, payload, errors)) = queue::get(&conn, *id)? else {
+            let Some((row, payload, errors)) = queue::claim::get(&conn, *id)? else {
                 anyhow::bail!("no job {id} in the queue; see `cairn queue list`");
             };
             let payload_value: serde_json::Value =
@@ -97,7 +98,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             outln!(o, "attempts   {} of {}", row.attempts, row.max_attempts);
             outln!(o, "created    {}", clock::iso_utc(row.created_at));
             outln!(o, "updated    {}", clock::iso_utc(row.updated_at));
-            if row.status == queue::JobStatus::Pending {
+            if row.status == queue::claim::JobStatus::Pending {
                 outln!(o, "available  {}", clock::iso_utc(row.available_at));
             }
             if let Some(w) = &row.claimed_by {
@@ -135,7 +136,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         QueueCommand::Replay { which, json } => {
             let mut conn = open(ctx)?;
             let revived =
-                queue::replay(&mut conn, &which.selector(now), now).map_err(super::explain)?;
+                queue::claim::replay(&mut conn, &which.selector(now), now).map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "revived": revived }))?;
             } else if revived == 0 {
@@ -152,7 +153,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         QueueCommand::Discard { which, json } => {
             let mut conn = open(ctx)?;
             let discarded =
-                queue::discard(&mut conn, &which.selector(now), now).map_err(super::explain)?;
+                queue::claim::discard(&mut conn, &which.selector(now), now).map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "discarded": discarded }))?;
             } else if discarded == 0 {
@@ -174,7 +175,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             });
             let mut conn = open(ctx)?;
             let purged =
-                queue::purge(&mut conn, now.saturating_sub(keep_ms)).map_err(super::explain)?;
+                queue::claim::purge(&mut conn, now.saturating_sub(keep_ms)).map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "purged": purged }))?;
             } else {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Completion, ModelError, agent, post_json, status_error};
-use crate::prompt::Prompt;
+use crate::worker::prompt::Prompt;
 
 /// The API version header cairn speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -74,7 +74,7 @@ impl Client {
 /// Reads a Messages API answer: the text blocks joined, and the token counts.
 pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
     let v: Value = serde_json::from_str(text)
-        .map_err(|e| ModelError::BadResponse(format!("{e}: {}", crate::prompt::cap(text, 200))))?;
+        .map_err(|e| ModelError::BadResponse(format!("{e}: {}", crate::worker::prompt::cap(text, 200))))?;
     if v.get("type").and_then(Value::as_str) == Some("error") {
         let kind = v
             .pointer("/error/type")

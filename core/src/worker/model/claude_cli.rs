@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{Completion, ModelError};
-use crate::prompt::{Prompt, cap};
+use crate::worker::prompt::{Prompt, cap};
 
 /// Process groups of calls in flight.
 static LIVE_GROUPS: Mutex<Vec<i32>> = Mutex::new(Vec::new());

@@ -1,6 +1,6 @@
 //! Model providers: who turns a prompt into a reply. `anthropic` (Messages API), `openai`
 //! (any OpenAI-compatible chat-completions endpoint), `claude-cli` (the `claude` command in
-//! print mode) and `offline` (no model: the worker uses [`crate::offline`] instead).
+//! print mode) and `offline` (no model: the worker uses [`crate::worker::offline`] instead).
 //!
 //! Invariants:
 //! - one [`Provider::complete`] is one attempt; [`complete_with_retry`] adds in-process
@@ -16,7 +16,7 @@ pub mod openai;
 
 use std::time::{Duration, Instant};
 
-use crate::prompt::Prompt;
+use crate::worker::prompt::Prompt;
 use crate::settings::ModelSettings;
 
 /// Default model of the `anthropic` provider: a current Haiku.
@@ -394,7 +394,7 @@ pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
 pub(crate) fn status_error(status: u16, body: &str, retry_after: Option<Duration>) -> ModelError {
     ModelError::Status {
         status,
-        body: crate::prompt::cap(body.trim(), MAX_ERROR_BODY),
+        body: crate::worker::prompt::cap(body.trim(), MAX_ERROR_BODY),
         retry_after,
     }
 }

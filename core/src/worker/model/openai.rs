@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Completion, ModelError, agent, post_json, status_error};
-use crate::prompt::Prompt;
+use crate::worker::prompt::Prompt;
 
 /// A configured chat-completions client.
 #[derive(Debug)]
@@ -89,7 +89,7 @@ impl Client {
 /// Reads a chat-completions answer: the first choice's message and the token counts.
 pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
     let v: Value = serde_json::from_str(text)
-        .map_err(|e| ModelError::BadResponse(format!("{e}: {}", crate::prompt::cap(text, 200))))?;
+        .map_err(|e| ModelError::BadResponse(format!("{e}: {}", crate::worker::prompt::cap(text, 200))))?;
     if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
         let msg = err
             .get("message")

@@ -1,0 +1,21 @@
+//! Capture: the hook's side of the pipeline. One Claude Code hook event in, its rows out:
+//! decoded (`hook`), cleaned (`privacy`, at the crate root), written (`handle`) in one
+//! transaction, or spooled to a file when the database cannot take it (`spool`), or kept
+//! in the quarantine when it is not a capturable event (`quarantine`). `project` names the
+//! project of a working directory.
+//!
+//! Writes `sessions` and `user_prompts` (through `memory::sessions`), `pending_messages`
+//! (through `queue::claim::enqueue`) and `quarantine` (its only writer); renders the
+//! SessionStart context through `recall::context`.
+//!
+//! Invariants: one `db::write` per event; nothing is written before the privacy filter
+//! ran; the hook never talks to the worker; an event the database cannot take is spooled,
+//! already cleaned, and written later by the same `handle::apply` (idempotent: dedupe keys,
+//! prompt ids). Data flows down into the queue and memory; the worker drives the spool's
+//! ingestion, so nothing here imports the worker.
+
+pub mod handle;
+pub mod hook;
+pub mod project;
+pub mod quarantine;
+pub mod spool;

@@ -1,0 +1,10 @@
+//! The MCP server: recall (and `save_memory`) for a model, as JSON-RPC 2.0 on stdio.
+//!
+//! Writes `observations` only through `memory::observations` (`save_memory`, after the
+//! privacy filter); everything else reads through `recall`.
+//!
+//! Invariants: one reply line per request, flushed before the next is read;
+//! notifications are never answered; tool failures are `isError` results, never crashes
+//! or protocol errors.
+
+pub mod tools;

@@ -1,0 +1,16 @@
+//! Memory: what cairn remembers. Sessions and the user's prompts (`sessions`), the
+//! observations and turn summaries the worker distils from them (`observations`).
+//!
+//! Owns and is the only writer of `sessions`, `user_prompts`, `observations` and
+//! `session_summaries`; the full-text indexes follow those tables through the migration's
+//! triggers. Capture writes sessions and prompts through it, the worker observations and
+//! summaries (inside the queue's ack transaction), and `save_memory` and the importers
+//! both.
+//!
+//! Invariants: an observation's content hash is unique per session, so storing the same
+//! content twice is one row; one summary per turn; a prompt whose `prompt_id` is already
+//! stored is not stored or counted again; `facts_text`/`concepts_text` hold the plain text
+//! of the JSON lists so search sees words, not JSON. Reads the store only.
+
+pub mod observations;
+pub mod sessions;

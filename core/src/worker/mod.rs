@@ -1,0 +1,23 @@
+//! The worker: the consumer. Claims ready batches from the queue, turns them into
+//! observations and turn summaries with a model provider (`model`) or the offline
+//! extractor (`offline`), and stores them with the ack.
+//!
+//! `pipeline` is the process's threads (claimer, model threads, one writer) and
+//! housekeeping; `prompt` builds what a model is asked, `parse` reads what it answers;
+//! `usage` counts the tokens.
+//!
+//! Writes `observations` and `session_summaries` (through `memory::observations`, inside
+//! `queue::claim::ack`'s transaction), `pending_messages` through the queue, `workers`
+//! through `queue::workers`, and `model_calls` (`usage`, its only writer).
+//!
+//! Invariants: no transaction is held across a model call; results are stored only inside
+//! the ack's transaction, so a batch whose lease was lost stores nothing; every prompt is
+//! self-contained, so a replayed job is the same call again and content hashes make the
+//! second store a no-op. Data flows from the queue through the model into memory.
+
+pub mod model;
+pub mod offline;
+pub mod parse;
+pub mod pipeline;
+pub mod prompt;
+pub mod usage;
