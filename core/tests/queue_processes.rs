@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::clock;
 use cairn_core::memory;
 use cairn_core::memory::observations::NewObservation;
-use cairn_core::store::paths::DataDir;
+use cairn_core::memory::sessions;
 use cairn_core::queue;
 use cairn_core::queue::claim::{Fenced, JobKind, NewJob, Policy, RescueScope};
-use cairn_core::clock;
-use cairn_core::memory::sessions;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
 
 const WRITERS: usize = 16;
 const JOBS_PER_WRITER: usize = 150;
@@ -97,7 +97,8 @@ fn claimer(dir: &Path, name: &str, stop: &Path) {
     let out = std::io::stdout();
     loop {
         let stopping = stop.exists();
-        match queue::claim::claim_batch(&mut conn, name, &policy(), clock::now_ms()).expect("claim") {
+        match queue::claim::claim_batch(&mut conn, name, &policy(), clock::now_ms()).expect("claim")
+        {
             Some(batch) => {
                 assert_eq!(ack_with_results(&mut conn, &batch), Fenced::Done);
                 let ids: Vec<String> = batch.ids().iter().map(i64::to_string).collect();
@@ -281,7 +282,8 @@ fn claimer_killed_mid_batch(root: &Path) {
     while clock::now_ms() <= lease_until {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let rescued = queue::claim::rescue(&mut conn, RescueScope::Expired, clock::now_ms()).expect("rescue");
+    let rescued =
+        queue::claim::rescue(&mut conn, RescueScope::Expired, clock::now_ms()).expect("rescue");
     assert_eq!(
         rescued.retrying, 20,
         "the dead claimer's jobs come back after the lease"

@@ -19,9 +19,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::memory;
 use cairn_core::memory::observations::NewObservation;
+use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
 
 /// The hook binary measured: `CAIRN_BENCH_HOOK`, else the one Cargo built for this bench.

@@ -18,12 +18,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use cairn_core::store::db::{self, OpenOptions};
-use cairn_core::store::paths::DataDir;
-use cairn_core::queue;
-use cairn_core::queue::claim::{Fenced, JobKind, NewJob, Policy};
 use cairn_core::clock;
 use cairn_core::memory::sessions;
+use cairn_core::queue;
+use cairn_core::queue::claim::{Fenced, JobKind, NewJob, Policy};
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
 
 const WRITERS: usize = 16;
 

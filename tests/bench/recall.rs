@@ -16,14 +16,14 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use cairn_core::recall::context;
-use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::memory;
 use cairn_core::memory::observations::{NewObservation, NewSummary, OBSERVATION_TYPES};
-use cairn_core::store::paths::DataDir;
-use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
 use cairn_core::memory::sessions;
+use cairn_core::recall::context;
+use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
 use cairn_core::settings::ContextSettings;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
 
 const DAY: i64 = 86_400_000;
 /// 2026-03-01T00:00:00Z

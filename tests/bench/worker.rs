@@ -18,10 +18,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use cairn_core::queue::payload::{ToolEvent, TurnEnd};
+use cairn_core::memory::sessions;
 use cairn_core::queue;
 use cairn_core::queue::claim::{JobKind, NewJob};
-use cairn_core::memory::sessions;
+use cairn_core::queue::payload::{ToolEvent, TurnEnd};
 use cairn_core::store::{db, paths::DataDir};
 use serde_json::{Value, json};
 

@@ -179,7 +179,8 @@ fn the_shipped_snippet_and_plugin_match_what_install_writes() {
     let ops = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/claude-code");
     let snippet = read(&ops.join("settings.hooks.json"));
     assert!(cairn_core::ops::install::detect(&snippet, "cairn-hook").complete());
-    let (installed, _) = cairn_core::ops::install::install(&json!({}), "cairn-hook").expect("install");
+    let (installed, _) =
+        cairn_core::ops::install::install(&json!({}), "cairn-hook").expect("install");
     assert_eq!(snippet, installed);
 
     let plugin_hooks = read(&ops.join("hooks/hooks.json"));

@@ -6,11 +6,11 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 
-use cairn_core::store::db::{self, OpenOptions};
-use cairn_core::store::paths::DataDir;
+use cairn_core::memory::{self, sessions};
 use cairn_core::queue;
 use cairn_core::queue::claim::{JobKind, NewJob, Policy};
-use cairn_core::memory::{self, sessions};
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
 
 use crate::support::{TestEnv, fixtures, hook_fixture, stderr, stdout};
 
@@ -63,7 +63,8 @@ fn fail_all(conn: &mut rusqlite::Connection, error: &str) -> usize {
         ..Policy::default()
     };
     let mut n = 0;
-    while let Some(batch) = queue::claim::claim_batch(conn, "test-worker", &policy, now()).expect("claim")
+    while let Some(batch) =
+        queue::claim::claim_batch(conn, "test-worker", &policy, now()).expect("claim")
     {
         let out = queue::claim::fail(conn, &batch, error, &policy, now()).expect("fail");
         n += out.skipped;

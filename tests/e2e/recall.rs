@@ -3,11 +3,11 @@
 
 use std::process::Output;
 
-use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::memory;
 use cairn_core::memory::observations::{NewObservation, NewSummary};
-use cairn_core::store::paths::DataDir;
 use cairn_core::memory::sessions;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
 use serde_json::Value;
 
 use crate::support::{TestEnv, stderr, stdout};

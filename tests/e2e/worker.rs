@@ -11,10 +11,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_core::queue::payload::{ToolEvent, TurnEnd};
+use cairn_core::memory::sessions;
 use cairn_core::queue;
 use cairn_core::queue::claim::{JobKind, NewJob};
-use cairn_core::memory::sessions;
+use cairn_core::queue::payload::{ToolEvent, TurnEnd};
 use cairn_core::store::{db, lock, paths::DataDir};
 use cairn_core::worker::usage;
 use serde_json::{Value, json};

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use cairn_core::settings::{Loaded, Settings};
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
-use cairn_core::settings::{Loaded, Settings};
 
 use crate::exit;
 

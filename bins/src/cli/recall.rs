@@ -11,17 +11,17 @@ use std::io::{IsTerminal, Read, Write};
 use anyhow::Context as _;
 use clap::Args;
 
-use cairn_core::store::db::{self, OpenOptions};
-use cairn_core::memory;
-use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
-use cairn_core::privacy::Privacy;
-use cairn_core::recall::search::{
-    self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
-};
 use cairn_core::capture::project;
 use cairn_core::clock;
 use cairn_core::mcp;
+use cairn_core::memory;
+use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
+use cairn_core::privacy::Privacy;
 use cairn_core::recall::context;
+use cairn_core::recall::search::{
+    self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
+};
+use cairn_core::store::db::{self, OpenOptions};
 
 use super::Ctx;
 use crate::exit;
@@ -434,7 +434,11 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<u8> {
     if args.json {
         print_json(&fetched)?;
     } else {
-        let texts: Vec<String> = fetched.found.iter().map(mcp::tools::render_record).collect();
+        let texts: Vec<String> = fetched
+            .found
+            .iter()
+            .map(mcp::tools::render_record)
+            .collect();
         print(&texts.join("\n"))?;
     }
     if !fetched.missing.is_empty() && !args.json {
@@ -513,7 +517,9 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
     };
     Privacy::from_settings(&ctx.settings().capture).observation(&mut obs);
     let mut conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
-    let stored = db::write(&mut conn, |tx| memory::observations::insert_observation(tx, &obs))?;
+    let stored = db::write(&mut conn, |tx| {
+        memory::observations::insert_observation(tx, &obs)
+    })?;
     if args.json {
         print_json(&serde_json::json!({ "id": stored.id(), "project": project }))?;
     } else {

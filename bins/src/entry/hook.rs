@@ -13,8 +13,8 @@ use crate::logging::{self, Target};
 use cairn_core::capture;
 use cairn_core::capture::handle::{HookInput, Stored};
 use cairn_core::capture::hook::PLAIN_ANSWER;
-use cairn_core::store::paths::DataDir;
 use cairn_core::settings::Settings;
+use cairn_core::store::paths::DataDir;
 
 const HELP: &str = "\
 cairn-hook: cairn's producer. Claude Code runs it for every hook event; it is not meant to

@@ -18,9 +18,9 @@ use anyhow::Context;
 use clap::Parser;
 
 use crate::{exit, logging};
+use cairn_core::settings::Settings;
 use cairn_core::store::lock::{self, WorkerLock};
 use cairn_core::store::paths::DataDir;
-use cairn_core::settings::Settings;
 use cairn_core::worker;
 use cairn_core::worker::pipeline::{Control, Options, Periodic};
 

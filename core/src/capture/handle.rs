@@ -32,18 +32,18 @@ use std::time::Duration;
 use rusqlite::{Connection, Transaction};
 use serde::{Deserialize, Serialize};
 
-use crate::store::db::{self, OpenOptions};
-use crate::error::Result;
 use crate::capture::hook::{self, DecodeError, Event, StartSource};
-use crate::store::paths::DataDir;
-use crate::queue::payload::{ToolEvent, TurnEnd};
-use crate::privacy::Privacy;
 use crate::capture::quarantine;
+use crate::capture::spool;
+use crate::error::Result;
+use crate::memory::sessions::{self, NewPrompt, PromptRecorded};
+use crate::privacy::Privacy;
 use crate::queue;
 use crate::queue::claim::{Enqueued, JobKind, NewJob};
-use crate::memory::sessions::{self, NewPrompt, PromptRecorded};
+use crate::queue::payload::{ToolEvent, TurnEnd};
 use crate::settings::{CaptureSettings, Settings};
-use crate::capture::spool;
+use crate::store::db::{self, OpenOptions};
+use crate::store::paths::DataDir;
 
 /// One event, cleaned and ready to write. Serializable: a spool file holds one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -425,14 +425,16 @@ pub fn handle_with(
             if *source != StartSource::Resume || settings.capture.context_on_resume =>
         {
             match conn.as_ref() {
-                Some(c) => match crate::recall::context::session_start(c, &project, &settings.context, now)
-                {
-                    Ok(block) => hook::session_start_answer(&block),
-                    Err(e) => {
-                        log::error!("cannot render the context block for {project}: {e}");
-                        hook::PLAIN_ANSWER.to_string()
+                Some(c) => {
+                    match crate::recall::context::session_start(c, &project, &settings.context, now)
+                    {
+                        Ok(block) => hook::session_start_answer(&block),
+                        Err(e) => {
+                            log::error!("cannot render the context block for {project}: {e}");
+                            hook::PLAIN_ANSWER.to_string()
+                        }
                     }
-                },
+                }
                 None => hook::PLAIN_ANSWER.to_string(),
             }
         }

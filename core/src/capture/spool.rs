@@ -17,11 +17,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::capture;
 use crate::capture::handle::Record;
-use crate::store::db;
-use crate::error::{Error, Result};
-use crate::store::paths::DataDir;
 use crate::capture::quarantine;
+use crate::error::{Error, Result};
 use crate::settings::Settings;
+use crate::store::db;
+use crate::store::paths::DataDir;
 
 /// What a spool file holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

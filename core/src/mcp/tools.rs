@@ -590,8 +590,10 @@ impl Server {
             ..NewObservation::default()
         };
         self.privacy.observation(&mut obs);
-        let stored = crate::store::db::write(&mut self.conn, |tx| memory::observations::insert_observation(tx, &obs))
-            .map_err(ToolError::Internal)?;
+        let stored = crate::store::db::write(&mut self.conn, |tx| {
+            memory::observations::insert_observation(tx, &obs)
+        })
+        .map_err(ToolError::Internal)?;
         Ok(format!(
             "Saved as observation {} in project '{project}'.",
             stored.id()
@@ -975,7 +977,8 @@ mod tests {
     fn server() -> (tempfile::TempDir, Server) {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dd = crate::store::paths::DataDir::new(tmp.path());
-        let conn = crate::store::db::open_data_dir(&dd, crate::store::db::OpenOptions::default()).expect("open");
+        let conn = crate::store::db::open_data_dir(&dd, crate::store::db::OpenOptions::default())
+            .expect("open");
         (tmp, Server::new(conn, "acme", || 1_790_000_000_000))
     }
 

@@ -298,7 +298,10 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dd = crate::store::paths::DataDir::new(tmp.path());
         let mut c = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
-        db::write(&mut c, |tx| crate::memory::sessions::ensure(tx, "s1", "p", "/p", 1)).expect("session");
+        db::write(&mut c, |tx| {
+            crate::memory::sessions::ensure(tx, "s1", "p", "/p", 1)
+        })
+        .expect("session");
         (tmp, c)
     }
 

@@ -19,12 +19,12 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::Serialize;
 
-use crate::store::db;
 use crate::error::{Error, Result};
-use crate::ops::exchange::Counts;
 use crate::memory;
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
+use crate::ops::exchange::Counts;
+use crate::store::db;
 
 /// Rows written per transaction.
 const CHUNK: usize = 500;
@@ -401,7 +401,8 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
         let created = time(row, "created_at").unwrap_or(now);
         let project = text(row, "project").unwrap_or_else(|| "unknown".into());
         let session_id = session_for(&memory_id, &project, created, &mut sessions_out);
-        let (kind, original_type) = memory::observations::normalize_type(&text_or_empty(row, "type"));
+        let (kind, original_type) =
+            memory::observations::normalize_type(&text_or_empty(row, "type"));
         observations.push(NewObservation {
             session_id: Some(session_id),
             project,

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
+use crate::settings::Settings;
 use crate::store::db::{self, OpenOptions};
 use crate::store::paths::{DataDir, mode_of};
-use crate::settings::Settings;
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

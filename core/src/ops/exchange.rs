@@ -17,11 +17,11 @@ use std::io::{BufRead, Write};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use crate::store::db;
 use crate::error::{Error, Result};
 use crate::memory;
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
+use crate::store::db;
 
 /// The `format` of the header line.
 pub const FORMAT: &str = "cairn-export";
@@ -448,7 +448,10 @@ pub fn import_records(conn: &mut Connection, records: &[(usize, Record)]) -> Res
                     Record::Prompt(p) => sessions::import_prompt(tx, p)?,
                     Record::Observation(o) => insert_observation_once(tx, o)?,
                     Record::Summary(s) => {
-                        matches!(memory::observations::upsert_summary(tx, s)?, memory::observations::Stored::Added(_))
+                        matches!(
+                            memory::observations::upsert_summary(tx, s)?,
+                            memory::observations::Stored::Added(_)
+                        )
                     }
                 };
                 let counts = if added {

@@ -17,8 +17,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, Result};
 use crate::capture::hook::EventName;
+use crate::error::{Error, Result};
 
 /// The hook binary's file name.
 pub const HOOK_PROGRAM: &str = "cairn-hook";

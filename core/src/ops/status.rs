@@ -5,10 +5,10 @@ use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::store::paths::DataDir;
 use crate::queue;
 use crate::queue::claim::JobStatus;
 use crate::settings::Settings;
+use crate::store::paths::DataDir;
 
 /// Quarantined hook inputs need attention for this long (7 days); older ones are only
 /// counted, so that `cairn status` can become healthy again without deleting evidence.
@@ -197,8 +197,8 @@ fn plural(n: i64, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::db::{self, OpenOptions};
     use crate::queue::claim::{JobKind, NewJob, Policy};
+    use crate::store::db::{self, OpenOptions};
 
     #[test]
     fn healthy_then_each_reason_for_attention() {
@@ -287,7 +287,10 @@ mod tests {
             true,
         );
         harmless.uncaptured = true;
-        db::write(&mut conn, |tx| crate::capture::quarantine::add(tx, &harmless, now)).expect("uncaptured");
+        db::write(&mut conn, |tx| {
+            crate::capture::quarantine::add(tx, &harmless, now)
+        })
+        .expect("uncaptured");
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert_eq!((s.quarantined, s.quarantined_recently), (1, 0));
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);

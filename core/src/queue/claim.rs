@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
 
-use crate::store::db;
 use crate::error::Result;
 use crate::settings::Settings;
+use crate::store::db;
 
 /// Longest error text kept per failed attempt.
 const MAX_ERROR_CHARS: usize = 2_000;

@@ -5,8 +5,8 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::store::db;
 use crate::error::Result;
+use crate::store::db;
 
 /// A worker as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

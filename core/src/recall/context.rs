@@ -281,9 +281,9 @@ fn fit(mut lines: Vec<Line>, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::db;
     use crate::memory;
     use crate::memory::observations::{NewObservation, NewSummary};
+    use crate::store::db;
 
     /// 2026-09-21T14:13:20Z
     const NOW: i64 = 1_790_000_000_000;

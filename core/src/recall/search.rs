@@ -973,7 +973,9 @@ pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
                     facts: crate::memory::observations::json_list(&r.get::<_, String>(8)?),
                     concepts: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
                     files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
-                    files_modified: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
+                    files_modified: crate::memory::observations::json_list(
+                        &r.get::<_, String>(11)?,
+                    ),
                     origin: r.get(12)?,
                     created_at: r.get(13)?,
                     prompt: r.get(14)?,
@@ -1144,9 +1146,9 @@ mod reference_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::db;
     use crate::memory;
     use crate::memory::observations::{NewObservation, NewSummary};
+    use crate::store::db;
 
     const DAY: i64 = 86_400_000;
     const T0: i64 = 1_790_000_000_000;

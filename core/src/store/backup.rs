@@ -21,8 +21,8 @@ use rusqlite::Connection;
 use rusqlite::backup::{Backup, StepResult};
 use serde::Serialize;
 
-use crate::store::db::{self, OpenOptions};
 use crate::error::{Error, Result};
+use crate::store::db::{self, OpenOptions};
 use crate::store::paths::DataDir;
 
 /// How long a backup step waits on locks before giving up.

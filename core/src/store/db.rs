@@ -18,7 +18,10 @@ use crate::store::paths::{DataDir, ensure_private_file};
 
 /// The embedded migrations, applied in order. Never edit one once shipped.
 const MIGRATIONS: &[(&str, &str)] = &[
-    ("0001_init", include_str!("../../../migrations/0001_init.sql")),
+    (
+        "0001_init",
+        include_str!("../../../migrations/0001_init.sql"),
+    ),
     (
         "0002_search_covering",
         include_str!("../../../migrations/0002_search_covering.sql"),

@@ -13,8 +13,8 @@
 
 use serde_json::Value;
 
-use crate::worker::parse::{ParsedObservation, ParsedSummary};
 use crate::queue::payload::ToolEvent;
+use crate::worker::parse::{ParsedObservation, ParsedSummary};
 use crate::worker::prompt::cap;
 
 /// Tools that modify files, and the input field naming the file.

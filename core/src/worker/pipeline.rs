@@ -27,21 +27,23 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock::now_ms;
-use crate::store::db;
 use crate::error::{Error, Result};
 use crate::memory;
 use crate::memory::observations::{NewObservation, NewSummary};
-use crate::worker::model::{self, Provider, RetryPolicy};
-use crate::worker::offline;
-use crate::worker::parse::{self, ObservationsOutcome, ParsedObservation, ParsedSummary, SummaryOutcome};
-use crate::store::paths::DataDir;
-use crate::queue::payload::{ToolEvent, TurnEnd};
-use crate::worker::prompt::{self, Limits, Prompt, SessionHeader, TurnObservation};
 use crate::queue;
 use crate::queue::claim::{Batch, Fenced, JobKind, Policy, RescueScope};
-use crate::settings::Settings;
-use crate::worker::usage::{self, CallRecord, Outcome};
+use crate::queue::payload::{ToolEvent, TurnEnd};
 use crate::queue::workers;
+use crate::settings::Settings;
+use crate::store::db;
+use crate::store::paths::DataDir;
+use crate::worker::model::{self, Provider, RetryPolicy};
+use crate::worker::offline;
+use crate::worker::parse::{
+    self, ObservationsOutcome, ParsedObservation, ParsedSummary, SummaryOutcome,
+};
+use crate::worker::prompt::{self, Limits, Prompt, SessionHeader, TurnObservation};
+use crate::worker::usage::{self, CallRecord, Outcome};
 
 /// Titles of the session's latest observations shown in a prompt header.
 const HEADER_TITLES: usize = 8;
@@ -305,7 +307,12 @@ impl Claimer {
             }
             let mut claimed = false;
             if self.inflight.len() < concurrency && !self.budget_exhausted(now)? {
-                match queue::claim::claim_batch(&mut self.conn, &self.opts.worker_id, &self.policy, now) {
+                match queue::claim::claim_batch(
+                    &mut self.conn,
+                    &self.opts.worker_id,
+                    &self.policy,
+                    now,
+                ) {
                     Ok(Some(batch)) => {
                         claimed = true;
                         last_activity = Instant::now();
@@ -491,7 +498,12 @@ impl Claimer {
                 Err(e) => log::warn!("purge failed: {e}"),
             }
             if self.settings.backup.daily {
-                match crate::store::backup::daily(&self.dir, &self.conn, self.settings.backup.keep, now) {
+                match crate::store::backup::daily(
+                    &self.dir,
+                    &self.conn,
+                    self.settings.backup.keep,
+                    now,
+                ) {
                     Ok(Some(path)) => log::info!("daily backup written to {}", path.display()),
                     Ok(None) => {}
                     Err(e) => log::warn!("daily backup failed: {e}"),
@@ -539,7 +551,8 @@ impl Claimer {
                         self.next_housekeeping =
                             now + (self.settings.worker.heartbeat_secs.max(1) * 1000) as i64;
                         for batch in self.inflight.values_mut() {
-                            let _ = queue::claim::heartbeat(&mut self.conn, batch, &self.policy, now);
+                            let _ =
+                                queue::claim::heartbeat(&mut self.conn, batch, &self.policy, now);
                         }
                     }
                 }
@@ -1003,7 +1016,9 @@ fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<
             let mut added = 0u64;
             let stored = queue::claim::ack(conn, &batch, now, |tx| {
                 for o in &observations {
-                    if let memory::observations::Stored::Added(_) = memory::observations::insert_observation(tx, o)? {
+                    if let memory::observations::Stored::Added(_) =
+                        memory::observations::insert_observation(tx, o)?
+                    {
                         added += 1;
                     }
                 }

@@ -7,8 +7,8 @@
 use rusqlite::{Connection, Transaction, params};
 use serde::Serialize;
 
-use crate::store::db;
 use crate::error::Result;
+use crate::store::db;
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -78,7 +78,9 @@ pub fn record(tx: &Transaction, r: &CallRecord) -> Result<i64> {
                 r.output_tokens as i64,
                 r.latency_ms,
                 r.outcome.as_str(),
-                r.error.as_deref().map(|e| crate::worker::prompt::cap(e, 2_000)),
+                r.error
+                    .as_deref()
+                    .map(|e| crate::worker::prompt::cap(e, 2_000)),
                 r.created_at
             ],
             |row| row.get(0),

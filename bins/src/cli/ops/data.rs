@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use cairn_core::ops::exchange::{self, Counts, Format};
 use cairn_core::clock;
 use cairn_core::ops::claude_mem;
+use cairn_core::ops::exchange::{self, Counts, Format};
 use cairn_core::store::backup as core_backup;
 
 use super::{

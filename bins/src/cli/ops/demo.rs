@@ -17,9 +17,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 
-use cairn_core::store::paths::DataDir;
 use cairn_core::clock;
 use cairn_core::store::db;
+use cairn_core::store::paths::DataDir;
 
 /// The recorded session: one hook payload per line (see tests/fixtures/demo/README.md).
 const SESSION: &str = include_str!("../../../../tests/fixtures/demo/session.jsonl");

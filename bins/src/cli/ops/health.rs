@@ -2,8 +2,8 @@
 
 use cairn_core::clock;
 use cairn_core::ops::doctor::{self, Level};
-use cairn_core::queue::claim::JobStatus;
 use cairn_core::ops::status;
+use cairn_core::queue::claim::JobStatus;
 
 use super::{
     ConfigArgs, DoctorArgs, StatusArgs, age, bytes, emit, one_line, open, outln, print_json,

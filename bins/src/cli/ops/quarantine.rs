@@ -1,7 +1,7 @@
 //! `cairn quarantine list | show | clear`: the hook inputs cairn could not use.
 
-use cairn_core::clock;
 use cairn_core::capture::quarantine::{self, Clear};
+use cairn_core::clock;
 
 use super::{QuarantineCommand, emit, one_line, open, outln, print_json};
 use crate::cli::Ctx;

@@ -135,8 +135,8 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         }
         QueueCommand::Replay { which, json } => {
             let mut conn = open(ctx)?;
-            let revived =
-                queue::claim::replay(&mut conn, &which.selector(now), now).map_err(super::explain)?;
+            let revived = queue::claim::replay(&mut conn, &which.selector(now), now)
+                .map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "revived": revived }))?;
             } else if revived == 0 {
@@ -152,8 +152,8 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         }
         QueueCommand::Discard { which, json } => {
             let mut conn = open(ctx)?;
-            let discarded =
-                queue::claim::discard(&mut conn, &which.selector(now), now).map_err(super::explain)?;
+            let discarded = queue::claim::discard(&mut conn, &which.selector(now), now)
+                .map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "discarded": discarded }))?;
             } else if discarded == 0 {
@@ -174,8 +174,8 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
                     .saturating_mul(86_400_000)
             });
             let mut conn = open(ctx)?;
-            let purged =
-                queue::claim::purge(&mut conn, now.saturating_sub(keep_ms)).map_err(super::explain)?;
+            let purged = queue::claim::purge(&mut conn, now.saturating_sub(keep_ms))
+                .map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "purged": purged }))?;
             } else {

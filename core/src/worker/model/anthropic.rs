@@ -73,8 +73,9 @@ impl Client {
 
 /// Reads a Messages API answer: the text blocks joined, and the token counts.
 pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| ModelError::BadResponse(format!("{e}: {}", crate::worker::prompt::cap(text, 200))))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        ModelError::BadResponse(format!("{e}: {}", crate::worker::prompt::cap(text, 200)))
+    })?;
     if v.get("type").and_then(Value::as_str) == Some("error") {
         let kind = v
             .pointer("/error/type")

@@ -16,8 +16,8 @@ pub mod openai;
 
 use std::time::{Duration, Instant};
 
-use crate::worker::prompt::Prompt;
 use crate::settings::ModelSettings;
+use crate::worker::prompt::Prompt;
 
 /// Default model of the `anthropic` provider: a current Haiku.
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-haiku-4-5";

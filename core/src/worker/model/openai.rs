@@ -88,8 +88,9 @@ impl Client {
 
 /// Reads a chat-completions answer: the first choice's message and the token counts.
 pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| ModelError::BadResponse(format!("{e}: {}", crate::worker::prompt::cap(text, 200))))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        ModelError::BadResponse(format!("{e}: {}", crate::worker::prompt::cap(text, 200)))
+    })?;
     if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
         let msg = err
             .get("message")
