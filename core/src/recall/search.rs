@@ -1715,4 +1715,55 @@ mod tests {
             proptest::prop_assert!(r.is_ok(), "{q:?}: {r:?}");
         }
     }
+
+    /// Moved from the store's tests, which may not reach up into recall: an upgraded
+    /// version-1 database gets the covering indexes and is searchable.
+    #[test]
+    fn upgrades_a_version_1_database_with_its_data() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = crate::store::paths::DataDir::new(tmp.path().join("data"));
+        dd.ensure().expect("dir");
+        {
+            let v1 = Connection::open(dd.db()).expect("v1");
+            v1.execute_batch(db::MIGRATIONS[0].1).expect("0001");
+            v1.execute_batch(
+                "PRAGMA user_version = 1;
+                 INSERT INTO sessions (session_id, project, started_at, updated_at)
+                     VALUES ('s', 'p', 1, 1);
+                 INSERT INTO observations
+                     (session_id, project, type, title, narrative, content_hash, created_at)
+                     VALUES ('s', 'p', 'discovery', 'Lease rescue', 'kept', 'h', 1);",
+            )
+            .expect("v1 data");
+        }
+        let conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("upgrade");
+        assert_eq!(
+            db::schema_version(&conn).expect("version"),
+            db::SCHEMA_VERSION
+        );
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index'
+                 AND name IN ('observations_search', 'session_summaries_search',
+                              'user_prompts_search')",
+                [],
+                |r| r.get(0),
+            )
+            .expect("indexes");
+        assert_eq!(indexes, 3);
+        let hits = search(
+            &conn,
+            &SearchRequest {
+                query: "lease".into(),
+                filters: Filters {
+                    project: Some("p".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .expect("search");
+        assert_eq!(hits.len(), 1);
+        assert!(db::integrity_problems(&conn).expect("check").is_empty());
+    }
 }

@@ -341,7 +341,6 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::sessions;
 
     fn data_dir() -> (tempfile::TempDir, DataDir, Connection) {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -351,7 +350,16 @@ mod tests {
     }
 
     fn add_session(conn: &mut Connection, id: &str) {
-        db::write(conn, |tx| sessions::ensure(tx, id, "p", "", 1)).expect("write");
+        // A plain row: the store sits below memory, which owns the sessions table.
+        db::write(conn, |tx| {
+            tx.execute(
+                "INSERT INTO sessions (session_id, project, cwd, started_at, updated_at)
+                 VALUES (?1, 'p', '', 1, 1)",
+                [id],
+            )?;
+            Ok(())
+        })
+        .expect("write");
     }
 
     fn session_ids(conn: &Connection) -> Vec<String> {

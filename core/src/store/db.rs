@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::store::paths::{DataDir, ensure_private_file};
 
 /// The embedded migrations, applied in order. Never edit one once shipped.
-const MIGRATIONS: &[(&str, &str)] = &[
+pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0001_init",
         include_str!("../../../migrations/0001_init.sql"),
@@ -376,51 +376,6 @@ mod tests {
         assert_eq!(tables_before, tables_after);
         assert!(integrity_problems(&conn).expect("check").is_empty());
         assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
-    }
-
-    #[test]
-    fn upgrades_a_version_1_database_with_its_data() {
-        let (_tmp, dd) = temp_db();
-        dd.ensure().expect("dir");
-        {
-            let v1 = Connection::open(dd.db()).expect("v1");
-            v1.execute_batch(MIGRATIONS[0].1).expect("0001");
-            v1.execute_batch(
-                "PRAGMA user_version = 1;
-                 INSERT INTO sessions (session_id, project, started_at, updated_at)
-                     VALUES ('s', 'p', 1, 1);
-                 INSERT INTO observations
-                     (session_id, project, type, title, narrative, content_hash, created_at)
-                     VALUES ('s', 'p', 'discovery', 'Lease rescue', 'kept', 'h', 1);",
-            )
-            .expect("v1 data");
-        }
-        let conn = open_data_dir(&dd, OpenOptions::default()).expect("upgrade");
-        assert_eq!(schema_version(&conn).expect("version"), SCHEMA_VERSION);
-        let indexes: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'index'
-                 AND name IN ('observations_search', 'session_summaries_search',
-                              'user_prompts_search')",
-                [],
-                |r| r.get(0),
-            )
-            .expect("indexes");
-        assert_eq!(indexes, 3);
-        let hits = crate::recall::search::search(
-            &conn,
-            &crate::recall::search::SearchRequest {
-                query: "lease".into(),
-                filters: crate::recall::search::Filters {
-                    project: Some("p".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .expect("search");
-        assert_eq!(hits.len(), 1);
-        assert!(integrity_problems(&conn).expect("check").is_empty());
     }
 
     #[test]
