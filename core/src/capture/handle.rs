@@ -1,7 +1,7 @@
 //! Turning one hook event into rows: the session upsert, the prompt record, the queue job.
 //! This is the whole of what `cairn-hook` does between reading stdin and printing its
 //! answer ([`handle`]), and what the worker does with spooled events ([`apply`] via
-//! `spool::ingest`).
+//! `worker::ingest`).
 //!
 //! - `SessionStart`: the session row exists and is active; the answer carries the context
 //!   block (not on `resume` unless `capture.context_on_resume`).
@@ -30,10 +30,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rusqlite::{Connection, Transaction};
-use serde::{Deserialize, Serialize};
 
 use crate::capture::hook::{self, DecodeError, Event, StartSource};
 use crate::capture::quarantine;
+use crate::capture::record::{Action, Record};
 use crate::capture::spool;
 use crate::error::Result;
 use crate::memory::sessions::{self, NewPrompt, PromptRecorded};
@@ -44,41 +44,6 @@ use crate::queue::payload::{ToolEvent, TurnEnd};
 use crate::settings::{CaptureSettings, Settings};
 use crate::store::db::{self, OpenOptions};
 use crate::store::paths::DataDir;
-
-/// One event, cleaned and ready to write. Serializable: a spool file holds one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    pub session_id: String,
-    pub project: String,
-    pub cwd: String,
-    /// When the hook received the event (ms); every row written for it carries this time.
-    pub at: i64,
-    pub action: Action,
-}
-
-/// What a record writes.
-// One record per hook process (or per spooled file): the size of the largest variant
-// costs nothing, and boxing it would only add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Action {
-    /// `SessionStart`: the session is (again) active.
-    Start,
-    /// A user prompt, cleaned.
-    Prompt {
-        prompt_id: Option<String>,
-        text: String,
-    },
-    /// An event that only keeps the session row fresh (a synthetic prompt).
-    Touch,
-    /// An `observation` job.
-    Tool(ToolEvent),
-    /// A `summarize` job.
-    TurnEnd(TurnEnd),
-    /// `SessionEnd`.
-    End { reason: String },
-}
 
 /// True when `project` matches one of `capture.excluded_projects`.
 pub fn is_excluded(project: &str, settings: &CaptureSettings) -> bool {
@@ -497,7 +462,6 @@ fn quarantine_input(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::hook::decode;
 
     fn settings() -> Settings {
         Settings::default()
@@ -738,41 +702,5 @@ mod tests {
         let rows = quarantine::list(&conn, 0).expect("list");
         assert_eq!(rows[1].event.as_deref(), Some("PreToolUse"));
         assert_eq!(q(&conn, "SELECT count(*) FROM sessions"), 0);
-    }
-
-    #[test]
-    fn a_locked_database_spools_and_ingest_writes_it_once() {
-        let (_t, dd) = env();
-        let mut s = settings();
-        s.capture.lock_wait_ms = 50;
-        let mut holder = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
-        let tx = holder
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .expect("lock");
-        let tool = ev(
-            "PostToolUse",
-            r#","tool_name":"Bash","tool_use_id":"t9","tool_input":{"command":"echo AKIAIOSFODNN7EXAMPLE"}"#,
-        );
-        let o = run(&dd, &s, &tool, 5);
-        let Stored::Spooled(path) = &o.stored else {
-            panic!("not spooled: {:?}", o.stored)
-        };
-        let text = std::fs::read_to_string(path).expect("spool file");
-        assert!(!text.contains("AKIAIOSFODNN7EXAMPLE"), "{text}");
-        let bad = run(&dd, &s, "garbage", 6);
-        assert_eq!(bad.stored, Stored::Quarantined);
-        tx.rollback().expect("unlock");
-        drop(holder);
-
-        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
-        assert_eq!(spool::ingest(&dd, &mut conn, &s, 100).expect("ingest"), 2);
-        assert_eq!(spool::ingest(&dd, &mut conn, &s, 101).expect("again"), 0);
-        assert_eq!(q(&conn, "SELECT count(*) FROM pending_messages"), 1);
-        assert_eq!(q(&conn, "SELECT created_at FROM pending_messages"), 5);
-        assert_eq!(q(&conn, "SELECT count(*) FROM quarantine"), 1);
-        // The same event written again after all (a replayed spool file): still one job.
-        let _ = decode(tool.as_bytes(), None).expect("decode");
-        run(&dd, &s, &tool, 7);
-        assert_eq!(q(&conn, "SELECT count(*) FROM pending_messages"), 1);
     }
 }

@@ -1,8 +1,9 @@
 //! Capture: the hook's side of the pipeline. One Claude Code hook event in, its rows out:
 //! decoded (`hook`), cleaned (`privacy`, at the crate root), written (`handle`) in one
 //! transaction, or spooled to a file when the database cannot take it (`spool`), or kept
-//! in the quarantine when it is not a capturable event (`quarantine`). `project` names the
-//! project of a working directory.
+//! in the quarantine when it is not a capturable event (`quarantine`). `record` is the plain
+//! cleaned event both `handle` and `spool` use; `project` names the project of a working
+//! directory.
 //!
 //! Writes `sessions` and `user_prompts` (through `memory::sessions`), `pending_messages`
 //! (through `queue::claim::enqueue`) and `quarantine` (its only writer); renders the
@@ -18,4 +19,5 @@ pub mod handle;
 pub mod hook;
 pub mod project;
 pub mod quarantine;
+pub mod record;
 pub mod spool;

@@ -3,7 +3,8 @@
 //! extractor (`offline`), and stores them with the ack.
 //!
 //! `pipeline` is the process's threads (claimer, model threads, one writer) and
-//! housekeeping; `prompt` builds what a model is asked, `parse` reads what it answers;
+//! housekeeping, which also ingests the hooks' spool
+//! (`ingest`); `prompt` builds what a model is asked, `parse` reads what it answers;
 //! `usage` counts the tokens.
 //!
 //! Writes `observations` and `session_summaries` (through `memory::observations`, inside
@@ -15,6 +16,7 @@
 //! self-contained, so a replayed job is the same call again and content hashes make the
 //! second store a no-op. Data flows from the queue through the model into memory.
 
+pub mod ingest;
 pub mod model;
 pub mod offline;
 pub mod parse;

@@ -481,7 +481,7 @@ impl Claimer {
         if let Err(e) = queue::claim::rescue(&mut self.conn, RescueScope::Expired, now) {
             log::warn!("rescue failed: {e}");
         }
-        match crate::capture::spool::ingest(&self.dir, &mut self.conn, &self.settings, now) {
+        match super::ingest::ingest(&self.dir, &mut self.conn, &self.settings, now) {
             Ok(0) => {}
             Ok(n) => log::info!("ingested {n} spooled hook events"),
             Err(e) => log::warn!("spool ingestion failed (the files stay for the next try): {e}"),

@@ -1,0 +1,218 @@
+//! Ingesting the hooks' spool: every event a hook could not write to the database is
+//! written now, through the same `capture::handle::apply` the hook uses. The worker drives
+//! this (its housekeeping runs it), so capture only ever writes spool files and never
+//! depends on the worker, and the spool never depends on the code that applies its
+//! records.
+//!
+//! Invariants: each file is written in its own transaction and removed only after its
+//! event is committed; ingesting twice writes nothing twice (dedupe keys, prompt ids).
+
+use rusqlite::Connection;
+
+use crate::capture::{handle, quarantine, spool};
+use crate::error::{Error, Result};
+use crate::settings::Settings;
+use crate::store::db;
+use crate::store::paths::DataDir;
+
+/// Writes every spooled event to the database through the same path as the hook
+/// ([`capture::handle::apply`], [`quarantine::add`]), each in its own transaction, removing each
+/// file once its event is committed. A file that cannot be read as an event goes to the
+/// quarantine. Stops at the first database error (the database is still locked: try
+/// again later). Returns how many files were ingested.
+pub fn ingest(
+    dir: &DataDir,
+    conn: &mut Connection,
+    settings: &Settings,
+    now: i64,
+) -> Result<usize> {
+    let mut done = 0;
+    for path in spool::pending(dir)? {
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("cannot read spool file", &path, e)),
+        };
+        match serde_json::from_slice::<(spool::Item, i64)>(&bytes) {
+            Ok((spool::Item::Capture(rec), _)) => {
+                db::write(conn, |tx| {
+                    handle::apply(tx, &rec, settings.queue.max_attempts).map(drop)
+                })?;
+            }
+            Ok((spool::Item::Quarantine(entry), at)) => {
+                db::write(conn, |tx| quarantine::add(tx, &entry, at).map(drop))?;
+            }
+            Err(e) => {
+                log::warn!("spool file {} is unreadable: {e}", path.display());
+                let entry = quarantine::Entry::new(
+                    None,
+                    format!("unreadable spool file: {e}"),
+                    &bytes,
+                    bytes.len() as u64,
+                    settings.capture.redact_secrets,
+                );
+                db::write(conn, |tx| quarantine::add(tx, &entry, now).map(drop))?;
+            }
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("cannot remove spool file", &path, e)),
+        }
+        done += 1;
+    }
+    if done > 0 {
+        log::info!("ingested {done} spooled events");
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::handle::{HookInput, Outcome, Stored, handle};
+    use crate::capture::hook::decode;
+    use crate::capture::record::{Action, Record};
+    use crate::capture::spool::{Item, pending, write};
+    use crate::store::db::OpenOptions;
+
+    // Spool files written by `spool::write`, ingested here (moved with `ingest` from the
+    // spool's tests).
+
+    #[test]
+    fn files_sort_in_order_and_bad_ones_are_quarantined() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let rec = |at: i64| {
+            Item::Capture(Box::new(Record {
+                session_id: "s".into(),
+                project: "p".into(),
+                cwd: "/p".into(),
+                at,
+                action: Action::Start,
+            }))
+        };
+        let a = write(&dd, &rec(2), 2).expect("write");
+        let b = write(&dd, &rec(10), 10).expect("write");
+        assert_eq!(pending(&dd).expect("pending"), vec![a, b]);
+        assert_eq!(crate::store::paths::mode_of(&dd.spool()), Some(0o700));
+        std::fs::write(dd.spool().join("0000000000011-1-x.json"), b"{oops").expect("bad");
+        std::fs::write(dd.spool().join(".partial.json.tmp"), b"{").expect("tmp");
+
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let s = Settings::default();
+        assert_eq!(ingest(&dd, &mut conn, &s, 50).expect("ingest"), 3);
+        assert!(pending(&dd).expect("pending").is_empty());
+        let started: i64 = conn
+            .query_row("SELECT started_at FROM sessions", [], |r| r.get(0))
+            .expect("session");
+        assert_eq!(started, 2);
+        let rows = quarantine::list(&conn, 0).expect("list");
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].reason.contains("unreadable spool file"));
+    }
+
+    #[test]
+    fn a_locked_database_leaves_the_files() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let item = Item::Quarantine(quarantine::Entry::new(None, "x", b"y", 1, true));
+        write(&dd, &item, 1).expect("write");
+        let mut holder = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let tx = holder
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("lock");
+        let mut conn = db::open_data_dir(
+            &dd,
+            OpenOptions {
+                busy_timeout: std::time::Duration::from_millis(20),
+                create: true,
+            },
+        )
+        .expect("open");
+        let err = ingest(&dd, &mut conn, &Settings::default(), 5).expect_err("locked");
+        assert!(err.is_busy(), "{err}");
+        assert_eq!(pending(&dd).expect("pending").len(), 1);
+        tx.rollback().expect("unlock");
+        assert_eq!(
+            ingest(&dd, &mut conn, &Settings::default(), 5).expect("ok"),
+            1
+        );
+    }
+
+    // A hook that could not write spools its event; the worker ingests it once (moved with
+    // `ingest` from capture's tests; these helpers are the ones those tests use).
+
+    fn settings() -> Settings {
+        Settings::default()
+    }
+
+    fn env() -> (tempfile::TempDir, DataDir) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("data"));
+        (tmp, dd)
+    }
+
+    fn run(dd: &DataDir, s: &Settings, json: &str, now: i64) -> Outcome {
+        handle(
+            dd,
+            s,
+            &HookInput {
+                bytes: json.as_bytes(),
+                total_len: json.len() as u64,
+                incomplete: None,
+                explicit_event: None,
+                project_dir: None,
+            },
+            now,
+        )
+    }
+
+    fn q(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).expect(sql)
+    }
+
+    const SID: &str = "s1";
+
+    fn ev(name: &str, extra: &str) -> String {
+        format!(
+            r#"{{"hook_event_name":"{name}","session_id":"{SID}","cwd":"/nowhere/acme-api","prompt_id":"p"{extra}}}"#
+        )
+    }
+
+    #[test]
+    fn a_locked_database_spools_and_ingest_writes_it_once() {
+        let (_t, dd) = env();
+        let mut s = settings();
+        s.capture.lock_wait_ms = 50;
+        let mut holder = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let tx = holder
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("lock");
+        let tool = ev(
+            "PostToolUse",
+            r#","tool_name":"Bash","tool_use_id":"t9","tool_input":{"command":"echo AKIAIOSFODNN7EXAMPLE"}"#,
+        );
+        let o = run(&dd, &s, &tool, 5);
+        let Stored::Spooled(path) = &o.stored else {
+            panic!("not spooled: {:?}", o.stored)
+        };
+        let text = std::fs::read_to_string(path).expect("spool file");
+        assert!(!text.contains("AKIAIOSFODNN7EXAMPLE"), "{text}");
+        let bad = run(&dd, &s, "garbage", 6);
+        assert_eq!(bad.stored, Stored::Quarantined);
+        tx.rollback().expect("unlock");
+        drop(holder);
+
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(ingest(&dd, &mut conn, &s, 100).expect("ingest"), 2);
+        assert_eq!(ingest(&dd, &mut conn, &s, 101).expect("again"), 0);
+        assert_eq!(q(&conn, "SELECT count(*) FROM pending_messages"), 1);
+        assert_eq!(q(&conn, "SELECT created_at FROM pending_messages"), 5);
+        assert_eq!(q(&conn, "SELECT count(*) FROM quarantine"), 1);
+        // The same event written again after all (a replayed spool file): still one job.
+        let _ = decode(tool.as_bytes(), None).expect("decode");
+        run(&dd, &s, &tool, 7);
+        assert_eq!(q(&conn, "SELECT count(*) FROM pending_messages"), 1);
+    }
+}
