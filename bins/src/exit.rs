@@ -1,4 +1,4 @@
-//! Exit codes, in one place.
+//! Exit codes, in one place, and the one-line error message printed before exit 2.
 
 use std::process::ExitCode;
 
@@ -12,4 +12,16 @@ pub const ERROR: u8 = 2;
 
 pub fn code(c: u8) -> ExitCode {
     ExitCode::from(c)
+}
+
+/// The error and its causes on one line.
+pub fn chain(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+    }
+    parts.join(": ")
 }

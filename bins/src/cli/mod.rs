@@ -137,22 +137,10 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => exit::code(code),
         Err(e) => {
-            eprintln!("error: {}", chain(&e));
+            eprintln!("error: {}", exit::chain(&e));
             exit::code(exit::ERROR)
         }
     }
-}
-
-/// The error and its causes on one line.
-pub fn chain(e: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in e.chain() {
-        let s = cause.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-    }
-    parts.join(": ")
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {

@@ -52,7 +52,7 @@ where
     match run(args) {
         Ok(code) => exit::code(code),
         Err(e) => {
-            let msg = crate::cli::chain(&e);
+            let msg = exit::chain(&e);
             log::error!("{msg}");
             eprintln!("error: {msg}");
             exit::code(exit::ERROR)
