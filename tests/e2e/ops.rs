@@ -134,7 +134,7 @@ fn status_exit_codes_follow_what_needs_attention() {
     assert!(text.contains("model said 500"), "{text}");
     assert!(text.contains("cairn queue replay --all-skipped"), "{text}");
 
-    queue::claim::replay(&mut conn, &queue::claim::Selector::AllSkipped, now()).expect("replay");
+    queue::admin::replay(&mut conn, &queue::admin::Selector::AllSkipped, now()).expect("replay");
     conn.execute(
         "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES ('Stop', 'not JSON', x'7b7b', 2, ?1)",
         [now()],
@@ -300,7 +300,7 @@ fn replay_revives_skipped_jobs_and_says_how_many() {
         batching: false,
         ..Policy::default()
     };
-    queue::claim::replay(&mut conn, &queue::claim::Selector::Ids(vec![a1]), now()).expect("replay");
+    queue::admin::replay(&mut conn, &queue::admin::Selector::Ids(vec![a1]), now()).expect("replay");
     let batch = queue::claim::claim_batch(&mut conn, "w", &policy, now())
         .expect("claim")
         .expect("batch");

@@ -612,9 +612,9 @@ fn three_failed_attempts_skip_the_job_and_replay_brings_it_back() {
 
     let dd = DataDir::new(&env.data_dir);
     let mut conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
-    let n = queue::claim::replay(
+    let n = queue::admin::replay(
         &mut conn,
-        &queue::claim::Selector::AllSkipped,
+        &queue::admin::Selector::AllSkipped,
         cairn_core::clock::now_ms(),
     )
     .expect("replay");

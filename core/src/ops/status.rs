@@ -52,7 +52,7 @@ pub struct Status {
     pub data_dir: String,
     pub now: i64,
     pub worker: WorkerStatus,
-    pub queue: queue::claim::Stats,
+    pub queue: queue::stats::Stats,
     /// Hook inputs quarantined, ever.
     pub quarantined: i64,
     /// Unreadable hook inputs quarantined in the last [`QUARANTINE_WINDOW_MS`]; these need
@@ -110,7 +110,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         last_heartbeat_at,
         heartbeat_age_ms: last_heartbeat_at.map(|t| (now - t).max(0)),
     };
-    let queue = queue::claim::stats(conn, now)?;
+    let queue = queue::stats::stats(conn, now)?;
     let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
     let quarantined_recently: i64 = conn.query_row(
         "SELECT count(*) FROM quarantine WHERE created_at >= ?1 AND kind = 'invalid'",

@@ -1,5 +1,6 @@
-//! The durable job queue, `pending_messages`: the only module that writes it (and its
-//! error history, `job_errors`).
+//! The durable job queue, `pending_messages`, and its error history, `job_errors`: a job's
+//! life from enqueue to ack. With `admin` (replay, discard, purge), the only code that
+//! writes them; `stats` reads them.
 //!
 //! A job moves `pending → claimed → done`, or back to `pending` on a failed attempt, or to
 //! `skipped` once it has failed `max_attempts` times; `replay` brings skipped jobs back.
@@ -11,8 +12,6 @@
 //!   observations;
 //! - every later change to a claimed job is fenced by its batch's `claim_token`: a worker
 //!   whose lease was rescued changes nothing, and is told so.
-
-use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
@@ -42,7 +41,7 @@ impl JobKind {
         }
     }
 
-    fn parse(s: &str) -> rusqlite::Result<Self> {
+    pub(super) fn parse(s: &str) -> rusqlite::Result<Self> {
         match s {
             "observation" => Ok(JobKind::Observation),
             "summarize" => Ok(JobKind::Summarize),
@@ -589,251 +588,11 @@ fn clip(s: &str) -> &str {
     }
 }
 
-/// Which skipped jobs `replay` brings back or `discard` deletes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selector {
-    Ids(Vec<i64>),
-    Session(String),
-    /// Skipped at or after this time (ms).
-    Since(i64),
-    AllSkipped,
-}
-
-/// Runs `sql`, a statement over `pending_messages` ending in `WHERE status = 'skipped'`
-/// whose `?1` is `now`, on the jobs `selector` picks; returns how many rows it changed.
-fn on_skipped(conn: &mut Connection, sql: &str, selector: &Selector, now: i64) -> Result<usize> {
-    db::write(conn, |tx| {
-        Ok(match selector {
-            Selector::AllSkipped => tx.prepare_cached(sql)?.execute([now])?,
-            Selector::Session(s) => tx
-                .prepare_cached(&format!("{sql} AND session_id = ?2"))?
-                .execute(params![now, s])?,
-            Selector::Since(t) => tx
-                .prepare_cached(&format!("{sql} AND updated_at >= ?2"))?
-                .execute(params![now, t])?,
-            Selector::Ids(ids) => {
-                let mut stmt = tx.prepare_cached(&format!("{sql} AND id = ?2"))?;
-                let mut n = 0;
-                for id in ids {
-                    n += stmt.execute(params![now, id])?;
-                }
-                n
-            }
-        })
-    })
-}
-
-/// Puts skipped jobs back to `pending` with their attempts reset; returns how many.
-/// Jobs in any other state are left alone (replaying a done job would duplicate it).
-pub fn replay(conn: &mut Connection, selector: &Selector, now: i64) -> Result<usize> {
-    on_skipped(
-        conn,
-        "UPDATE pending_messages
-         SET status = 'pending', attempts = 0, available_at = ?1, updated_at = ?1,
-             claimed_by = NULL, claim_token = NULL, lease_until = NULL
-         WHERE status = 'skipped'",
-        selector,
-        now,
-    )
-}
-
-/// Deletes skipped jobs, with their error history, once a person has decided they will
-/// never succeed; returns how many. Jobs in any other state are left alone. The event is
-/// gone with its job: a repeat of it later is queued as new.
-pub fn discard(conn: &mut Connection, selector: &Selector, now: i64) -> Result<usize> {
-    on_skipped(
-        conn,
-        "DELETE FROM pending_messages WHERE updated_at <= ?1 AND status = 'skipped'",
-        selector,
-        now,
-    )
-}
-
-/// Deletes `done` jobs last changed before `cutoff` (ms), with their error history.
-/// Pending, claimed and skipped jobs are never purged. Returns how many were deleted.
-pub fn purge(conn: &mut Connection, cutoff: i64) -> Result<usize> {
-    db::write(conn, |tx| {
-        Ok(tx
-            .prepare_cached(
-                "DELETE FROM pending_messages WHERE status = 'done' AND updated_at < ?1",
-            )?
-            .execute([cutoff])?)
-    })
-}
-
-/// A job as listed by `cairn queue`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct JobRow {
-    pub id: i64,
-    pub session_id: String,
-    pub project: String,
-    pub kind: JobKind,
-    pub prompt_number: i64,
-    pub status: JobStatus,
-    pub attempts: u32,
-    pub max_attempts: u32,
-    pub available_at: i64,
-    pub claimed_by: Option<String>,
-    pub lease_until: Option<i64>,
-    pub last_error: Option<String>,
-    pub dedupe_key: String,
-    pub created_at: i64,
-    pub updated_at: i64,
-    pub done_at: Option<i64>,
-}
-
-/// One failed attempt of a job.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct JobError {
-    pub attempt: u32,
-    pub error: String,
-    pub created_at: i64,
-}
-
-const ROW_COLUMNS: &str =
-    "id, session_id, project, kind, prompt_number, status, attempts, max_attempts,
-    available_at, claimed_by, lease_until, last_error, dedupe_key, created_at, updated_at, done_at";
-
-fn job_row(r: &rusqlite::Row) -> rusqlite::Result<JobRow> {
-    let status: String = r.get(5)?;
-    Ok(JobRow {
-        id: r.get(0)?,
-        session_id: r.get(1)?,
-        project: r.get(2)?,
-        kind: JobKind::parse(&r.get::<_, String>(3)?)?,
-        prompt_number: r.get(4)?,
-        status: JobStatus::parse(&status).unwrap_or(JobStatus::Pending),
-        attempts: r.get(6)?,
-        max_attempts: r.get(7)?,
-        available_at: r.get(8)?,
-        claimed_by: r.get(9)?,
-        lease_until: r.get(10)?,
-        last_error: r.get(11)?,
-        dedupe_key: r.get(12)?,
-        created_at: r.get(13)?,
-        updated_at: r.get(14)?,
-        done_at: r.get(15)?,
-    })
-}
-
-/// Filter for `list`.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    pub status: Option<JobStatus>,
-    pub session_id: Option<String>,
-    pub limit: usize,
-}
-
-/// Jobs, newest first.
-pub fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<JobRow>> {
-    let sql = format!(
-        "SELECT {ROW_COLUMNS} FROM pending_messages
-         WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR session_id = ?2)
-         ORDER BY id DESC LIMIT ?3"
-    );
-    let limit = if filter.limit == 0 {
-        i64::MAX
-    } else {
-        filter.limit as i64
-    };
-    let rows = conn
-        .prepare(&sql)?
-        .query_map(
-            params![
-                filter.status.map(JobStatus::as_str),
-                filter.session_id,
-                limit
-            ],
-            job_row,
-        )?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
-}
-
-/// One job with its payload and every failed attempt.
-pub fn get(conn: &Connection, id: i64) -> Result<Option<(JobRow, String, Vec<JobError>)>> {
-    let found = conn
-        .prepare(&format!(
-            "SELECT {ROW_COLUMNS}, payload FROM pending_messages WHERE id = ?1"
-        ))?
-        .query_row([id], |r| Ok((job_row(r)?, r.get::<_, String>(16)?)))
-        .optional()?;
-    let Some((row, payload)) = found else {
-        return Ok(None);
-    };
-    let errors = conn
-        .prepare("SELECT attempt, error, created_at FROM job_errors WHERE job_id = ?1 ORDER BY id")?
-        .query_map([id], |r| {
-            Ok(JobError {
-                attempt: r.get(0)?,
-                error: r.get(1)?,
-                created_at: r.get(2)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(Some((row, payload, errors)))
-}
-
-/// The queue at a glance.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Stats {
-    /// `status` → count.
-    pub by_status: BTreeMap<String, i64>,
-    /// `kind/status` → count.
-    pub by_kind: BTreeMap<String, i64>,
-    /// Age in ms of the oldest pending job.
-    pub oldest_pending_age_ms: Option<i64>,
-    /// The latest skipped jobs (up to 10), newest first.
-    pub recent_skipped: Vec<JobRow>,
-}
-
-impl Stats {
-    pub fn count(&self, status: JobStatus) -> i64 {
-        self.by_status.get(status.as_str()).copied().unwrap_or(0)
-    }
-}
-
-/// Counts by status and kind, oldest pending age, and the latest skipped jobs.
-pub fn stats(conn: &Connection, now: i64) -> Result<Stats> {
-    let mut out = Stats::default();
-    for status in JobStatus::ALL {
-        out.by_status.insert(status.as_str().to_string(), 0);
-    }
-    let mut stmt =
-        conn.prepare("SELECT kind, status, count(*) FROM pending_messages GROUP BY kind, status")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, i64>(2)?,
-        ))
-    })?;
-    for row in rows {
-        let (kind, status, n) = row?;
-        *out.by_status.entry(status.clone()).or_default() += n;
-        out.by_kind.insert(format!("{kind}/{status}"), n);
-    }
-    out.oldest_pending_age_ms = conn
-        .query_row(
-            "SELECT min(created_at) FROM pending_messages WHERE status = 'pending'",
-            [],
-            |r| r.get::<_, Option<i64>>(0),
-        )?
-        .map(|t| (now - t).max(0));
-    out.recent_skipped = list(
-        conn,
-        &ListFilter {
-            status: Some(JobStatus::Skipped),
-            session_id: None,
-            limit: 10,
-        },
-    )?;
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::admin::{Selector, discard, purge, replay};
+    use crate::queue::stats::{ListFilter, get, list, stats};
     use crate::store::paths::DataDir;
 
     const W: &str = "worker-a";

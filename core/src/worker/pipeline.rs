@@ -489,7 +489,7 @@ impl Claimer {
         if now >= self.next_slow_housekeeping {
             self.next_slow_housekeeping = now + SLOW_HOUSEKEEPING_MS;
             let keep_ms = (self.settings.queue.retention_days as i64).saturating_mul(86_400_000);
-            match queue::claim::purge(&mut self.conn, now.saturating_sub(keep_ms)) {
+            match queue::admin::purge(&mut self.conn, now.saturating_sub(keep_ms)) {
                 Ok(0) => {}
                 Ok(n) => log::info!(
                     "purged {n} done jobs older than {} days",

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
 
-use cairn_core::queue::claim::{JobStatus, Selector};
+use cairn_core::queue::admin::Selector;
+use cairn_core::queue::claim::JobStatus;
 use cairn_core::store::db::{self, OpenOptions};
 
 use super::{Ctx, explain, open, read_opts};

@@ -2,7 +2,7 @@
 
 use cairn_core::clock;
 use cairn_core::queue;
-use cairn_core::queue::claim::ListFilter;
+use cairn_core::queue::stats::ListFilter;
 
 use super::{QueueCommand, emit, one_line, open, outln, print_json};
 use crate::cli::Ctx;
@@ -18,7 +18,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             json,
         } => {
             let conn = open(ctx)?;
-            let rows = queue::claim::list(
+            let rows = queue::stats::list(
                 &conn,
                 &ListFilter {
                     status: *status,
@@ -67,7 +67,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         }
         QueueCommand::Show { id, json } => {
             let conn = open(ctx)?;
-            let Some((row, payload, errors)) = queue::claim::get(&conn, *id)? else {
+            let Some((row, payload, errors)) = queue::stats::get(&conn, *id)? else {
                 anyhow::bail!("no job {id} in the queue; see `cairn queue list`");
             };
             let payload_value: serde_json::Value =
@@ -135,7 +135,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         }
         QueueCommand::Replay { which, json } => {
             let mut conn = open(ctx)?;
-            let revived = queue::claim::replay(&mut conn, &which.selector(now), now)
+            let revived = queue::admin::replay(&mut conn, &which.selector(now), now)
                 .map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "revived": revived }))?;
@@ -152,7 +152,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
         }
         QueueCommand::Discard { which, json } => {
             let mut conn = open(ctx)?;
-            let discarded = queue::claim::discard(&mut conn, &which.selector(now), now)
+            let discarded = queue::admin::discard(&mut conn, &which.selector(now), now)
                 .map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "discarded": discarded }))?;
@@ -174,7 +174,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
                     .saturating_mul(86_400_000)
             });
             let mut conn = open(ctx)?;
-            let purged = queue::claim::purge(&mut conn, now.saturating_sub(keep_ms))
+            let purged = queue::admin::purge(&mut conn, now.saturating_sub(keep_ms))
                 .map_err(super::explain)?;
             if *json {
                 print_json(&serde_json::json!({ "purged": purged }))?;
