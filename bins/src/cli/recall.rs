@@ -18,9 +18,9 @@ use cairn_core::memory;
 use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use cairn_core::privacy::Privacy;
 use cairn_core::recall::context;
-use cairn_core::recall::search::{
-    self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
-};
+use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use cairn_core::recall::snippet::{self, one_line, shorten};
+use cairn_core::recall::timeline::{self, Anchor, TimelineRequest};
 use cairn_core::store::db::{self, OpenOptions};
 
 use super::Ctx;
@@ -243,7 +243,7 @@ fn highlight(snippet: &str, color: bool) -> String {
         return snippet.to_string();
     }
     let mut out = String::new();
-    for (i, part) in snippet.split(search::HIGHLIGHT_OPEN).enumerate() {
+    for (i, part) in snippet.split(snippet::HIGHLIGHT_OPEN).enumerate() {
         if i > 0 {
             out.push_str(if i % 2 == 1 { "\x1b[1m" } else { "\x1b[0m" });
         }
@@ -369,7 +369,7 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
     };
     let project = args.scope.resolve()?;
     let conn = open(ctx)?;
-    let t = search::timeline(
+    let t = timeline::timeline(
         &conn,
         &TimelineRequest {
             anchor: anchor.clone(),
@@ -430,7 +430,7 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
 
 pub fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<u8> {
     let conn = open(ctx)?;
-    let fetched = search::get_records(&conn, &args.ids)?;
+    let fetched = timeline::get_records(&conn, &args.ids)?;
     if args.json {
         print_json(&fetched)?;
     } else {

@@ -24,9 +24,9 @@ use serde_json::{Map, Value, json};
 use crate::error::Result;
 use crate::memory;
 use crate::memory::observations::{NewObservation, OBSERVATION_TYPES};
-use crate::recall::search::{
-    self, Anchor, Filters, Kind, Order, SearchRequest, TimelineRequest, one_line, shorten,
-};
+use crate::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use crate::recall::snippet::{one_line, shorten};
+use crate::recall::timeline::{self, Anchor, TimelineRequest};
 
 /// Protocol revisions that open with an `initialize` handshake, oldest first.
 pub const HANDSHAKE_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
@@ -461,7 +461,7 @@ impl Server {
             after: args.count("after", 0, MAX_TIMELINE_SIDE)?.unwrap_or(5),
             project: project.clone(),
         };
-        let t = match search::timeline(&self.conn, &req) {
+        let t = match timeline::timeline(&self.conn, &req) {
             Ok(t) => t,
             Err(crate::Error::Invalid(msg)) => return Err(ToolError::Fix(msg)),
             Err(e) => return Err(ToolError::Internal(e)),
@@ -526,7 +526,7 @@ impl Server {
             }
             _ => return Err(fix()),
         };
-        let fetched = search::get_records(&self.conn, &refs).map_err(ToolError::Internal)?;
+        let fetched = timeline::get_records(&self.conn, &refs).map_err(ToolError::Internal)?;
         if fetched.found.is_empty() {
             return Err(ToolError::Fix(format!(
                 "nothing stored as {}; take ids from search or timeline results",
@@ -602,7 +602,7 @@ impl Server {
 }
 
 /// Full text of an observation, for a model or a person.
-pub fn render_observation(o: &search::Observation) -> String {
+pub fn render_observation(o: &timeline::Observation) -> String {
     let mut out = format!(
         "#{} {} [{}] {} — {}\n",
         o.id,
@@ -644,10 +644,10 @@ pub fn render_observation(o: &search::Observation) -> String {
 
 /// Any record as text: an observation as [`render_observation`] does, a summary with its
 /// sections, a prompt with its text.
-pub fn render_record(r: &search::Record) -> String {
+pub fn render_record(r: &timeline::Record) -> String {
     match r {
-        search::Record::Observation(o) => render_observation(o),
-        search::Record::Summary(s) => {
+        timeline::Record::Observation(o) => render_observation(o),
+        timeline::Record::Summary(s) => {
             let mut out = format!(
                 "S{} summary [{}] {} — session {}, prompt {}\n",
                 s.id,
@@ -682,7 +682,7 @@ pub fn render_record(r: &search::Record) -> String {
             }
             out
         }
-        search::Record::Prompt(p) => format!(
+        timeline::Record::Prompt(p) => format!(
             "P{} prompt [{}] {} — session {}, prompt {}\n\n{}\n",
             p.id,
             p.project,

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
 use crate::error::Result;
-use crate::recall::search::{one_line, shorten};
+use crate::recall::snippet::{one_line, shorten};
 use crate::settings::ContextSettings;
 
 /// The project's latest turn summary, as the block shows it.

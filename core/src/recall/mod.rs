@@ -1,5 +1,7 @@
 //! Recall: reading memories back. The query language (`query`), full-text search with
-//! filters and ranking (`search`), and the SessionStart context block (`context`).
+//! filters, the rank window and BM25 ranking (`search`), the snippets and text helpers a
+//! hit shows (`snippet`), the timeline around a point and records by id (`timeline`), and
+//! the SessionStart context block (`context`). Room for an `embed` subfolder later.
 //!
 //! Writes nothing: every module here only reads `observations`, `session_summaries`,
 //! `user_prompts` and `sessions`.
@@ -13,3 +15,5 @@
 pub mod context;
 pub mod query;
 pub mod search;
+pub mod snippet;
+pub mod timeline;

@@ -1,5 +1,5 @@
-//! Reading memories back: full-text search with filters, a timeline around a point, and
-//! full observations by id.
+//! Full-text search: the request and its filters, the rank window, BM25 ranking and the
+//! hits. What a hit shows is `snippet`'s; the timeline and records by id are `timeline`'s.
 //!
 //! Invariants:
 //! - user text reaches `MATCH` only through [`crate::recall::query`], so no input is an SQL error;
@@ -19,16 +19,15 @@
 use std::collections::HashMap;
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::recall::query;
+use crate::recall::snippet::{
+    HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN, SnippetPair, one_line, short_title, shorten, snippets_of,
+};
 
-/// Marks put around matched words in snippets.
-pub const HIGHLIGHT_OPEN: &str = "**";
-/// See [`HIGHLIGHT_OPEN`].
-pub const HIGHLIGHT_CLOSE: &str = "**";
 /// Most hits one search returns, whatever the caller asks.
 pub const MAX_LIMIT: usize = 500;
 /// Deepest offset accepted (hits beyond it are not reachable by paging).
@@ -36,8 +35,6 @@ pub const MAX_OFFSET: usize = 10_000;
 /// Matches ranked per kind: the newest this many that pass the filters (see the module
 /// invariants).
 pub const RANK_WINDOW: i64 = 300;
-/// Longest title shown for a summary or prompt (its first line, shortened).
-const TITLE_CHARS: usize = 100;
 
 /// BM25 column weights of
 /// `observations_fts(title, subtitle, narrative, facts_text, concepts_text)`.
@@ -91,7 +88,7 @@ impl Kind {
         }
     }
 
-    fn rank(self) -> u8 {
+    pub(super) fn rank(self) -> u8 {
         match self {
             Kind::Observation => 0,
             Kind::Summary => 1,
@@ -276,65 +273,21 @@ pub fn search(conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
     Ok(out)
 }
 
-/// A hit's best snippet and its body column's snippet.
-type SnippetPair = (Option<String>, Option<String>);
-
-/// The best snippet and the body-column snippet of each id, in one full-text query: the
-/// rowid range of the ids bounds the walk, and `+rowid IN (…)` (not usable as an index)
-/// keeps snippets from being made for rows in between.
-fn snippets_of(
-    conn: &Connection,
-    kind: Kind,
-    fts_match: &str,
-    ids: &[i64],
-) -> Result<Vec<(i64, SnippetPair)>> {
-    let (Some(lo), Some(hi)) = (ids.iter().min(), ids.iter().max()) else {
-        return Ok(Vec::new());
-    };
-    let t = table(kind);
-    let fts = t.fts;
-    let body = match t.body_column {
-        Some(col) => {
-            format!("snippet({fts}, {col}, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12)")
-        }
-        None => "NULL".into(),
-    };
-    let marks: Vec<String> = (0..ids.len()).map(|i| format!("?{}", i + 4)).collect();
-    let sql = format!(
-        "SELECT rowid, snippet({fts}, -1, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12), {body}
-         FROM {fts} WHERE {fts} MATCH ?1 AND rowid >= ?2 AND rowid <= ?3 AND +rowid IN ({})",
-        marks.join(", ")
-    );
-    let mut args: Vec<Value> = vec![
-        Value::Text(fts_match.to_string()),
-        Value::Integer(*lo),
-        Value::Integer(*hi),
-    ];
-    args.extend(ids.iter().map(|id| Value::Integer(*id)));
-    let rows = conn
-        .prepare_cached(&sql)?
-        .query_map(params_from_iter(args), |r| {
-            Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
 /// The SQL pieces that differ between the three searchable tables.
-struct Table {
+pub(super) struct Table {
     table: &'static str,
-    fts: &'static str,
+    pub(super) fts: &'static str,
     select: &'static str,
     weights: Option<&'static str>,
     /// The text shown when there is no match to make a snippet from.
     plain: &'static str,
     /// The FTS column a snippet comes from when the best one only repeats the title.
-    body_column: Option<u8>,
+    pub(super) body_column: Option<u8>,
     /// The covering index of the columns search filters read (migration 0002).
     search_index: &'static str,
 }
 
-fn table(kind: Kind) -> Table {
+pub(super) fn table(kind: Kind) -> Table {
     match kind {
         Kind::Observation => Table {
             table: "observations",
@@ -656,465 +609,6 @@ fn escape_like(s: &str) -> String {
     out
 }
 
-/// The first line, shortened to [`TITLE_CHARS`] characters at a word boundary.
-pub fn short_title(text: &str) -> String {
-    let line = text.trim().lines().next().unwrap_or("").trim();
-    shorten(line, TITLE_CHARS)
-}
-
-/// `text` cut to at most `max` characters, at a word boundary when one is near, with `…`.
-pub fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
-    let cut = match cut.rfind(' ') {
-        Some(i) if i > cut.len() / 2 => &cut[..i],
-        _ => cut.as_str(),
-    };
-    format!("{}…", cut.trim_end())
-}
-
-/// Whitespace runs (newlines included) as single spaces.
-pub fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Where a timeline is centred.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Anchor {
-    /// An observation id.
-    Observation(i64),
-    /// A record of any kind, as search lists it (`12`, `S3`, `P7`).
-    Record(Kind, i64),
-    /// The best hit (any kind) of this query.
-    Query(String),
-}
-
-/// A timeline request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimelineRequest {
-    pub anchor: Anchor,
-    /// Records before the anchor.
-    pub before: usize,
-    /// Records after the anchor.
-    pub after: usize,
-    /// Only this project; `None` is every project.
-    pub project: Option<String>,
-}
-
-/// One record in a timeline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Entry {
-    pub kind: Kind,
-    pub id: i64,
-    pub project: String,
-    pub created_at: i64,
-    /// The observation type, or `summary` / `prompt`.
-    #[serde(rename = "type")]
-    pub label: String,
-    pub title: String,
-    /// Subtitle of an observation, what a summary completed; empty for prompts.
-    pub detail: String,
-    /// True for the record the timeline is centred on.
-    pub anchor: bool,
-}
-
-impl Entry {
-    /// `12`, `S12` or `P12`.
-    pub fn reference(&self) -> String {
-        self.kind.reference(self.id)
-    }
-}
-
-/// A record of some kind, by id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Ref {
-    pub kind: Kind,
-    pub id: i64,
-}
-
-/// Records around an anchor, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Timeline {
-    /// The anchor's kind and id; `None` when the anchor was not found (then no entries).
-    pub anchor: Option<Ref>,
-    pub entries: Vec<Entry>,
-}
-
-/// Most records on either side of a timeline anchor.
-pub const MAX_TIMELINE_SIDE: usize = 100;
-
-/// Observations, summaries and prompts in time order around an anchor. An anchor id of
-/// another project than `req.project` is an error naming both projects; an unknown id or
-/// a query without hits gives an empty timeline.
-pub fn timeline(conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
-    let anchor: Option<(Kind, i64)> = match &req.anchor {
-        Anchor::Observation(id) => Some((Kind::Observation, *id)),
-        Anchor::Record(kind, id) => Some((*kind, *id)),
-        Anchor::Query(text) => search(
-            conn,
-            &SearchRequest {
-                query: text.clone(),
-                filters: Filters {
-                    project: req.project.clone(),
-                    ..Filters::default()
-                },
-                limit: 1,
-                ..SearchRequest::default()
-            },
-        )?
-        .first()
-        .map(|h| (h.kind, h.id)),
-    };
-    let empty = Timeline {
-        anchor: None,
-        entries: Vec::new(),
-    };
-    let Some((kind, id)) = anchor else {
-        return Ok(empty);
-    };
-    let Some(mut centre) = entry(conn, kind, id)? else {
-        return Ok(empty);
-    };
-    if let Some(p) = &req.project
-        && *p != centre.project
-    {
-        return Err(Error::Invalid(format!(
-            "{} {} belongs to project '{}', not '{p}'; ask for all projects or that project",
-            label_of(kind),
-            kind.reference(id),
-            centre.project
-        )));
-    }
-    centre.anchor = true;
-    let key = (centre.created_at, kind.rank(), id);
-    let before = req.before.min(MAX_TIMELINE_SIDE);
-    let after = req.after.min(MAX_TIMELINE_SIDE);
-    let mut older = Vec::new();
-    let mut newer = Vec::new();
-    for k in Kind::ALL {
-        older.extend(side(conn, k, key, true, before, req.project.as_deref())?);
-        newer.extend(side(conn, k, key, false, after, req.project.as_deref())?);
-    }
-    let order = |e: &Entry| (e.created_at, e.kind.rank(), e.id);
-    older.sort_by_key(|e| std::cmp::Reverse(order(e)));
-    older.truncate(before);
-    older.reverse();
-    newer.sort_by_key(order);
-    newer.truncate(after);
-    let mut entries = older;
-    entries.push(centre);
-    entries.extend(newer);
-    Ok(Timeline {
-        anchor: Some(Ref { kind, id }),
-        entries,
-    })
-}
-
-fn label_of(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Observation => "observation",
-        Kind::Summary => "summary",
-        Kind::Prompt => "prompt",
-    }
-}
-
-/// Columns of an [`Entry`] for each table (alias `t`).
-fn entry_select(kind: Kind) -> (&'static str, &'static str) {
-    match kind {
-        Kind::Observation => (
-            "observations",
-            "t.id, t.project, t.created_at, t.type, t.title, t.subtitle",
-        ),
-        Kind::Summary => (
-            "session_summaries",
-            "t.id, t.project, t.created_at, 'summary', t.request, t.completed",
-        ),
-        Kind::Prompt => (
-            "user_prompts",
-            "t.id, t.project, t.created_at, 'prompt', t.prompt_text, ''",
-        ),
-    }
-}
-
-fn read_entry(kind: Kind, r: &rusqlite::Row) -> rusqlite::Result<Entry> {
-    let title: String = r.get(4)?;
-    let detail: String = r.get(5)?;
-    Ok(Entry {
-        kind,
-        id: r.get(0)?,
-        project: r.get(1)?,
-        created_at: r.get(2)?,
-        label: r.get(3)?,
-        title: if kind == Kind::Observation {
-            title
-        } else {
-            short_title(&title)
-        },
-        detail: shorten(&one_line(&detail), 160),
-        anchor: false,
-    })
-}
-
-fn entry(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Entry>> {
-    let (table, cols) = entry_select(kind);
-    Ok(conn
-        .prepare_cached(&format!("SELECT {cols} FROM {table} t WHERE t.id = ?1"))?
-        .query_row([id], |r| read_entry(kind, r))
-        .optional()?)
-}
-
-/// Up to `n` records of `kind` strictly before (or after) the anchor key
-/// `(created_at, kind rank, id)`.
-fn side(
-    conn: &Connection,
-    kind: Kind,
-    key: (i64, u8, i64),
-    before: bool,
-    n: usize,
-    project: Option<&str>,
-) -> Result<Vec<Entry>> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let (table, cols) = entry_select(kind);
-    let (at, rank, id) = key;
-    // Same time: order by kind rank, then id.
-    let cmp = if before { "<" } else { ">" };
-    let tie = match kind.rank().cmp(&rank) {
-        std::cmp::Ordering::Equal => format!("(t.created_at = ?1 AND t.id {cmp} ?2)"),
-        std::cmp::Ordering::Less if before => "t.created_at = ?1".to_string(),
-        std::cmp::Ordering::Greater if !before => "t.created_at = ?1".to_string(),
-        _ => "0".to_string(),
-    };
-    let dir = if before { "DESC" } else { "ASC" };
-    let scope = if project.is_some() {
-        "t.project = ?4 AND"
-    } else {
-        "?4 IS NULL AND"
-    };
-    let sql = format!(
-        "SELECT {cols} FROM {table} t
-         WHERE {scope} (t.created_at {cmp} ?1 OR {tie})
-         ORDER BY t.created_at {dir}, t.id {dir} LIMIT ?3"
-    );
-    let rows = conn
-        .prepare_cached(&sql)?
-        .query_map(params![at, id, n as i64, project], |r| read_entry(kind, r))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
-/// A full observation, with the prompt that led to it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Observation {
-    pub id: i64,
-    pub project: String,
-    pub session_id: Option<String>,
-    pub prompt_number: Option<i64>,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub title: String,
-    pub subtitle: String,
-    pub narrative: String,
-    pub facts: Vec<String>,
-    pub concepts: Vec<String>,
-    pub files_read: Vec<String>,
-    pub files_modified: Vec<String>,
-    /// `model`, `offline`, `manual` or `import`.
-    pub origin: String,
-    pub created_at: i64,
-    /// The user's prompt of that turn, when it was recorded.
-    pub prompt: Option<String>,
-}
-
-/// Observations fetched by id.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Fetched {
-    /// In the order asked (each id once).
-    pub found: Vec<Observation>,
-    /// Ids asked for that do not exist.
-    pub missing: Vec<i64>,
-}
-
-/// Full observations by id, in the order asked; repeated ids are returned once and unknown
-/// ids are listed in `missing`.
-pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT o.id, o.project, o.session_id, o.prompt_number, o.type, o.title, o.subtitle,
-                o.narrative, o.facts, o.concepts, o.files_read, o.files_modified, o.origin,
-                o.created_at, p.prompt_text
-         FROM observations o
-         LEFT JOIN user_prompts p
-                ON p.session_id = o.session_id AND p.prompt_number = o.prompt_number
-         WHERE o.id = ?1",
-    )?;
-    let mut seen = std::collections::HashSet::new();
-    let mut out = Fetched {
-        found: Vec::new(),
-        missing: Vec::new(),
-    };
-    for &id in ids {
-        if !seen.insert(id) {
-            continue;
-        }
-        let row = stmt
-            .query_row([id], |r| {
-                Ok(Observation {
-                    id: r.get(0)?,
-                    project: r.get(1)?,
-                    session_id: r.get(2)?,
-                    prompt_number: r.get(3)?,
-                    kind: r.get(4)?,
-                    title: r.get(5)?,
-                    subtitle: r.get(6)?,
-                    narrative: r.get(7)?,
-                    facts: crate::memory::observations::json_list(&r.get::<_, String>(8)?),
-                    concepts: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
-                    files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
-                    files_modified: crate::memory::observations::json_list(
-                        &r.get::<_, String>(11)?,
-                    ),
-                    origin: r.get(12)?,
-                    created_at: r.get(13)?,
-                    prompt: r.get(14)?,
-                })
-            })
-            .optional()?;
-        match row {
-            Some(o) => out.found.push(o),
-            None => out.missing.push(id),
-        }
-    }
-    Ok(out)
-}
-
-/// A full turn summary.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Summary {
-    pub id: i64,
-    pub project: String,
-    pub session_id: String,
-    pub prompt_number: i64,
-    pub request: String,
-    pub investigated: String,
-    pub learned: String,
-    pub completed: String,
-    pub next_steps: String,
-    pub notes: String,
-    pub files_read: Vec<String>,
-    pub files_edited: Vec<String>,
-    pub origin: String,
-    pub created_at: i64,
-}
-
-/// A stored user prompt.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Prompt {
-    pub id: i64,
-    pub project: String,
-    pub session_id: String,
-    pub prompt_number: i64,
-    pub text: String,
-    pub created_at: i64,
-}
-
-/// Any record a search or timeline lists, in full.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "record", rename_all = "lowercase")]
-pub enum Record {
-    Observation(Observation),
-    Summary(Summary),
-    Prompt(Prompt),
-}
-
-/// Records fetched by reference (`12`, `S3`, `P7`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FetchedRecords {
-    /// In the order asked (each reference once).
-    pub found: Vec<Record>,
-    /// References asked for that do not exist, written as search lists them.
-    pub missing: Vec<String>,
-}
-
-/// Full records by kind and id, in the order asked; repeats are returned once and unknown
-/// ones are listed in `missing`.
-pub fn get_records(conn: &Connection, refs: &[(Kind, i64)]) -> Result<FetchedRecords> {
-    let mut seen = std::collections::HashSet::new();
-    let mut out = FetchedRecords {
-        found: Vec::new(),
-        missing: Vec::new(),
-    };
-    for &(kind, id) in refs {
-        if !seen.insert((kind, id)) {
-            continue;
-        }
-        let record = match kind {
-            Kind::Observation => get_observations(conn, &[id])?
-                .found
-                .pop()
-                .map(Record::Observation),
-            Kind::Summary => get_summary(conn, id)?.map(Record::Summary),
-            Kind::Prompt => get_prompt(conn, id)?.map(Record::Prompt),
-        };
-        match record {
-            Some(r) => out.found.push(r),
-            None => out.missing.push(kind.reference(id)),
-        }
-    }
-    Ok(out)
-}
-
-/// One turn summary by id.
-pub fn get_summary(conn: &Connection, id: i64) -> Result<Option<Summary>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, project, session_id, prompt_number, request, investigated, learned,
-                    completed, next_steps, notes, files_read, files_edited, origin, created_at
-             FROM session_summaries WHERE id = ?1",
-        )?
-        .query_row([id], |r| {
-            Ok(Summary {
-                id: r.get(0)?,
-                project: r.get(1)?,
-                session_id: r.get(2)?,
-                prompt_number: r.get(3)?,
-                request: r.get(4)?,
-                investigated: r.get(5)?,
-                learned: r.get(6)?,
-                completed: r.get(7)?,
-                next_steps: r.get(8)?,
-                notes: r.get(9)?,
-                files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
-                files_edited: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
-                origin: r.get(12)?,
-                created_at: r.get(13)?,
-            })
-        })
-        .optional()?)
-}
-
-/// One stored prompt by id.
-pub fn get_prompt(conn: &Connection, id: i64) -> Result<Option<Prompt>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT id, project, session_id, prompt_number, prompt_text, created_at
-             FROM user_prompts WHERE id = ?1",
-        )?
-        .query_row([id], |r| {
-            Ok(Prompt {
-                id: r.get(0)?,
-                project: r.get(1)?,
-                session_id: r.get(2)?,
-                prompt_number: r.get(3)?,
-                text: r.get(4)?,
-                created_at: r.get(5)?,
-            })
-        })
-        .optional()?)
-}
-
 /// A point in time from a person: `YYYY-MM-DD[THH:MM[:SS]]` (UTC), or an age like `7d`,
 /// `12h`, `2w` meaning that long before `now`.
 pub fn parse_time(s: &str, now: i64) -> Option<i64> {
@@ -1148,7 +642,11 @@ mod tests {
     use super::*;
     use crate::memory;
     use crate::memory::observations::{NewObservation, NewSummary};
+    use crate::recall::timeline::{
+        Anchor, Record, Ref, TimelineRequest, get_observations, get_records, timeline,
+    };
     use crate::store::db;
+    use rusqlite::params;
 
     const DAY: i64 = 86_400_000;
     const T0: i64 = 1_790_000_000_000;

@@ -1,0 +1,447 @@
+//! Reading records back by position and by id: the timeline around an anchor (an
+//! observation, any record as search lists it, or the best hit of a query), full
+//! observations by id (`get_observations`), and records of every kind by reference
+//! (`get_records`, `get_summary`, `get_prompt`). Reads only; scoped to the anchor's
+//! project.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::recall::search::{Filters, Kind, SearchRequest, search};
+use crate::recall::snippet::{one_line, short_title, shorten};
+
+/// Where a timeline is centred.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchor {
+    /// An observation id.
+    Observation(i64),
+    /// A record of any kind, as search lists it (`12`, `S3`, `P7`).
+    Record(Kind, i64),
+    /// The best hit (any kind) of this query.
+    Query(String),
+}
+
+/// A timeline request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimelineRequest {
+    pub anchor: Anchor,
+    /// Records before the anchor.
+    pub before: usize,
+    /// Records after the anchor.
+    pub after: usize,
+    /// Only this project; `None` is every project.
+    pub project: Option<String>,
+}
+
+/// One record in a timeline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Entry {
+    pub kind: Kind,
+    pub id: i64,
+    pub project: String,
+    pub created_at: i64,
+    /// The observation type, or `summary` / `prompt`.
+    #[serde(rename = "type")]
+    pub label: String,
+    pub title: String,
+    /// Subtitle of an observation, what a summary completed; empty for prompts.
+    pub detail: String,
+    /// True for the record the timeline is centred on.
+    pub anchor: bool,
+}
+
+impl Entry {
+    /// `12`, `S12` or `P12`.
+    pub fn reference(&self) -> String {
+        self.kind.reference(self.id)
+    }
+}
+
+/// A record of some kind, by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Ref {
+    pub kind: Kind,
+    pub id: i64,
+}
+
+/// Records around an anchor, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Timeline {
+    /// The anchor's kind and id; `None` when the anchor was not found (then no entries).
+    pub anchor: Option<Ref>,
+    pub entries: Vec<Entry>,
+}
+
+/// Most records on either side of a timeline anchor.
+pub const MAX_TIMELINE_SIDE: usize = 100;
+
+/// Observations, summaries and prompts in time order around an anchor. An anchor id of
+/// another project than `req.project` is an error naming both projects; an unknown id or
+/// a query without hits gives an empty timeline.
+pub fn timeline(conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
+    let anchor: Option<(Kind, i64)> = match &req.anchor {
+        Anchor::Observation(id) => Some((Kind::Observation, *id)),
+        Anchor::Record(kind, id) => Some((*kind, *id)),
+        Anchor::Query(text) => search(
+            conn,
+            &SearchRequest {
+                query: text.clone(),
+                filters: Filters {
+                    project: req.project.clone(),
+                    ..Filters::default()
+                },
+                limit: 1,
+                ..SearchRequest::default()
+            },
+        )?
+        .first()
+        .map(|h| (h.kind, h.id)),
+    };
+    let empty = Timeline {
+        anchor: None,
+        entries: Vec::new(),
+    };
+    let Some((kind, id)) = anchor else {
+        return Ok(empty);
+    };
+    let Some(mut centre) = entry(conn, kind, id)? else {
+        return Ok(empty);
+    };
+    if let Some(p) = &req.project
+        && *p != centre.project
+    {
+        return Err(Error::Invalid(format!(
+            "{} {} belongs to project '{}', not '{p}'; ask for all projects or that project",
+            label_of(kind),
+            kind.reference(id),
+            centre.project
+        )));
+    }
+    centre.anchor = true;
+    let key = (centre.created_at, kind.rank(), id);
+    let before = req.before.min(MAX_TIMELINE_SIDE);
+    let after = req.after.min(MAX_TIMELINE_SIDE);
+    let mut older = Vec::new();
+    let mut newer = Vec::new();
+    for k in Kind::ALL {
+        older.extend(side(conn, k, key, true, before, req.project.as_deref())?);
+        newer.extend(side(conn, k, key, false, after, req.project.as_deref())?);
+    }
+    let order = |e: &Entry| (e.created_at, e.kind.rank(), e.id);
+    older.sort_by_key(|e| std::cmp::Reverse(order(e)));
+    older.truncate(before);
+    older.reverse();
+    newer.sort_by_key(order);
+    newer.truncate(after);
+    let mut entries = older;
+    entries.push(centre);
+    entries.extend(newer);
+    Ok(Timeline {
+        anchor: Some(Ref { kind, id }),
+        entries,
+    })
+}
+
+fn label_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Observation => "observation",
+        Kind::Summary => "summary",
+        Kind::Prompt => "prompt",
+    }
+}
+
+/// Columns of an [`Entry`] for each table (alias `t`).
+fn entry_select(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Observation => (
+            "observations",
+            "t.id, t.project, t.created_at, t.type, t.title, t.subtitle",
+        ),
+        Kind::Summary => (
+            "session_summaries",
+            "t.id, t.project, t.created_at, 'summary', t.request, t.completed",
+        ),
+        Kind::Prompt => (
+            "user_prompts",
+            "t.id, t.project, t.created_at, 'prompt', t.prompt_text, ''",
+        ),
+    }
+}
+
+fn read_entry(kind: Kind, r: &rusqlite::Row) -> rusqlite::Result<Entry> {
+    let title: String = r.get(4)?;
+    let detail: String = r.get(5)?;
+    Ok(Entry {
+        kind,
+        id: r.get(0)?,
+        project: r.get(1)?,
+        created_at: r.get(2)?,
+        label: r.get(3)?,
+        title: if kind == Kind::Observation {
+            title
+        } else {
+            short_title(&title)
+        },
+        detail: shorten(&one_line(&detail), 160),
+        anchor: false,
+    })
+}
+
+fn entry(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Entry>> {
+    let (table, cols) = entry_select(kind);
+    Ok(conn
+        .prepare_cached(&format!("SELECT {cols} FROM {table} t WHERE t.id = ?1"))?
+        .query_row([id], |r| read_entry(kind, r))
+        .optional()?)
+}
+
+/// Up to `n` records of `kind` strictly before (or after) the anchor key
+/// `(created_at, kind rank, id)`.
+fn side(
+    conn: &Connection,
+    kind: Kind,
+    key: (i64, u8, i64),
+    before: bool,
+    n: usize,
+    project: Option<&str>,
+) -> Result<Vec<Entry>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let (table, cols) = entry_select(kind);
+    let (at, rank, id) = key;
+    // Same time: order by kind rank, then id.
+    let cmp = if before { "<" } else { ">" };
+    let tie = match kind.rank().cmp(&rank) {
+        std::cmp::Ordering::Equal => format!("(t.created_at = ?1 AND t.id {cmp} ?2)"),
+        std::cmp::Ordering::Less if before => "t.created_at = ?1".to_string(),
+        std::cmp::Ordering::Greater if !before => "t.created_at = ?1".to_string(),
+        _ => "0".to_string(),
+    };
+    let dir = if before { "DESC" } else { "ASC" };
+    let scope = if project.is_some() {
+        "t.project = ?4 AND"
+    } else {
+        "?4 IS NULL AND"
+    };
+    let sql = format!(
+        "SELECT {cols} FROM {table} t
+         WHERE {scope} (t.created_at {cmp} ?1 OR {tie})
+         ORDER BY t.created_at {dir}, t.id {dir} LIMIT ?3"
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params![at, id, n as i64, project], |r| read_entry(kind, r))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// A full observation, with the prompt that led to it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Observation {
+    pub id: i64,
+    pub project: String,
+    pub session_id: Option<String>,
+    pub prompt_number: Option<i64>,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub subtitle: String,
+    pub narrative: String,
+    pub facts: Vec<String>,
+    pub concepts: Vec<String>,
+    pub files_read: Vec<String>,
+    pub files_modified: Vec<String>,
+    /// `model`, `offline`, `manual` or `import`.
+    pub origin: String,
+    pub created_at: i64,
+    /// The user's prompt of that turn, when it was recorded.
+    pub prompt: Option<String>,
+}
+
+/// Observations fetched by id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fetched {
+    /// In the order asked (each id once).
+    pub found: Vec<Observation>,
+    /// Ids asked for that do not exist.
+    pub missing: Vec<i64>,
+}
+
+/// Full observations by id, in the order asked; repeated ids are returned once and unknown
+/// ids are listed in `missing`.
+pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.id, o.project, o.session_id, o.prompt_number, o.type, o.title, o.subtitle,
+                o.narrative, o.facts, o.concepts, o.files_read, o.files_modified, o.origin,
+                o.created_at, p.prompt_text
+         FROM observations o
+         LEFT JOIN user_prompts p
+                ON p.session_id = o.session_id AND p.prompt_number = o.prompt_number
+         WHERE o.id = ?1",
+    )?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Fetched {
+        found: Vec::new(),
+        missing: Vec::new(),
+    };
+    for &id in ids {
+        if !seen.insert(id) {
+            continue;
+        }
+        let row = stmt
+            .query_row([id], |r| {
+                Ok(Observation {
+                    id: r.get(0)?,
+                    project: r.get(1)?,
+                    session_id: r.get(2)?,
+                    prompt_number: r.get(3)?,
+                    kind: r.get(4)?,
+                    title: r.get(5)?,
+                    subtitle: r.get(6)?,
+                    narrative: r.get(7)?,
+                    facts: crate::memory::observations::json_list(&r.get::<_, String>(8)?),
+                    concepts: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
+                    files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
+                    files_modified: crate::memory::observations::json_list(
+                        &r.get::<_, String>(11)?,
+                    ),
+                    origin: r.get(12)?,
+                    created_at: r.get(13)?,
+                    prompt: r.get(14)?,
+                })
+            })
+            .optional()?;
+        match row {
+            Some(o) => out.found.push(o),
+            None => out.missing.push(id),
+        }
+    }
+    Ok(out)
+}
+
+/// A full turn summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub id: i64,
+    pub project: String,
+    pub session_id: String,
+    pub prompt_number: i64,
+    pub request: String,
+    pub investigated: String,
+    pub learned: String,
+    pub completed: String,
+    pub next_steps: String,
+    pub notes: String,
+    pub files_read: Vec<String>,
+    pub files_edited: Vec<String>,
+    pub origin: String,
+    pub created_at: i64,
+}
+
+/// A stored user prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prompt {
+    pub id: i64,
+    pub project: String,
+    pub session_id: String,
+    pub prompt_number: i64,
+    pub text: String,
+    pub created_at: i64,
+}
+
+/// Any record a search or timeline lists, in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "record", rename_all = "lowercase")]
+pub enum Record {
+    Observation(Observation),
+    Summary(Summary),
+    Prompt(Prompt),
+}
+
+/// Records fetched by reference (`12`, `S3`, `P7`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FetchedRecords {
+    /// In the order asked (each reference once).
+    pub found: Vec<Record>,
+    /// References asked for that do not exist, written as search lists them.
+    pub missing: Vec<String>,
+}
+
+/// Full records by kind and id, in the order asked; repeats are returned once and unknown
+/// ones are listed in `missing`.
+pub fn get_records(conn: &Connection, refs: &[(Kind, i64)]) -> Result<FetchedRecords> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = FetchedRecords {
+        found: Vec::new(),
+        missing: Vec::new(),
+    };
+    for &(kind, id) in refs {
+        if !seen.insert((kind, id)) {
+            continue;
+        }
+        let record = match kind {
+            Kind::Observation => get_observations(conn, &[id])?
+                .found
+                .pop()
+                .map(Record::Observation),
+            Kind::Summary => get_summary(conn, id)?.map(Record::Summary),
+            Kind::Prompt => get_prompt(conn, id)?.map(Record::Prompt),
+        };
+        match record {
+            Some(r) => out.found.push(r),
+            None => out.missing.push(kind.reference(id)),
+        }
+    }
+    Ok(out)
+}
+
+/// One turn summary by id.
+pub fn get_summary(conn: &Connection, id: i64) -> Result<Option<Summary>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, project, session_id, prompt_number, request, investigated, learned,
+                    completed, next_steps, notes, files_read, files_edited, origin, created_at
+             FROM session_summaries WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(Summary {
+                id: r.get(0)?,
+                project: r.get(1)?,
+                session_id: r.get(2)?,
+                prompt_number: r.get(3)?,
+                request: r.get(4)?,
+                investigated: r.get(5)?,
+                learned: r.get(6)?,
+                completed: r.get(7)?,
+                next_steps: r.get(8)?,
+                notes: r.get(9)?,
+                files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
+                files_edited: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
+                origin: r.get(12)?,
+                created_at: r.get(13)?,
+            })
+        })
+        .optional()?)
+}
+
+/// One stored prompt by id.
+pub fn get_prompt(conn: &Connection, id: i64) -> Result<Option<Prompt>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, project, session_id, prompt_number, prompt_text, created_at
+             FROM user_prompts WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(Prompt {
+                id: r.get(0)?,
+                project: r.get(1)?,
+                session_id: r.get(2)?,
+                prompt_number: r.get(3)?,
+                text: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })
+        .optional()?)
+}
