@@ -540,11 +540,11 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
     let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
     search::tune_for_reading(&conn)?;
     log::info!("mcp server for project '{project}'");
-    let mut server = mcp::tools::Server::new(conn, project, clock::now_ms)
+    let mut server = mcp::protocol::Server::new(conn, project, clock::now_ms)
         .with_privacy(Privacy::from_settings(&ctx.settings().capture));
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
-    mcp::tools::serve(&mut server, stdin, stdout)?;
+    mcp::protocol::serve(&mut server, stdin, stdout)?;
     Ok(exit::OK)
 }
 

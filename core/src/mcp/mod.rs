@@ -1,4 +1,6 @@
 //! The MCP server: recall (and `save_memory`) for a model, as JSON-RPC 2.0 on stdio.
+//! `protocol` is the framing, the version handshake and the method dispatch; `tools` the
+//! four tools, their schemas and how their results are rendered.
 //!
 //! Writes `observations` only through `memory::observations` (`save_memory`, after the
 //! privacy filter); everything else reads through `recall`.
@@ -7,4 +9,5 @@
 //! notifications are never answered; tool failures are `isError` results, never crashes
 //! or protocol errors.
 
+pub mod protocol;
 pub mod tools;
