@@ -3,9 +3,8 @@
 //! extractor (`offline`), and stores them with the ack.
 //!
 //! `pipeline` is the process's threads (claimer, model threads, one writer) and
-//! housekeeping, which also ingests the hooks' spool
-//! (`ingest`); `prompt` builds what a model is asked, `parse` reads what it answers;
-//! `usage` counts the tokens.
+//! housekeeping, which also ingests the hooks' spool (`ingest`); `prompt` builds what a
+//! model is asked, `parse` reads what it answers; `usage` counts the tokens.
 //!
 //! Writes `observations` and `session_summaries` (through `memory::observations`, inside
 //! `queue::claim::ack`'s transaction), `pending_messages` through the queue, `workers`
@@ -14,7 +13,8 @@
 //! Invariants: no transaction is held across a model call; results are stored only inside
 //! the ack's transaction, so a batch whose lease was lost stores nothing; every prompt is
 //! self-contained, so a replayed job is the same call again and content hashes make the
-//! second store a no-op. Data flows from the queue through the model into memory.
+//! second store a no-op. Data flows from the queue (and the spool) through the model into
+//! memory.
 
 pub mod ingest;
 pub mod model;
