@@ -41,6 +41,10 @@ pub enum Error {
     #[error("{0}")]
     Settings(String),
 
+    /// The sentence model could not be found, loaded, fetched or run.
+    #[error("{0}")]
+    Embedding(String),
+
     /// A caller passed something the operation cannot accept.
     #[error("{0}")]
     Invalid(String),

@@ -28,6 +28,7 @@ pub struct Settings {
     pub model: ModelSettings,
     pub context: ContextSettings,
     pub backup: BackupSettings,
+    pub embed: EmbedSettings,
 }
 
 /// `log.*`
@@ -255,6 +256,38 @@ impl Default for ContextSettings {
     }
 }
 
+/// `embed.*`: the sentence model behind search by meaning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EmbedSettings {
+    /// `auto` (the local model when its files are there, else full-text search only),
+    /// `local` (the same, but its absence is reported as a problem) or `off`.
+    pub provider: String,
+    /// Directory holding the model's files; empty is `models/all-MiniLM-L6-v2` in the data
+    /// dir.
+    pub model_dir: String,
+    /// Where `cairn embed --fetch` downloads the model's files from (`<url>/<file>`).
+    pub fetch_url: String,
+    /// Texts embedded together by the worker and `cairn embed`.
+    pub batch_size: usize,
+    /// A memory found only by meaning is shown when its cosine similarity to the query is at
+    /// least this (found by its words too, it is always a candidate).
+    pub min_similarity: f64,
+}
+
+impl Default for EmbedSettings {
+    fn default() -> Self {
+        Self {
+            provider: "auto".into(),
+            model_dir: String::new(),
+            fetch_url: "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main"
+                .into(),
+            batch_size: 16,
+            min_similarity: 0.3,
+        }
+    }
+}
+
 impl Default for BackupSettings {
     fn default() -> Self {
         Self {
@@ -412,6 +445,15 @@ impl Settings {
         }
         if self.worker.concurrency == 0 {
             return bad("worker.concurrency", "must be at least 1");
+        }
+        if !["auto", "local", "off"].contains(&self.embed.provider.as_str()) {
+            return bad("embed.provider", "must be auto, local or off");
+        }
+        if self.embed.batch_size == 0 {
+            return bad("embed.batch_size", "must be at least 1");
+        }
+        if !(-1.0..=1.0).contains(&self.embed.min_similarity) {
+            return bad("embed.min_similarity", "must be between -1 and 1");
         }
         if self.queue.lease_secs == 0 {
             return bad("queue.lease_secs", "must be at least 1");
@@ -597,6 +639,12 @@ fn parse_override(default: &Value, raw: &str) -> std::result::Result<Value, Stri
             "0" | "false" | "no" | "off" => Ok(Value::Bool(false)),
             _ => Err("expected true or false".into()),
         },
+        Value::Number(n) if n.is_f64() => raw
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .ok_or_else(|| "expected a number".into()),
         Value::Number(_) => raw
             .parse::<u64>()
             .map(Value::from)

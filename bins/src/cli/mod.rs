@@ -14,6 +14,7 @@ use cairn_core::store::paths::DataDir;
 use crate::exit;
 
 pub mod capture;
+pub mod embed;
 pub mod ops;
 pub mod recall;
 
@@ -88,6 +89,8 @@ pub enum Command {
     Context(recall::ContextArgs),
     /// Save a memory by hand.
     Save(recall::SaveArgs),
+    /// Get the sentence model for search by meaning, and embed memories now.
+    Embed(embed::EmbedArgs),
     /// Run the MCP server on stdio (for `claude mcp add`).
     Mcp(recall::McpArgs),
     /// Add cairn's hooks to Claude Code's settings.
@@ -183,6 +186,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Show(a) => recall::show(&ctx, &a),
         Command::Context(a) => recall::context(&ctx, &a),
         Command::Save(a) => recall::save(&ctx, &a),
+        Command::Embed(a) => embed::run(&ctx, &a),
         Command::Mcp(a) => recall::mcp(&ctx, &a),
         Command::Install(a) => capture::install(&ctx, &a),
         Command::Uninstall(a) => capture::uninstall(&ctx, &a),

@@ -11,6 +11,7 @@ use std::io::{IsTerminal, Read, Write};
 use anyhow::Context as _;
 use clap::Args;
 
+use cairn_core::recall::embed::Searcher;
 use cairn_core::capture::project;
 use cairn_core::clock;
 use cairn_core::mcp;
@@ -194,6 +195,15 @@ fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
     Ok(conn)
 }
 
+/// The sentence model for a search, or full text alone (said at `-v`) when there is none.
+fn searcher(ctx: &Ctx) -> Searcher {
+    let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir);
+    if let Some(why) = searcher.unavailable() {
+        log::info!("search by words only: {why}");
+    }
+    searcher
+}
+
 /// Writes to stdout; a closed pipe (`| head`) ends quietly.
 fn print(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -313,7 +323,7 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
         offset: args.offset,
     };
     let conn = open(ctx)?;
-    let hits = search::search(&conn, &req)?;
+    let hits = searcher(ctx).search(&conn, &req)?;
     if args.json {
         print_json(&hits)?;
     } else if hits.is_empty() {
@@ -369,7 +379,7 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
     };
     let project = args.scope.resolve()?;
     let conn = open(ctx)?;
-    let t = timeline::timeline(
+    let t = searcher(ctx).timeline(
         &conn,
         &TimelineRequest {
             anchor: anchor.clone(),
@@ -540,8 +550,10 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
     let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
     search::tune_for_reading(&conn)?;
     log::info!("mcp server for project '{project}'");
+    let searcher = searcher(ctx);
     let mut server = mcp::protocol::Server::new(conn, project, clock::now_ms)
-        .with_privacy(Privacy::from_settings(&ctx.settings().capture));
+        .with_privacy(Privacy::from_settings(&ctx.settings().capture))
+        .with_searcher(searcher);
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     mcp::protocol::serve(&mut server, stdin, stdout)?;

@@ -67,6 +67,8 @@ pub struct Server {
     negotiated: Option<String>,
     /// Cleans memories saved through `save_memory`, like everything captured.
     pub(super) privacy: crate::privacy::Privacy,
+    /// Searches by meaning when a sentence model is available, else by words.
+    pub(super) searcher: crate::recall::embed::Searcher,
 }
 
 /// What handling one line produced.
@@ -88,7 +90,14 @@ impl Server {
             clock,
             negotiated: None,
             privacy: crate::privacy::Privacy::from_settings(&Default::default()),
+            searcher: crate::recall::embed::Searcher::full_text_only("no sentence model given"),
         }
+    }
+
+    /// Searches with this model (and its index) where a query has words to rank by.
+    pub fn with_searcher(mut self, searcher: crate::recall::embed::Searcher) -> Self {
+        self.searcher = searcher;
+        self
     }
 
     /// Uses these capture settings (redaction, field cap) for `save_memory`.

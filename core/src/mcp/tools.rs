@@ -153,7 +153,10 @@ impl Server {
             limit: args.count("limit", 1, MAX_SEARCH_LIMIT)?.unwrap_or(20),
             offset: args.count("offset", 0, search::MAX_OFFSET)?.unwrap_or(0),
         };
-        let hits = search::search(&self.conn, &req).map_err(ToolError::Internal)?;
+        let hits = self
+            .searcher
+            .search(&self.conn, &req)
+            .map_err(ToolError::Internal)?;
         let scope = match &project {
             Some(p) => format!("project '{p}'"),
             None => "all projects".to_string(),
@@ -234,7 +237,7 @@ impl Server {
             after: args.count("after", 0, MAX_TIMELINE_SIDE)?.unwrap_or(5),
             project: project.clone(),
         };
-        let t = match timeline::timeline(&self.conn, &req) {
+        let t = match self.searcher.timeline(&self.conn, &req) {
             Ok(t) => t,
             Err(crate::Error::Invalid(msg)) => return Err(ToolError::Fix(msg)),
             Err(e) => return Err(ToolError::Internal(e)),

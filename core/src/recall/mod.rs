@@ -13,7 +13,9 @@
 //! the MCP server.
 
 pub mod context;
+pub mod embed;
 pub mod query;
+pub mod rank;
 pub mod search;
 pub mod snippet;
 pub mod timeline;

@@ -1,15 +1,23 @@
-//! The search query language, and its translation into an FTS5 `MATCH` expression.
+//! The search query language, and its translation into FTS5 `MATCH` expressions.
 //!
 //! What a person types:
 //!
 //! | input | meaning |
 //! | --- | --- |
-//! | `lease rescue` | both words must match (in any field) |
+//! | `why was the login test failing` | ranked by relevance: memories matching more of the words (stop words such as `why`, `was`, `the` left out) come first; any one word is enough to be a candidate |
 //! | `"lease rescue"` | the exact phrase |
 //! | `-flaky` or `NOT flaky` | rows matching `flaky` are left out |
-//! | `sqlite OR postgres` | either word (binds the two terms next to it) |
+//! | `sqlite OR postgres` | either word counts as the same match (binds the two terms next to it) |
 //! | `migrat*` | any word starting with `migrat` |
-//! | `AND` | ignored (words are joined by AND already) |
+//! | `AND` | ignored |
+//!
+//! A word typed the way code is written is also looked for in its parts:
+//! `--line-buffered` is `line` and `buffered`, `snake_case` is `snake` and `case`,
+//! `LineBuffered` is `linebuffered`, `line` and `buffered`.
+//!
+//! Two expressions come out of a query: [`Query::fts_any`], the rows that match at least one
+//! group (what relevance ranks), and [`Query::fts_match`], the rows that match every group
+//! (what `newest` / `oldest` list, where nothing ranks a partial match down).
 //!
 //! Invariants:
 //! - parsing never fails and never panics, whatever the input (quotes, parentheses,
@@ -19,6 +27,7 @@
 //!   `NOT`, parentheses and the prefix `*`;
 //! - a term without a letter or digit is dropped (the tokenizer would make it an empty
 //!   phrase, which matches nothing);
+//! - stop words are dropped only when something else is left to search for;
 //! - at most [`MAX_TERMS`] terms of at most [`MAX_TERM_CHARS`] characters are kept, so a
 //!   10 KB query stays a small expression.
 //!
@@ -36,6 +45,8 @@ pub struct Term {
     pub text: String,
     /// Typed with a trailing `*`: matches words starting with the last token.
     pub prefix: bool,
+    /// Typed between double quotes: a phrase, never split or dropped as a stop word.
+    pub quoted: bool,
 }
 
 /// A parsed query: every group must match (a group matches when any of its terms does),
@@ -54,25 +65,30 @@ impl Query {
         self.groups.is_empty() && self.excluded.is_empty()
     }
 
-    /// The FTS5 expression rows must match, or `None` when the query has no positive term
-    /// (then every row is a candidate, minus [`Query::exclusion`]).
+    /// The FTS5 expression of rows matching every group, or `None` when the query has no
+    /// positive term (then every row is a candidate, minus [`Query::exclusion`]).
     pub fn fts_match(&self) -> Option<String> {
+        self.joined(" AND ")
+    }
+
+    /// The FTS5 expression of rows matching at least one group (minus the excluded terms),
+    /// or `None` when the query has no positive term.
+    pub fn fts_any(&self) -> Option<String> {
+        self.joined(" OR ")
+    }
+
+    /// Each group's own expression, in order: what tells how many of the query's words a
+    /// row matches.
+    pub fn group_expressions(&self) -> Vec<String> {
+        self.groups.iter().map(|g| group_expression(g)).collect()
+    }
+
+    fn joined(&self, op: &str) -> Option<String> {
         if self.groups.is_empty() {
             return None;
         }
-        let groups: Vec<String> = self
-            .groups
-            .iter()
-            .map(|g| {
-                let terms: Vec<String> = g.iter().map(quote_term).collect();
-                if terms.len() == 1 {
-                    terms.concat()
-                } else {
-                    format!("({})", terms.join(" OR "))
-                }
-            })
-            .collect();
-        let mut expr = groups.join(" AND ");
+        let groups: Vec<String> = self.groups.iter().map(|g| group_expression(g)).collect();
+        let mut expr = groups.join(op);
         if !self.excluded.is_empty() {
             expr = format!("({expr})");
             for t in &self.excluded {
@@ -92,6 +108,16 @@ impl Query {
         }
         let terms: Vec<String> = self.excluded.iter().map(quote_term).collect();
         Some(terms.join(" OR "))
+    }
+}
+
+/// One group: its term, or its terms joined by OR in parentheses.
+fn group_expression(g: &[Term]) -> String {
+    let terms: Vec<String> = g.iter().map(quote_term).collect();
+    if terms.len() == 1 {
+        terms.concat()
+    } else {
+        format!("({})", terms.join(" OR "))
     }
 }
 
@@ -162,7 +188,117 @@ pub fn parse(input: &str) -> Query {
             }
         }
     }
+    q.groups = split_words(std::mem::take(&mut q.groups));
     q
+}
+
+/// Replaces each group of one unquoted word by the groups of its parts (see the module
+/// comment), drops stop words when other words remain, and keeps at most [`MAX_TERMS`]
+/// groups without repeats.
+fn split_words(groups: Vec<Vec<Term>>) -> Vec<Vec<Term>> {
+    let mut out: Vec<Vec<Term>> = Vec::new();
+    let push = |out: &mut Vec<Vec<Term>>, g: Vec<Term>| {
+        if out.len() < MAX_TERMS && !out.contains(&g) {
+            out.push(g);
+        }
+    };
+    for g in groups {
+        match g.as_slice() {
+            [t] if !t.quoted => {
+                for part in word_parts(&t.text, t.prefix) {
+                    push(&mut out, vec![part]);
+                }
+            }
+            _ => push(&mut out, g),
+        }
+    }
+    let meaningful: Vec<Vec<Term>> = out
+        .iter()
+        .filter(|g| !matches!(g.as_slice(), [t] if !t.quoted && !t.prefix && is_stop_word(&t.text)))
+        .cloned()
+        .collect();
+    if meaningful.is_empty() { out } else { meaningful }
+}
+
+/// The searchable parts of a word as typed: the word itself when it is one run of letters
+/// and digits, else each run; plus the pieces of a `CamelCase` run. A trailing `*` stays on
+/// the last run.
+fn word_parts(text: &str, prefix: bool) -> Vec<Term> {
+    let runs: Vec<&str> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|r| !r.is_empty())
+        .collect();
+    let mut parts = Vec::new();
+    let last = runs.len().saturating_sub(1);
+    for (i, run) in runs.iter().enumerate() {
+        let is_prefix = prefix && i == last;
+        parts.push(Term {
+            text: run.to_string(),
+            prefix: is_prefix,
+            quoted: false,
+        });
+        if !is_prefix {
+            for piece in camel_pieces(run) {
+                parts.push(Term {
+                    text: piece,
+                    prefix: false,
+                    quoted: false,
+                });
+            }
+        }
+    }
+    if parts.is_empty() {
+        // Only reachable for text with no letter or digit, which make_term already drops.
+        parts.push(Term {
+            text: text.to_string(),
+            prefix,
+            quoted: false,
+        });
+    }
+    parts
+}
+
+/// `LineBuffered` → `line`, `buffered`; `HTTPServer` → `http`, `server`; a run with no
+/// inner capital gives nothing.
+fn camel_pieces(run: &str) -> Vec<String> {
+    let chars: Vec<char> = run.chars().collect();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for i in 1..chars.len() {
+        let (prev, cur) = (chars[i - 1], chars[i]);
+        let next_lower = chars.get(i + 1).is_some_and(|c| c.is_lowercase());
+        let boundary = (prev.is_lowercase() && cur.is_uppercase())
+            || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
+            || (prev.is_alphabetic() != cur.is_alphabetic());
+        if boundary {
+            pieces.push(chars[start..i].iter().collect::<String>());
+            start = i;
+        }
+    }
+    if pieces.is_empty() {
+        return Vec::new();
+    }
+    pieces.push(chars[start..].iter().collect());
+    pieces.into_iter().map(|p| p.to_lowercase()).collect()
+}
+
+/// English words too common to tell memories apart (a question's `why was the … `).
+fn is_stop_word(word: &str) -> bool {
+    const STOP: &[&str] = &[
+        "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at",
+        "be", "because", "been", "before", "being", "both", "but", "by", "can", "could", "did",
+        "do", "does", "doing", "during", "each", "few", "for", "from", "further", "had", "has",
+        "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if", "in",
+        "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "no", "nor",
+        "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out",
+        "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the",
+        "their", "theirs", "them", "then", "there", "these", "they", "this", "those",
+        "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what",
+        "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would",
+        "you", "your", "yours",
+    ];
+    let lower = word.to_lowercase();
+    STOP.contains(&lower.as_str())
 }
 
 /// Splits the input into terms and operators. Control characters are spaces; a `"` opens
@@ -179,7 +315,13 @@ fn lex(input: &str) -> Vec<Token> {
         if c == '-' {
             chars.next();
             match chars.peek() {
-                Some(&n) if !is_space(n) && n != '-' => negated = true,
+                // `--flag` is a word written as code, not an exclusion.
+                Some(&'-') => {
+                    while chars.peek() == Some(&'-') {
+                        chars.next();
+                    }
+                }
+                Some(&n) if !is_space(n) => negated = true,
                 _ => continue,
             }
         }
@@ -234,7 +376,7 @@ fn lex(input: &str) -> Vec<Token> {
                 prefix = true;
             }
         }
-        if let Some(term) = make_term(&text, prefix) {
+        if let Some(term) = make_term(&text, prefix, quoted) {
             tokens.push(Token::Term { term, negated });
         }
     }
@@ -242,7 +384,7 @@ fn lex(input: &str) -> Vec<Token> {
 }
 
 /// A term from raw text: trimmed, shortened, dropped when it holds no letter or digit.
-fn make_term(text: &str, prefix: bool) -> Option<Term> {
+fn make_term(text: &str, prefix: bool, quoted: bool) -> Option<Term> {
     let text: String = text
         .trim()
         .chars()
@@ -253,7 +395,11 @@ fn make_term(text: &str, prefix: bool) -> Option<Term> {
     let prefix = prefix && text.chars().last().is_some_and(char::is_alphanumeric);
     text.chars()
         .any(char::is_alphanumeric)
-        .then_some(Term { text, prefix })
+        .then_some(Term {
+            text,
+            prefix,
+            quoted,
+        })
 }
 
 fn is_space(c: char) -> bool {
@@ -297,12 +443,57 @@ mod tests {
         );
         check("migrat*", Some(r#""migrat"*"#), None);
         check(r#""lease res"*"#, Some(r#""lease res"*"#), None);
-        check("a AND b", Some(r#""a" AND "b""#), None);
-        check("a NOT b", Some(r#"("a") NOT "b""#), None);
-        check("or and not", Some(r#""or" AND "and" AND "not""#), None);
+        check("lease AND rescue", Some(r#""lease" AND "rescue""#), None);
+        check("lease NOT rescue", Some(r#"("lease") NOT "rescue""#), None);
         check("-flaky", None, Some(r#""flaky""#));
         check("-flaky -slow", None, Some(r#""flaky" OR "slow""#));
         check("-\"two words\"", None, Some(r#""two words""#));
+    }
+
+    #[test]
+    fn any_word_is_enough_for_relevance() {
+        let q = parse(r#"lease "fenced ack" -flaky"#);
+        assert_eq!(
+            q.fts_any().as_deref(),
+            Some(r#"("lease" OR "fenced ack") NOT "flaky""#)
+        );
+        assert_eq!(q.group_expressions(), vec![r#""lease""#, r#""fenced ack""#]);
+        assert_eq!(parse("lease").fts_any().as_deref(), Some(r#""lease""#));
+        assert_eq!(parse("-flaky").fts_any(), None);
+    }
+
+    #[test]
+    fn stop_words_are_dropped_when_something_is_left() {
+        check(
+            "why was the login test failing",
+            Some(r#""login" AND "test" AND "failing""#),
+            None,
+        );
+        // Nothing but stop words: they are what there is to search for.
+        check("or and not", Some(r#""or" AND "and" AND "not""#), None);
+        check("the who", Some(r#""the" AND "who""#), None);
+        // Quoted, a stop word is meant.
+        check(r#""the" login"#, Some(r#""the" AND "login""#), None);
+        check("The LOGIN", Some(r#""LOGIN""#), None);
+    }
+
+    #[test]
+    fn words_written_as_code_are_searched_in_parts() {
+        check("--line-buffered", Some(r#""line" AND "buffered""#), None);
+        check("snake_case", Some(r#""snake" AND "case""#), None);
+        check(
+            "LineBuffered",
+            Some(r#""LineBuffered" AND "line" AND "buffered""#),
+            None,
+        );
+        check(
+            "HTTPServer",
+            Some(r#""HTTPServer" AND "http" AND "server""#),
+            None,
+        );
+        check("sha256", Some(r#""sha256" AND "sha" AND "256""#), None);
+        check("foo-bar*", Some(r#""foo" AND "bar"*"#), None);
+        check("lease lease", Some(r#""lease""#), None);
     }
 
     #[test]
@@ -310,18 +501,19 @@ mod tests {
         check("", None, None);
         check("   \t\n", None, None);
         check("OR", None, None);
-        check("OR a OR", Some(r#""a""#), None);
-        check("a OR OR b", Some(r#"("a" OR "b")"#), None);
-        check("NEAR(a b)", Some(r#""NEAR(a" AND "b)""#), None);
-        check("title:secret", Some(r#""title:secret""#), None);
-        check("^start", Some(r#""^start""#), None);
+        check("OR x OR", Some(r#""x""#), None);
+        check("x OR OR y", Some(r#"("x" OR "y")"#), None);
+        check("NEAR(x y)", Some(r#""NEAR" AND "x" AND "y""#), None);
+        check("title:secret", Some(r#""title" AND "secret""#), None);
+        check(r#""title:secret""#, Some(r#""title:secret""#), None);
+        check("^start", Some(r#""start""#), None);
         check(r#"say "hi"#, Some(r#""say" AND "hi""#), None);
-        check(r#"a"b"#, Some(r#""a" AND "b""#), None);
+        check(r#"x"y"#, Some(r#""x" AND "y""#), None);
         check("* ** ***", None, None);
         check("- -- ---", None, None);
         check("!!! ??? ()", None, None);
-        check("(a)", Some(r#""(a)""#), None);
-        check("a*b", Some(r#""a*b""#), None);
+        check("(x)", Some(r#""x""#), None);
+        check("x*y", Some(r#""x" AND "y""#), None);
         check("né café", Some(r#""né" AND "café""#), None);
         check("数据库", Some(r#""数据库""#), None);
         check("nul\0byte", Some(r#""nul" AND "byte""#), None);
@@ -331,7 +523,7 @@ mod tests {
 
     #[test]
     fn long_queries_are_bounded() {
-        let long = "word ".repeat(5_000);
+        let long: String = (0..5_000).map(|i| format!("word{i} ")).collect();
         let q = parse(&long);
         assert_eq!(q.groups.len(), MAX_TERMS);
         let huge = "x".repeat(10_000);
@@ -372,6 +564,7 @@ mod tests {
             ("lease", 1),
             ("lease sqlite", 0),
             ("lease OR sqlite", 2),
+            ("the lease", 1),
             ("\"rescue worker\"", 1),
             ("\"worker rescue\"", 0),
             ("migrat*", 1),

@@ -24,6 +24,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::recall::query;
+use crate::recall::rank::{self, Semantic};
 use crate::recall::snippet::{
     HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN, SnippetPair, one_line, short_title, shorten, snippets_of,
 };
@@ -52,6 +53,25 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The number that stands for the kind in `embeddings.kind` and `embedding_queue.kind`.
+    pub fn code(self) -> i64 {
+        match self {
+            Kind::Observation => 0,
+            Kind::Summary => 1,
+            Kind::Prompt => 2,
+        }
+    }
+
+    /// The kind of a [`Kind::code`].
+    pub fn from_code(code: i64) -> Option<Kind> {
+        match code {
+            0 => Some(Kind::Observation),
+            1 => Some(Kind::Summary),
+            2 => Some(Kind::Prompt),
+            _ => None,
+        }
+    }
+
     /// Every kind, in timeline tie-break order.
     pub const ALL: [Kind; 3] = [Kind::Observation, Kind::Summary, Kind::Prompt];
 
@@ -208,49 +228,62 @@ pub fn tune_for_reading(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-/// Searches observations, summaries and prompts.
+/// Searches observations, summaries and prompts by their words alone.
 pub fn search(conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
+    search_with(conn, req, None)
+}
+
+/// Searches observations, summaries and prompts; with `semantic`, relevance order fuses
+/// the full-text ranking with the nearest vectors (see [`crate::recall::rank`]).
+pub fn search_with(
+    conn: &Connection,
+    req: &SearchRequest,
+    semantic: Option<&Semantic>,
+) -> Result<Vec<Hit>> {
     let q = query::parse(&req.query);
     let limit = req.limit.min(MAX_LIMIT);
     let offset = req.offset.min(MAX_OFFSET);
     if limit == 0 {
         return Ok(Vec::new());
     }
-    let kinds = if req.kinds.is_empty() {
+    let f = &req.filters;
+    let kinds: Vec<Kind> = if req.kinds.is_empty() {
         Kind::ALL.to_vec()
     } else {
         req.kinds.clone()
-    };
-    let f = &req.filters;
-    let fetch = (limit + offset) as i64;
-    let mut hits = Vec::new();
-    for kind in kinds {
-        let applies = match kind {
-            Kind::Observation => true,
-            Kind::Summary => f.types.is_empty() && f.concept.is_none(),
-            Kind::Prompt => f.types.is_empty() && f.concept.is_none() && f.file.is_none(),
-        };
-        if applies {
-            hits.extend(search_kind(conn, kind, &q, f, req.order, fetch)?);
-        }
     }
-    let fts_match = q.fts_match();
-    let ranked = fts_match.is_some();
-    hits.sort_by(|a, b| {
-        let by_time = (b.created_at, b.kind, b.id).cmp(&(a.created_at, a.kind, a.id));
-        match req.order {
-            Order::Relevance if ranked => a
-                .score
-                .unwrap_or(0.0)
-                .total_cmp(&b.score.unwrap_or(0.0))
-                .then(by_time),
-            Order::Relevance | Order::Newest => by_time,
-            Order::Oldest => by_time.reverse(),
+    .into_iter()
+    .filter(|kind| match kind {
+        Kind::Observation => true,
+        Kind::Summary => f.types.is_empty() && f.concept.is_none(),
+        Kind::Prompt => f.types.is_empty() && f.concept.is_none() && f.file.is_none(),
+    })
+    .collect();
+    let fetch = limit + offset;
+    let any = q.fts_any();
+    let hits = match (&any, req.order) {
+        (Some(any), Order::Relevance) => {
+            rank::relevance(conn, &q, any, &kinds, f, fetch, semantic)?
         }
-    });
+        _ => {
+            let mut hits = Vec::new();
+            for &kind in &kinds {
+                hits.extend(search_kind(conn, kind, &q, f, req.order, fetch as i64)?);
+            }
+            hits.sort_by(|a, b| {
+                let by_time = (b.created_at, b.kind, b.id).cmp(&(a.created_at, a.kind, a.id));
+                match req.order {
+                    Order::Relevance | Order::Newest => by_time,
+                    Order::Oldest => by_time.reverse(),
+                }
+            });
+            hits
+        }
+    };
     let shown: Vec<Candidate> = hits.into_iter().skip(offset).take(limit).collect();
+    // Highlights mark every word of the query that a row holds.
     let mut snippets: HashMap<(Kind, i64), SnippetPair> = HashMap::new();
-    if let Some(m) = &fts_match {
+    if let Some(m) = &any {
         for kind in Kind::ALL {
             let ids: Vec<i64> = shown
                 .iter()
@@ -266,7 +299,7 @@ pub fn search(conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
     for c in shown {
         let pair = snippets.remove(&(c.kind, c.id));
         // A row deleted between the two reads is simply left out.
-        if let Some(hit) = fill(conn, c, fts_match.is_some(), pair)? {
+        if let Some(hit) = fill(conn, c, pair)? {
             out.push(hit);
         }
     }
@@ -275,16 +308,34 @@ pub fn search(conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
 
 /// The SQL pieces that differ between the three searchable tables.
 pub(super) struct Table {
-    table: &'static str,
+    pub(super) table: &'static str,
     pub(super) fts: &'static str,
     select: &'static str,
-    weights: Option<&'static str>,
+    pub(super) weights: Option<&'static str>,
     /// The text shown when there is no match to make a snippet from.
     plain: &'static str,
     /// The FTS column a snippet comes from when the best one only repeats the title.
     pub(super) body_column: Option<u8>,
     /// The covering index of the columns search filters read (migration 0002).
     search_index: &'static str,
+}
+
+impl Table {
+    /// The full-text table joined to its rows. Filters on id, project, time and type read
+    /// the covering index (a few dense pages); only concept and file filters need the row
+    /// itself.
+    pub(super) fn from_clause(&self, f: &Filters) -> String {
+        let fts = self.fts;
+        if f.concept.is_none() && f.file.is_none() {
+            format!(
+                "{fts} JOIN {table} t INDEXED BY {index} ON t.id = {fts}.rowid",
+                table = self.table,
+                index = self.search_index
+            )
+        } else {
+            format!("{fts} JOIN {table} t ON t.id = {fts}.rowid", table = self.table)
+        }
+    }
 }
 
 pub(super) fn table(kind: Kind) -> Table {
@@ -322,11 +373,11 @@ pub(super) fn table(kind: Kind) -> Table {
 /// A ranked row before its text is read: ranking needs only these, and reading titles and
 /// snippets for every match (not just the rows shown) would cost far more.
 #[derive(Debug, Clone, Copy)]
-struct Candidate {
-    kind: Kind,
-    id: i64,
-    created_at: i64,
-    score: Option<f64>,
+pub(super) struct Candidate {
+    pub(super) kind: Kind,
+    pub(super) id: i64,
+    pub(super) created_at: i64,
+    pub(super) score: Option<f64>,
 }
 
 fn search_kind(
@@ -392,21 +443,7 @@ fn window_statement(
     let mut args: Vec<Value> = vec![Value::Text(fts_match)];
     let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
     push_filters(kind, f, true, &mut args, &mut wheres);
-    // Filters on id, project, time and type read the covering index (a few dense pages);
-    // only concept and file filters need the row itself.
-    let covered = f.concept.is_none() && f.file.is_none();
-    let from = if covered {
-        format!(
-            "{fts} JOIN {table} t INDEXED BY {index} ON t.id = {fts}.rowid",
-            table = t.table,
-            index = t.search_index
-        )
-    } else {
-        format!(
-            "{fts} JOIN {table} t ON t.id = {fts}.rowid",
-            table = t.table
-        )
-    };
+    let from = t.from_clause(f);
     // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
     // the filters, found and scored in one walk of the full-text index in rowid order.
     let walk = match order {
@@ -477,12 +514,7 @@ fn list_kind(
 
 /// Reads what a hit shows: project, label, title, and its snippet (highlighted when the
 /// query had words to match: `snippets` holds the best one and the body column's).
-fn fill(
-    conn: &Connection,
-    c: Candidate,
-    matched: bool,
-    snippets: Option<SnippetPair>,
-) -> Result<Option<Hit>> {
+fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Result<Option<Hit>> {
     let t = table(c.kind);
     let row = conn
         .prepare_cached(&format!(
@@ -506,8 +538,7 @@ fn fill(
         return Ok(None);
     };
     let plain = one_line(&plain.unwrap_or_default());
-    let snippet = if matched {
-        let (best, body) = snippets.unwrap_or((None, None));
+    let snippet = if let Some((best, body)) = snippets {
         let best = one_line(&best.unwrap_or_default());
         // The title is shown anyway: a snippet that only repeats it gives way to the body.
         let bare = best
@@ -538,7 +569,7 @@ fn fill(
 
 /// With `no_index`, the indexed columns are written `+t.column` so that SQLite does not
 /// use their indexes (see [`search_kind`]).
-fn push_filters(
+pub(super) fn push_filters(
     kind: Kind,
     f: &Filters,
     no_index: bool,

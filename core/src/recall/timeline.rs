@@ -8,7 +8,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::recall::search::{Filters, Kind, SearchRequest, search};
+use crate::recall::rank::Semantic;
+use crate::recall::search::{Filters, Kind, SearchRequest, search_with};
 use crate::recall::snippet::{one_line, short_title, shorten};
 
 /// Where a timeline is centred.
@@ -80,10 +81,19 @@ pub const MAX_TIMELINE_SIDE: usize = 100;
 /// another project than `req.project` is an error naming both projects; an unknown id or
 /// a query without hits gives an empty timeline.
 pub fn timeline(conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
+    timeline_with(conn, req, None)
+}
+
+/// [`timeline`], with a query anchor found by meaning too (see [`search_with`]).
+pub fn timeline_with(
+    conn: &Connection,
+    req: &TimelineRequest,
+    semantic: Option<&Semantic>,
+) -> Result<Timeline> {
     let anchor: Option<(Kind, i64)> = match &req.anchor {
         Anchor::Observation(id) => Some((Kind::Observation, *id)),
         Anchor::Record(kind, id) => Some((*kind, *id)),
-        Anchor::Query(text) => search(
+        Anchor::Query(text) => search_with(
             conn,
             &SearchRequest {
                 query: text.clone(),
@@ -94,6 +104,7 @@ pub fn timeline(conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
                 limit: 1,
                 ..SearchRequest::default()
             },
+            semantic,
         )?
         .first()
         .map(|h| (h.kind, h.id)),

@@ -26,6 +26,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0002_search_covering",
         include_str!("../../../migrations/0002_search_covering.sql"),
     ),
+    (
+        "0003_embeddings",
+        include_str!("../../../migrations/0003_embeddings.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

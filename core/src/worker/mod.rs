@@ -3,12 +3,14 @@
 //! extractor (`offline`), and stores them with the ack.
 //!
 //! `pipeline` is the process's threads (claimer, model threads, one writer) and
-//! housekeeping, which also ingests the hooks' spool (`ingest`); `prompt` builds what a
+//! housekeeping, which also ingests the hooks' spool (`ingest`); `embedder` gives stored
+//! memories their sentence vectors (through `recall::embed`); `prompt` builds what a
 //! model is asked, `parse` reads what it answers; `usage` counts the tokens.
 //!
 //! Writes `observations` and `session_summaries` (through `memory::observations`, inside
 //! `queue::claim::ack`'s transaction), `pending_messages` through the queue, `workers`
-//! through `queue::workers`, and `model_calls` (`usage`, its only writer).
+//! through `queue::workers`, `model_calls` (`usage`, its only writer), and `embeddings`
+//! (through `recall::embed::store`).
 //!
 //! Invariants: no transaction is held across a model call; results are stored only inside
 //! the ack's transaction, so a batch whose lease was lost stores nothing; every prompt is
@@ -16,6 +18,7 @@
 //! second store a no-op. Data flows from the queue (and the spool) through the model into
 //! memory.
 
+pub mod embedder;
 pub mod ingest;
 pub mod model;
 pub mod offline;

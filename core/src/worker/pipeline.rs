@@ -203,6 +203,12 @@ pub fn run(
         .spawn(move || writer_thread(writer_conn, done_rx, fin_tx))
         .map_err(|e| Error::io("cannot start thread", "writer", e))?;
 
+    // Beside the model threads; with `--once`, after them (it drains what they stored).
+    let embedder = match opts.once {
+        false => Some(super::embedder::spawn(dir, &settings, control.stop.clone(), false)?),
+        true => None,
+    };
+
     let mut claimer = Claimer {
         dir: dir.clone(),
         conn,
@@ -235,6 +241,17 @@ pub fn run(
     } else {
         Report::default()
     };
+    match embedder {
+        Some(thread) => {
+            control.stop.store(true, Ordering::SeqCst);
+            let _ = thread.join();
+        }
+        None if outcome.is_ok() => {
+            let stop = control.stop.clone();
+            let _ = super::embedder::spawn(dir, &claimer.settings, stop, true)?.join();
+        }
+        None => {}
+    }
     let now = now_ms();
     if let Err(e) = workers::stopped(&mut claimer.conn, &claimer.opts.worker_id, now) {
         log::warn!("cannot record the worker's stop: {e}");

@@ -1,0 +1,198 @@
+//! Nearest neighbours among the stored vectors, with the search filters applied exactly.
+//!
+//! Every stored vector has two forms (`embeddings.bits`: one sign bit per dimension;
+//! `embeddings.vector`: int8, scaled to the largest component). [`VectorIndex`] keeps the
+//! bits of every vector of the current model in memory, with what the filters need (kind,
+//! project, time), and catches up with rows stored since its last look (`embeddings.seq`).
+//! A search scans the bits of the rows that pass the filters by Hamming distance, takes the
+//! [`RESCORE`] closest and ranks those by the cosine of the int8 vectors read from the
+//! database. Filters on type, concept and file, which the index does not hold, are turned
+//! into the set of ids that pass them by the caller before the scan, never applied to a
+//! fixed number of neighbours afterwards.
+//!
+//! Invariants: a row deleted since the index last looked is never returned (its vector is
+//! read back before it counts); a vector of another model is never compared.
+
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{bits_of, cosine_i8};
+use crate::error::Result;
+use crate::recall::search::Kind;
+
+/// Rows whose exact similarity is computed after the bit scan, at least; more when more
+/// neighbours are asked for.
+pub const RESCORE: usize = 400;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    kind: Kind,
+    id: i64,
+    project: u32,
+    created_at: i64,
+    bits: Vec<u64>,
+}
+
+/// Which rows a nearest-neighbour search may return.
+#[derive(Debug, Clone, Default)]
+pub struct Scope<'a> {
+    pub kinds: &'a [Kind],
+    /// `None` is every project.
+    pub project: Option<&'a str>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    /// When set, only these ids of each kind (the rows passing the filters the index does
+    /// not hold).
+    pub allowed: Option<&'a HashMap<Kind, HashSet<i64>>>,
+}
+
+/// One neighbour: the row and its cosine similarity to the query.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Neighbour {
+    pub kind: Kind,
+    pub id: i64,
+    pub created_at: i64,
+    pub similarity: f32,
+}
+
+/// The in-memory bit index of one model's vectors.
+#[derive(Debug, Default)]
+pub struct VectorIndex {
+    model: String,
+    last_seq: i64,
+    entries: Vec<Entry>,
+    projects: HashMap<String, u32>,
+}
+
+impl VectorIndex {
+    /// An empty index for `model`; [`VectorIndex::refresh`] fills it.
+    pub fn new(model: &str) -> VectorIndex {
+        VectorIndex {
+            model: model.to_string(),
+            ..VectorIndex::default()
+        }
+    }
+
+    /// Vectors held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no vector is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Reads the vectors stored since the last refresh.
+    pub fn refresh(&mut self, conn: &Connection) -> Result<()> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq, kind, ref_id, project, created_at, bits FROM embeddings
+             WHERE seq > ?1 AND model = ?2 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query(params![self.last_seq, self.model])?;
+        while let Some(r) = rows.next()? {
+            let seq: i64 = r.get(0)?;
+            let kind = Kind::from_code(r.get(1)?);
+            let project: String = r.get(3)?;
+            let blob: Vec<u8> = r.get(5)?;
+            self.last_seq = seq;
+            let Some(kind) = kind else { continue };
+            let next = self.projects.len() as u32;
+            let project = *self.projects.entry(project).or_insert(next);
+            self.entries.push(Entry {
+                kind,
+                id: r.get(2)?,
+                project,
+                created_at: r.get(4)?,
+                bits: words_of(&blob),
+            });
+        }
+        Ok(())
+    }
+
+    /// The `k` rows in `scope` most similar to `query` (a unit vector), best first.
+    pub fn nearest(
+        &self,
+        conn: &Connection,
+        query: &[f32],
+        k: usize,
+        scope: &Scope,
+    ) -> Result<Vec<Neighbour>> {
+        if k == 0 || self.entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let project = match scope.project {
+            Some(p) => match self.projects.get(p) {
+                Some(n) => Some(*n),
+                None => return Ok(Vec::new()),
+            },
+            None => None,
+        };
+        let qbits = words_of(&bits_of(query));
+        let depth = RESCORE.max(k * 4);
+        // Max-heap on distance: the worst of the kept rows is on top.
+        let mut heap: BinaryHeap<(u32, usize)> = BinaryHeap::with_capacity(depth + 1);
+        for (i, e) in self.entries.iter().enumerate() {
+            if project.is_some_and(|p| p != e.project)
+                || !scope.kinds.contains(&e.kind)
+                || scope.since.is_some_and(|s| e.created_at < s)
+                || scope.until.is_some_and(|u| e.created_at >= u)
+                || scope
+                    .allowed
+                    .is_some_and(|a| !a.get(&e.kind).is_some_and(|ids| ids.contains(&e.id)))
+            {
+                continue;
+            }
+            let d: u32 = e
+                .bits
+                .iter()
+                .zip(&qbits)
+                .map(|(a, b)| (a ^ b).count_ones())
+                .sum();
+            if heap.len() < depth {
+                heap.push((d, i));
+            } else if heap.peek().is_some_and(|top| d < top.0) {
+                heap.pop();
+                heap.push((d, i));
+            }
+        }
+        let mut stmt = conn.prepare_cached(
+            "SELECT vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2 AND model = ?3",
+        )?;
+        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(heap.len());
+        for (_, i) in heap.into_vec() {
+            let e = &self.entries[i];
+            if !seen.insert((e.kind, e.id)) {
+                continue;
+            }
+            let vector: Option<Vec<u8>> = stmt
+                .query_row(params![e.kind.code(), e.id, self.model], |r| r.get(0))
+                .optional()?;
+            if let Some(v) = vector {
+                out.push(Neighbour {
+                    kind: e.kind,
+                    id: e.id,
+                    created_at: e.created_at,
+                    similarity: cosine_i8(query, &v),
+                });
+            }
+        }
+        out.sort_by(|a, b| b.similarity.total_cmp(&a.similarity));
+        out.truncate(k);
+        Ok(out)
+    }
+}
+
+/// Packs a bit blob into 64-bit words for popcount.
+fn words_of(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks(8)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(w)
+        })
+        .collect()
+}

@@ -1,0 +1,226 @@
+//! Embeddings: every observation, turn summary and prompt gets a sentence vector, so search
+//! can find a memory by meaning as well as by its words.
+//!
+//! Owns the `embeddings` table (one vector per memory, with the model that made it) and
+//! consumes `embedding_queue`, which triggers fill when a memory is stored or changed
+//! (migration 0003); deleting a memory deletes its vector in the same statement.
+//!
+//! - `bert`: the local encoder (candle, CPU), pure computation after loading.
+//! - `model`: where the model comes from (settings, the data dir's `models/`), its
+//!   identity, and `fetch` / `install_from` (downloads checked by SHA-256).
+//! - `store`: the queue → vector writes (`backfill`), progress counts.
+//! - `index`: nearest neighbours with the search filters applied exactly.
+//!
+//! Invariants: vectors record the model that made them, and a search only compares
+//! vectors of the model it embedded the query with; nothing is downloaded except by an
+//! explicit `cairn embed --fetch`; no model is loaded on a hook's path.
+
+pub mod bert;
+pub mod index;
+pub mod model;
+pub mod store;
+
+use rusqlite::Connection;
+
+use crate::error::Result;
+use crate::recall::query;
+use crate::recall::rank::Semantic;
+use crate::recall::search::{Hit, Order, SearchRequest, search_with};
+use crate::recall::timeline::{Anchor, Timeline, TimelineRequest, timeline_with};
+use crate::settings::EmbedSettings;
+use crate::store::paths::DataDir;
+
+/// What a searching process (the CLI, the MCP server) holds to search by meaning: the
+/// loaded model and the index of stored vectors, caught up before each search. Without a
+/// model, searches run on full text alone and [`Searcher::unavailable`] says why.
+#[derive(Debug)]
+pub struct Searcher {
+    loaded: std::result::Result<Loaded, String>,
+    min_similarity: f32,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    bert: bert::Bert,
+    index: index::VectorIndex,
+    model: String,
+}
+
+impl Searcher {
+    /// Finds and loads the model the settings name. A missing or broken model is not an
+    /// error here: search falls back to full text.
+    pub fn open(settings: &EmbedSettings, data: &DataDir) -> Searcher {
+        let loaded = match model::locate(settings, data) {
+            Ok(source) => source
+                .load()
+                .map(|bert| Loaded {
+                    bert,
+                    index: index::VectorIndex::new(&source.id),
+                    model: source.id.clone(),
+                })
+                .map_err(|e| e.to_string()),
+            Err(why) => Err(why.to_string()),
+        };
+        Searcher {
+            loaded,
+            min_similarity: settings.min_similarity as f32,
+        }
+    }
+
+    /// A searcher that never uses a model.
+    pub fn full_text_only(why: &str) -> Searcher {
+        Searcher {
+            loaded: Err(why.to_string()),
+            min_similarity: 1.0,
+        }
+    }
+
+    /// Why search is full-text only, or `None` when the model is loaded.
+    pub fn unavailable(&self) -> Option<&str> {
+        self.loaded.as_ref().err().map(String::as_str)
+    }
+
+    /// The model's id, when loaded.
+    pub fn model(&self) -> Option<&str> {
+        self.loaded.as_ref().ok().map(|l| l.model.as_str())
+    }
+
+    /// [`search_with`], by meaning too when a model is loaded and the query has words to
+    /// rank by.
+    pub fn search(&mut self, conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
+        let text = (req.order == Order::Relevance).then_some(req.query.as_str());
+        self.with_semantic(conn, text, |semantic| search_with(conn, req, semantic))
+    }
+
+    /// [`timeline_with`], a query anchor found by meaning too.
+    pub fn timeline(&mut self, conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
+        let text = match &req.anchor {
+            Anchor::Query(text) => Some(text.as_str()),
+            _ => None,
+        };
+        self.with_semantic(conn, text, |semantic| timeline_with(conn, req, semantic))
+    }
+
+    /// Runs `f` with the query vector of `text` when there is a model and `text` has words
+    /// to rank by, else without.
+    fn with_semantic<T>(
+        &mut self,
+        conn: &Connection,
+        text: Option<&str>,
+        f: impl FnOnce(Option<&Semantic>) -> Result<T>,
+    ) -> Result<T> {
+        let text = text.filter(|t| query::parse(t).fts_any().is_some());
+        match (&mut self.loaded, text) {
+            (Ok(l), Some(text)) => {
+                l.index.refresh(conn)?;
+                let vectors = l.bert.embed(&[text])?;
+                let semantic = Semantic {
+                    index: &l.index,
+                    query: &vectors[0],
+                    model: &l.model,
+                    min_similarity: self.min_similarity,
+                };
+                f(Some(&semantic))
+            }
+            _ => f(None),
+        }
+    }
+}
+
+/// The text of a memory that is embedded: its fields in reading order, one per line,
+/// without words that carry no meaning for a sentence model (commit-hash-like hex runs).
+pub fn text_of(fields: &[&str]) -> String {
+    let mut out = String::new();
+    for f in fields {
+        let f = f.trim();
+        if f.is_empty() {
+            continue;
+        }
+        let kept: Vec<&str> = f.split_whitespace().filter(|w| !is_hash(w)).collect();
+        if kept.is_empty() {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&kept.join(" "));
+    }
+    out
+}
+
+/// A run of 7 or more hex digits with at least one digit and one letter: a commit or
+/// object hash, which a sentence model reads as noise.
+fn is_hash(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    w.len() >= 7
+        && w.chars().all(|c| c.is_ascii_hexdigit())
+        && w.chars().any(|c| c.is_ascii_digit())
+        && w.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+/// One sign bit per dimension, little-endian within each byte.
+pub fn bits_of(v: &[f32]) -> Vec<u8> {
+    let mut out = vec![0u8; v.len().div_ceil(8)];
+    for (i, x) in v.iter().enumerate() {
+        if *x > 0.0 {
+            out[i / 8] |= 1 << (i % 8);
+        }
+    }
+    out
+}
+
+/// The vector scaled so its largest component is ±127, as bytes (two's complement).
+pub fn quantize(v: &[f32]) -> Vec<u8> {
+    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let scale = if max > 0.0 { 127.0 / max } else { 0.0 };
+    v.iter()
+        .map(|x| ((x * scale).round().clamp(-127.0, 127.0) as i8) as u8)
+        .collect()
+}
+
+/// Cosine similarity of a float query and a stored int8 vector.
+pub fn cosine_i8(query: &[f32], stored: &[u8]) -> f32 {
+    let (mut dot, mut qq, mut ss) = (0f32, 0f32, 0f32);
+    for (q, s) in query.iter().zip(stored) {
+        let s = f32::from(*s as i8);
+        dot += q * s;
+        qq += q * q;
+        ss += s * s;
+    }
+    if qq == 0.0 || ss == 0.0 {
+        0.0
+    } else {
+        dot / (qq.sqrt() * ss.sqrt())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_are_left_out_of_the_embedded_text() {
+        assert_eq!(
+            text_of(&["Fix pager", "8f5a80ea07e0dc98792c259b03d1d7f7678f87fa", "see abc1234."]),
+            "Fix pager\nsee"
+        );
+        // Words that only look like hex are kept.
+        assert_eq!(text_of(&["decade feedbeef 1234567"]), "decade feedbeef 1234567");
+    }
+
+    #[test]
+    fn quantized_vectors_keep_their_direction() {
+        let v: Vec<f32> = (0..384).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let unit: Vec<f32> = v.iter().map(|x| x / norm).collect();
+        assert!(cosine_i8(&unit, &quantize(&unit)) > 0.999);
+        let opposite: Vec<f32> = unit.iter().map(|x| -x).collect();
+        assert!(cosine_i8(&unit, &quantize(&opposite)) < -0.999);
+        assert_eq!(cosine_i8(&unit, &quantize(&vec![0.0; 384])), 0.0);
+    }
+
+    #[test]
+    fn bits_are_the_signs() {
+        assert_eq!(bits_of(&[1.0, -1.0, 0.5, 0.0, -0.1, 2.0, 3.0, -4.0, 1.0]), vec![0b0110_0101, 1]);
+    }
+}

@@ -1,0 +1,336 @@
+//! Relevance ranking: full text and meaning fused.
+//!
+//! A search by relevance gathers candidates from two sides, each with the filters applied
+//! exactly (inside the query, never to a fixed number of results afterwards):
+//! - the full-text side: the [`POOL`] best matches of each kind by BM25 (title weighted
+//!   most), over every row matching at least one of the query's words;
+//! - the meaning side: the [`POOL`] nearest vectors (`embed::index`), kept when their cosine
+//!   similarity reaches `embed.min_similarity`.
+//!
+//! Every candidate is then scored on three features, each in [0, 1]: its BM25 score as a
+//! share of the best of its kind, its similarity scaled between the lowest and highest
+//! among the candidates, and its coverage, the IDF-weighted share of the query's words it
+//! contains. The score is [`W_TEXT`]·bm25 + [`W_MEANING`]·similarity + [`W_COVERAGE`]·coverage
+//! (without a model, the first and last alone). A prompt scores [`PROMPT_FACTOR`] of that:
+//! the question a person asked ranks below the memories that answer it.
+//!
+//! The weights were chosen on one half of the recall benchmark's questions (split by a hash
+//! of the question) and are reported on the other half; see BENCHMARKS.md.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+
+use super::embed::cosine_i8;
+use super::embed::index::{Scope, VectorIndex};
+use super::query::Query;
+use super::search::{Candidate, Filters, Kind, push_filters, table};
+use crate::error::Result;
+
+/// Candidates taken from each side (more when a page further down is asked for).
+pub const POOL: usize = 50;
+/// Weight of the BM25 feature.
+pub const W_TEXT: f64 = 0.4;
+/// Weight of the similarity feature.
+pub const W_MEANING: f64 = 0.6;
+/// Weight of the coverage feature.
+pub const W_COVERAGE: f64 = 0.4;
+/// A prompt's share of the score it would have as a memory.
+pub const PROMPT_FACTOR: f64 = 0.8;
+/// Matches counted for a word's IDF; a word in more rows than this counts as that common.
+/// Bounds the cost of a very common word at a million rows.
+const IDF_COUNT_CAP: i64 = 1000;
+
+/// What search by meaning needs: the index of stored vectors and the query's vector.
+#[derive(Debug)]
+pub struct Semantic<'a> {
+    pub index: &'a VectorIndex,
+    /// Unit vector of the query text, by the index's model.
+    pub query: &'a [f32],
+    /// Model that made `query` (only vectors of this model are compared).
+    pub model: &'a str,
+    /// Lowest similarity for a candidate found by meaning alone.
+    pub min_similarity: f32,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Features {
+    created_at: i64,
+    bm25: Option<f64>,
+    similarity: Option<f32>,
+}
+
+/// The ranked candidates of a relevance search with words (`any` is the query's
+/// at-least-one-word expression), best first, at most `fetch`.
+pub(super) fn relevance(
+    conn: &Connection,
+    q: &Query,
+    any: &str,
+    kinds: &[Kind],
+    f: &Filters,
+    fetch: usize,
+    semantic: Option<&Semantic>,
+) -> Result<Vec<Candidate>> {
+    let pool = POOL.max(fetch);
+    let mut found: HashMap<(Kind, i64), Features> = HashMap::new();
+    for &kind in kinds {
+        for (id, created_at, bm25) in text_pool(conn, kind, any, f, pool)? {
+            found.insert(
+                (kind, id),
+                Features {
+                    created_at,
+                    bm25: Some(bm25),
+                    similarity: None,
+                },
+            );
+        }
+    }
+    if let Some(s) = semantic {
+        let allowed = allowed_ids(conn, kinds, f)?;
+        let scope = Scope {
+            kinds,
+            project: f.project.as_deref(),
+            since: f.since,
+            until: f.until,
+            allowed: allowed.as_ref(),
+        };
+        let mut meaning_only: HashMap<Kind, Vec<i64>> = HashMap::new();
+        for n in s.index.nearest(conn, s.query, pool, &scope)? {
+            match found.get_mut(&(n.kind, n.id)) {
+                Some(feat) => feat.similarity = Some(n.similarity),
+                None if n.similarity >= s.min_similarity => {
+                    meaning_only.entry(n.kind).or_default().push(n.id);
+                    found.insert(
+                        (n.kind, n.id),
+                        Features {
+                            created_at: n.created_at,
+                            bm25: None,
+                            similarity: Some(n.similarity),
+                        },
+                    );
+                }
+                None => {}
+            }
+        }
+        // A word the query excludes excludes a memory found by meaning too.
+        if !q.excluded.is_empty() {
+            let excluded = Query {
+                groups: Vec::new(),
+                excluded: q.excluded.clone(),
+            };
+            if let Some(x) = excluded.exclusion() {
+                for (kind, ids) in &meaning_only {
+                    for id in matching(conn, *kind, &x, ids)? {
+                        found.remove(&(*kind, id));
+                    }
+                }
+            }
+        }
+        // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
+        let mut stmt = conn.prepare_cached(
+            "SELECT vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2 AND model = ?3",
+        )?;
+        for ((kind, id), feat) in found.iter_mut() {
+            if feat.similarity.is_none() {
+                let v: Option<Vec<u8>> = stmt
+                    .query_row(params![kind.code(), id, s.model], |r| r.get(0))
+                    .optional()?;
+                feat.similarity = v.map(|v| cosine_i8(s.query, &v));
+            }
+        }
+    }
+    let coverage = coverage(conn, q, &found)?;
+
+    let best_bm25: HashMap<Kind, f64> = kinds
+        .iter()
+        .map(|k| {
+            let best = found
+                .iter()
+                .filter(|((kind, _), _)| kind == k)
+                .filter_map(|(_, feat)| feat.bm25)
+                .fold(0.0f64, f64::min);
+            (*k, best)
+        })
+        .collect();
+    let sims: Vec<f32> = found.values().filter_map(|f| f.similarity).collect();
+    let lo = sims.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+
+    let mut ranked: Vec<Candidate> = found
+        .iter()
+        .map(|(&(kind, id), feat)| {
+            // BM25 scores are negative, lower is better: a share of the kind's best.
+            let text = match (feat.bm25, best_bm25.get(&kind)) {
+                (Some(b), Some(best)) if *best < 0.0 => b / best,
+                _ => 0.0,
+            };
+            let meaning = match feat.similarity {
+                Some(s) if hi > lo => f64::from((s - lo) / (hi - lo)),
+                Some(_) => 1.0,
+                None => 0.0,
+            };
+            let cover = coverage.get(&(kind, id)).copied().unwrap_or(0.0);
+            let mut score = W_TEXT * text + W_COVERAGE * cover;
+            if semantic.is_some() {
+                score += W_MEANING * meaning;
+            }
+            if kind == Kind::Prompt {
+                score *= PROMPT_FACTOR;
+            }
+            Candidate {
+                kind,
+                id,
+                created_at: feat.created_at,
+                score: Some(score),
+            }
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.score
+            .unwrap_or(0.0)
+            .total_cmp(&a.score.unwrap_or(0.0))
+            .then((b.created_at, b.kind, b.id).cmp(&(a.created_at, a.kind, a.id)))
+    });
+    ranked.truncate(fetch);
+    Ok(ranked)
+}
+
+/// The `pool` best full-text matches of a kind: id, time, BM25 (lower is better). Every
+/// match is scored; the full-text index leads the plan and filters read the covering index.
+fn text_pool(
+    conn: &Connection,
+    kind: Kind,
+    any: &str,
+    f: &Filters,
+    pool: usize,
+) -> Result<Vec<(i64, i64, f64)>> {
+    let t = table(kind);
+    let fts = t.fts;
+    let score = match t.weights {
+        Some(w) => format!("bm25({fts}, {w})"),
+        None => format!("bm25({fts})"),
+    };
+    let mut args: Vec<Value> = vec![Value::Text(any.to_string())];
+    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
+    push_filters(kind, f, true, &mut args, &mut wheres);
+    let from = t.from_clause(f);
+    args.push(Value::Integer(pool as i64));
+    let sql = format!(
+        "SELECT t.id, t.created_at, {score} FROM {from} WHERE {wheres}
+         ORDER BY 3, t.id DESC LIMIT ?{}",
+        args.len(),
+        wheres = wheres.join(" AND ")
+    );
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// For filters the vector index does not hold (type, concept, file): the ids of each kind
+/// that pass every filter. `None` when there is no such filter.
+fn allowed_ids(
+    conn: &Connection,
+    kinds: &[Kind],
+    f: &Filters,
+) -> Result<Option<HashMap<Kind, HashSet<i64>>>> {
+    if f.types.is_empty() && f.concept.is_none() && f.file.is_none() {
+        return Ok(None);
+    }
+    let mut out = HashMap::new();
+    for &kind in kinds {
+        let t = table(kind);
+        let mut args = Vec::new();
+        let mut wheres = Vec::new();
+        push_filters(kind, f, false, &mut args, &mut wheres);
+        let sql = format!(
+            "SELECT t.id FROM {table} t WHERE {wheres}",
+            table = t.table,
+            wheres = if wheres.is_empty() {
+                "1".to_string()
+            } else {
+                wheres.join(" AND ")
+            }
+        );
+        let ids = conn
+            .prepare_cached(&sql)?
+            .query_map(params_from_iter(args), |r| r.get(0))?
+            .collect::<rusqlite::Result<HashSet<i64>>>()?;
+        out.insert(kind, ids);
+    }
+    Ok(Some(out))
+}
+
+/// The ids among `ids` whose row matches the expression.
+fn matching(conn: &Connection, kind: Kind, expr: &str, ids: &[i64]) -> Result<Vec<i64>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let fts = table(kind).fts;
+    let marks: Vec<String> = (0..ids.len()).map(|i| format!("?{}", i + 2)).collect();
+    let sql = format!(
+        "SELECT rowid FROM {fts} WHERE {fts} MATCH ?1 AND rowid IN ({})",
+        marks.join(", ")
+    );
+    let mut args: Vec<Value> = vec![Value::Text(expr.to_string())];
+    args.extend(ids.iter().map(|id| Value::Integer(*id)));
+    let rows = conn
+        .prepare_cached(&sql)?
+        .query_map(params_from_iter(args), |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    Ok(rows)
+}
+
+/// Each candidate's IDF-weighted share of the query's word groups it contains.
+fn coverage(
+    conn: &Connection,
+    q: &Query,
+    found: &HashMap<(Kind, i64), Features>,
+) -> Result<HashMap<(Kind, i64), f64>> {
+    let groups = q.group_expressions();
+    let mut out: HashMap<(Kind, i64), f64> = HashMap::new();
+    if groups.is_empty() {
+        return Ok(out);
+    }
+    let mut by_kind: HashMap<Kind, Vec<i64>> = HashMap::new();
+    for (kind, id) in found.keys() {
+        by_kind.entry(*kind).or_default().push(*id);
+    }
+    for (kind, ids) in by_kind {
+        let t = table(kind);
+        let rows: i64 = conn
+            .prepare_cached(&format!("SELECT coalesce(max(id), 0) FROM {}", t.table))?
+            .query_row([], |r| r.get(0))?;
+        let mut weights = Vec::with_capacity(groups.len());
+        let mut members = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let n: i64 = conn
+                .prepare_cached(&format!(
+                    "SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ?1 LIMIT ?2)",
+                    fts = t.fts
+                ))?
+                .query_row(params![g, IDF_COUNT_CAP], |r| r.get(0))?;
+            let (n, total) = (n as f64, rows.max(n) as f64);
+            weights.push(((total - n + 0.5) / (n + 0.5) + 1.0).ln());
+            members.push(matching(conn, kind, g, &ids)?.into_iter().collect::<HashSet<i64>>());
+        }
+        let sum: f64 = weights.iter().sum();
+        if sum <= 0.0 {
+            continue;
+        }
+        for id in &ids {
+            let got: f64 = weights
+                .iter()
+                .zip(&members)
+                .filter(|(_, m)| m.contains(id))
+                .map(|(w, _)| w)
+                .sum();
+            out.insert((kind, *id), got / sum);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,85 @@
+//! The worker's embedder thread: gives every stored memory its sentence vector
+//! (`recall::embed::store::backfill`), newest first, in batches of `embed.batch_size`,
+//! beside the model threads. New memories, imports and memories written before search by
+//! meaning existed all arrive through `embedding_queue`; a model change queues every
+//! memory again.
+//!
+//! Without a model (none fetched, `embed.provider` off, or files that do not load) the
+//! thread logs why once and ends: search stays full-text, and `cairn status` says why.
+//! It stops between batches when the worker stops; with `--once` it drains the queue and
+//! ends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::recall::embed::{model, store};
+use crate::settings::Settings;
+use crate::store::db;
+use crate::store::paths::DataDir;
+
+/// Starts the thread. `once`: end when the queue is empty; else poll every `poll_ms` until
+/// `stop` is set.
+pub fn spawn(
+    dir: &DataDir,
+    settings: &Settings,
+    stop: Arc<AtomicBool>,
+    once: bool,
+) -> Result<JoinHandle<()>> {
+    let dir = dir.clone();
+    let embed = settings.embed.clone();
+    let poll = Duration::from_millis(settings.worker.poll_ms.max(50));
+    std::thread::Builder::new()
+        .name("embedder".into())
+        .spawn(move || {
+            if let Err(e) = run(&dir, &embed, &stop, once, poll) {
+                log::warn!("embedder stopped: {e}");
+            }
+        })
+        .map_err(|e| Error::io("cannot start thread", "embedder", e))
+}
+
+fn run(
+    dir: &DataDir,
+    settings: &crate::settings::EmbedSettings,
+    stop: &AtomicBool,
+    once: bool,
+    poll: Duration,
+) -> Result<()> {
+    let source = match model::locate(settings, dir) {
+        Ok(s) => s,
+        Err(why) => {
+            log::info!("search by meaning is off: {why}");
+            return Ok(());
+        }
+    };
+    let bert = source.load()?;
+    let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
+    let requeued = store::requeue_other_models(&mut conn, &source.id)?;
+    if requeued > 0 {
+        log::info!("model is now {}: {requeued} memories queued to embed again", source.id);
+    }
+    log::info!("embedding memories with {}", source.id);
+    let mut since_log = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        let n = match store::backfill(&mut conn, &bert, &source.id, settings.batch_size) {
+            Ok(n) => n,
+            Err(e) if e.is_busy() => 0,
+            Err(e) => return Err(e),
+        };
+        since_log += n;
+        if n == 0 {
+            if since_log > 0 {
+                log::info!("embedded {since_log} memories");
+                since_log = 0;
+            }
+            if once {
+                break;
+            }
+            std::thread::sleep(poll);
+        }
+    }
+    Ok(())
+}
