@@ -283,7 +283,7 @@ impl Default for EmbedSettings {
             fetch_url: "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main"
                 .into(),
             batch_size: 16,
-            min_similarity: 0.3,
+            min_similarity: 0.2,
         }
     }
 }

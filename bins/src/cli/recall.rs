@@ -11,7 +11,6 @@ use std::io::{IsTerminal, Read, Write};
 use anyhow::Context as _;
 use clap::Args;
 
-use cairn_core::recall::embed::Searcher;
 use cairn_core::capture::project;
 use cairn_core::clock;
 use cairn_core::mcp;
@@ -19,6 +18,7 @@ use cairn_core::memory;
 use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use cairn_core::privacy::Privacy;
 use cairn_core::recall::context;
+use cairn_core::recall::embed::Searcher;
 use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
 use cairn_core::recall::snippet::{self, one_line, shorten};
 use cairn_core::recall::timeline::{self, Anchor, TimelineRequest};

@@ -217,7 +217,11 @@ fn split_words(groups: Vec<Vec<Term>>) -> Vec<Vec<Term>> {
         .filter(|g| !matches!(g.as_slice(), [t] if !t.quoted && !t.prefix && is_stop_word(&t.text)))
         .cloned()
         .collect();
-    if meaningful.is_empty() { out } else { meaningful }
+    if meaningful.is_empty() {
+        out
+    } else {
+        meaningful
+    }
 }
 
 /// The searchable parts of a word as typed: the word itself when it is one run of letters
@@ -285,17 +289,16 @@ fn camel_pieces(run: &str) -> Vec<String> {
 /// English words too common to tell memories apart (a question's `why was the … `).
 fn is_stop_word(word: &str) -> bool {
     const STOP: &[&str] = &[
-        "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at",
-        "be", "because", "been", "before", "being", "both", "but", "by", "can", "could", "did",
-        "do", "does", "doing", "during", "each", "few", "for", "from", "further", "had", "has",
-        "have", "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if", "in",
-        "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "no", "nor",
-        "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "out",
-        "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the",
-        "their", "theirs", "them", "then", "there", "these", "they", "this", "those",
-        "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what",
-        "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would",
-        "you", "your", "yours",
+        "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be",
+        "because", "been", "before", "being", "both", "but", "by", "can", "could", "did", "do",
+        "does", "doing", "during", "each", "few", "for", "from", "further", "had", "has", "have",
+        "having", "he", "her", "here", "hers", "him", "his", "how", "i", "if", "in", "into", "is",
+        "it", "its", "itself", "just", "me", "more", "most", "my", "no", "nor", "not", "now", "of",
+        "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own", "same",
+        "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them",
+        "then", "there", "these", "they", "this", "those", "through", "to", "too", "under",
+        "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while",
+        "who", "whom", "why", "will", "with", "would", "you", "your", "yours",
     ];
     let lower = word.to_lowercase();
     STOP.contains(&lower.as_str())
@@ -393,13 +396,11 @@ fn make_term(text: &str, prefix: bool, quoted: bool) -> Option<Term> {
         .collect();
     // A prefix applies to the last token; it must end in a letter or digit to mean one.
     let prefix = prefix && text.chars().last().is_some_and(char::is_alphanumeric);
-    text.chars()
-        .any(char::is_alphanumeric)
-        .then_some(Term {
-            text,
-            prefix,
-            quoted,
-        })
+    text.chars().any(char::is_alphanumeric).then_some(Term {
+        text,
+        prefix,
+        quoted,
+    })
 }
 
 fn is_space(c: char) -> bool {

@@ -205,23 +205,10 @@ fn text_pool(
     f: &Filters,
     pool: usize,
 ) -> Result<Vec<(i64, i64, f64)>> {
-    let t = table(kind);
-    let fts = t.fts;
-    let score = match t.weights {
-        Some(w) => format!("bm25({fts}, {w})"),
-        None => format!("bm25({fts})"),
-    };
-    let mut args: Vec<Value> = vec![Value::Text(any.to_string())];
-    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
-    push_filters(kind, f, true, &mut args, &mut wheres);
-    let from = t.from_clause(f);
-    args.push(Value::Integer(pool as i64));
-    let sql = format!(
-        "SELECT t.id, t.created_at, {score} FROM {from} WHERE {wheres}
-         ORDER BY 3, t.id DESC LIMIT ?{}",
-        args.len(),
-        wheres = wheres.join(" AND ")
-    );
+    let (sql, mut args) = pool_statement(kind, f);
+    args[0] = Value::Text(any.to_string());
+    let n = args.len() - 1;
+    args[n] = Value::Integer(pool as i64);
     let rows = conn
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), |r| {
@@ -229,6 +216,29 @@ fn text_pool(
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
+}
+
+/// The statement of [`text_pool`] and its arguments: `?1` the MATCH expression (here
+/// `'x'`), then the filters, last the pool size (here 1).
+pub(super) fn pool_statement(kind: Kind, f: &Filters) -> (String, Vec<Value>) {
+    let t = table(kind);
+    let fts = t.fts;
+    let score = match t.weights {
+        Some(w) => format!("bm25({fts}, {w})"),
+        None => format!("bm25({fts})"),
+    };
+    let mut args: Vec<Value> = vec![Value::Text("x".into())];
+    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
+    push_filters(kind, f, true, &mut args, &mut wheres);
+    let from = t.joined_rows(f);
+    args.push(Value::Integer(1));
+    let sql = format!(
+        "SELECT t.id, t.created_at, {score} FROM {from} WHERE {wheres}
+         ORDER BY 3, t.id DESC LIMIT ?{}",
+        args.len(),
+        wheres = wheres.join(" AND ")
+    );
+    (sql, args)
 }
 
 /// For filters the vector index does not hold (type, concept, file): the ids of each kind
@@ -316,7 +326,11 @@ fn coverage(
                 .query_row(params![g, IDF_COUNT_CAP], |r| r.get(0))?;
             let (n, total) = (n as f64, rows.max(n) as f64);
             weights.push(((total - n + 0.5) / (n + 0.5) + 1.0).ln());
-            members.push(matching(conn, kind, g, &ids)?.into_iter().collect::<HashSet<i64>>());
+            members.push(
+                matching(conn, kind, g, &ids)?
+                    .into_iter()
+                    .collect::<HashSet<i64>>(),
+            );
         }
         let sum: f64 = weights.iter().sum();
         if sum <= 0.0 {

@@ -324,7 +324,7 @@ impl Table {
     /// The full-text table joined to its rows. Filters on id, project, time and type read
     /// the covering index (a few dense pages); only concept and file filters need the row
     /// itself.
-    pub(super) fn from_clause(&self, f: &Filters) -> String {
+    pub(super) fn joined_rows(&self, f: &Filters) -> String {
         let fts = self.fts;
         if f.concept.is_none() && f.file.is_none() {
             format!(
@@ -333,7 +333,10 @@ impl Table {
                 index = self.search_index
             )
         } else {
-            format!("{fts} JOIN {table} t ON t.id = {fts}.rowid", table = self.table)
+            format!(
+                "{fts} JOIN {table} t ON t.id = {fts}.rowid",
+                table = self.table
+            )
         }
     }
 }
@@ -443,7 +446,7 @@ fn window_statement(
     let mut args: Vec<Value> = vec![Value::Text(fts_match)];
     let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
     push_filters(kind, f, true, &mut args, &mut wheres);
-    let from = t.from_clause(f);
+    let from = t.joined_rows(f);
     // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
     // the filters, found and scored in one walk of the full-text index in rowid order.
     let walk = match order {
@@ -799,7 +802,8 @@ mod tests {
         // A title-only match shows the body instead of repeating the title.
         assert_eq!(hits[0].snippet, "small change");
         assert!(hits[1].snippet.contains("**lease**"), "{:?}", hits[1]);
-        assert!(hits[0].score.expect("score") < hits[1].score.expect("score"));
+        // Scores are the fused relevance: higher is better.
+        assert!(hits[0].score.expect("score") > hits[1].score.expect("score"));
     }
 
     #[test]
@@ -850,7 +854,9 @@ mod tests {
             assert_eq!(got, want, "{q}");
         };
         check("sqlite OR postgres", vec![sqlite, pg]);
-        check("sqlite postgres", vec![]);
+        // Any word is enough to be found; matching more of them ranks first.
+        check("sqlite postgres", vec![sqlite, pg]);
+        check("sqlite wal readers", vec![sqlite]);
         check("\"readers never block\"", vec![sqlite]);
         check("\"never readers\"", vec![]);
         check("migrat*", vec![mig]);
@@ -858,7 +864,8 @@ mod tests {
         check("decision -postgres", vec![]); // `decision` is the type, not in the text
         check("wal -postgres", vec![sqlite]);
         check("", vec![sqlite, pg, mig]);
-        check("title:sqlite", vec![]);
+        // A column filter is only text: its words.
+        check("title:sqlite", vec![sqlite]);
         check("\"", vec![sqlite, pg, mig]);
     }
 
@@ -1216,6 +1223,103 @@ mod tests {
         newest.limit = 2;
         let hits = search(&f.conn, &newest).expect("newest");
         assert_eq!(hits[0].title, format!("Lease title hit {}", n - 1));
+    }
+
+    #[test]
+    fn an_old_title_hit_is_not_lost_behind_newer_mentions() {
+        let mut f = fixture();
+        db::write(&mut f.conn, |tx| {
+            crate::memory::sessions::ensure(tx, "s-p", "p", "/x", T0)?;
+            memory::observations::insert_observation(
+                tx,
+                &obs(
+                    "p",
+                    "decision",
+                    "Quokka cache: decided write-through",
+                    "",
+                    T0,
+                ),
+            )?;
+            for i in 0..400 {
+                memory::observations::insert_observation(
+                    tx,
+                    &obs(
+                        "p",
+                        "change",
+                        &format!("Filler note {i}"),
+                        "mentions the quokka cache in passing",
+                        T0 + DAY + i,
+                    ),
+                )?;
+            }
+            Ok(())
+        })
+        .expect("seed");
+        let mut r = req("quokka", Some("p"));
+        r.limit = 20;
+        let hits = search(&f.conn, &r).expect("search");
+        assert_eq!(hits.len(), 20);
+        assert_eq!(hits[0].title, "Quokka cache: decided write-through");
+        // Matching more of the words ranks higher than matching one of them often.
+        db::write(&mut f.conn, |tx| {
+            memory::observations::insert_observation(
+                tx,
+                &obs(
+                    "p",
+                    "discovery",
+                    "Write-through costs",
+                    "quokka cache latency",
+                    T0,
+                ),
+            )?;
+            Ok(())
+        })
+        .expect("one more");
+        let hits = search(
+            &f.conn,
+            &req("why is the quokka cache write-through slow", Some("p")),
+        )
+        .expect("question");
+        assert_eq!(hits[0].title, "Quokka cache: decided write-through");
+        assert_eq!(hits[1].title, "Write-through costs");
+    }
+
+    #[test]
+    fn relevance_pools_are_led_by_the_full_text_index() {
+        let f = fixture();
+        let filters = Filters {
+            project: Some("p".into()),
+            types: vec!["bugfix".into()],
+            since: Some(1),
+            until: Some(i64::MAX),
+            ..Default::default()
+        };
+        for kind in Kind::ALL {
+            let sql = crate::recall::rank::pool_statement(kind, &filters);
+            let mut stmt = f
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.0))
+                .expect("plan");
+            let rows = stmt
+                .query_map(params_from_iter(sql.1), |r| r.get::<_, String>(3))
+                .expect("rows")
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .expect("collect")
+                .join("\n");
+            assert!(
+                rows.lines()
+                    .next()
+                    .is_some_and(|l| l.contains("VIRTUAL TABLE")),
+                "{rows}"
+            );
+            assert!(
+                rows.contains(&format!(
+                    "USING COVERING INDEX {}",
+                    table(kind).search_index
+                )),
+                "{kind:?}:\n{rows}"
+            );
+        }
     }
 
     #[test]

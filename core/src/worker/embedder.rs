@@ -59,7 +59,10 @@ fn run(
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let requeued = store::requeue_other_models(&mut conn, &source.id)?;
     if requeued > 0 {
-        log::info!("model is now {}: {requeued} memories queued to embed again", source.id);
+        log::info!(
+            "model is now {}: {requeued} memories queued to embed again",
+            source.id
+        );
     }
     log::info!("embedding memories with {}", source.id);
     let mut since_log = 0usize;

@@ -205,7 +205,12 @@ pub fn run(
 
     // Beside the model threads; with `--once`, after them (it drains what they stored).
     let embedder = match opts.once {
-        false => Some(super::embedder::spawn(dir, &settings, control.stop.clone(), false)?),
+        false => Some(super::embedder::spawn(
+            dir,
+            &settings,
+            control.stop.clone(),
+            false,
+        )?),
         true => None,
     };
 

@@ -133,9 +133,14 @@ impl Bert {
                 dir.join("config.json").display()
             )));
         }
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
         {
-            return Err(Error::Embedding("config.json: bad attention head count".into()));
+            return Err(Error::Embedding(
+                "config.json: bad attention head count".into(),
+            ));
         }
         let max_tokens = read_json::<SentenceConfig>(&dir.join("sentence_bert_config.json"))?
             .and_then(|c| c.max_seq_length)
@@ -160,8 +165,8 @@ impl Bert {
         }));
 
         let weights_path = dir.join("model.safetensors");
-        let bytes = std::fs::read(&weights_path)
-            .map_err(|e| Error::io("cannot read", &weights_path, e))?;
+        let bytes =
+            std::fs::read(&weights_path).map_err(|e| Error::io("cannot read", &weights_path, e))?;
         let device = Device::Cpu;
         let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &device)
             .map_err(|e| model_err(&format!("cannot load {}", weights_path.display()), e))?;
@@ -171,34 +176,47 @@ impl Bert {
         } else {
             vb
         };
-        let load = || -> candle_core::Result<(Embedding, Embedding, Embedding, LayerNorm, Vec<Layer>)> {
-            let h = config.hidden_size;
-            let eps = config.layer_norm_eps;
-            let e = vb.pp("embeddings");
-            let mut layers = Vec::with_capacity(config.num_hidden_layers);
-            for n in 0..config.num_hidden_layers {
-                let l = vb.pp(format!("encoder.layer.{n}"));
-                layers.push(Layer {
-                    query: linear(h, h, l.pp("attention.self.query"))?,
-                    key: linear(h, h, l.pp("attention.self.key"))?,
-                    value: linear(h, h, l.pp("attention.self.value"))?,
-                    attention_out: linear(h, h, l.pp("attention.output.dense"))?,
-                    attention_norm: layer_norm(h, eps, l.pp("attention.output.LayerNorm"))?,
-                    intermediate: linear(h, config.intermediate_size, l.pp("intermediate.dense"))?,
-                    output: linear(config.intermediate_size, h, l.pp("output.dense"))?,
-                    output_norm: layer_norm(h, eps, l.pp("output.LayerNorm"))?,
-                });
-            }
-            Ok((
-                embedding(config.vocab_size, h, e.pp("word_embeddings"))?,
-                embedding(config.max_position_embeddings, h, e.pp("position_embeddings"))?,
-                embedding(config.type_vocab_size, h, e.pp("token_type_embeddings"))?,
-                layer_norm(h, eps, e.pp("LayerNorm"))?,
-                layers,
-            ))
-        };
-        let (words, positions, token_types, norm, layers) =
-            load().map_err(|e| model_err(&format!("{} is not a BERT model", weights_path.display()), e))?;
+        let load =
+            || -> candle_core::Result<(Embedding, Embedding, Embedding, LayerNorm, Vec<Layer>)> {
+                let h = config.hidden_size;
+                let eps = config.layer_norm_eps;
+                let e = vb.pp("embeddings");
+                let mut layers = Vec::with_capacity(config.num_hidden_layers);
+                for n in 0..config.num_hidden_layers {
+                    let l = vb.pp(format!("encoder.layer.{n}"));
+                    layers.push(Layer {
+                        query: linear(h, h, l.pp("attention.self.query"))?,
+                        key: linear(h, h, l.pp("attention.self.key"))?,
+                        value: linear(h, h, l.pp("attention.self.value"))?,
+                        attention_out: linear(h, h, l.pp("attention.output.dense"))?,
+                        attention_norm: layer_norm(h, eps, l.pp("attention.output.LayerNorm"))?,
+                        intermediate: linear(
+                            h,
+                            config.intermediate_size,
+                            l.pp("intermediate.dense"),
+                        )?,
+                        output: linear(config.intermediate_size, h, l.pp("output.dense"))?,
+                        output_norm: layer_norm(h, eps, l.pp("output.LayerNorm"))?,
+                    });
+                }
+                Ok((
+                    embedding(config.vocab_size, h, e.pp("word_embeddings"))?,
+                    embedding(
+                        config.max_position_embeddings,
+                        h,
+                        e.pp("position_embeddings"),
+                    )?,
+                    embedding(config.type_vocab_size, h, e.pp("token_type_embeddings"))?,
+                    layer_norm(h, eps, e.pp("LayerNorm"))?,
+                    layers,
+                ))
+            };
+        let (words, positions, token_types, norm, layers) = load().map_err(|e| {
+            model_err(
+                &format!("{} is not a BERT model", weights_path.display()),
+                e,
+            )
+        })?;
         Ok(Bert {
             tokenizer,
             words,

@@ -201,16 +201,25 @@ mod tests {
     #[test]
     fn hashes_are_left_out_of_the_embedded_text() {
         assert_eq!(
-            text_of(&["Fix pager", "8f5a80ea07e0dc98792c259b03d1d7f7678f87fa", "see abc1234."]),
+            text_of(&[
+                "Fix pager",
+                "8f5a80ea07e0dc98792c259b03d1d7f7678f87fa",
+                "see abc1234."
+            ]),
             "Fix pager\nsee"
         );
         // Words that only look like hex are kept.
-        assert_eq!(text_of(&["decade feedbeef 1234567"]), "decade feedbeef 1234567");
+        assert_eq!(
+            text_of(&["decade feedbeef 1234567"]),
+            "decade feedbeef 1234567"
+        );
     }
 
     #[test]
     fn quantized_vectors_keep_their_direction() {
-        let v: Vec<f32> = (0..384).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let v: Vec<f32> = (0..384)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         let unit: Vec<f32> = v.iter().map(|x| x / norm).collect();
         assert!(cosine_i8(&unit, &quantize(&unit)) > 0.999);
@@ -221,6 +230,9 @@ mod tests {
 
     #[test]
     fn bits_are_the_signs() {
-        assert_eq!(bits_of(&[1.0, -1.0, 0.5, 0.0, -0.1, 2.0, 3.0, -4.0, 1.0]), vec![0b0110_0101, 1]);
+        assert_eq!(
+            bits_of(&[1.0, -1.0, 0.5, 0.0, -0.1, 2.0, 3.0, -4.0, 1.0]),
+            vec![0b0110_0101, 1]
+        );
     }
 }

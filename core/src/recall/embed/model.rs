@@ -176,7 +176,9 @@ pub fn install_from(source: &Path, dir: &Path, progress: Progress) -> Result<()>
                 let total = f.metadata().map_or(0, |m| m.len());
                 Ok(Some((Box::new(f) as Box<dyn Read>, total)))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && OPTIONAL_FILES.contains(&file) => {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound && OPTIONAL_FILES.contains(&file) =>
+            {
                 Ok(None)
             }
             Err(e) => Err(Error::io("cannot read", path, e)),
@@ -262,7 +264,8 @@ fn copy_hashing(
         done += n as u64;
         tick(done);
     }
-    out.sync_all().map_err(|e| Error::io("cannot write", to, e))?;
+    out.sync_all()
+        .map_err(|e| Error::io("cannot write", to, e))?;
     if total > 0 && done != total {
         return Err(Error::Embedding(format!(
             "{}: got {done} bytes of {total}",

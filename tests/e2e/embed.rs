@@ -1,0 +1,413 @@
+//! Search by meaning with the real all-MiniLM-L6-v2 weights: the vectors match the
+//! reference implementation, `cairn embed` installs and checks the model, the worker and
+//! `cairn embed` give every memory its vector, and search finds a memory asked for in other
+//! words, with every filter holding on the meaning side too.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+
+use cairn_core::recall::embed::bert::Bert;
+use serde_json::Value;
+
+use crate::recall::{T0, cairn, project_dir};
+use crate::support::{TestEnv, model_dir, stderr, stdout};
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn vectors_match_the_reference_implementation() {
+    let bert = Bert::load(&model_dir()).expect("load the model");
+    assert_eq!(bert.dims(), 384);
+    let path = crate::support::fixtures().join("recall-eval/reference-vectors.jsonl");
+    let text = std::fs::read_to_string(path).expect("reference vectors");
+    let refs: Vec<(String, Vec<f32>)> = text
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("json");
+            let want = v["vector"]
+                .as_array()
+                .expect("vector")
+                .iter()
+                .map(|x| x.as_f64().expect("float") as f32)
+                .collect();
+            (v["text"].as_str().expect("text").to_string(), want)
+        })
+        .collect();
+    assert_eq!(refs.len(), 20);
+    // One at a time and all in one padded batch: both must agree with the reference.
+    let texts: Vec<&str> = refs.iter().map(|(t, _)| t.as_str()).collect();
+    let batch = bert.embed(&texts).expect("embed batch");
+    for ((text, want), got) in refs.iter().zip(&batch) {
+        let alone = &bert.embed(&[text.as_str()]).expect("embed")[0];
+        assert!(
+            cosine(alone, want) >= 0.9999,
+            "{text:?}: {}",
+            cosine(alone, want)
+        );
+        assert!(
+            cosine(got, want) >= 0.9999,
+            "{text:?} in a batch: {}",
+            cosine(got, want)
+        );
+        let norm: f32 = got.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "{text:?} is not a unit vector");
+    }
+    // The published sentence-transformers example.
+    let s = cosine(&batch[0], &batch[1]);
+    assert!((s - 0.6660).abs() < 0.001, "{s}");
+}
+
+/// Memories in two projects, through the real hook-less path: a cairn export imported.
+fn import_memories(env: &TestEnv) {
+    let lines = [
+        r#"{"record": "header", "format": "cairn-export", "version": 1, "exported_at": 0, "project": "acme"}"#.to_string(),
+        session_line("s1", "acme"),
+        session_line("x1", "globex"),
+        obs_line("s1", "acme", "feature", "Added a sliding-window rate limiter to POST /login",
+            "The sixth attempt within a minute gets 429.", T0),
+        obs_line("s1", "acme", "bugfix", "Fixed the flaky login test",
+            "new_session() set expires_at one second before the TTL, so the test failed near a second boundary.", T0 + 1000),
+        obs_line("s1", "acme", "decision", "Prefer BEGIN IMMEDIATE for every write transaction",
+            "SQLITE_BUSY is then retried by the busy handler.", T0 + 2000),
+        obs_line("s1", "acme", "discovery", "Font rendering in the PDF export",
+            "Ligatures were dropped by the old renderer.", T0 + 3000),
+        obs_line("x1", "globex", "feature", "Rate limiting for the signup endpoint",
+            "Too many signups from one address are refused.", T0),
+    ];
+    let file = env.tmp.path().join("export.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write export");
+    let o = env.run(
+        "cairn",
+        &["import", "jsonl", file.to_str().expect("path")],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+fn session_line(id: &str, project: &str) -> String {
+    format!(
+        r#"{{"record": "session", "session_id": "{id}", "project": "{project}", "cwd": "/{project}", "prompt_counter": 1, "status": "ended", "started_at": {T0}, "updated_at": {T0}, "ended_at": {T0}}}"#
+    )
+}
+
+fn obs_line(
+    session: &str,
+    project: &str,
+    kind: &str,
+    title: &str,
+    narrative: &str,
+    at: i64,
+) -> String {
+    serde_json::json!({
+        "record": "observation", "session_id": session, "project": project,
+        "prompt_number": 1, "type": kind, "original_type": null, "title": title,
+        "subtitle": "", "narrative": narrative, "facts": [], "concepts": [],
+        "files_read": [], "files_modified": [], "source_job_ids": [], "origin": "import",
+        "created_at": at,
+    })
+    .to_string()
+}
+
+fn status_json(env: &TestEnv) -> Value {
+    let o = env.run("cairn", &["embed", "--status", "--json"], b"");
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", stdout(&o), stderr(&o)))
+}
+
+fn titles(o: &std::process::Output) -> Vec<String> {
+    if o.status.code() == Some(1) && o.stdout.is_empty() {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {:?} {} {}", o.status, stdout(o), stderr(o)));
+    v.as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| h["title"].as_str().expect("title").to_string())
+        .collect()
+}
+
+#[test]
+fn questions_in_other_words_find_their_memory() {
+    let env = TestEnv::new();
+    import_memories(&env);
+    project_dir(&env);
+
+    // Without a model: full text only, and the paraphrase finds nothing.
+    let o = cairn(&env, &["search", "brute force protection", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let st = status_json(&env);
+    assert!(st["model"].is_null(), "{st}");
+    assert!(
+        st["unavailable"]
+            .as_str()
+            .expect("why")
+            .contains("cairn embed --fetch"),
+        "{st}"
+    );
+
+    // Installing the model embeds every imported memory.
+    let model = model_dir();
+    let o = env.run(
+        "cairn",
+        &["embed", "--from", model.to_str().expect("path")],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("embedded 5 memories"), "{}", stdout(&o));
+    let st = status_json(&env);
+    assert_eq!(st["embedded"], 5, "{st}");
+    assert_eq!(st["queued"], 0, "{st}");
+
+    // The paraphrases now find their memories through the vector side.
+    let o = cairn(&env, &["search", "brute force protection", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        titles(&o)[0],
+        "Added a sliding-window rate limiter to POST /login"
+    );
+    let o = cairn(&env, &["search", "throttle", "--json"]);
+    assert_eq!(
+        titles(&o)[0],
+        "Added a sliding-window rate limiter to POST /login"
+    );
+    let o = cairn(
+        &env,
+        &["search", "why was the login test failing", "--json"],
+    );
+    assert_eq!(titles(&o)[0], "Fixed the flaky login test");
+
+    // Filters hold on the meaning side: another project's limiter never shows, nor a type
+    // or a time the filter leaves out, nor a word the query excludes.
+    // (The signup limiter is close enough in meaning to be a candidate: cosine 0.21.)
+    let o = cairn(&env, &["search", "brute force protection", "--json"]);
+    assert!(
+        !titles(&o).iter().any(|t| t.contains("signup")),
+        "{:?}",
+        titles(&o)
+    );
+    let o = cairn(
+        &env,
+        &[
+            "search",
+            "brute force protection",
+            "--all-projects",
+            "--json",
+        ],
+    );
+    assert!(
+        titles(&o).iter().any(|t| t.contains("signup")),
+        "{:?}",
+        titles(&o)
+    );
+    let o = cairn(&env, &["search", "throttle", "--type", "bugfix", "--json"]);
+    assert!(
+        !titles(&o).iter().any(|t| t.contains("rate limiter")),
+        "{:?}",
+        titles(&o)
+    );
+    let o = cairn(
+        &env,
+        &[
+            "search",
+            "throttle",
+            "--until",
+            "2026-09-21T14:13",
+            "--json",
+        ],
+    );
+    assert!(
+        !titles(&o).iter().any(|t| t.contains("rate limiter")),
+        "{:?}",
+        titles(&o)
+    );
+    let o = cairn(&env, &["search", "--json", "--", "throttle", "-minute"]);
+    assert!(
+        !titles(&o).iter().any(|t| t.contains("rate limiter")),
+        "{:?}",
+        titles(&o)
+    );
+
+    // The timeline's query anchor is found by meaning too.
+    let o = cairn(
+        &env,
+        &["timeline", "--query", "brute force protection", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t: Value = serde_json::from_slice(&o.stdout).expect("timeline json");
+    let anchor = t["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["anchor"] == true)
+        .cloned()
+        .expect("anchor");
+    assert_eq!(
+        anchor["title"],
+        "Added a sliding-window rate limiter to POST /login"
+    );
+
+    // A memory saved by hand gets its vector from the worker like any other.
+    let o = cairn(
+        &env,
+        &[
+            "save",
+            "Cache invalidation uses write-through",
+            "--text",
+            "The quokka cache writes through to disk.",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(status_json(&env)["queued"], 1);
+    let o = env.run("cairn-worker", &["--once"], b"");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(status_json(&env)["queued"], 0);
+    assert_eq!(status_json(&env)["embedded"], 6);
+
+    // Deleting a memory deletes its vector; changing one queues it again.
+    let conn = env.db();
+    conn.execute(
+        "DELETE FROM observations WHERE title LIKE 'Font rendering%'",
+        [],
+    )
+    .expect("delete");
+    conn.execute("UPDATE observations SET narrative = 'Now 10 per minute.' WHERE title LIKE 'Added a sliding%'", []).expect("update");
+    drop(conn);
+    assert_eq!(env.count("SELECT count(*) FROM embeddings"), 4);
+    assert_eq!(env.count("SELECT count(*) FROM embedding_queue"), 1);
+}
+
+#[test]
+fn vectors_of_another_model_are_made_again() {
+    let env = TestEnv::new();
+    import_memories(&env);
+    let model = model_dir();
+    let o = env.run(
+        "cairn",
+        &["embed", "--from", model.to_str().expect("path")],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let current: String = env
+        .db()
+        .query_row("SELECT DISTINCT model FROM embeddings", [], |r| r.get(0))
+        .expect("model");
+    // As if an older model had made them: search must not compare them, and the next
+    // embedding run makes them again with the current model.
+    env.db()
+        .execute("UPDATE embeddings SET model = 'older-model:1'", [])
+        .expect("age");
+    project_dir(&env);
+    let o = cairn(&env, &["search", "brute force protection", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let o = env.run("cairn-worker", &["--once"], b"");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM embeddings WHERE model = '{current}'"
+        )),
+        5
+    );
+    let o = cairn(&env, &["search", "brute force protection", "--json"]);
+    assert_eq!(
+        titles(&o)[0],
+        "Added a sliding-window rate limiter to POST /login"
+    );
+}
+
+/// Serves the files of `dir` over HTTP on 127.0.0.1, `tokenizer.json` replaced by `bad`
+/// when given; returns the base URL.
+fn serve_model(dir: &Path, bad_tokenizer: Option<Vec<u8>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut request = String::new();
+            if reader.read_line(&mut request).is_err() {
+                continue;
+            }
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).map_or(true, |n| n == 0) || line == "\r\n" {
+                    break;
+                }
+            }
+            let path = request
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("/")
+                .trim_start_matches('/')
+                .to_string();
+            let body = match (&bad_tokenizer, path.as_str()) {
+                (Some(bad), "tokenizer.json") => Some(bad.clone()),
+                _ => std::fs::File::open(dir.join(&path)).ok().map(|mut f| {
+                    let mut v = Vec::new();
+                    f.read_to_end(&mut v).expect("read");
+                    v
+                }),
+            };
+            let _ = match body {
+                Some(b) => stream
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            b.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .and_then(|()| stream.write_all(&b)),
+                None => stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                ),
+            };
+        }
+    });
+    url
+}
+
+#[test]
+fn fetch_checks_every_file_and_keeps_nothing_bad() {
+    let env = TestEnv::new();
+    import_memories(&env);
+    let model = model_dir();
+
+    // A tampered tokenizer: refused by its checksum, nothing installed.
+    let url = serve_model(&model, Some(b"{\"tampered\": true}".to_vec()));
+    let mut c = env.cmd("cairn");
+    c.env("CAIRN_EMBED__FETCH_URL", &url)
+        .args(["embed", "--fetch"]);
+    let o = crate::support::run_with_stdin(c, b"");
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("SHA-256"), "{}", stderr(&o));
+    let installed = env.data_dir.join("models/all-MiniLM-L6-v2");
+    assert!(!installed.join("model.safetensors").exists());
+    assert!(!installed.join("tokenizer.json").exists());
+    assert_eq!(status_json(&env)["model"], Value::Null);
+
+    // No server at all: a clear error, nothing installed.
+    let mut c = env.cmd("cairn");
+    c.env("CAIRN_EMBED__FETCH_URL", "http://127.0.0.1:9")
+        .args(["embed", "--fetch"]);
+    let o = crate::support::run_with_stdin(c, b"");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot download"), "{}", stderr(&o));
+
+    // The real files: installed, checked, and every memory embedded.
+    let url = serve_model(&model, None);
+    let mut c = env.cmd("cairn");
+    c.env("CAIRN_EMBED__FETCH_URL", &url)
+        .args(["embed", "--fetch"]);
+    let o = crate::support::run_with_stdin(c, b"");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(installed.join("cairn-model.json").is_file());
+    assert_eq!(status_json(&env)["embedded"], 5);
+}
