@@ -155,7 +155,8 @@ pub struct SaveArgs {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// Project the tools default to (default: the project of the current directory).
+    /// Project the tools default to (default: the project of CLAUDE_PROJECT_DIR, which
+    /// Claude Code sets, else of the current directory).
     #[arg(long)]
     pub project: Option<String>,
 }
@@ -311,6 +312,7 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
         order,
         limit: args.limit,
         offset: args.offset,
+        asking_session: None,
     };
     let conn = open(ctx)?;
     let hits = search::search(&conn, &req)?;
@@ -517,11 +519,19 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
     };
     Privacy::from_settings(&ctx.settings().capture).observation(&mut obs);
     let mut conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
-    let stored = db::write(&mut conn, |tx| {
-        memory::observations::insert_observation(tx, &obs)
-    })?;
+    let stored = db::write(&mut conn, |tx| memory::observations::save_manual(tx, &obs))?;
+    let again = matches!(stored, memory::observations::Stored::Duplicate(_));
     if args.json {
-        print_json(&serde_json::json!({ "id": stored.id(), "project": project }))?;
+        print_json(&serde_json::json!({
+            "id": stored.id(),
+            "project": project,
+            "already_saved": again,
+        }))?;
+    } else if again {
+        print(&format!(
+            "already saved as observation {} in project '{project}'\n",
+            stored.id()
+        ))?;
     } else {
         print(&format!(
             "saved observation {} in project '{project}'\n",
@@ -532,16 +542,21 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
 }
 
 pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
-    let project = match &args.project {
-        Some(p) => p.clone(),
-        None => current_project()?,
+    // Claude Code starts a stdio server with the project root in CLAUDE_PROJECT_DIR and
+    // the session that started it in CLAUDE_CODE_SESSION_ID (see ARCHITECTURE.md).
+    let project = match (&args.project, std::env::var_os("CLAUDE_PROJECT_DIR")) {
+        (Some(p), _) => p.clone(),
+        (None, Some(dir)) if !dir.is_empty() => project::detect(std::path::Path::new(&dir)),
+        (None, _) => current_project()?,
     };
+    let asking_session = std::env::var("CLAUDE_CODE_SESSION_ID").ok();
     // The server may be registered before any hook ran: make the database if needed.
     let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
     search::tune_for_reading(&conn)?;
     log::info!("mcp server for project '{project}'");
     let mut server = mcp::protocol::Server::new(conn, project, clock::now_ms)
-        .with_privacy(Privacy::from_settings(&ctx.settings().capture));
+        .with_privacy(Privacy::from_settings(&ctx.settings().capture))
+        .with_asking_session(asking_session);
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     mcp::protocol::serve(&mut server, stdin, stdout)?;

@@ -149,6 +149,11 @@ pub struct SearchRequest {
     pub order: Order,
     pub limit: usize,
     pub offset: usize,
+    /// The Claude Code session asking, when the caller knows it (the MCP server is told by
+    /// Claude Code's `CLAUDE_CODE_SESSION_ID`; the CLI passes `None`). The prompt that
+    /// session is answering right now was stored just before this search; ranking may use
+    /// this to keep it from crowding out the memories. Filters nothing by itself.
+    pub asking_session: Option<String>,
 }
 
 impl Default for SearchRequest {
@@ -160,6 +165,7 @@ impl Default for SearchRequest {
             order: Order::Relevance,
             limit: 20,
             offset: 0,
+            asking_session: None,
         }
     }
 }
