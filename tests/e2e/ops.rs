@@ -998,3 +998,52 @@ fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
     assert_error_line(&o, "line 1");
     assert!(!env.data_dir.exists(), "a bad import file creates nothing");
 }
+
+/// The commands between backticks in `text` that start with `cairn `.
+fn advised_commands(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|c| c.starts_with("cairn "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_command_status_advises_works_as_printed() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    enqueue(&mut conn, "s1", "k1", 1);
+    enqueue(&mut conn, "s1", "k2", 1);
+    assert_eq!(fail_all(&mut conn, "model said 500"), 2);
+    conn.execute(
+        "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES ('Stop', 'not JSON', x'7b7b', 2, ?1)",
+        [now()],
+    )
+    .expect("quarantine");
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1);
+    let advice = advised_commands(&stdout(&o));
+    assert!(
+        advice
+            .iter()
+            .any(|c| c.starts_with("cairn queue discard --id ")),
+        "{advice:?}"
+    );
+    assert!(
+        advice.contains(&"cairn quarantine clear --all".to_string()),
+        "{advice:?}"
+    );
+    // Each one, run exactly as printed, does its job (the discard before the replay, which
+    // would leave it nothing to do).
+    let mut advice = advice;
+    advice.sort_by_key(|c| c.contains("replay"));
+    for command in &advice {
+        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let o = cairn(&env, &args);
+        // 1 is an answer (the replay after the discard finds nothing left), 2 an error.
+        assert_ne!(code(&o), 2, "`{command}`: {}{}", stdout(&o), stderr(&o));
+    }
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
