@@ -1047,3 +1047,18 @@ fn every_command_status_advises_works_as_printed() {
     let o = cairn(&env, &["status"]);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
 }
+
+#[test]
+fn an_import_source_that_is_not_claude_mem_is_said_about_the_source() {
+    let env = TestEnv::new();
+    let source = env.tmp.path().join("some.jsonl");
+    std::fs::write(&source, "{\"kind\":\"observation\"}\n").expect("write");
+    let src = source.to_string_lossy().to_string();
+    let o = cairn(&env, &["import", "claude-mem", &src]);
+    assert_error_line(&o, "is not a claude-mem database");
+    let err = stderr(&o);
+    assert!(err.contains(&src), "{err}");
+    assert!(err.contains(&format!("cairn import jsonl {src}")), "{err}");
+    assert!(!err.contains("restore"), "{err}");
+    assert!(!env.data_dir.exists(), "nothing created");
+}

@@ -138,6 +138,30 @@ pub fn export(ctx: &Ctx, args: &ExportArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+/// An import source that cannot be read, said about the source.
+fn source_error(source: &std::path::Path, e: cairn_core::Error) -> anyhow::Error {
+    match e {
+        cairn_core::Error::NotADatabase { reason, .. } => {
+            let jsonl = source
+                .extension()
+                .is_some_and(|x| x.eq_ignore_ascii_case("jsonl") || x.eq_ignore_ascii_case("json"));
+            anyhow::anyhow!(
+                "{} is not a claude-mem database ({reason}); nothing was imported. Pass claude-mem's SQLite database (by default ~/.claude-mem/claude-mem.db){}",
+                source.display(),
+                if jsonl {
+                    format!(
+                        ", or import a cairn export with `cairn import jsonl {}`",
+                        source.display()
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        }
+        other => explain(other),
+    }
+}
+
 /// `cairn import jsonl FILE` and `cairn import claude-mem [PATH]`.
 pub fn import(ctx: &Ctx, cmd: &ImportCommand) -> anyhow::Result<u8> {
     match cmd {
@@ -182,8 +206,9 @@ pub fn import(ctx: &Ctx, cmd: &ImportCommand) -> anyhow::Result<u8> {
                     claude_mem::default_path(&home)
                 }
             };
-            // Check the source before creating anything.
-            drop(claude_mem::open_source(&source).map_err(explain)?);
+            // Check the source before creating anything; what is wrong with it is about the
+            // source, never the data dir's database.
+            drop(claude_mem::open_source(&source).map_err(|e| source_error(&source, e))?);
             let mut conn = open_or_create(ctx)?;
             let report =
                 claude_mem::import(&mut conn, &source, clock::now_ms()).map_err(explain)?;
