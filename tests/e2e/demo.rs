@@ -34,7 +34,11 @@ fn the_demo_shows_observations_context_search_and_timeline() {
         "{text}"
     );
     // The search and the timeline ran and found the story.
-    assert!(text.contains("**rate** **limiting**"), "{text}");
+    assert!(text.contains("rate limiting"), "{text}");
+    assert!(
+        !text.contains("**"),
+        "no highlight marks in a pipe:\n{text}"
+    );
     assert!(
         text.contains("→  S1"),
         "the timeline marks its anchor:\n{text}"

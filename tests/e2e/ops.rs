@@ -1062,3 +1062,28 @@ fn an_import_source_that_is_not_claude_mem_is_said_about_the_source() {
     assert!(!err.contains("restore"), "{err}");
     assert!(!env.data_dir.exists(), "nothing created");
 }
+
+#[test]
+fn queue_list_fits_an_80_column_terminal() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    enqueue(&mut conn, "4268b601-cbcd-45ac-b3f1-4f61c888c668", "k1", 1);
+    enqueue(&mut conn, "4268b601-cbcd-45ac-b3f1-4f61c888c668", "k2", 1);
+    fail_all(
+        &mut conn,
+        "model said 500: the upstream provider is overloaded, try again later (request id req_011CVxyz)",
+    );
+    let (screen, code) = crate::support::run_on_tty(&env.cmd_with(&["queue", "list"]), 80);
+    assert_eq!(code, Some(0), "{screen}");
+    for line in screen.lines() {
+        assert!(line.chars().count() <= 80, "{line}\n{screen}");
+    }
+    assert!(screen.contains("model said 500"), "{screen}");
+    // A pipe gets the rows whole.
+    let piped = stdout(&cairn(&env, &["queue", "list"]));
+    assert!(
+        piped.contains("4268b601-cbcd-45ac-b3f1-4f61c888c668"),
+        "{piped}"
+    );
+    assert!(piped.contains("(request id req_011CVxyz)"), "{piped}");
+}

@@ -15,6 +15,7 @@ use crate::exit;
 
 pub mod capture;
 pub mod ops;
+pub mod out;
 pub mod recall;
 
 /// cairn: a persistent memory for Claude Code.
@@ -137,7 +138,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => exit::code(code),
         Err(e) => {
-            eprintln!("error: {}", exit::chain(&e));
+            out::note!("error: {}", exit::chain(&e));
             exit::code(exit::ERROR)
         }
     }

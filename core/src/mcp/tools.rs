@@ -20,7 +20,7 @@ use crate::mcp::protocol::code;
 use crate::memory;
 use crate::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use crate::recall::search::{self, Filters, Kind, Order, SearchRequest};
-use crate::recall::snippet::{HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN, one_line, shorten};
+use crate::recall::snippet::{one_line, render_marks, shorten};
 use crate::recall::timeline::{self, Anchor, TimelineRequest};
 
 /// The tools `tools/list` lists and `tools/call` runs.
@@ -676,9 +676,7 @@ fn fit_lines(items: &[String], room: usize) -> usize {
 
 /// A snippet with its matches marked `**like this**`, for a model to read.
 fn bold_marks(snippet: &str) -> String {
-    snippet
-        .replace(HIGHLIGHT_OPEN, "**")
-        .replace(HIGHLIGHT_CLOSE, "**")
+    render_marks(snippet, "**", "**")
 }
 
 /// Why a tool call failed.

@@ -773,7 +773,13 @@ mod tests {
         let hits = search(&f.conn, &req("lease", Some("p"))).expect("search");
         // A title-only match shows the body instead of repeating the title.
         assert_eq!(hits[0].snippet, "small change");
-        assert!(hits[1].snippet.contains("**lease**"), "{:?}", hits[1]);
+        assert!(
+            hits[1]
+                .snippet
+                .contains(&format!("{HIGHLIGHT_OPEN}lease{HIGHLIGHT_CLOSE}")),
+            "{:?}",
+            hits[1]
+        );
         assert!(hits[0].score.expect("score") < hits[1].score.expect("score"));
     }
 

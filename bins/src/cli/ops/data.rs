@@ -109,15 +109,18 @@ pub fn export(ctx: &Ctx, args: &ExportArgs) -> anyhow::Result<u8> {
             let counts = run(&mut conn, &mut out).map_err(explain)?;
             out.flush()
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("exported {} to {}", describe(&counts), path.display());
+            crate::cli::out::note!("exported {} to {}", describe(&counts), path.display());
             counts
         }
         None => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             match run(&mut conn, &mut out).and_then(|c| {
-                out.flush()
-                    .map_err(|e| cairn_core::Error::Invalid(e.to_string()))?;
+                out.flush().map_err(|source| cairn_core::Error::Io {
+                    action: "write",
+                    path: "stdout".into(),
+                    source,
+                })?;
                 Ok(c)
             }) {
                 Ok(c) => c,
@@ -132,7 +135,7 @@ pub fn export(ctx: &Ctx, args: &ExportArgs) -> anyhow::Result<u8> {
         }
     };
     if project.is_some() && counts.total() == 0 {
-        eprintln!("nothing stored for project {}", project.unwrap_or_default());
+        crate::cli::out::note!("nothing stored for project {}", project.unwrap_or_default());
         return Ok(exit::NEGATIVE);
     }
     Ok(exit::OK)
