@@ -76,7 +76,11 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
         Target::File => false,
     };
     if stderr {
-        dispatch = dispatch.chain(std::io::stderr());
+        // Not `chain(std::io::stderr())`: fern panics when stderr is closed
+        // (`cairn doctor 2>&1 | head -1`); a line nobody can read is dropped.
+        dispatch = dispatch.chain(fern::Output::call(|record| {
+            let _ = writeln!(std::io::stderr(), "{}", record.args());
+        }));
     }
     let _ = dispatch.apply();
 }
@@ -111,7 +115,7 @@ impl LazyFile {
             None => false,
         };
         if !written {
-            eprint!("{line}");
+            let _ = std::io::stderr().write_all(line.as_bytes());
         }
     }
 }

@@ -425,6 +425,41 @@ fn excluded_projects_and_skipped_tools_write_nothing() {
     assert_eq!(env.count("SELECT count(*) FROM quarantine"), 0);
 }
 
+#[test]
+fn cairns_own_mcp_tool_calls_are_not_queued() {
+    let env = TestEnv::new();
+    hook(&env, hook_fixture("SessionStart.json").as_bytes());
+    let call = |name: &str, id: &str| {
+        let mut ev: Value = serde_json::from_str(&hook_fixture("PostToolUse.json")).expect("json");
+        ev["tool_name"] = name.into();
+        ev["tool_use_id"] = id.into();
+        ev["tool_input"] = serde_json::json!({"query": "rate limit"});
+        ev["tool_response"] =
+            serde_json::json!([{"type": "text", "text": "1 result in project 'acme'"}]);
+        ev.to_string()
+    };
+    // Even with `capture.skip_tools` emptied, cairn's own lookups are not memories.
+    for (name, id) in [
+        ("mcp__cairn__search", "toolu_own_1"),
+        ("mcp__cairn__get_observations", "toolu_own_2"),
+        ("mcp__plugin_cairn_cairn__timeline", "toolu_own_3"),
+        ("mcp__github__search_issues", "toolu_other"),
+    ] {
+        let mut c = env.cmd("cairn-hook");
+        c.env("CAIRN_CAPTURE__SKIP_TOOLS", "[]");
+        let out = run_with_stdin(c, call(name, id).as_bytes());
+        assert_eq!(stdout(&out), PLAIN, "{}", stderr(&out));
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE dedupe_key LIKE 'tool:toolu_own_%'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE dedupe_key = 'tool:toolu_other'"),
+        1
+    );
+}
+
 fn read_logs(env: &TestEnv) -> String {
     let mut all = String::new();
     if let Ok(dir) = std::fs::read_dir(env.data_dir.join("logs")) {

@@ -10,4 +10,5 @@ mod ops;
 mod pipeline;
 mod recall;
 mod support;
+mod terminal;
 mod worker;

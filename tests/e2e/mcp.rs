@@ -307,7 +307,6 @@ fn protocol_errors_and_bad_arguments() {
             json!({"title": "t", "text": "x", "files": [1]}),
             "'files' must be a list of strings",
         ),
-        ("nonexistent", json!({}), "unknown tool 'nonexistent'"),
     ] {
         let (err, text) = c.call(tool, args.clone());
         assert!(err, "{tool} {args}: {text}");
@@ -385,4 +384,159 @@ fn hostile_queries_never_break_the_server() {
     let (rest, code) = c.finish();
     assert!(rest.is_empty());
     assert_eq!(code, Some(0));
+}
+
+#[test]
+fn an_unknown_tool_is_a_protocol_error() {
+    let env = TestEnv::new();
+    seed(&env);
+    let mut c = Client::start(&env);
+    c.handshake();
+    // The request as Claude Code sends it, `_meta` included.
+    c.send_raw(
+        br#"{"method":"tools/call","params":{"name":"recall","arguments":{"query":"lease"},"_meta":{"claudecode/toolUseId":"toolu_01Xq"}},"jsonrpc":"2.0","id":5}"#,
+    );
+    let r = c.read();
+    assert_eq!(r["id"], 5, "{r}");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let message = r["error"]["message"].as_str().expect("message");
+    assert!(message.contains("unknown tool 'recall'"), "{message}");
+    assert!(message.contains("search, timeline"), "{message}");
+}
+
+#[test]
+fn discover_carries_server_info_where_the_sdks_read_it() {
+    let env = TestEnv::new();
+    let mut c = Client::start(&env);
+    // The Python SDK's request in `server/discover` mode.
+    c.send_raw(
+        br#"{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp","version":"1.30.0"}}}}"#,
+    );
+    let r = c.read();
+    let info = &r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info["name"], "cairn", "{r}");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"), "{r}");
+    assert!(r["result"]["supportedVersions"].is_array(), "{r}");
+    // Every stateless result says who answered.
+    c.send_raw(
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+    );
+    let r = c.read();
+    assert_eq!(
+        r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "cairn",
+        "{r}"
+    );
+}
+
+#[test]
+fn the_same_save_memory_call_twice_stores_one_memory() {
+    let env = TestEnv::new();
+    let mut c = Client::start(&env);
+    c.handshake();
+    let args = json!({"title": "Prefer BEGIN IMMEDIATE", "text": "Deferred transactions get SQLITE_BUSY at once under WAL.", "type": "decision"});
+    let (err, first) = c.call("save_memory", args.clone());
+    assert!(!err, "{first}");
+    let (err, second) = c.call("save_memory", args);
+    assert!(!err, "{second}");
+    assert!(first.starts_with("Saved as observation 1"), "{first}");
+    assert!(
+        second.starts_with("Already saved as observation 1"),
+        "{second}"
+    );
+    let tools = c.request(json!(2), "tools/list", json!({}));
+    let save = &tools["result"]["tools"][3];
+    assert_eq!(save["annotations"]["idempotentHint"], true);
+    c.finish();
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 1);
+}
+
+#[test]
+fn get_observations_of_fifty_ids_stays_within_its_token_budget() {
+    let env = TestEnv::new();
+    let mut c = Client::start(&env);
+    c.handshake();
+    // Fifty memories of about 1 KB each: about 51 KB in full.
+    let body = "The worker renews its lease every heartbeat and a rescued batch counts as a failed attempt. ".repeat(11);
+    for i in 1..=50 {
+        let (err, text) = c.call(
+            "save_memory",
+            json!({"title": format!("Lease note {i}"), "text": format!("{i}: {body}")}),
+        );
+        assert!(!err, "{text}");
+    }
+    let ids: Vec<i64> = (1..=50).collect();
+    let (err, text) = c.call("get_observations", json!({"ids": ids}));
+    assert!(!err, "{text}");
+    // Within the default budget of 4,000 tokens (characters / 4).
+    assert!(text.chars().count() <= 16_000, "{}", text.chars().count());
+    assert!(text.contains("Lease note 1\n"), "{text}");
+    let tail = text.lines().last().expect("a last line");
+    assert!(
+        tail.starts_with("Left out to stay within 4000 tokens: "),
+        "{tail}"
+    );
+    assert!(tail.contains(", 50."), "{tail}");
+    assert!(tail.contains("max_tokens"), "{tail}");
+    // What was left out comes with a bigger budget.
+    let (err, text) = c.call("get_observations", json!({"ids": ids, "max_tokens": 20000}));
+    assert!(!err, "{text}");
+    assert!(text.contains("Lease note 50\n"), "{text}");
+    assert!(!text.contains("Left out"), "{text}");
+    // And a budget is a budget for search and timeline too.
+    let (err, text) = c.call(
+        "search",
+        json!({"query": "lease", "limit": 50, "max_tokens": 500}),
+    );
+    assert!(!err, "{text}");
+    assert!(text.chars().count() <= 2_000, "{text}");
+    assert!(text.contains("call search again with offset: "), "{text}");
+    let (err, text) = c.call(
+        "timeline",
+        json!({"anchor": 25, "before": 20, "after": 20, "max_tokens": 500}),
+    );
+    assert!(!err, "{text}");
+    assert!(text.chars().count() <= 2_000, "{text}");
+    assert!(text.contains("→ 25 "), "{text}");
+    assert!(
+        text.contains("Left out to stay within 500 tokens: "),
+        "{text}"
+    );
+    let (err, text) = c.call("get_observations", json!({"ids": [1], "max_tokens": 100}));
+    assert!(err, "{text}");
+    assert!(
+        text.contains("'max_tokens' must be an integer from 500 to 20000"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_asking_session_and_project_come_from_claude_codes_environment() {
+    let env = TestEnv::new();
+    seed(&env);
+    // Claude Code starts the server from anywhere, telling it the project root and session.
+    let mut cmd = env.cmd("cairn");
+    cmd.current_dir(env.tmp.path())
+        .env("CLAUDE_PROJECT_DIR", project_dir(&env))
+        .env("CLAUDE_CODE_SESSION_ID", "s2")
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut c = Client {
+        stdout: BufReader::new(child.stdout.take().expect("stdout")),
+        stdin: None,
+        child,
+    };
+    stdin
+        .write_all(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"query":"lease"}}}"#)
+        .expect("write");
+    stdin.write_all(b"\n").expect("newline");
+    stdin.flush().expect("flush");
+    let r = c.read();
+    let text = r["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.contains("in project 'acme'"), "{text}");
+    drop(stdin);
+    c.finish();
 }

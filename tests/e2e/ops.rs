@@ -998,3 +998,92 @@ fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
     assert_error_line(&o, "line 1");
     assert!(!env.data_dir.exists(), "a bad import file creates nothing");
 }
+
+/// The commands between backticks in `text` that start with `cairn `.
+fn advised_commands(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|c| c.starts_with("cairn "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_command_status_advises_works_as_printed() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    enqueue(&mut conn, "s1", "k1", 1);
+    enqueue(&mut conn, "s1", "k2", 1);
+    assert_eq!(fail_all(&mut conn, "model said 500"), 2);
+    conn.execute(
+        "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES ('Stop', 'not JSON', x'7b7b', 2, ?1)",
+        [now()],
+    )
+    .expect("quarantine");
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1);
+    let advice = advised_commands(&stdout(&o));
+    assert!(
+        advice
+            .iter()
+            .any(|c| c.starts_with("cairn queue discard --id ")),
+        "{advice:?}"
+    );
+    assert!(
+        advice.contains(&"cairn quarantine clear --all".to_string()),
+        "{advice:?}"
+    );
+    // Each one, run exactly as printed, does its job (the discard before the replay, which
+    // would leave it nothing to do).
+    let mut advice = advice;
+    advice.sort_by_key(|c| c.contains("replay"));
+    for command in &advice {
+        let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+        let o = cairn(&env, &args);
+        // 1 is an answer (the replay after the discard finds nothing left), 2 an error.
+        assert_ne!(code(&o), 2, "`{command}`: {}{}", stdout(&o), stderr(&o));
+    }
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn an_import_source_that_is_not_claude_mem_is_said_about_the_source() {
+    let env = TestEnv::new();
+    let source = env.tmp.path().join("some.jsonl");
+    std::fs::write(&source, "{\"kind\":\"observation\"}\n").expect("write");
+    let src = source.to_string_lossy().to_string();
+    let o = cairn(&env, &["import", "claude-mem", &src]);
+    assert_error_line(&o, "is not a claude-mem database");
+    let err = stderr(&o);
+    assert!(err.contains(&src), "{err}");
+    assert!(err.contains(&format!("cairn import jsonl {src}")), "{err}");
+    assert!(!err.contains("restore"), "{err}");
+    assert!(!env.data_dir.exists(), "nothing created");
+}
+
+#[test]
+fn queue_list_fits_an_80_column_terminal() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    enqueue(&mut conn, "4268b601-cbcd-45ac-b3f1-4f61c888c668", "k1", 1);
+    enqueue(&mut conn, "4268b601-cbcd-45ac-b3f1-4f61c888c668", "k2", 1);
+    fail_all(
+        &mut conn,
+        "model said 500: the upstream provider is overloaded, try again later (request id req_011CVxyz)",
+    );
+    let (screen, code) = crate::support::run_on_tty(&env.cmd_with(&["queue", "list"]), 80);
+    assert_eq!(code, Some(0), "{screen}");
+    for line in screen.lines() {
+        assert!(line.chars().count() <= 80, "{line}\n{screen}");
+    }
+    assert!(screen.contains("model said 500"), "{screen}");
+    // A pipe gets the rows whole.
+    let piped = stdout(&cairn(&env, &["queue", "list"]));
+    assert!(
+        piped.contains("4268b601-cbcd-45ac-b3f1-4f61c888c668"),
+        "{piped}"
+    );
+    assert!(piped.contains("(request id req_011CVxyz)"), "{piped}");
+}

@@ -372,12 +372,18 @@ fn timeline_show_context_and_save() {
             .any(|e| e["anchor"] == true)
     );
 
-    // Another project's id is refused by name, and found when widened.
+    // Another project's id names its record as `show` does: its timeline is its project's.
+    // Asked for in another project, it is refused naming the flags that work.
     let other = s.other_project.to_string();
     let o = cairn(&env, &["timeline", &other]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("{other} ")), "{}", stdout(&o));
+    let o = cairn(&env, &["timeline", &other, "--project", "acme"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("belongs to project 'globex'"),
+        stderr(&o).contains(
+            "belongs to project 'globex', not 'acme': pass --project globex or --all-projects"
+        ),
         "{}",
         stderr(&o)
     );

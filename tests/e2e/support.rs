@@ -138,3 +138,97 @@ pub fn model_dir() -> PathBuf {
     );
     dir
 }
+
+/// Runs a prepared command on a pseudo-terminal of `columns` columns (`COLUMNS`, through
+/// `script(1)`, as a person at an 80-column terminal runs it); returns what the terminal
+/// showed, `\r\n` turned into `\n`, and the exit code.
+pub fn run_on_tty(c: &Command, columns: usize) -> (String, Option<i32>) {
+    let mut line = shell_word(&c.get_program().to_string_lossy());
+    for a in c.get_args() {
+        line.push(' ');
+        line.push_str(&shell_word(&a.to_string_lossy()));
+    }
+    let mut s = Command::new("script");
+    s.args(["-qec", &line, "/dev/null"]);
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => s.env(k, v),
+            None => s.env_remove(k),
+        };
+    }
+    if let Some(dir) = c.get_current_dir() {
+        s.current_dir(dir);
+    }
+    s.env("COLUMNS", columns.to_string()).env_remove("NO_COLOR");
+    let out = run_with_stdin(s, b"");
+    (
+        String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n"),
+        out.status.code(),
+    )
+}
+
+fn shell_word(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Runs `sh -c "<command> | head -1"` style pipelines: `line` is given to `sh` with the
+/// binary's path in `$CAIRN`; returns (what came out, the exit status of the cairn
+/// command as `PIPESTATUS` would give it).
+pub fn run_piped_to_head(c: &Command, args: &str) -> (String, String) {
+    let mut s = Command::new("bash");
+    s.arg("-c").arg(format!(
+        "\"$CAIRN\" {args} 2>&1 | head -1; echo \"status=${{PIPESTATUS[0]}}\""
+    ));
+    s.env("CAIRN", c.get_program());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => s.env(k, v),
+            None => s.env_remove(k),
+        };
+    }
+    if let Some(dir) = c.get_current_dir() {
+        s.current_dir(dir);
+    }
+    let out = run_with_stdin(s, b"");
+    let text = stdout(&out);
+    let status = text
+        .lines()
+        .find_map(|l| l.strip_prefix("status="))
+        .unwrap_or("")
+        .to_string();
+    (text, status)
+}
+
+/// Runs `cairn <args>` with stdout and stderr into a pipe whose reader has already gone
+/// (what `| head -1` does to every line after the first); returns the exit status.
+pub fn run_into_closed_pipe(c: &Command, args: &str) -> String {
+    let mut s = Command::new("bash");
+    s.arg("-c").arg(format!(
+        "(sleep 0.3; exec \"$CAIRN\" {args}) 2>&1 | {{ exec 0<&-; sleep 1; }}; echo \"status=${{PIPESTATUS[0]}}\""
+    ));
+    s.env("CAIRN", c.get_program());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => s.env(k, v),
+            None => s.env_remove(k),
+        };
+    }
+    if let Some(dir) = c.get_current_dir() {
+        s.current_dir(dir);
+    }
+    let out = run_with_stdin(s, b"");
+    stdout(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("status="))
+        .unwrap_or("")
+        .to_string()
+}
+
+impl TestEnv {
+    /// `cmd("cairn")` with these arguments.
+    pub fn cmd_with(&self, args: &[&str]) -> Command {
+        let mut c = self.cmd("cairn");
+        c.args(args);
+        c
+    }
+}

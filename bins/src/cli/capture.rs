@@ -86,7 +86,7 @@ pub fn install(_ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     let (new, changes) = install::install(current.as_ref().unwrap_or(&Value::Null), &command)
         .with_context(|| format!("cannot add hooks to {}", path.display()))?;
     if !changes.changed() {
-        println!(
+        crate::cli::out::say!(
             "cairn hooks are already in {}; nothing changed",
             path.display()
         );
@@ -96,22 +96,22 @@ pub fn install(_ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     let added = changes.with(EventChange::Added);
     let updated = changes.with(EventChange::Updated);
     if !added.is_empty() {
-        println!(
+        crate::cli::out::say!(
             "added cairn hooks to {} for {}",
             path.display(),
             added.join(", ")
         );
     }
     if !updated.is_empty() {
-        println!(
+        crate::cli::out::say!(
             "updated cairn hooks in {} for {} (now {command})",
             path.display(),
             updated.join(", ")
         );
     }
-    println!("hook command: {command}");
+    crate::cli::out::say!("hook command: {command}");
     if let Some(b) = backup {
-        println!("backup of the previous file: {}", b.display());
+        crate::cli::out::say!("backup of the previous file: {}", b.display());
     }
     Ok(crate::exit::OK)
 }
@@ -119,23 +119,23 @@ pub fn install(_ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
 pub fn uninstall(_ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     let path = target(args)?;
     let Some(current) = read_settings(&path)? else {
-        println!("no {}; nothing to remove", path.display());
+        crate::cli::out::say!("no {}; nothing to remove", path.display());
         return Ok(crate::exit::OK);
     };
     let (new, changes) = install::uninstall(&current)
         .with_context(|| format!("cannot remove hooks from {}", path.display()))?;
     if !changes.changed() {
-        println!("no cairn hooks in {}; nothing changed", path.display());
+        crate::cli::out::say!("no cairn hooks in {}; nothing changed", path.display());
         return Ok(crate::exit::OK);
     }
     let backup = save(&path, true, &new)?;
-    println!(
+    crate::cli::out::say!(
         "removed cairn hooks from {} for {}",
         path.display(),
         changes.with(EventChange::Removed).join(", ")
     );
     if let Some(b) = backup {
-        println!("backup of the previous file: {}", b.display());
+        crate::cli::out::say!("backup of the previous file: {}", b.display());
     }
     Ok(crate::exit::OK)
 }

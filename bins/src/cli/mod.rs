@@ -16,6 +16,7 @@ use crate::exit;
 pub mod capture;
 pub mod embed;
 pub mod ops;
+pub mod out;
 pub mod recall;
 
 /// cairn: a persistent memory for Claude Code.
@@ -140,7 +141,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => exit::code(code),
         Err(e) => {
-            eprintln!("error: {}", exit::chain(&e));
+            out::note!("error: {}", exit::chain(&e));
             exit::code(exit::ERROR)
         }
     }

@@ -6,7 +6,7 @@
 //! unless `--project` names another or `--all-projects` widens the search; then every line
 //! shows its project.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::Read;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -25,6 +25,7 @@ use cairn_core::recall::timeline::{self, Anchor, TimelineRequest};
 use cairn_core::store::db::{self, OpenOptions};
 
 use super::Ctx;
+use super::out::{self, note, print};
 use crate::exit;
 
 /// Which project a query covers.
@@ -156,7 +157,8 @@ pub struct SaveArgs {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// Project the tools default to (default: the project of the current directory).
+    /// Project the tools default to (default: the project of CLAUDE_PROJECT_DIR, which
+    /// Claude Code sets, else of the current directory).
     #[arg(long)]
     pub project: Option<String>,
 }
@@ -168,6 +170,15 @@ fn parse_reference(s: &str) -> Result<(Kind, i64), String> {
             "'{s}' is not a record id (12 for an observation, S3 for a summary, P7 for a prompt)"
         )
     })
+}
+
+/// The project a record belongs to.
+fn record_project(r: &timeline::Record) -> &str {
+    match r {
+        timeline::Record::Observation(o) => &o.project,
+        timeline::Record::Summary(s) => &s.project,
+        timeline::Record::Prompt(p) => &p.project,
+    }
 }
 
 fn current_project() -> anyhow::Result<String> {
@@ -204,23 +215,16 @@ fn searcher(ctx: &Ctx) -> Searcher {
     searcher
 }
 
-/// Writes to stdout; a closed pipe (`| head`) ends quietly.
-fn print(text: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("failed to write to stdout"),
-    }
-}
-
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     let mut text = serde_json::to_string_pretty(value)?;
     text.push('\n');
     print(&text)
 }
 
-/// Left-aligned columns, two spaces apart; the last column is not padded.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+/// Left-aligned columns, two spaces apart; the last column is not padded. The last
+/// column may hold match marks: on a terminal (`width`) it is cut to fit the width (the
+/// other columns never are), and the marks become bold with `color`, nothing otherwise.
+fn table(header: &[&str], rows: &[Vec<String>], width: Option<usize>, color: bool) -> String {
     let cols = header.len();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
@@ -228,17 +232,27 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             widths[i] = widths[i].max(cell.chars().count());
         }
     }
+    // What the last column gets on a terminal: the rest of the line, at least a little.
+    let room = width.map(|w| {
+        w.saturating_sub(widths[..cols - 1].iter().map(|c| c + 2).sum::<usize>())
+            .max(12)
+    });
     let mut out = String::new();
     let all = std::iter::once(header.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         .chain(rows.iter().cloned());
-    for row in all {
+    for (n, row) in all.enumerate() {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             if i + 1 < cols {
                 line.push_str(cell);
                 line.push_str(&" ".repeat(widths[i] - cell.chars().count() + 2));
             } else {
-                line.push_str(cell);
+                let cell = match room {
+                    Some(room) => out::fit(cell, room),
+                    None => cell.clone(),
+                };
+                // The header has no marks to colour.
+                line.push_str(&out::highlight(&cell, color && n > 0));
             }
         }
         out.push_str(line.trim_end());
@@ -247,24 +261,14 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Turns `**match**` into bold on a colour terminal, and leaves it as is elsewhere.
-fn highlight(snippet: &str, color: bool) -> String {
-    if !color {
-        return snippet.to_string();
-    }
-    let mut out = String::new();
-    for (i, part) in snippet.split(snippet::HIGHLIGHT_OPEN).enumerate() {
-        if i > 0 {
-            out.push_str(if i % 2 == 1 { "\x1b[1m" } else { "\x1b[0m" });
-        }
-        out.push_str(part);
-    }
-    out.push_str("\x1b[0m");
-    out
-}
-
-fn color() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+/// A hit as `--json` prints it: the snippet as plain text, and where its matches are
+/// (`[start, end)` in characters of the snippet).
+fn hit_json(h: &search::Hit) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(h)?;
+    let (plain, matches) = snippet::plain_and_matches(&h.snippet);
+    v["snippet"] = plain.into();
+    v["matches"] = serde_json::json!(matches.iter().map(|(s, e)| [*s, *e]).collect::<Vec<_>>());
+    Ok(v)
 }
 
 pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
@@ -321,13 +325,19 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
         order,
         limit: args.limit,
         offset: args.offset,
+        asking_session: None,
     };
     let conn = open(ctx)?;
     let hits = searcher(ctx).search(&conn, &req)?;
     if args.json {
-        print_json(&hits)?;
+        print_json(
+            &hits
+                .iter()
+                .map(hit_json)
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        )?;
     } else if hits.is_empty() {
-        eprintln!(
+        note!(
             "no results in {}",
             match &project {
                 Some(p) => format!("project '{p}' (--all-projects searches every project)"),
@@ -335,7 +345,7 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
             }
         );
     } else {
-        let color = color();
+        let width = out::width();
         let wide = project.is_none();
         let mut header = vec!["ID", "WHEN (UTC)", "TYPE"];
         if wide {
@@ -353,16 +363,20 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
                 if wide {
                     row.push(h.project.clone());
                 }
-                let mut text = shorten(&one_line(&h.title), 70);
+                // The title stays whole where it can; the snippet is what gets cut.
+                let mut text = one_line(&h.title);
+                if let Some(w) = width {
+                    text = shorten(&text, (w / 2).max(24));
+                }
                 if !h.snippet.is_empty() {
                     text.push_str(" — ");
-                    text.push_str(&highlight(&shorten(&h.snippet, 120), color));
+                    text.push_str(&h.snippet);
                 }
                 row.push(text);
                 row
             })
             .collect();
-        print(&table(&header, &rows))?;
+        print(&table(&header, &rows, width, out::color()))?;
     }
     Ok(if hits.is_empty() {
         exit::NEGATIVE
@@ -377,8 +391,34 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
         (None, Some(q)) => Anchor::Query(q.clone()),
         (None, None) => anyhow::bail!("give an observation id or --query"),
     };
-    let project = args.scope.resolve()?;
     let conn = open(ctx)?;
+    let project = match anchor {
+        // An id names one record wherever you are (as for `cairn show`): without a scope
+        // flag its timeline is its project's.
+        Anchor::Record(kind, id) => {
+            let found = timeline::get_records(&conn, &[(kind, id)])?;
+            match (found.found.first().map(record_project), &args.scope) {
+                (
+                    Some(its),
+                    ScopeArgs {
+                        project: Some(p), ..
+                    },
+                ) if its != p => anyhow::bail!(
+                    "{} belongs to project '{its}', not '{p}': pass --project {its} or --all-projects",
+                    kind.reference(id)
+                ),
+                (
+                    Some(its),
+                    ScopeArgs {
+                        project: None,
+                        all_projects: false,
+                    },
+                ) => Some(its.to_string()),
+                _ => args.scope.resolve()?,
+            }
+        }
+        _ => args.scope.resolve()?,
+    };
     let t = searcher(ctx).timeline(
         &conn,
         &TimelineRequest {
@@ -392,11 +432,12 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
         print_json(&t)?;
     } else if t.anchor.is_none() {
         match anchor {
-            Anchor::Observation(id) => eprintln!("no observation {id}"),
-            Anchor::Record(kind, id) => eprintln!("no record {}", kind.reference(id)),
-            Anchor::Query(_) => eprintln!("no record matches the query"),
+            Anchor::Observation(id) => note!("no observation {id}"),
+            Anchor::Record(kind, id) => note!("no record {}", kind.reference(id)),
+            Anchor::Query(_) => note!("no record matches the query"),
         }
     } else {
+        let width = out::width();
         let wide = project.is_none();
         let mut header = vec!["", "ID", "WHEN (UTC)", "TYPE"];
         if wide {
@@ -420,16 +461,19 @@ pub fn timeline(ctx: &Ctx, args: &TimelineArgs) -> anyhow::Result<u8> {
                 if wide {
                     row.push(e.project.clone());
                 }
-                let mut text = shorten(&one_line(&e.title), 70);
+                let mut text = one_line(&e.title);
+                if let Some(w) = width {
+                    text = shorten(&text, (w / 2).max(24));
+                }
                 if !e.detail.is_empty() {
                     text.push_str(" — ");
-                    text.push_str(&shorten(&e.detail, 100));
+                    text.push_str(&one_line(&e.detail));
                 }
                 row.push(text);
                 row
             })
             .collect();
-        print(&table(&header, &rows))?;
+        print(&table(&header, &rows, width, false))?;
     }
     Ok(if t.anchor.is_some() {
         exit::OK
@@ -452,7 +496,7 @@ pub fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<u8> {
         print(&texts.join("\n"))?;
     }
     if !fetched.missing.is_empty() && !args.json {
-        eprintln!("nothing stored as {}", fetched.missing.join(", "));
+        note!("nothing stored as {}", fetched.missing.join(", "));
     }
     Ok(if fetched.found.is_empty() {
         exit::NEGATIVE
@@ -477,7 +521,7 @@ pub fn context(ctx: &Ctx, args: &ContextArgs) -> anyhow::Result<u8> {
             "budget_tokens": settings.budget_tokens,
         }))?;
     } else if text.is_empty() {
-        eprintln!("nothing to tell the next session of project '{project}' yet");
+        note!("nothing to tell the next session of project '{project}' yet");
     } else {
         print(&text)?;
     }
@@ -526,12 +570,22 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
         ..NewObservation::default()
     };
     Privacy::from_settings(&ctx.settings().capture).observation(&mut obs);
-    let mut conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
-    let stored = db::write(&mut conn, |tx| {
-        memory::observations::insert_observation(tx, &obs)
-    })?;
+    // A missing data dir is a mistyped CAIRN_DATA_DIR far more often than a wish for a
+    // second memory: say so instead of starting one.
+    let mut conn = super::open(ctx)?;
+    let stored = db::write(&mut conn, |tx| memory::observations::save_manual(tx, &obs))?;
+    let again = matches!(stored, memory::observations::Stored::Duplicate(_));
     if args.json {
-        print_json(&serde_json::json!({ "id": stored.id(), "project": project }))?;
+        print_json(&serde_json::json!({
+            "id": stored.id(),
+            "project": project,
+            "already_saved": again,
+        }))?;
+    } else if again {
+        print(&format!(
+            "already saved as observation {} in project '{project}'\n",
+            stored.id()
+        ))?;
     } else {
         print(&format!(
             "saved observation {} in project '{project}'\n",
@@ -542,10 +596,14 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
 }
 
 pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
-    let project = match &args.project {
-        Some(p) => p.clone(),
-        None => current_project()?,
+    // Claude Code starts a stdio server with the project root in CLAUDE_PROJECT_DIR and
+    // the session that started it in CLAUDE_CODE_SESSION_ID (see ARCHITECTURE.md).
+    let project = match (&args.project, std::env::var_os("CLAUDE_PROJECT_DIR")) {
+        (Some(p), _) => p.clone(),
+        (None, Some(dir)) if !dir.is_empty() => project::detect(std::path::Path::new(&dir)),
+        (None, _) => current_project()?,
     };
+    let asking_session = std::env::var("CLAUDE_CODE_SESSION_ID").ok();
     // The server may be registered before any hook ran: make the database if needed.
     let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
     search::tune_for_reading(&conn)?;
@@ -553,7 +611,8 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
     let searcher = searcher(ctx);
     let mut server = mcp::protocol::Server::new(conn, project, clock::now_ms)
         .with_privacy(Privacy::from_settings(&ctx.settings().capture))
-        .with_searcher(searcher);
+        .with_searcher(searcher)
+        .with_asking_session(asking_session);
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     mcp::protocol::serve(&mut server, stdin, stdout)?;
@@ -566,16 +625,28 @@ mod tests {
 
     #[test]
     fn tables_align_and_highlights_render() {
-        let t = table(
-            &["ID", "TYPE", "TITLE"],
-            &[
-                vec!["1".into(), "bugfix".into(), "a".into()],
-                vec!["S22".into(), "summary".into(), "b".into()],
+        let rows = [
+            vec!["1".into(), "bugfix".into(), "a \u{2}b\u{3}".into()],
+            vec![
+                "S22".into(),
+                "summary".into(),
+                "long text that does not fit".into(),
             ],
+        ];
+        let t = table(&["ID", "TYPE", "TITLE"], &rows, None, false);
+        assert_eq!(
+            t,
+            "ID   TYPE     TITLE\n1    bugfix   a b\nS22  summary  long text that does not fit\n"
         );
-        assert_eq!(t, "ID   TYPE     TITLE\n1    bugfix   a\nS22  summary  b\n");
-        assert_eq!(highlight("a **b** c", false), "a **b** c");
-        assert_eq!(highlight("a **b** c", true), "a \x1b[1mb\x1b[0m c\x1b[0m");
+        let t = table(&["ID", "TYPE", "TITLE"], &rows, Some(30), true);
+        assert_eq!(
+            t,
+            "ID   TYPE     TITLE\n1    bugfix   a \x1b[1mb\x1b[22m\nS22  summary  long text that…\n"
+        );
+        assert!(
+            t.lines()
+                .all(|l| out::visible_len(l) <= 30 || l.contains('\x1b'))
+        );
         assert_eq!(parse_reference("#12"), Ok((Kind::Observation, 12)));
         assert_eq!(parse_reference("s3"), Ok((Kind::Summary, 3)));
         assert!(parse_reference("x").is_err());

@@ -48,7 +48,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> ExitCode {
         } else {
             HELP.to_string()
         };
-        print!("{text}");
+        let _ = std::io::stdout().write_all(text.as_bytes());
         return ExitCode::SUCCESS;
     }
     std::panic::set_hook(Box::new(|info| log::error!("cairn-hook panicked: {info}")));
@@ -67,7 +67,7 @@ fn run(explicit: Option<String>) -> String {
     let dir = match DataDir::from_env() {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("cairn-hook: event not captured: {e}");
+            let _ = writeln!(std::io::stderr(), "cairn-hook: event not captured: {e}");
             return PLAIN_ANSWER.to_string();
         }
     };

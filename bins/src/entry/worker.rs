@@ -9,6 +9,7 @@
 //! 2 on an error (unusable database or settings). A second SIGTERM/SIGINT while shutting
 //! down exits at once with 1.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ where
         Err(e) => {
             let msg = exit::chain(&e);
             log::error!("{msg}");
-            eprintln!("error: {msg}");
+            let _ = writeln!(std::io::stderr(), "error: {msg}");
             exit::code(exit::ERROR)
         }
     }
@@ -93,7 +94,7 @@ fn run(args: Args) -> anyhow::Result<u8> {
             dir.root().display()
         );
         log::info!("{msg}");
-        eprintln!("cairn-worker: {msg}");
+        let _ = writeln!(std::io::stderr(), "cairn-worker: {msg}");
         return Ok(exit::OK);
     };
 

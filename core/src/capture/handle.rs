@@ -11,7 +11,8 @@
 //! - `PostToolUse` / `PostToolUseFailure`: an `observation` job with a
 //!   [`payload::ToolEvent`], dedupe key `tool:<tool_use_id>`, prompt number = the session's
 //!   current prompt counter (0 before any prompt). Tools in `capture.skip_tools` are not
-//!   queued.
+//!   queued, nor are calls of cairn's own MCP tools ([`is_own_tool`]): a memory lookup is
+//!   not something to remember.
 //! - `Stop`: a `summarize` job with a [`payload::TurnEnd`], dedupe key
 //!   `turn:<session_id>:<prompt_number>`; a repeated Stop of the same turn refreshes the
 //!   pending job, so the final assistant message wins.
@@ -53,6 +54,16 @@ pub fn is_excluded(project: &str, settings: &CaptureSettings) -> bool {
         .any(|p| crate::capture::project::glob_match(p, project))
 }
 
+/// True for cairn's own MCP tools as Claude Code names them: `mcp__cairn__<tool>` when the
+/// server is registered as `cairn` (`claude mcp add cairn -- cairn mcp`), and
+/// `mcp__plugin_cairn_cairn__<tool>` when it comes with cairn's plugin. Their calls are
+/// never queued, whatever `capture.skip_tools` says.
+pub fn is_own_tool(tool_name: &str) -> bool {
+    ["mcp__cairn__", "mcp__plugin_cairn_cairn__"]
+        .iter()
+        .any(|prefix| tool_name.starts_with(prefix))
+}
+
 /// Builds the record for an event: cleans every text (private spans, injected context,
 /// secrets, caps). `None` when the event is not stored (a skipped tool). Pure.
 pub fn prepare(
@@ -74,7 +85,9 @@ pub fn prepare(
             text: p.text(prompt),
         },
         Event::Tool { call, .. } => {
-            if settings.skip_tools.iter().any(|t| t == &call.tool_name) {
+            if is_own_tool(&call.tool_name)
+                || settings.skip_tools.iter().any(|t| t == &call.tool_name)
+            {
                 return None;
             }
             Action::Tool(ToolEvent {
@@ -359,7 +372,10 @@ pub fn handle_with(
         return plain(Stored::Nothing);
     }
     let Some(record) = prepare(&event, &project, &cwd, &settings.capture, now) else {
-        log::debug!("{} skipped by capture.skip_tools", event.name());
+        log::debug!(
+            "{} skipped (capture.skip_tools or cairn's own tool)",
+            event.name()
+        );
         return plain(Stored::Nothing);
     };
 

@@ -7,7 +7,8 @@
 //!
 //! Invariants: one reply line per request, flushed before the next is read;
 //! notifications are never answered; tool failures are `isError` results, never crashes
-//! or protocol errors.
+//! or protocol errors (an unknown tool name is a protocol error, `-32602`); a tool result
+//! stays within its token budget (`max_tokens`) and says what it left out.
 
 pub mod protocol;
 pub mod tools;

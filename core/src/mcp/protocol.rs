@@ -38,6 +38,8 @@ pub const SUPPORTED_VERSIONS: &[&str] = &[
 ];
 /// The `_meta` key carrying a stateless request's protocol version.
 pub(super) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key carrying the server's identity in a stateless result.
+pub(super) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 /// JSON-RPC error codes.
 pub mod code {
@@ -69,6 +71,9 @@ pub struct Server {
     pub(super) privacy: crate::privacy::Privacy,
     /// Searches by meaning when a sentence model is available, else by words.
     pub(super) searcher: crate::recall::embed::Searcher,
+    /// The Claude Code session that started this server, when it said so (see
+    /// [`Server::with_asking_session`]).
+    pub(super) asking_session: Option<String>,
 }
 
 /// What handling one line produced.
@@ -90,6 +95,7 @@ impl Server {
             clock,
             negotiated: None,
             privacy: crate::privacy::Privacy::from_settings(&Default::default()),
+            asking_session: None,
             searcher: crate::recall::embed::Searcher::full_text_only("no sentence model given"),
         }
     }
@@ -97,6 +103,16 @@ impl Server {
     /// Searches with this model (and its index) where a query has words to rank by.
     pub fn with_searcher(mut self, searcher: crate::recall::embed::Searcher) -> Self {
         self.searcher = searcher;
+        self
+    }
+
+    /// The Claude Code session asking: Claude Code (2.1.154 and later) starts a stdio MCP
+    /// server with `CLAUDE_CODE_SESSION_ID` in its environment, the `session_id` its hooks
+    /// see. Searches pass it on as [`SearchRequest::asking_session`]. An empty id is none.
+    ///
+    /// [`SearchRequest::asking_session`]: crate::recall::search::SearchRequest::asking_session
+    pub fn with_asking_session(mut self, session: Option<String>) -> Self {
+        self.asking_session = session.filter(|s| !s.trim().is_empty());
         self
     }
 
@@ -224,6 +240,10 @@ impl Server {
             Ok(mut value) => {
                 if stateless && let Value::Object(m) = &mut value {
                     m.insert("resultType".into(), json!("complete"));
+                    let meta = m.entry("_meta").or_insert_with(|| json!({}));
+                    if let Value::Object(meta) = meta {
+                        meta.insert(META_SERVER_INFO.into(), server_info());
+                    }
                     if method == "tools/list" {
                         m.insert("ttlMs".into(), json!(3_600_000));
                         m.insert("cacheScope".into(), json!("public"));
@@ -263,11 +283,14 @@ fn server_info() -> Value {
     json!({ "name": "cairn", "title": "cairn memory", "version": env!("CARGO_PKG_VERSION") })
 }
 
+/// `server/discover`: the identity goes in `_meta` (where the current specification and
+/// the SDKs read it), and stays at the top level for clients written against drafts.
 fn discover() -> Value {
     json!({
         "supportedVersions": SUPPORTED_VERSIONS,
         "capabilities": { "tools": {} },
         "serverInfo": server_info(),
+        "_meta": { META_SERVER_INFO: server_info() },
         "instructions": INSTRUCTIONS,
         "ttlMs": 3_600_000,
         "cacheScope": "public",

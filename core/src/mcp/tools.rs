@@ -3,8 +3,14 @@
 //! rendered. Arguments are read as their schema says, plus the near-misses models send
 //! (`"5"` for 5, `"#12"` for an id, `"true"`, one string for a list of one), which are
 //! taken, not refused. A tool failure is an `isError` result whose message says how to fix
-//! the call, never a protocol error. Writes only through `memory` (`save_memory`, after
-//! the privacy filter).
+//! the call; only an unknown tool name is a protocol error (`-32602`). Writes only through
+//! `memory` (`save_memory`, after the privacy filter; saving the same memory again stores
+//! nothing new).
+//!
+//! Every result of `search`, `timeline` and `get_observations` fits a token budget
+//! (`max_tokens`, default [`DEFAULT_MAX_TOKENS`]; tokens are characters / 4, as for the
+//! context block): whole lines or records are left out, and the result ends saying which
+//! and how to get them.
 
 use serde_json::{Map, Value, json};
 
@@ -14,8 +20,11 @@ use crate::mcp::protocol::code;
 use crate::memory;
 use crate::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use crate::recall::search::{self, Filters, Kind, Order, SearchRequest};
-use crate::recall::snippet::{one_line, shorten};
+use crate::recall::snippet::{one_line, render_marks, shorten};
 use crate::recall::timeline::{self, Anchor, TimelineRequest};
+
+/// The tools `tools/list` lists and `tools/call` runs.
+const TOOL_NAMES: &[&str] = &["search", "timeline", "get_observations", "save_memory"];
 
 /// Most ids one `get_observations` call may ask for.
 pub const MAX_IDS: usize = 50;
@@ -23,10 +32,18 @@ pub const MAX_IDS: usize = 50;
 pub const MAX_SEARCH_LIMIT: usize = 100;
 /// Most records on either side of a `timeline` anchor.
 pub const MAX_TIMELINE_SIDE: usize = 50;
+/// Token budget of one tool result unless the call passes `max_tokens`: well under Claude
+/// Code's limits on MCP tool output (a warning above 10,000 tokens, cut at 25,000 unless
+/// `MAX_MCP_OUTPUT_TOKENS` says otherwise).
+pub const DEFAULT_MAX_TOKENS: usize = 4_000;
+/// Smallest `max_tokens` a call may pass.
+pub const MIN_MAX_TOKENS: usize = 500;
+/// Largest `max_tokens` a call may pass.
+pub const MAX_MAX_TOKENS: usize = 20_000;
 
 impl Server {
-    /// `tools/call`: a protocol error only when `params` has no tool name; everything else
-    /// is a tool result.
+    /// `tools/call`: a protocol error (`-32602`) when `params` names no tool or a tool this
+    /// server does not have; everything else is a tool result.
     pub(super) fn call(&mut self, params: &Map<String, Value>) -> Result<Value, (i64, String)> {
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             return Err((
@@ -35,6 +52,15 @@ impl Server {
                     .into(),
             ));
         };
+        if !TOOL_NAMES.contains(&name) {
+            return Err((
+                code::INVALID_PARAMS,
+                format!(
+                    "unknown tool '{}'; the tools are search, timeline, get_observations and save_memory",
+                    shorten(name, 100)
+                ),
+            ));
+        }
         let args = match params.get("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(a)) => a.clone(),
@@ -44,11 +70,7 @@ impl Server {
             "search" => self.tool_search(&args),
             "timeline" => self.tool_timeline(&args),
             "get_observations" => self.tool_get_observations(&args),
-            "save_memory" => self.tool_save_memory(&args),
-            other => Err(ToolError::Fix(format!(
-                "unknown tool '{}'; the tools are search, timeline, get_observations and save_memory",
-                shorten(other, 100)
-            ))),
+            _ => self.tool_save_memory(&args),
         };
         Ok(match outcome {
             Ok(text) => json!({ "content": [{ "type": "text", "text": text }], "isError": false }),
@@ -86,6 +108,7 @@ impl Server {
                 "offset",
                 "project",
                 "all_projects",
+                "max_tokens",
             ],
         )?;
         let now = (self.clock)();
@@ -138,6 +161,8 @@ impl Server {
                 ToolError::Fix("'order' must be relevance, newest or oldest".into())
             })?,
         };
+        let budget = args.budget()?;
+        let offset = args.count("offset", 0, search::MAX_OFFSET)?.unwrap_or(0);
         let req = SearchRequest {
             query: args.string("query")?.unwrap_or_default(),
             filters: Filters {
@@ -151,7 +176,8 @@ impl Server {
             kinds,
             order,
             limit: args.count("limit", 1, MAX_SEARCH_LIMIT)?.unwrap_or(20),
-            offset: args.count("offset", 0, search::MAX_OFFSET)?.unwrap_or(0),
+            offset,
+            asking_session: self.asking_session.clone(),
         };
         let hits = self
             .searcher
@@ -172,30 +198,55 @@ impl Server {
                 }
             ));
         }
-        let mut out = format!(
-            "{} result{} in {scope} (id date type title — snippet). Ids go to timeline or \
-             get_observations (S = turn summary, P = user prompt: pass them as strings).\n",
-            hits.len(),
-            if hits.len() == 1 { "" } else { "s" }
-        );
-        for h in &hits {
-            out.push_str(&format!(
-                "{} {} {}{} {}",
-                h.reference(),
-                crate::clock::date_utc(h.created_at),
-                h.label,
-                if project.is_none() {
-                    format!(" [{}]", h.project)
-                } else {
-                    String::new()
-                },
-                shorten(&one_line(&h.title), 120)
-            ));
-            if !h.snippet.is_empty() {
-                out.push_str(" — ");
-                out.push_str(&shorten(&h.snippet, 160));
-            }
-            out.push('\n');
+        let head = |n: usize| {
+            format!(
+                "{n} result{} in {scope} (id date type title — snippet). Ids go to timeline or \
+                 get_observations (S = turn summary, P = user prompt: pass them as strings).\n",
+                if n == 1 { "" } else { "s" }
+            )
+        };
+        let lines: Vec<String> = hits
+            .iter()
+            .map(|h| {
+                let mut line = format!(
+                    "{} {} {}{} {}",
+                    h.reference(),
+                    crate::clock::date_utc(h.created_at),
+                    h.label,
+                    if project.is_none() {
+                        format!(" [{}]", h.project)
+                    } else {
+                        String::new()
+                    },
+                    shorten(&one_line(&h.title), 120)
+                );
+                if !h.snippet.is_empty() {
+                    line.push_str(" — ");
+                    line.push_str(&bold_marks(&shorten(&h.snippet, 160)));
+                }
+                line.push('\n');
+                line
+            })
+            .collect();
+        // The footer is never longer than this one (the most hits left out, the largest offset).
+        let footer = |left: usize, next: usize| {
+            format!(
+                "{left} more result{} left out to stay within {budget} tokens: call search again \
+                 with offset: {next}, or pass max_tokens (up to {MAX_MAX_TOKENS}).\n",
+                if left == 1 { "" } else { "s" }
+            )
+        };
+        let reserve = footer(hits.len(), offset + hits.len()).chars().count();
+        let room = budget_chars(budget)
+            .saturating_sub(reserve)
+            .saturating_sub(head(hits.len()).len());
+        let kept = fit_lines(&lines, room);
+        let mut out = head(kept);
+        for line in &lines[..kept] {
+            out.push_str(line);
+        }
+        if kept < lines.len() {
+            out.push_str(&footer(lines.len() - kept, offset + kept));
         }
         Ok(out)
     }
@@ -213,6 +264,7 @@ impl Server {
                 "after",
                 "project",
                 "all_projects",
+                "max_tokens",
             ],
         )?;
         let anchor = match (args.integer("anchor")?, args.string("query")?) {
@@ -230,7 +282,22 @@ impl Server {
                 ));
             }
         };
-        let project = self.scope(&args)?;
+        let budget = args.budget()?;
+        let project = match (&anchor, args.bool("all_projects")?, args.string("project")?) {
+            // An id names one record anywhere: its timeline is its project's, as `get_observations`
+            // fetches it from anywhere.
+            (Anchor::Observation(id), None | Some(false), None) => {
+                match timeline::get_records(&self.conn, &[(search::Kind::Observation, *id)])
+                    .map_err(ToolError::Internal)?
+                    .found
+                    .first()
+                {
+                    Some(r) => Some(record_project(r).to_string()),
+                    None => Some(self.project.clone()),
+                }
+            }
+            _ => self.scope(&args)?,
+        };
         let req = TimelineRequest {
             anchor: anchor.clone(),
             before: args.count("before", 0, MAX_TIMELINE_SIDE)?.unwrap_or(5),
@@ -239,7 +306,12 @@ impl Server {
         };
         let t = match self.searcher.timeline(&self.conn, &req) {
             Ok(t) => t,
-            Err(crate::Error::Invalid(msg)) => return Err(ToolError::Fix(msg)),
+            Err(crate::Error::Invalid(msg)) => {
+                return Err(ToolError::Fix(msg.replace(
+                    "ask for all projects or that project",
+                    "pass all_projects: true, or that project as project",
+                )));
+            }
             Err(e) => return Err(ToolError::Internal(e)),
         };
         if t.anchor.is_none() {
@@ -256,26 +328,64 @@ impl Server {
                 }
             }));
         }
-        let mut out = String::from("Timeline, oldest first (→ marks the anchor):\n");
-        for e in &t.entries {
-            out.push_str(&format!(
-                "{} {} {} {}{} {}",
-                if e.anchor { "→" } else { " " },
-                e.reference(),
-                crate::clock::iso_utc(e.created_at),
-                e.label,
-                if project.is_none() {
-                    format!(" [{}]", e.project)
-                } else {
-                    String::new()
-                },
-                shorten(&one_line(&e.title), 120)
-            ));
-            if !e.detail.is_empty() {
-                out.push_str(" — ");
-                out.push_str(&e.detail);
+        let lines: Vec<String> = t
+            .entries
+            .iter()
+            .map(|e| {
+                let mut line = format!(
+                    "{} {} {} {}{} {}",
+                    if e.anchor { "→" } else { " " },
+                    e.reference(),
+                    crate::clock::iso_utc(e.created_at),
+                    e.label,
+                    if project.is_none() {
+                        format!(" [{}]", e.project)
+                    } else {
+                        String::new()
+                    },
+                    shorten(&one_line(&e.title), 120)
+                );
+                if !e.detail.is_empty() {
+                    line.push_str(" — ");
+                    line.push_str(&e.detail);
+                }
+                line.push('\n');
+                line
+            })
+            .collect();
+        // Over budget, the records farthest from the anchor go first.
+        let centre = t.entries.iter().position(|e| e.anchor).unwrap_or(0);
+        let mut order: Vec<usize> = (0..lines.len()).collect();
+        order.sort_by_key(|&i| (i.abs_diff(centre), i));
+        let head = "Timeline, oldest first (→ marks the anchor):\n";
+        let footer = |left: &[String]| {
+            format!(
+                "Left out to stay within {budget} tokens: {}. Fetch them with get_observations, \
+                 ask for fewer with before/after, or pass max_tokens (up to {MAX_MAX_TOKENS}).\n",
+                left.join(", ")
+            )
+        };
+        let all_refs: Vec<String> = t.entries.iter().map(|e| e.reference()).collect();
+        let room = budget_chars(budget)
+            .saturating_sub(head.len())
+            .saturating_sub(footer(&all_refs).chars().count());
+        let ordered: Vec<String> = order.iter().map(|&i| lines[i].clone()).collect();
+        let kept = fit_lines(&ordered, room);
+        let mut keep = vec![false; lines.len()];
+        for &i in &order[..kept] {
+            keep[i] = true;
+        }
+        let mut out = String::from(head);
+        let mut left = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            if keep[i] {
+                out.push_str(line);
+            } else {
+                left.push(all_refs[i].clone());
             }
-            out.push('\n');
+        }
+        if !left.is_empty() {
+            out.push_str(&footer(&left));
         }
         Ok(out)
     }
@@ -284,7 +394,8 @@ impl Server {
         &mut self,
         raw: &Map<String, Value>,
     ) -> std::result::Result<String, ToolError> {
-        let args = Args::new(raw, &["ids"])?;
+        let args = Args::new(raw, &["ids", "max_tokens"])?;
+        let budget = args.budget()?;
         let fix = || {
             ToolError::Fix(format!(
                 "'ids' must be a list of 1 to {MAX_IDS} ids as search and timeline list them: observations as integers, turn summaries and prompts as strings, e.g. {{\"ids\": [12, 15, \"S3\"]}}"
@@ -309,13 +420,45 @@ impl Server {
                 fetched.missing.join(", ")
             )));
         }
+        let texts: Vec<String> = fetched
+            .found
+            .iter()
+            .map(|r| format!("{}\n", render_record(r)))
+            .collect();
+        let refs: Vec<String> = fetched.found.iter().map(record_reference).collect();
+        let missing = if fetched.missing.is_empty() {
+            String::new()
+        } else {
+            format!("Not found: {}\n", fetched.missing.join(", "))
+        };
+        let footer = |left: &[String]| {
+            format!(
+                "Left out to stay within {budget} tokens: {}. Ask for them in another \
+                 get_observations call, or pass max_tokens (up to {MAX_MAX_TOKENS}).\n",
+                left.join(", ")
+            )
+        };
+        let room = budget_chars(budget)
+            .saturating_sub(missing.chars().count())
+            .saturating_sub(footer(&refs[1..]).chars().count());
+        let kept = fit_lines(&texts, room);
         let mut out = String::new();
-        for r in &fetched.found {
-            out.push_str(&render_record(r));
-            out.push('\n');
+        for (i, text) in texts[..kept].iter().enumerate() {
+            if i == 0 && text.chars().count() > room {
+                // One record bigger than the whole budget: its head, and how to read it all.
+                out.push_str(&shorten(text, room.saturating_sub(200)));
+                out.push_str(&format!(
+                    "\n[{} is cut here to stay within {budget} tokens; pass max_tokens (up to \
+                     {MAX_MAX_TOKENS}) to read it whole.]\n\n",
+                    refs[0]
+                ));
+            } else {
+                out.push_str(text);
+            }
         }
-        if !fetched.missing.is_empty() {
-            out.push_str(&format!("Not found: {}\n", fetched.missing.join(", ")));
+        out.push_str(&missing);
+        if kept < texts.len() {
+            out.push_str(&footer(&refs[kept..]));
         }
         Ok(out)
     }
@@ -367,13 +510,17 @@ impl Server {
         };
         self.privacy.observation(&mut obs);
         let stored = crate::store::db::write(&mut self.conn, |tx| {
-            memory::observations::insert_observation(tx, &obs)
+            memory::observations::save_manual(tx, &obs)
         })
         .map_err(ToolError::Internal)?;
-        Ok(format!(
-            "Saved as observation {} in project '{project}'.",
-            stored.id()
-        ))
+        Ok(match stored {
+            memory::observations::Stored::Added(id) => {
+                format!("Saved as observation {id} in project '{project}'.")
+            }
+            memory::observations::Stored::Duplicate(id) => format!(
+                "Already saved as observation {id} in project '{project}'; nothing new stored."
+            ),
+        })
     }
 }
 
@@ -492,6 +639,49 @@ fn as_id(v: &Value) -> Option<i64> {
     }
 }
 
+/// A record's id as search lists it (`12`, `S3`, `P7`).
+fn record_reference(r: &timeline::Record) -> String {
+    match r {
+        timeline::Record::Observation(o) => search::Kind::Observation.reference(o.id),
+        timeline::Record::Summary(s) => search::Kind::Summary.reference(s.id),
+        timeline::Record::Prompt(p) => search::Kind::Prompt.reference(p.id),
+    }
+}
+
+/// The project a record belongs to.
+fn record_project(r: &timeline::Record) -> &str {
+    match r {
+        timeline::Record::Observation(o) => &o.project,
+        timeline::Record::Summary(s) => &s.project,
+        timeline::Record::Prompt(p) => &p.project,
+    }
+}
+
+/// Characters a token budget allows (tokens are characters / 4).
+fn budget_chars(tokens: usize) -> usize {
+    tokens * 4
+}
+
+/// How many of the leading `items` fit in `room` characters: at least one, so a result is
+/// never empty (a single item too big is cut by its caller).
+fn fit_lines(items: &[String], room: usize) -> usize {
+    let mut used = 0;
+    let mut n = 0;
+    for item in items {
+        used += item.chars().count();
+        if used > room && n > 0 {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// A snippet with its matches marked `**like this**`, for a model to read.
+fn bold_marks(snippet: &str) -> String {
+    render_marks(snippet, "**", "**")
+}
+
 /// Why a tool call failed.
 #[derive(Debug)]
 enum ToolError {
@@ -563,6 +753,13 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// `max_tokens`: the token budget of this result.
+    fn budget(&self) -> std::result::Result<usize, ToolError> {
+        Ok(self
+            .count("max_tokens", MIN_MAX_TOKENS, MAX_MAX_TOKENS)?
+            .unwrap_or(DEFAULT_MAX_TOKENS))
+    }
+
     fn count(
         &self,
         key: &str,
@@ -594,6 +791,13 @@ pub fn tools() -> Value {
         "default": false,
         "description": "Search every project instead of one; each line then shows its project."
     });
+    let max_tokens = json!({
+        "type": "integer",
+        "minimum": MIN_MAX_TOKENS,
+        "maximum": MAX_MAX_TOKENS,
+        "default": DEFAULT_MAX_TOKENS,
+        "description": "Token budget of this result (characters / 4). What does not fit is left out, and the result ends saying which records and how to get them."
+    });
     json!([
         {
             "name": "search",
@@ -624,7 +828,8 @@ pub fn tools() -> Value {
                     "limit": { "type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 20 },
                     "offset": { "type": "integer", "minimum": 0, "default": 0, "description": "Skip this many hits (paging)." },
                     "project": project,
-                    "all_projects": all_projects
+                    "all_projects": all_projects,
+                    "max_tokens": max_tokens
                 },
                 "additionalProperties": false
             },
@@ -645,7 +850,8 @@ pub fn tools() -> Value {
                     "before": { "type": "integer", "minimum": 0, "maximum": MAX_TIMELINE_SIDE, "default": 5, "description": "Records before the anchor." },
                     "after": { "type": "integer", "minimum": 0, "maximum": MAX_TIMELINE_SIDE, "default": 5, "description": "Records after the anchor." },
                     "project": project,
-                    "all_projects": all_projects
+                    "all_projects": all_projects,
+                    "max_tokens": max_tokens
                 },
                 "additionalProperties": false
             },
@@ -657,7 +863,8 @@ pub fn tools() -> Value {
             "description": "Step 3 of 3. Fetch full records by id: an observation's narrative, facts, concepts, \
     files read and modified, session and the user's prompt; a turn summary's sections (S ids); a prompt's \
     text (P ids). Costs more tokens than the index, so ask only for the ids that matter (from `search` or \
-    `timeline`). Returned in the order asked; unknown ids are listed.",
+    `timeline`). Returned in the order asked, within `max_tokens`; unknown ids and ids left out for the budget \
+    are listed.",
             "inputSchema": {
                 "type": "object",
                 "properties": {
@@ -667,7 +874,8 @@ pub fn tools() -> Value {
                         "minItems": 1,
                         "maxItems": MAX_IDS,
                         "description": "Ids as search and timeline list them: observations as integers, turn summaries and prompts as strings, e.g. [12, 15, \"S3\", \"P7\"]."
-                    }
+                    },
+                    "max_tokens": max_tokens
                 },
                 "required": ["ids"],
                 "additionalProperties": false
@@ -679,7 +887,8 @@ pub fn tools() -> Value {
             "title": "Save a memory",
             "description": "Store something worth remembering in later sessions (a decision and its reason, a \
     gotcha, how something works). It becomes an observation of the current project, found by \
-    `search` from then on. Write a specific title and self-contained text.",
+    `search` from then on. Write a specific title and self-contained text. Saving the same memory again \
+    stores nothing new and answers with the id it already has.",
             "inputSchema": {
                 "type": "object",
                 "properties": {
@@ -971,12 +1180,60 @@ mod tests {
                 json!({"title": "x", "text": "y", "type": "idea"}),
                 "unknown type 'idea'",
             ),
-            ("no_such_tool", json!({}), "unknown tool 'no_such_tool'"),
         ] {
             let (err, text) = call(&mut s, tool, args.clone());
             assert!(err, "{tool} {args}: {text}");
             assert!(text.contains(hint), "{tool} {args}: {text}");
         }
+    }
+
+    #[test]
+    fn an_unknown_tool_is_a_protocol_error() {
+        let (_t, mut s) = server();
+        let r = reply(
+            &mut s,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}"#,
+        );
+        assert_eq!(r["error"]["code"], json!(code::INVALID_PARAMS), "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("unknown tool 'no_such_tool'")),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn budgets_keep_whole_lines_and_say_what_was_left_out() {
+        assert_eq!(fit_lines(&["ab".into(), "cd".into(), "ef".into()], 4), 2);
+        assert_eq!(fit_lines(&["abcdef".into(), "g".into()], 2), 1);
+        assert_eq!(fit_lines(&[], 10), 0);
+        let (_t, mut s) = server();
+        let huge = "word ".repeat(5_000);
+        let (err, text) = call(
+            &mut s,
+            "save_memory",
+            json!({"title": "Huge", "text": huge}),
+        );
+        assert!(!err, "{text}");
+        let (err, text) = call(
+            &mut s,
+            "get_observations",
+            json!({"ids": [1], "max_tokens": 500}),
+        );
+        assert!(!err, "{text}");
+        assert!(text.chars().count() <= 2_000, "{}", text.chars().count());
+        assert!(
+            text.contains("1 is cut here to stay within 500 tokens"),
+            "{text}"
+        );
+        assert_eq!(
+            Server::new(s.conn, "acme", || 0)
+                .with_asking_session(Some("abc".into()))
+                .asking_session
+                .as_deref(),
+            Some("abc")
+        );
     }
 
     #[test]

@@ -204,6 +204,26 @@ pub fn insert_observation(tx: &Transaction, o: &NewObservation) -> Result<Stored
     Ok(Stored::Duplicate(id.unwrap_or(0)))
 }
 
+/// Stores a memory saved by hand (no session): the same content saved again in the same
+/// project is the row already there ([`Stored::Duplicate`]), so a repeated `save_memory`
+/// call or `cairn save` stores one observation.
+pub fn save_manual(tx: &Transaction, o: &NewObservation) -> Result<Stored> {
+    if o.session_id.is_none() {
+        let existing = tx
+            .prepare_cached(
+                "SELECT id FROM observations
+                 WHERE session_id IS NULL AND content_hash = ?1 AND project = ?2
+                 ORDER BY id LIMIT 1",
+            )?
+            .query_row(params![o.content_hash(), o.project], |r| r.get(0))
+            .optional()?;
+        if let Some(id) = existing {
+            return Ok(Stored::Duplicate(id));
+        }
+    }
+    insert_observation(tx, o)
+}
+
 /// Stores a turn summary; a newer summary of the same turn replaces the older one.
 pub fn upsert_summary(tx: &Transaction, s: &NewSummary) -> Result<Stored> {
     let hash = s.content_hash();
@@ -320,6 +340,30 @@ mod tests {
             normalize_type("insight"),
             ("change".into(), Some("insight".into()))
         );
+    }
+
+    #[test]
+    fn a_memory_saved_twice_by_hand_is_one_row_per_project() {
+        let (_t, mut c) = conn();
+        let o = NewObservation {
+            project: "p".into(),
+            kind: "decision".into(),
+            title: "Prefer BEGIN IMMEDIATE".into(),
+            narrative: "Deferred transactions fail at once under WAL.".into(),
+            origin: "manual".into(),
+            created_at: 5,
+            ..Default::default()
+        };
+        let first = db::write(&mut c, |tx| save_manual(tx, &o)).expect("save");
+        let mut again = o.clone();
+        again.created_at = 9;
+        let second = db::write(&mut c, |tx| save_manual(tx, &again)).expect("save");
+        assert!(matches!(first, Stored::Added(_)));
+        assert_eq!(second, Stored::Duplicate(first.id()));
+        let mut elsewhere = o.clone();
+        elsewhere.project = "q".into();
+        let third = db::write(&mut c, |tx| save_manual(tx, &elsewhere)).expect("save");
+        assert!(matches!(third, Stored::Added(id) if id != first.id()));
     }
 
     #[test]

@@ -177,17 +177,30 @@ pub fn attention(s: &Status) -> Vec<String> {
     let skipped = s.queue.count(JobStatus::Skipped);
     if skipped > 0 {
         out.push(format!(
-            "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard` those that can never succeed)",
-            plural(skipped, "job was", "jobs were")
+            "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard {}` for those that can never succeed)",
+            plural(skipped, "job was", "jobs were"),
+            discard_selector(s)
         ));
     }
     if s.quarantined_recently > 0 {
         out.push(format!(
-            "{} quarantined as unreadable in the last 7 days: see `cairn quarantine list` (a Claude Code update may have changed its hook format), then `cairn quarantine clear`",
+            "{} quarantined as unreadable in the last 7 days: see `cairn quarantine list` (a Claude Code update may have changed its hook format), then `cairn quarantine clear --all`",
             plural(s.quarantined_recently, "hook input was", "hook inputs were")
         ));
     }
     out
+}
+
+/// Which skipped jobs the advice's `cairn queue discard` names: their ids when the status
+/// lists them all, else every skipped job.
+fn discard_selector(s: &Status) -> String {
+    let listed = &s.queue.recent_skipped;
+    if !listed.is_empty() && listed.len() as i64 == s.queue.count(JobStatus::Skipped) {
+        let ids: Vec<String> = listed.iter().map(|j| j.id.to_string()).collect();
+        format!("--id {}", ids.join(" "))
+    } else {
+        "--all-skipped".into()
+    }
 }
 
 fn plural(n: i64, one: &str, many: &str) -> String {

@@ -154,9 +154,9 @@ enum Token {
 /// let q = cairn_core::recall::query::parse(r#"lease "fenced ack" -flaky OR retr*"#);
 /// let expr = q.fts_match().expect("terms");
 /// assert!(expr.contains(r#""fenced ack""#));
-/// // A column filter typed by a user is only text inside a quoted term.
+/// // A column filter typed by a user is only text: its words, each a quoted term.
 /// let hostile = cairn_core::recall::query::parse("title:secret");
-/// assert_eq!(hostile.fts_match().as_deref(), Some(r#""title:secret""#));
+/// assert_eq!(hostile.fts_any().as_deref(), Some(r#""title" OR "secret""#));
 /// ```
 pub fn parse(input: &str) -> Query {
     let tokens = lex(input);

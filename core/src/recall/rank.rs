@@ -196,6 +196,17 @@ pub(super) fn relevance(
     Ok(ranked)
 }
 
+/// The id of the newest prompt of `session`: the question it is asking now.
+pub(super) fn current_prompt(conn: &Connection, session: &str) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id FROM user_prompts WHERE session_id = ?1
+             ORDER BY prompt_number DESC LIMIT 1",
+        )?
+        .query_row([session], |r| r.get(0))
+        .optional()?)
+}
+
 /// The `pool` best full-text matches of a kind: id, time, BM25 (lower is better). Every
 /// match is scored; the full-text index leads the plan and filters read the covering index.
 fn text_pool(

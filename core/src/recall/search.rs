@@ -169,6 +169,11 @@ pub struct SearchRequest {
     pub order: Order,
     pub limit: usize,
     pub offset: usize,
+    /// The Claude Code session asking, when the caller knows it (the MCP server is told by
+    /// Claude Code's `CLAUDE_CODE_SESSION_ID`; the CLI passes `None`). The prompt that
+    /// session is answering right now was stored just before this search; ranking may use
+    /// this to keep it from crowding out the memories. Filters nothing by itself.
+    pub asking_session: Option<String>,
 }
 
 impl Default for SearchRequest {
@@ -180,6 +185,7 @@ impl Default for SearchRequest {
             order: Order::Relevance,
             limit: 20,
             offset: 0,
+            asking_session: None,
         }
     }
 }
@@ -263,7 +269,15 @@ pub fn search_with(
     let any = q.fts_any();
     let hits = match (&any, req.order) {
         (Some(any), Order::Relevance) => {
-            rank::relevance(conn, &q, any, &kinds, f, fetch, semantic)?
+            let mut ranked = rank::relevance(conn, &q, any, &kinds, f, fetch + 1, semantic)?;
+            // The question being answered right now is not an answer to itself.
+            if let Some(asking) = &req.asking_session
+                && let Some(current) = rank::current_prompt(conn, asking)?
+            {
+                ranked.retain(|c| !(c.kind == Kind::Prompt && c.id == current));
+            }
+            ranked.truncate(fetch);
+            ranked
         }
         _ => {
             let mut hits = Vec::new();
@@ -801,7 +815,13 @@ mod tests {
         let hits = search(&f.conn, &req("lease", Some("p"))).expect("search");
         // A title-only match shows the body instead of repeating the title.
         assert_eq!(hits[0].snippet, "small change");
-        assert!(hits[1].snippet.contains("**lease**"), "{:?}", hits[1]);
+        assert!(
+            hits[1]
+                .snippet
+                .contains(&format!("{HIGHLIGHT_OPEN}lease{HIGHLIGHT_CLOSE}")),
+            "{:?}",
+            hits[1]
+        );
         // Scores are the fused relevance: higher is better.
         assert!(hits[0].score.expect("score") > hits[1].score.expect("score"));
     }
@@ -1282,6 +1302,40 @@ mod tests {
         .expect("question");
         assert_eq!(hits[0].title, "Quokka cache: decided write-through");
         assert_eq!(hits[1].title, "Write-through costs");
+    }
+
+    #[test]
+    fn the_question_being_asked_does_not_answer_itself() {
+        let mut f = fixture();
+        let memory = f.add(obs(
+            "p",
+            "feature",
+            "Rate limit on login",
+            "five a minute",
+            T0,
+        ));
+        let asked = f.prompt("p", 1, "what do we know about the rate limit?", T0 + 10);
+        // Another session open on the project asked the same earlier: that one stays.
+        let other = db::write(&mut f.conn, |tx| {
+            crate::memory::sessions::ensure(tx, "s-other", "p", "/x", T0)?;
+            tx.execute(
+                "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
+                 VALUES ('s-other', 'p', 1, 'rate limit for signups?', ?1)",
+                [T0 + 5],
+            )?;
+            Ok(tx.last_insert_rowid())
+        })
+        .expect("other prompt");
+        let all = f.ids(req("rate limit", Some("p")));
+        // Prompts rank below the memory that says the same.
+        assert_eq!(all[0], memory.to_string());
+        assert!(all.contains(&format!("P{asked}")), "{all:?}");
+        let mut asking = req("rate limit", Some("p"));
+        asking.asking_session = Some("s-p".into());
+        let ids = f.ids(asking);
+        assert_eq!(ids[0], memory.to_string());
+        assert!(!ids.contains(&format!("P{asked}")), "{ids:?}");
+        assert!(ids.contains(&format!("P{other}")), "{ids:?}");
     }
 
     #[test]

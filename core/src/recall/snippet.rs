@@ -1,6 +1,11 @@
 //! What a hit shows: FTS5 snippets with the matched words marked, and the small text
 //! helpers (first line as a title, shortened text, one line) that search, the timeline,
 //! the context block and the MCP server share. Reads only.
+//!
+//! The marks are two control characters that stored text does not use ([`HIGHLIGHT_OPEN`],
+//! [`HIGHLIGHT_CLOSE`]), never printed as they are: a reader turns them into what its
+//! output wants ([`render_marks`]: bold on a terminal, `**` for a model, nothing in a
+//! pipe) or into plain text and match offsets ([`plain_and_matches`], for JSON).
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
@@ -8,10 +13,10 @@ use rusqlite::{Connection, params_from_iter};
 use crate::error::Result;
 use crate::recall::search::{Kind, table};
 
-/// Marks put around matched words in snippets.
-pub const HIGHLIGHT_OPEN: &str = "**";
-/// See [`HIGHLIGHT_OPEN`].
-pub const HIGHLIGHT_CLOSE: &str = "**";
+/// Mark put before a matched word in snippets (STX, `char(2)` in SQL).
+pub const HIGHLIGHT_OPEN: &str = "\u{2}";
+/// Mark put after a matched word in snippets (ETX, `char(3)` in SQL).
+pub const HIGHLIGHT_CLOSE: &str = "\u{3}";
 /// Longest title shown for a summary or prompt (its first line, shortened).
 const TITLE_CHARS: usize = 100;
 
@@ -34,13 +39,13 @@ pub(super) fn snippets_of(
     let fts = t.fts;
     let body = match t.body_column {
         Some(col) => {
-            format!("snippet({fts}, {col}, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12)")
+            format!("snippet({fts}, {col}, char(2), char(3), '…', 12)")
         }
         None => "NULL".into(),
     };
     let marks: Vec<String> = (0..ids.len()).map(|i| format!("?{}", i + 4)).collect();
     let sql = format!(
-        "SELECT rowid, snippet({fts}, -1, '{HIGHLIGHT_OPEN}', '{HIGHLIGHT_CLOSE}', '…', 12), {body}
+        "SELECT rowid, snippet({fts}, -1, char(2), char(3), '…', 12), {body}
          FROM {fts} WHERE {fts} MATCH ?1 AND rowid >= ?2 AND rowid <= ?3 AND +rowid IN ({})",
         marks.join(", ")
     );
@@ -81,4 +86,85 @@ pub fn shorten(text: &str, max: usize) -> String {
 /// Whitespace runs (newlines included) as single spaces.
 pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A marked snippet with each match between `open` and `close` (`"**"` twice for a model,
+/// terminal escapes for bold, `""` twice for plain text). A mark left open is closed at
+/// the end.
+pub fn render_marks(snippet: &str, open: &str, close: &str) -> String {
+    let mut out = String::with_capacity(snippet.len());
+    let mut inside = false;
+    for c in snippet.chars() {
+        match c {
+            '\u{2}' if !inside => {
+                out.push_str(open);
+                inside = true;
+            }
+            '\u{3}' if inside => {
+                out.push_str(close);
+                inside = false;
+            }
+            '\u{2}' | '\u{3}' => {}
+            c => out.push(c),
+        }
+    }
+    if inside {
+        out.push_str(close);
+    }
+    out
+}
+
+/// A marked snippet as plain text and the matches in it, as `[start, end)` offsets in
+/// characters (Unicode scalar values) of the plain text.
+pub fn plain_and_matches(snippet: &str) -> (String, Vec<(usize, usize)>) {
+    let mut plain = String::with_capacity(snippet.len());
+    let mut matches = Vec::new();
+    let mut at = 0;
+    let mut start = None;
+    for c in snippet.chars() {
+        match c {
+            '\u{2}' => start = start.or(Some(at)),
+            '\u{3}' => {
+                if let Some(s) = start.take()
+                    && at > s
+                {
+                    matches.push((s, at));
+                }
+            }
+            c => {
+                plain.push(c);
+                at += 1;
+            }
+        }
+    }
+    if let Some(s) = start
+        && at > s
+    {
+        matches.push((s, at));
+    }
+    (plain, matches)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_render_as_asked_and_as_offsets() {
+        let s = "a \u{2}lease\u{3} is \u{2}rescued\u{3} (**not** markdown) \u{2}é";
+        assert_eq!(
+            render_marks(s, "**", "**"),
+            "a **lease** is **rescued** (**not** markdown) **é**"
+        );
+        assert_eq!(
+            render_marks(s, "", ""),
+            "a lease is rescued (**not** markdown) é"
+        );
+        let (plain, matches) = plain_and_matches(s);
+        assert_eq!(plain, "a lease is rescued (**not** markdown) é");
+        assert_eq!(matches, vec![(2, 7), (11, 18), (38, 39)]);
+        let chars: Vec<char> = plain.chars().collect();
+        assert_eq!(chars[2..7].iter().collect::<String>(), "lease");
+        assert_eq!(plain_and_matches("\u{3}x\u{2}\u{3}"), ("x".into(), vec![]));
+    }
 }

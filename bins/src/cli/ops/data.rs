@@ -109,15 +109,18 @@ pub fn export(ctx: &Ctx, args: &ExportArgs) -> anyhow::Result<u8> {
             let counts = run(&mut conn, &mut out).map_err(explain)?;
             out.flush()
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("exported {} to {}", describe(&counts), path.display());
+            crate::cli::out::note!("exported {} to {}", describe(&counts), path.display());
             counts
         }
         None => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             match run(&mut conn, &mut out).and_then(|c| {
-                out.flush()
-                    .map_err(|e| cairn_core::Error::Invalid(e.to_string()))?;
+                out.flush().map_err(|source| cairn_core::Error::Io {
+                    action: "write",
+                    path: "stdout".into(),
+                    source,
+                })?;
                 Ok(c)
             }) {
                 Ok(c) => c,
@@ -132,10 +135,34 @@ pub fn export(ctx: &Ctx, args: &ExportArgs) -> anyhow::Result<u8> {
         }
     };
     if project.is_some() && counts.total() == 0 {
-        eprintln!("nothing stored for project {}", project.unwrap_or_default());
+        crate::cli::out::note!("nothing stored for project {}", project.unwrap_or_default());
         return Ok(exit::NEGATIVE);
     }
     Ok(exit::OK)
+}
+
+/// An import source that cannot be read, said about the source.
+fn source_error(source: &std::path::Path, e: cairn_core::Error) -> anyhow::Error {
+    match e {
+        cairn_core::Error::NotADatabase { reason, .. } => {
+            let jsonl = source
+                .extension()
+                .is_some_and(|x| x.eq_ignore_ascii_case("jsonl") || x.eq_ignore_ascii_case("json"));
+            anyhow::anyhow!(
+                "{} is not a claude-mem database ({reason}); nothing was imported. Pass claude-mem's SQLite database (by default ~/.claude-mem/claude-mem.db){}",
+                source.display(),
+                if jsonl {
+                    format!(
+                        ", or import a cairn export with `cairn import jsonl {}`",
+                        source.display()
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        }
+        other => explain(other),
+    }
 }
 
 /// `cairn import jsonl FILE` and `cairn import claude-mem [PATH]`.
@@ -182,8 +209,9 @@ pub fn import(ctx: &Ctx, cmd: &ImportCommand) -> anyhow::Result<u8> {
                     claude_mem::default_path(&home)
                 }
             };
-            // Check the source before creating anything.
-            drop(claude_mem::open_source(&source).map_err(explain)?);
+            // Check the source before creating anything; what is wrong with it is about the
+            // source, never the data dir's database.
+            drop(claude_mem::open_source(&source).map_err(|e| source_error(&source, e))?);
             let mut conn = open_or_create(ctx)?;
             let report =
                 claude_mem::import(&mut conn, &source, clock::now_ms()).map_err(explain)?;

@@ -119,9 +119,10 @@ pub fn run(args: &DemoArgs, data_dir: Option<&Path>, verbose: u8) -> anyhow::Res
         ],
     )?;
 
+    let cairn = bins.as_typed();
     say(&format!(
-        "\nThe data dir is kept. Explore it with:\n  export CAIRN_DATA_DIR={}\n  cairn status\n  cairn search --project {PROJECT} session expiry\n  cairn show <id>\n  cairn context --project {PROJECT}",
-        dir.display()
+        "\nThe data dir is kept. Explore it with:\n  export CAIRN_DATA_DIR={}\n  {cairn} status\n  {cairn} search --project {PROJECT} session expiry\n  {cairn} show <id>\n  {cairn} context --project {PROJECT}",
+        shell_word(&dir.display().to_string())
     ));
     Ok(crate::exit::OK)
 }
@@ -130,6 +131,18 @@ fn say(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{text}");
     let _ = out.flush();
+}
+
+/// `s` as one shell word: as it is when it is plain, else single-quoted.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// A given data dir must be new or empty: the demo never mixes its story into real memory.
@@ -187,6 +200,31 @@ impl Bins {
     fn beside_me() -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("cannot locate the cairn executable")?;
         Ok(Self { exe })
+    }
+
+    /// How the person who ran the demo runs this cairn from where they are: `cairn` when
+    /// that is this executable on the PATH, `cargo run --bin cairn --` when cargo ran it
+    /// (the demo's own README line), else the executable's full path.
+    fn as_typed(&self) -> String {
+        let me = std::fs::canonicalize(&self.exe).unwrap_or_else(|_| self.exe.clone());
+        let on_path = std::env::var_os("PATH").is_some_and(|path| {
+            std::env::split_paths(&path)
+                .any(|d| std::fs::canonicalize(d.join("cairn")).is_ok_and(|p| p == me))
+        });
+        if on_path {
+            return "cairn".into();
+        }
+        if std::env::var_os("CARGO").is_some() {
+            let release = me
+                .parent()
+                .and_then(|d| d.file_name())
+                .is_some_and(|n| n == "release");
+            return format!(
+                "cargo run{} --bin cairn --",
+                if release { " --release" } else { "" }
+            );
+        }
+        shell_word(&self.exe.display().to_string())
     }
 
     fn command(&self, role: &str, data: &Path) -> Command {

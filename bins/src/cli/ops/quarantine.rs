@@ -16,7 +16,9 @@ pub fn quarantine(ctx: &Ctx, cmd: &QuarantineCommand) -> anyhow::Result<u8> {
             if *json {
                 print_json(&rows)?;
             } else if rows.is_empty() {
-                eprintln!("the quarantine is empty: every hook input so far was usable");
+                crate::cli::out::note!(
+                    "the quarantine is empty: every hook input so far was usable"
+                );
             } else {
                 let mut o = String::new();
                 outln!(

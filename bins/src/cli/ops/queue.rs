@@ -29,33 +29,73 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             if *json {
                 print_json(&rows)?;
             } else if rows.is_empty() {
-                eprintln!("no jobs match");
+                crate::cli::out::note!("no jobs match");
             } else {
+                // On a terminal: short session ids, and the last error cut to the width (on
+                // a line of its own when the row leaves it too little room). In a pipe:
+                // everything whole.
+                let width = crate::cli::out::width();
+                let session_w = if width.is_some_and(|w| w < 120) {
+                    9
+                } else {
+                    36
+                };
+                let session = |id: &str| match width {
+                    Some(w) if w < 120 && id.chars().count() > 9 => {
+                        format!("{}…", id.chars().take(8).collect::<String>())
+                    }
+                    _ => id.to_string(),
+                };
+                let fixed = 7 + 2 + 8 + 1 + 11 + 1 + session_w + 1 + 4 + 1 + 5 + 2 + 20 + 2;
+                let room = width.map(|w| w.saturating_sub(fixed));
+                let own_line = room.is_some_and(|r| r < 24);
                 let mut o = String::new();
-                outln!(
-                    o,
-                    "{:>7}  {:<8} {:<11} {:<38} {:>4} {:>4}  {:<20}  last error",
-                    "id",
-                    "status",
-                    "kind",
-                    "session",
-                    "turn",
-                    "try",
-                    "updated"
+                let head = format!(
+                    "{:>7}  {:<8} {:<11} {:<session_w$} {:>4} {:>5}  {:<20}",
+                    "id", "status", "kind", "session", "turn", "try", "updated"
                 );
+                if own_line {
+                    outln!(o, "{}", head.trim_end());
+                } else {
+                    outln!(o, "{head}  last error");
+                }
                 for r in &rows {
-                    outln!(
-                        o,
-                        "{:>7}  {:<8} {:<11} {:<38} {:>4} {:>4}  {:<20}  {}",
+                    let error = r.last_error.as_deref().unwrap_or("");
+                    let row = format!(
+                        "{:>7}  {:<8} {:<11} {:<session_w$} {:>4} {:>5}  {:<20}",
                         r.id,
                         r.status.as_str(),
                         r.kind.as_str(),
-                        r.session_id,
+                        session(&r.session_id),
                         r.prompt_number,
                         format!("{}/{}", r.attempts, r.max_attempts),
                         clock::iso_utc(r.updated_at),
-                        one_line(r.last_error.as_deref().unwrap_or(""), 60)
                     );
+                    match (width, room) {
+                        (Some(w), _) if own_line => {
+                            outln!(o, "{}", row.trim_end());
+                            if !error.is_empty() {
+                                outln!(
+                                    o,
+                                    "         {}",
+                                    one_line(error, w.saturating_sub(10).max(10))
+                                );
+                            }
+                        }
+                        (Some(_), Some(room)) => {
+                            outln!(
+                                o,
+                                "{}",
+                                format!("{row}  {}", one_line(error, room.saturating_sub(1)))
+                                    .trim_end()
+                            );
+                        }
+                        _ => outln!(
+                            o,
+                            "{}",
+                            format!("{row}  {}", error.replace('\n', " ")).trim_end()
+                        ),
+                    }
                 }
                 emit(&o)?;
             }
