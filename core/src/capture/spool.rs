@@ -34,8 +34,12 @@ pub enum Item {
 pub fn write(dir: &DataDir, item: &Item, now: i64) -> Result<PathBuf> {
     let spool = dir.spool();
     dir.ensure_sub(&spool)?;
+    let session = match item {
+        Item::Capture(rec) => session_tag(&rec.session_id),
+        Item::Quarantine(_) => session_tag(""),
+    };
     let name = format!(
-        "{:013}-{:010}-{:016x}.json",
+        "{:013}-{:010}-{:016x}-{session}.json",
         now.max(0),
         std::process::id(),
         crate::rand::u64()
@@ -56,6 +60,31 @@ pub fn write(dir: &DataDir, item: &Item, now: i64) -> Result<PathBuf> {
     drop(f);
     std::fs::rename(&tmp, &path).map_err(|e| Error::io("cannot rename spool file", &path, e))?;
     Ok(path)
+}
+
+/// The tag of a session in spool file names (FNV-1a of its id, 8 hex digits), so that
+/// [`holds_session`] need not open the files.
+fn session_tag(session_id: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in session_id.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    format!("{h:08x}")
+}
+
+/// True when the spool holds an event of this session (or may: two sessions can share a
+/// tag, which only costs the later event a trip through the spool). A new prompt, or an
+/// event of a turn not recorded yet, goes behind it, so a session's events are applied in
+/// the order they happened.
+pub fn holds_session(dir: &DataDir, session_id: &str) -> bool {
+    let suffix = format!("-{}.json", session_tag(session_id));
+    pending(dir).is_ok_and(|files| {
+        files.iter().any(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(&suffix))
+        })
+    })
 }
 
 /// The spool files waiting, oldest first.
