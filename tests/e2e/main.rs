@@ -2,6 +2,7 @@
 //! module of its own.
 
 mod demo;
+mod faults;
 mod hook;
 mod install;
 mod mcp;

@@ -72,19 +72,24 @@ fn run(explicit: Option<String>) -> String {
         }
     };
     let target = Target::FileElseStderr;
-    // Unreadable settings capture nothing: the file may hold `capture.excluded_projects`
-    // or `capture.redact_secrets`, and defaults would quietly break those promises. The
-    // error names the file and line, here and in every `cairn` command.
-    let settings = match Settings::load(&dir) {
-        Ok(l) => l.settings,
+    // Unreadable settings may hold `capture.excluded_projects` or privacy rules, so the
+    // event is not written with defaults: it is cleaned with the default rules and
+    // spooled until the settings can be read (`handle_with`), and `cairn status` names
+    // the broken file. The error names the file and line.
+    let (settings, settings_error) = match Settings::load(&dir) {
+        Ok(l) => (l.settings, None),
         Err(e) => {
             logging::init("hook", Some(&dir.logs()), target, log::LevelFilter::Info);
-            log::error!("event not captured: {e}");
-            return PLAIN_ANSWER.to_string();
+            log::error!("settings unreadable, event spooled until they can be read: {e}");
+            (Settings::default(), Some(e.to_string()))
         }
     };
-    logging::init("hook", Some(&dir.logs()), target, settings.log_level());
-    let conn = capture::handle::open_for_hook(&dir, &settings);
+    if settings_error.is_none() {
+        logging::init("hook", Some(&dir.logs()), target, settings.log_level());
+    }
+    // Opened (created) even when the settings cannot be read, so that `cairn status` can
+    // report it; the event itself is then spooled, not written (`handle_with`).
+    let conn = Some(capture::handle::open_for_hook(&dir, &settings));
     // Claude Code writes the payload once the process has started; by now (settings read,
     // database open) it has usually arrived. An incomplete input is quarantined (and
     // logged once) by `handle_with`.
@@ -100,8 +105,9 @@ fn run(explicit: Option<String>) -> String {
             incomplete: input.incomplete.clone(),
             explicit_event: explicit.as_deref(),
             project_dir: project_dir.as_deref(),
+            settings_error: settings_error.as_deref(),
         },
-        Some(conn),
+        conn,
         cairn_core::clock::now_ms(),
     );
     // The process exits right after answering. Closing the connection would only free
@@ -110,7 +116,9 @@ fn run(explicit: Option<String>) -> String {
     // either way, and the kernel releases the file locks at exit. The hook already skips
     // the checkpoint a close could run (`open_for_hook`).
     std::mem::forget(conn);
-    if settings.worker.autostart && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
+    if settings_error.is_none()
+        && settings.worker.autostart
+        && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
     {
         autostart(&dir);
     }

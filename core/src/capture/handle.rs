@@ -289,6 +289,10 @@ pub struct HookInput<'a> {
     pub explicit_event: Option<&'a str>,
     /// `CLAUDE_PROJECT_DIR`, the fallback when the payload has no `cwd`.
     pub project_dir: Option<&'a str>,
+    /// Why cairn's settings could not be read, when they could not: the settings passed
+    /// are then the defaults, and the event is cleaned with the default privacy rules and
+    /// spooled, marked, until they can be read (`worker::ingest` applies them then).
+    pub settings_error: Option<&'a str>,
 }
 
 /// Where an event ended up.
@@ -395,6 +399,23 @@ pub fn handle_with(
         (cwd, _) => cwd.to_string(),
     };
     let project = crate::capture::project::detect(std::path::Path::new(&cwd));
+    if let Some(why) = input.settings_error {
+        // Whether this project is excluded, or this tool skipped, is in the file that
+        // cannot be read: keep the event, cleaned by the default rules, out of the
+        // database until it can be.
+        let Some(mut record) = prepare(&event, &project, &cwd, &CaptureSettings::default(), now)
+        else {
+            return plain(Stored::Nothing);
+        };
+        record.settings_unread = true;
+        let cause = crate::Error::Settings(why.to_string());
+        return plain(spool_record(
+            dir,
+            &spool::Item::Capture(Box::new(record)),
+            &cause,
+            now,
+        ));
+    }
     if is_excluded(&project, &settings.capture) {
         log::debug!(
             "{} of excluded project {project}: not captured",
@@ -491,6 +512,10 @@ fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i6
         }
         Err(e) => {
             log::error!("event lost: database not writable ({cause}) and cannot spool ({e})");
+            let why = format!("database not writable ({cause}); cannot spool ({e})");
+            if let Err(e) = crate::store::incidents::record_lost(dir, &why, now) {
+                log::error!("cannot record the lost event for `cairn status`: {e}");
+            }
             Stored::Lost
         }
     }
@@ -555,6 +580,7 @@ mod tests {
                 incomplete: None,
                 explicit_event: None,
                 project_dir: None,
+                settings_error: None,
             },
             now,
         )
@@ -724,6 +750,7 @@ mod tests {
                 incomplete: None,
                 explicit_event: None,
                 project_dir: None,
+                settings_error: None,
             },
             Some(conn),
             2,

@@ -199,6 +199,29 @@ pub fn daily_backups(dir: &DataDir) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Free space a backup must leave behind, beyond its own size: room for the hooks and the
+/// database to keep growing (a tenth of the database, at least this).
+pub const BACKUP_MARGIN_BYTES: u64 = 16 << 20;
+
+/// Refuses a backup the disk has no room for: the daily backup must never be what fills
+/// the disk the hooks write to. Needs the database's size (plus its WAL) and a margin.
+fn check_room(dir: &DataDir) -> Result<()> {
+    let size = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = dir.db().into_os_string();
+    wal.push("-wal");
+    let db_bytes = size(dir.db()) + size(wal.into());
+    let need = db_bytes + (db_bytes / 10).max(BACKUP_MARGIN_BYTES);
+    match crate::store::paths::free_bytes(&dir.backups()) {
+        Some(free) if free < need => Err(Error::Invalid(format!(
+            "not enough free space for a backup in {}: {} MiB free, {} MiB needed (the database's size plus a margin); backup skipped",
+            dir.backups().display(),
+            free >> 20,
+            need.div_ceil(1 << 20)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Takes today's daily backup unless it exists, then deletes the oldest daily backups
 /// beyond `keep` (at least one is always kept). Returns the new backup's path, or `None`
 /// when today's was already there. Called by the worker; cheap when there is nothing to do.
@@ -208,6 +231,7 @@ pub fn daily(dir: &DataDir, conn: &Connection, keep: usize, now: i64) -> Result<
         None
     } else {
         dir.ensure_sub(&dir.backups())?;
+        check_room(dir)?;
         let info = online(conn, &path)?;
         log::info!("daily backup written to {}", info.path.display());
         Some(info.path)

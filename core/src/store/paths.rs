@@ -61,6 +61,12 @@ impl DataDir {
     pub fn logs(&self) -> PathBuf {
         self.root.join("logs")
     }
+    pub fn lost_events(&self) -> PathBuf {
+        self.root.join("lost-events")
+    }
+    pub fn notices(&self) -> PathBuf {
+        self.root.join("notices")
+    }
     pub fn backups(&self) -> PathBuf {
         self.root.join("backups")
     }
@@ -84,6 +90,20 @@ impl DataDir {
 }
 
 /// Creates `dir` and its parents with mode 0700 when missing; an existing dir is left as is.
+/// Bytes free for an unprivileged writer on the file system holding `path` (`statvfs`).
+#[allow(unsafe_code)]
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `buf` a valid statvfs, both outliving the
+    // call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut buf) };
+    #[allow(clippy::unnecessary_cast)]
+    (rc == 0).then(|| (buf.f_bavail as u64).saturating_mul(buf.f_frsize as u64))
+}
+
 pub fn ensure_private_dir(dir: &Path) -> Result<()> {
     if dir.is_dir() {
         return Ok(());

@@ -9,6 +9,7 @@
 
 use rusqlite::Connection;
 
+use crate::capture::record::{Action, Record};
 use crate::capture::{handle, quarantine, spool};
 use crate::error::{Error, Result};
 use crate::settings::Settings;
@@ -27,6 +28,10 @@ pub fn ingest(
     now: i64,
 ) -> Result<usize> {
     let mut done = 0;
+    let swept = spool::sweep_temporary(dir, 60_000);
+    if swept > 0 {
+        log::info!("removed {swept} temporary spool files left by killed hooks");
+    }
     for path in spool::pending(dir)? {
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -35,9 +40,17 @@ pub fn ingest(
         };
         match serde_json::from_slice::<(spool::Item, i64)>(&bytes) {
             Ok((spool::Item::Capture(rec), _)) => {
-                db::write(conn, |tx| {
-                    handle::apply(tx, &rec, settings.queue.max_attempts).map(drop)
-                })?;
+                if let Some(why) = dropped_by_settings(&rec, settings) {
+                    log::info!(
+                        "spooled event of session {} ({}) dropped now that the settings can be read: {why}",
+                        rec.session_id,
+                        rec.project
+                    );
+                } else {
+                    db::write(conn, |tx| {
+                        handle::apply(tx, &rec, settings.queue.max_attempts).map(drop)
+                    })?;
+                }
             }
             Ok((spool::Item::Quarantine(entry), at)) => {
                 db::write(conn, |tx| quarantine::add(tx, &entry, at).map(drop))?;
@@ -67,12 +80,29 @@ pub fn ingest(
     Ok(done)
 }
 
+/// Why an event spooled while the settings could not be read is not written, now that they
+/// can (the ingesting process has read them): an excluded project, a skipped tool. Events
+/// spooled with readable settings were checked at hook time.
+fn dropped_by_settings(rec: &Record, settings: &Settings) -> Option<&'static str> {
+    if !rec.settings_unread {
+        return None;
+    }
+    if handle::is_excluded(&rec.project, &settings.capture) {
+        return Some("its project is in capture.excluded_projects");
+    }
+    match &rec.action {
+        Action::Tool(ev) if settings.capture.skip_tools.contains(&ev.tool_name) => {
+            Some("its tool is in capture.skip_tools")
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::capture::handle::{HookInput, Outcome, Stored, handle};
     use crate::capture::hook::decode;
-    use crate::capture::record::{Action, Record};
     use crate::capture::spool::{Item, pending, write};
     use crate::store::db::OpenOptions;
 
@@ -165,6 +195,7 @@ mod tests {
                 incomplete: None,
                 explicit_event: None,
                 project_dir: None,
+                settings_error: None,
             },
             now,
         )
@@ -238,6 +269,7 @@ mod turn_tests {
                 incomplete: None,
                 explicit_event: None,
                 project_dir: None,
+                settings_error: None,
             },
             now,
         )

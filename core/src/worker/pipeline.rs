@@ -172,6 +172,10 @@ pub fn run(
         settings.worker.concurrency
     );
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
+    // Room to count hook events lost to a full disk, allocated while there is room.
+    if let Err(e) = crate::store::incidents::prepare_lost(dir) {
+        log::warn!("{e}");
+    }
     let writer_conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let now = now_ms();
     workers::register(&mut conn, &opts.worker_id, std::process::id(), now)?;

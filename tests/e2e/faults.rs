@@ -1,0 +1,133 @@
+//! Faults around the edges: a full disk, a database replaced under the worker, inherited
+//! file descriptors, signals, a read-only data dir, and kill -9 loops.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::{TestEnv, hook_fixture, run_with_stdin, stderr, stdout};
+
+const PLAIN: &str = r#"{"continue":true,"suppressOutput":true}"#;
+
+fn tool_event(i: usize) -> String {
+    format!(
+        r#"{{"hook_event_name":"PostToolUse","session_id":"s-faults","cwd":"/home/dev/acme-api","tool_name":"Bash","tool_use_id":"t{i}","tool_input":{{"command":"echo {i}"}},"tool_response":{{"stdout":"{i}"}}}}"#
+    )
+}
+
+/// A small tmpfs mounted for the test's life (needs root and a kernel that allows it).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).ok()?;
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        ok.then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the file system holding `dir` up to the last byte.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).expect("filler");
+    let block = vec![0u8; 4096];
+    while f.write_all(&block).is_ok() {}
+    let mut small = [0u8; 1];
+    while f.write_all(&mut small).is_ok() {}
+}
+
+fn spool_names(env: &TestEnv) -> Vec<String> {
+    std::fs::read_dir(env.data_dir.join("spool"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_full_disk_shows_every_lost_event_in_status_and_skips_the_backup() {
+    let env = TestEnv::new();
+    let mnt = env.tmp.path().join("mnt");
+    // The data dir on a small tmpfs when the test may mount one; otherwise the same
+    // failures at the file-system calls: the database locked (it cannot be written) and
+    // `spool` a plain file (nothing can be spooled).
+    let tmpfs = Tmpfs::mount(&mnt, "2m");
+    let env = match &tmpfs {
+        Some(_) => TestEnv {
+            data_dir: mnt.join("cairn-data"),
+            tmp: env.tmp,
+        },
+        None => env,
+    };
+    let first = env.run(
+        "cairn-hook",
+        &[],
+        hook_fixture("SessionStart.json").as_bytes(),
+    );
+    assert_eq!(first.status.code(), Some(0));
+    assert!(env.data_dir.join("lost-events").exists(), "allocated ahead");
+    let _holder = match &tmpfs {
+        Some(_) => {
+            fill(&mnt);
+            None
+        }
+        None => {
+            std::fs::write(env.data_dir.join("spool"), b"").expect("spool as a file");
+            let c = env.db();
+            c.execute_batch("BEGIN IMMEDIATE").expect("lock");
+            Some(c)
+        }
+    };
+    for i in 0..3 {
+        let mut c = env.cmd("cairn-hook");
+        c.env("CAIRN_CAPTURE__LOCK_WAIT_MS", "50");
+        let out = run_with_stdin(c, tool_event(i).as_bytes());
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(stdout(&out), PLAIN);
+    }
+    assert!(
+        !spool_names(&env).iter().any(|n| n.ends_with(".tmp")),
+        "temporary files left: {:?}",
+        spool_names(&env)
+    );
+    let status = env.run("cairn", &["status"], b"");
+    let text = stdout(&status);
+    assert_eq!(status.status.code(), Some(1), "{text}{}", stderr(&status));
+    assert!(text.contains("3 hook events could not be kept"), "{text}");
+    if tmpfs.is_some() {
+        // With some room again (less than the database plus the backup margin), the
+        // worker runs, and its daily backup checks for room first instead of filling the
+        // disk again.
+        std::fs::remove_file(mnt.join("filler")).expect("free space");
+        let out = env.run("cairn-worker", &["--once", "--log-stderr"], b"");
+        let err = stderr(&out);
+        assert!(err.contains("not enough free space for a backup"), "{err}");
+        let backups: Vec<_> = std::fs::read_dir(env.data_dir.join("backups"))
+            .map(|d| d.filter_map(|e| e.ok()).collect())
+            .unwrap_or_default();
+        assert!(backups.is_empty(), "{backups:?}");
+    }
+    let ack = env.run("cairn", &["status", "--acknowledge"], b"");
+    assert!(
+        !stdout(&ack).contains("could not be kept"),
+        "{}",
+        stdout(&ack)
+    );
+}
