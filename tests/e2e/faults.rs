@@ -131,3 +131,96 @@ fn a_full_disk_shows_every_lost_event_in_status_and_skips_the_backup() {
         stdout(&ack)
     );
 }
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Stops a child on drop (a failed assertion must not leave a worker behind).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn job_status(env: &TestEnv, key: &str) -> Option<String> {
+    env.db()
+        .query_row(
+            "SELECT status FROM pending_messages WHERE dedupe_key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .ok()
+}
+
+#[test]
+fn a_database_deleted_under_the_worker_is_reopened_and_reported() {
+    let env = TestEnv::new();
+    let out = env.run("cairn-hook", &[], tool_event(0).as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    let mut c = env.cmd("cairn-worker");
+    c.env("CAIRN_WORKER__HEARTBEAT_SECS", "1")
+        .env("CAIRN_WORKER__POLL_MS", "20")
+        .env("CAIRN_BATCH__ENABLED", "false")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _worker = Reaped(c.spawn().expect("spawn worker"));
+    wait_until("the first job is done", || {
+        job_status(&env, "tool:t0").as_deref() == Some("done")
+    });
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = env.db_path().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+    // The next hook creates a new database; the worker must notice and work on it.
+    let out = env.run("cairn-hook", &[], tool_event(1).as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    wait_until("the job in the new database is done", || {
+        job_status(&env, "tool:t1").as_deref() == Some("done")
+    });
+    let status = env.run("cairn", &["status"], b"");
+    let text = stdout(&status);
+    assert_eq!(
+        status.status.code(),
+        Some(1),
+        "{text} {:?} {}",
+        std::fs::read_dir(&env.data_dir)
+            .expect("dir")
+            .map(|e| e.expect("e").file_name())
+            .collect::<Vec<_>>(),
+        std::fs::read_to_string(env.data_dir.join("logs").join(format!(
+            "worker-{}.log",
+            cairn_core::clock::date_utc(cairn_core::clock::now_ms())
+        )))
+        .unwrap_or_default()
+    );
+    // Deleted, then created again by the hook: "deleted" or "replaced", whichever the
+    // worker saw first.
+    assert!(
+        text.contains("was deleted while the worker ran")
+            || text.contains("was replaced while the worker ran"),
+        "{text}"
+    );
+    // What the deleted file held was kept.
+    let kept: Vec<String> = std::fs::read_dir(env.data_dir.join("backups"))
+        .expect("backups")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        kept.iter()
+            .any(|n| n.starts_with("cairn-deleted-") || n.starts_with("cairn-replaced-")),
+        "{kept:?}"
+    );
+}

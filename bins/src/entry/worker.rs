@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -120,20 +120,67 @@ fn run(args: Args) -> anyhow::Result<u8> {
         }
         Ok(l.settings)
     };
-    worker::pipeline::run(&dir, settings, &reload, opts, control, Some(periodic))
+    let mut settings = settings;
+    let mut periodic = Some(periodic);
+    loop {
+        let report = worker::pipeline::run(
+            &dir,
+            settings.clone(),
+            &reload,
+            opts.clone(),
+            control.clone(),
+            periodic.take(),
+        )
         .context("worker stopped on an error")?;
+        if !report.reopen || control.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        // The database file was deleted or replaced: run again on the file now there
+        // (created when missing), with the settings as they are now.
+        log::warn!("reopening the database {}", dir.db().display());
+        settings = reload().unwrap_or(settings);
+        let logs = dir.logs();
+        periodic = Some(Box::new(move |s: &Settings, now: i64| {
+            logging::prune(&logs, s.log.keep_days, now);
+        }));
+    }
     drop(held);
-    Ok(exit::OK)
+    Ok(if control.urgent.load(Ordering::SeqCst) {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
 }
 
-/// SIGTERM/SIGINT set the stop flag (a second one while stopping exits at once with 1);
-/// SIGHUP asks for a settings reload.
+/// SIGTERM/SIGINT set the stop flag; a second one while stopping sets `urgent` (the batches
+/// in flight are released at once, so no attempt is lost to a lease left behind) and, if
+/// the worker has still not exited a few seconds later, exits with 1. SIGHUP asks for a
+/// settings reload.
 fn register_signals(control: &Control) -> std::io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    for sig in [SIGTERM, SIGINT] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&control.stop))?;
-        signal_hook::flag::register(sig, Arc::clone(&control.stop))?;
-    }
-    signal_hook::flag::register(SIGHUP, Arc::clone(&control.reload))?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let control = control.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == SIGHUP {
+                    control.reload.store(true, Ordering::SeqCst);
+                } else if !control.stop.swap(true, Ordering::SeqCst) {
+                    log::info!("stop requested (signal {sig})");
+                } else if !control.urgent.swap(true, Ordering::SeqCst) {
+                    std::thread::spawn(|| {
+                        std::thread::sleep(URGENT_EXIT_AFTER);
+                        log::error!(
+                            "not stopped {URGENT_EXIT_AFTER:?} after a second stop request; exiting"
+                        );
+                        std::process::exit(i32::from(exit::NEGATIVE));
+                    });
+                }
+            }
+        })?;
     Ok(())
 }
+
+/// How long a second stop request waits for the release before exiting regardless.
+const URGENT_EXIT_AFTER: Duration = Duration::from_secs(5);
