@@ -224,3 +224,22 @@ fn a_database_deleted_under_the_worker_is_reopened_and_reported() {
         "{kept:?}"
     );
 }
+
+#[test]
+fn manual_backups_in_one_second_all_work_and_are_bounded() {
+    let env = TestEnv::new();
+    env.run("cairn-hook", &[], tool_event(0).as_bytes());
+    for _ in 0..5 {
+        let mut c = env.cmd("cairn");
+        c.env("CAIRN_BACKUP__KEEP_MANUAL", "3").arg("backup");
+        let out = run_with_stdin(c, b"");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let manual: Vec<String> = std::fs::read_dir(env.data_dir.join("backups"))
+        .expect("backups")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cairn-manual-"))
+        .collect();
+    assert_eq!(manual.len(), 3, "{manual:?}");
+}

@@ -164,13 +164,56 @@ pub fn daily_name(now: i64) -> String {
     format!("cairn-{}.db", crate::clock::date_utc(now))
 }
 
-/// The default path of a backup asked for by hand at `now`.
+/// The default path of a backup asked for by hand at `now`: named by the time, with `-2`,
+/// `-3`… when a backup of that second exists, so two backups in one second both work.
 pub fn manual_path(dir: &DataDir, now: i64) -> PathBuf {
     let stamp: String = crate::clock::iso_utc(now)
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .collect();
-    dir.backups().join(format!("cairn-manual-{stamp}.db"))
+    let first = dir.backups().join(format!("cairn-manual-{stamp}.db"));
+    if !first.exists() {
+        return first;
+    }
+    (2..)
+        .map(|n| dir.backups().join(format!("cairn-manual-{stamp}-{n}.db")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
+}
+
+/// Deletes the oldest manual backups in `backups/` beyond `keep` (at least one is always
+/// kept). Returns how many were deleted.
+pub fn prune_manual(dir: &DataDir, keep: usize) -> Result<usize> {
+    let entries = match std::fs::read_dir(dir.backups()) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("cannot read", dir.backups(), e)),
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("cairn-manual-") && name.ends_with(".db")
+        })
+        .map(|e| {
+            let t = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            (t, e.path())
+        })
+        .collect();
+    files.sort();
+    let excess = files.len().saturating_sub(keep.max(1));
+    let mut removed = 0;
+    for (_, old) in &files[..excess] {
+        match std::fs::remove_file(old) {
+            Ok(()) => removed += 1,
+            Err(e) => log::warn!("cannot remove old backup {}: {e}", old.display()),
+        }
+    }
+    Ok(removed)
 }
 
 fn is_daily_name(name: &str) -> bool {
