@@ -243,3 +243,48 @@ fn manual_backups_in_one_second_all_work_and_are_bounded() {
         .collect();
     assert_eq!(manual.len(), 3, "{manual:?}");
 }
+
+#[test]
+fn doctor_calls_a_read_only_data_dir_read_only_not_damaged() {
+    let env = TestEnv::new();
+    let mnt = env.tmp.path().join("ro");
+    // A read-only mount when the test may mount one (permissions do not stop root);
+    // otherwise the data dir's and database's write permissions taken away.
+    let tmpfs = Tmpfs::mount(&mnt, "8m");
+    let env = match &tmpfs {
+        Some(_) => TestEnv {
+            data_dir: mnt.join("cairn-data"),
+            tmp: env.tmp,
+        },
+        None => env,
+    };
+    env.run("cairn-hook", &[], tool_event(0).as_bytes());
+    assert!(env.db_path().exists());
+    let _ = env.run("cairn", &["status"], b"");
+    match &tmpfs {
+        Some(_) => {
+            let ok = Command::new("mount")
+                .args(["-o", "remount,ro"])
+                .arg(&mnt)
+                .status()
+                .expect("remount");
+            assert!(ok.success());
+        }
+        None => {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(env.db_path(), std::fs::Permissions::from_mode(0o400))
+                .expect("chmod db");
+            std::fs::set_permissions(&env.data_dir, std::fs::Permissions::from_mode(0o500))
+                .expect("chmod dir");
+        }
+    }
+    let out = env.run("cairn", &["doctor"], b"");
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("read-only"), "{text}");
+    assert!(!text.contains("not a usable cairn database"), "{text}");
+    assert!(!text.contains("restore"), "{text}");
+    if tmpfs.is_none() {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&env.data_dir, std::fs::Permissions::from_mode(0o700));
+    }
+}
