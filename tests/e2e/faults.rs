@@ -288,3 +288,63 @@ fn doctor_calls_a_read_only_data_dir_read_only_not_damaged() {
         let _ = std::fs::set_permissions(&env.data_dir, std::fs::Permissions::from_mode(0o700));
     }
 }
+
+#[test]
+#[allow(unsafe_code)]
+fn the_autostarted_worker_keeps_none_of_the_hooks_descriptors() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let env = TestEnv::new();
+    // A pipe whose write end the hook inherits (not close-on-exec), as a parent that waits
+    // for EOF on it would hand it over.
+    // Close-on-exec here, so that no other test's child inherits it; only the hook's
+    // child clears the flag before exec.
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two descriptors for pipe2(2) to fill.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let mut c = env.cmd("cairn-hook");
+    c.env("CAIRN_WORKER__AUTOSTART", "true")
+        .env("CAIRN_WORKER__IDLE_EXIT_SECS", "60");
+    let inherited = fds[1];
+    // SAFETY: the closure runs in the forked child and only calls fcntl(2), which is
+    // async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        c.pre_exec(move || {
+            libc::fcntl(inherited, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let out = run_with_stdin(c, tool_event(0).as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    // SAFETY: both descriptors are ours and open; each is owned exactly once from here.
+    let (mut read_end, write_end) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    drop(write_end);
+    wait_until("the worker is started", || {
+        cairn_core::store::lock::holder(&env.data_dir.join("worker.lock"))
+            .ok()
+            .flatten()
+            .is_some()
+    });
+    let worker = cairn_core::store::lock::holder(&env.data_dir.join("worker.lock"))
+        .expect("lock")
+        .expect("holder");
+    // EOF comes at once unless the worker holds the write end.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = read_end.read_to_end(&mut buf);
+        let _ = tx.send(());
+    });
+    let eof = rx.recv_timeout(std::time::Duration::from_secs(5)).is_ok();
+    let _ = Command::new("kill").arg(worker.pid.to_string()).status();
+    assert!(
+        eof,
+        "the autostarted worker holds the hook's inherited pipe"
+    );
+}

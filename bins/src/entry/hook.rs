@@ -256,18 +256,67 @@ fn autostart(dir: &DataDir) {
     }
 }
 
+/// Starts the worker in a session of its own, holding none of the hook's inherited file
+/// descriptors: a descriptor Claude Code (or any parent) passed to the hook, such as the
+/// write end of a pipe it waits on for EOF, must not stay open for the worker's life.
+/// Every descriptor above stderr is marked close-on-exec in the child (the standard
+/// library's own exec-error pipe is close-on-exec already, so a failed exec is still
+/// reported).
 #[allow(unsafe_code)]
 fn detach(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-    // which is async-signal-safe; it allocates nothing and touches no shared state.
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setsid, close_range or fcntl, getrlimit); it
+    // allocates nothing and touches no shared state.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
             }
+            cloexec_from(3);
             Ok(())
         });
+    }
+}
+
+/// Marks every descriptor from `first` up close-on-exec. Async-signal-safe.
+#[allow(unsafe_code)]
+fn cloexec_from(first: libc::c_int) {
+    #[cfg(target_os = "linux")]
+    {
+        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        // SAFETY: close_range(2) with the CLOEXEC flag only changes descriptor flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                first as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            )
+        };
+        if rc == 0 {
+            return;
+        }
+    }
+    // Older kernels and other systems: one fcntl per possible descriptor, bounded.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit that outlives the call.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(65_536) as libc::c_int
+    } else {
+        1024
+    };
+    for fd in first..max {
+        // SAFETY: fcntl on any integer is safe: an unused descriptor fails with EBADF.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
     }
 }
 
