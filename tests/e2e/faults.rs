@@ -348,3 +348,112 @@ fn the_autostarted_worker_keeps_none_of_the_hooks_descriptors() {
         "the autostarted worker holds the hook's inherited pipe"
     );
 }
+
+/// Soak: the worker killed with SIGKILL over and over while hooks keep arriving (some of
+/// them spooled behind a short lock wait). Afterwards every event has its one job, in its
+/// own turn, and every job is done exactly once with nothing stored twice.
+#[test]
+fn kill_9_loops_with_hooks_arriving_lose_and_duplicate_nothing() {
+    let env = TestEnv::new();
+    let sessions = 4;
+    let turns = 6;
+    let tools = 3;
+    let hooks = {
+        let data_dir = env.data_dir.clone();
+        let home = env.tmp.path().to_path_buf();
+        std::thread::spawn(move || {
+            for turn in 1..=turns {
+                for s in 0..sessions {
+                    let sid = format!("soak-{s}");
+                    let pid = format!("p{turn}");
+                    let common = format!(
+                        r#""session_id":"{sid}","cwd":"/home/dev/acme-api","prompt_id":"{pid}""#
+                    );
+                    let mut events = vec![format!(
+                        r#"{{"hook_event_name":"UserPromptSubmit",{common},"prompt":"turn {turn}"}}"#
+                    )];
+                    for k in 0..tools {
+                        events.push(format!(
+                            r#"{{"hook_event_name":"PostToolUse",{common},"tool_name":"Bash","tool_use_id":"{sid}:{turn}:{k}","tool_input":{{"command":"echo {sid} {turn} {k}"}},"tool_response":{{"stdout":"ok {k}"}}}}"#
+                        ));
+                    }
+                    events.push(format!(
+                        r#"{{"hook_event_name":"Stop",{common},"last_assistant_message":"end of turn {turn}"}}"#
+                    ));
+                    for e in events {
+                        let mut c = Command::new(crate::support::bin("cairn-hook"));
+                        c.env("CAIRN_DATA_DIR", &data_dir)
+                            .env("HOME", &home)
+                            .env("CAIRN_WORKER__AUTOSTART", "false")
+                            .env("CAIRN_CAPTURE__LOCK_WAIT_MS", "5");
+                        let out = run_with_stdin(c, e.as_bytes());
+                        assert_eq!(stdout(&out), PLAIN);
+                        std::thread::sleep(std::time::Duration::from_millis(15));
+                    }
+                }
+            }
+        })
+    };
+    let worker = || {
+        let mut c = env.cmd("cairn-worker");
+        c.env("CAIRN_WORKER__HEARTBEAT_SECS", "1")
+            .env("CAIRN_WORKER__POLL_MS", "10")
+            .env("CAIRN_BATCH__ENABLED", "false")
+            .env("CAIRN_QUEUE__MAX_ATTEMPTS", "1000")
+            .env("CAIRN_QUEUE__RETRY_BASE_SECS", "0")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c
+    };
+    let mut kills = 0;
+    while !hooks.is_finished() {
+        let mut child = worker().spawn().expect("spawn worker");
+        std::thread::sleep(std::time::Duration::from_millis(60 + 37 * (kills % 5)));
+        child.kill().expect("kill -9");
+        let _ = child.wait();
+        kills += 1;
+    }
+    hooks.join().expect("hooks");
+    assert!(kills >= 5, "only {kills} kills");
+    let mut c = worker();
+    c.arg("--once");
+    let out = run_with_stdin(c, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let expected_tools = (sessions * turns * tools) as i64;
+    let expected_turns = (sessions * turns) as i64;
+    assert_eq!(spool_names(&env).len(), 0, "spool not drained");
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE kind = 'observation'"),
+        expected_tools
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE kind = 'summarize'"),
+        expected_turns
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE status <> 'done'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM user_prompts"),
+        expected_turns
+    );
+    // Each tool job in its own turn (its id says which).
+    let wrong: i64 = env.count(
+        "SELECT count(*) FROM pending_messages WHERE kind = 'observation'
+           AND prompt_number <> CAST(substr(dedupe_key, length(dedupe_key) - 2, 1) AS INTEGER)",
+    );
+    assert_eq!(wrong, 0);
+    // Nothing stored twice: at most one summary per turn, no repeated observation.
+    assert_eq!(
+        env.count("SELECT count(*) FROM session_summaries"),
+        env.count("SELECT count(*) FROM (SELECT DISTINCT session_id, prompt_number FROM session_summaries)")
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM observations"),
+        env.count(
+            "SELECT count(*) FROM (SELECT DISTINCT session_id, title, narrative FROM observations)"
+        )
+    );
+}
