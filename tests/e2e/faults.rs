@@ -457,3 +457,130 @@ fn kill_9_loops_with_hooks_arriving_lose_and_duplicate_nothing() {
         )
     );
 }
+
+fn turn_events(sid: &str, turn: usize) -> Vec<String> {
+    let common =
+        format!(r#""session_id":"{sid}","cwd":"/home/dev/acme-api","prompt_id":"{sid}-p{turn}""#);
+    let mut events = vec![format!(
+        r#"{{"hook_event_name":"UserPromptSubmit",{common},"prompt":"turn {turn} of {sid}"}}"#
+    )];
+    for k in 0..2 {
+        events.push(format!(
+            r#"{{"hook_event_name":"PostToolUse",{common},"tool_name":"Bash","tool_use_id":"{sid}:{turn}:{k}","tool_input":{{"command":"echo turn {turn} step {k}"}},"tool_response":{{"stdout":"done {k}"}}}}"#
+        ));
+    }
+    events.push(format!(
+        r#"{{"hook_event_name":"Stop",{common},"last_assistant_message":"end of turn {turn}"}}"#
+    ));
+    events
+}
+
+#[test]
+fn a_database_damaged_under_the_worker_is_recovered_with_its_newer_rows() {
+    use std::io::{Seek, SeekFrom, Write};
+    let env = TestEnv::new();
+    let hook = |e: &str| {
+        let out = env.run("cairn-hook", &[], e.as_bytes());
+        assert_eq!(stdout(&out), PLAIN);
+    };
+    for e in turn_events("s", 1) {
+        hook(&e);
+    }
+    let mut c = env.cmd("cairn-worker");
+    c.env("CAIRN_WORKER__HEARTBEAT_SECS", "1")
+        .env("CAIRN_WORKER__POLL_MS", "20")
+        .env("CAIRN_BATCH__ENABLED", "false")
+        .env("CAIRN_CAPTURE__LOCK_WAIT_MS", "200")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _worker = Reaped(c.spawn().expect("spawn worker"));
+    // The worker's first housekeeping takes the daily backup (turn 1); turn 2 comes after.
+    wait_until("the daily backup", || {
+        std::fs::read_dir(env.data_dir.join("backups")).is_ok_and(|d| d.count() > 0)
+    });
+    for e in turn_events("s", 2) {
+        hook(&e);
+    }
+    wait_until("turn 2 is done", || {
+        job_status(&env, "tool:s:2:1").as_deref() == Some("done")
+            && env.count("SELECT count(*) FROM session_summaries") == 2
+    });
+    let results_before = env.count("SELECT count(*) FROM observations")
+        + env.count("SELECT count(*) FROM session_summaries");
+    // Overwrite the pages of the queue's indexes in the live file.
+    let roots: Vec<i64> = {
+        let c = env.db();
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .expect("checkpoint");
+        let mut stmt = c
+            .prepare(
+                "SELECT rootpage FROM sqlite_master
+                 WHERE name IN ('pending_messages_pending', 'pending_messages_pending_order')",
+            )
+            .expect("prepare");
+        stmt.query_map([], |r| r.get(0))
+            .expect("roots")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    assert_eq!(roots.len(), 2);
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(env.db_path())
+            .expect("open db file");
+        for page in &roots {
+            f.seek(SeekFrom::Start((*page as u64 - 1) * 4096))
+                .expect("seek");
+            f.write_all(&[0x5A; 4096]).expect("overwrite");
+        }
+        f.sync_all().expect("sync");
+    }
+    // A new session's prompt commits (it touches no damaged page), so the worker reads the
+    // file again; its tools and Stop meet the damaged indexes.
+    for e in turn_events("t", 1) {
+        hook(&e);
+    }
+    wait_until("the recovery notice", || {
+        std::fs::read_dir(env.data_dir.join("notices")).is_ok_and(|d| d.count() > 0)
+    });
+    wait_until("the new session's jobs are done", || {
+        job_status(&env, "tool:t:1:1").as_deref() == Some("done")
+    });
+    let c = env.db();
+    let integrity: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity");
+    assert_eq!(integrity, "ok");
+    // Everything newer than the backup was salvaged: turn 2's prompt, jobs and results.
+    assert_eq!(env.count("SELECT count(*) FROM user_prompts"), 3);
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE session_id = 's'"),
+        6
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM session_summaries WHERE session_id = 's'"),
+        2
+    );
+    assert!(
+        env.count("SELECT count(*) FROM observations")
+            + env.count("SELECT count(*) FROM session_summaries")
+            >= results_before
+    );
+    let status = env.run("cairn", &["status"], b"");
+    let text = stdout(&status);
+    assert_eq!(status.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("the database was damaged") && text.contains("salvaged"),
+        "{text}"
+    );
+    assert!(
+        std::fs::read_dir(env.data_dir.join("backups"))
+            .expect("backups")
+            .filter_map(|e| e.ok())
+            .any(|e| e
+                .file_name()
+                .to_string_lossy()
+                .starts_with("cairn-damaged-"))
+    );
+}

@@ -122,16 +122,28 @@ fn run(args: Args) -> anyhow::Result<u8> {
     };
     let mut settings = settings;
     let mut periodic = Some(periodic);
+    let mut recovered = false;
     loop {
-        let report = worker::pipeline::run(
+        let report = match worker::pipeline::run(
             &dir,
             settings.clone(),
             &reload,
             opts.clone(),
             control.clone(),
             periodic.take(),
-        )
-        .context("worker stopped on an error")?;
+        ) {
+            Ok(r) => r,
+            // A damaged database: recovered once per run (a second failure is an error).
+            Err(e) if e.is_corrupt() && !recovered => {
+                recovered = true;
+                recover(&dir, &e)?;
+                worker::pipeline::Report {
+                    reopen: true,
+                    ..Default::default()
+                }
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("worker stopped on an error")),
+        };
         if !report.reopen || control.stop.load(Ordering::SeqCst) {
             break;
         }
@@ -150,6 +162,21 @@ fn run(args: Args) -> anyhow::Result<u8> {
     } else {
         exit::OK
     })
+}
+
+/// Recovers a damaged database (`store::recover`), logs what it did and raises a notice
+/// for `cairn status`.
+fn recover(dir: &DataDir, cause: &cairn_core::Error) -> anyhow::Result<()> {
+    let now = cairn_core::clock::now_ms();
+    log::error!("the database is damaged ({cause}); recovering it from the newest backup");
+    let done = cairn_core::store::recover::recover(dir, now)
+        .context("cannot recover the damaged database")?;
+    let message = done.describe();
+    log::warn!("{message}");
+    if let Err(e) = cairn_core::store::incidents::raise(dir, "recovered", &message, now) {
+        log::error!("cannot record the notice for `cairn status`: {e}");
+    }
+    Ok(())
 }
 
 /// SIGTERM/SIGINT set the stop flag; a second one while stopping sets `urgent` (the batches

@@ -76,7 +76,7 @@ fn remove_quietly(path: &Path) {
 
 /// Renames a database file and its `-wal` / `-shm` companions to `to` (whose parent is
 /// created), refusing to overwrite.
-fn move_aside(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn move_aside(from: &Path, to: &Path) -> Result<()> {
     if to.exists() {
         return Err(Error::Invalid(format!(
             "{} already exists; try again in a second",
@@ -151,7 +151,7 @@ pub fn online(conn: &Connection, dest: &Path) -> Result<BackupInfo> {
     })
 }
 
-fn quick_check(conn: &Connection) -> Result<Vec<String>> {
+pub(crate) fn quick_check(conn: &Connection) -> Result<Vec<String>> {
     let mut stmt = conn.prepare("PRAGMA quick_check")?;
     let lines = stmt
         .query_map([], |r| r.get::<_, String>(0))?

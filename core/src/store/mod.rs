@@ -18,3 +18,4 @@ pub mod db;
 pub mod incidents;
 pub mod lock;
 pub mod paths;
+pub mod recover;
