@@ -47,8 +47,8 @@ fn fill(dir: &Path) {
     let mut f = std::fs::File::create(dir.join("filler")).expect("filler");
     let block = vec![0u8; 4096];
     while f.write_all(&block).is_ok() {}
-    let mut small = [0u8; 1];
-    while f.write_all(&mut small).is_ok() {}
+    let small = [0u8; 1];
+    while f.write_all(&small).is_ok() {}
 }
 
 fn spool_names(env: &TestEnv) -> Vec<String> {

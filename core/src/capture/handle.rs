@@ -210,10 +210,10 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
 /// own turn), else the number the hook saw ([`Record::prompt_number`]), else the session's
 /// counter now (0 before any prompt).
 pub fn turn_of(tx: &Transaction, rec: &Record) -> Result<i64> {
-    if let Some(id) = rec.prompt_id() {
-        if let Some(n) = sessions::prompt_number_of(tx, &rec.session_id, id)? {
-            return Ok(n);
-        }
+    if let Some(id) = rec.prompt_id()
+        && let Some(n) = sessions::prompt_number_of(tx, &rec.session_id, id)?
+    {
+        return Ok(n);
     }
     if let Some(n) = rec.prompt_number {
         return Ok(n);
