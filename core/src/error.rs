@@ -73,6 +73,23 @@ impl Error {
     }
 }
 
+impl Error {
+    /// True when the failure says the database file is damaged (SQLITE_CORRUPT, or
+    /// SQLITE_NOTADB on a file that was cairn's): automatic recovery applies
+    /// (`store::recover`).
+    pub fn is_corrupt(&self) -> bool {
+        match self {
+            Error::NotADatabase { .. } => true,
+            Error::Sqlite(e) => matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseCorrupt)
+                    | Some(rusqlite::ErrorCode::NotADatabase)
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// True when a rusqlite error is SQLITE_BUSY or SQLITE_LOCKED.
 pub fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(

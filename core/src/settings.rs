@@ -156,6 +156,9 @@ pub struct BackupSettings {
     pub daily: bool,
     /// Daily backups kept.
     pub keep: usize,
+    /// Manual backups (`cairn backup` without `--to`) kept in `backups/`; older ones are
+    /// deleted after each new one.
+    pub keep_manual: usize,
 }
 
 impl Default for LogSettings {
@@ -293,6 +296,7 @@ impl Default for BackupSettings {
         Self {
             daily: true,
             keep: 7,
+            keep_manual: 10,
         }
     }
 }

@@ -358,7 +358,7 @@ fn an_unusable_data_dir_is_logged_and_answered() {
     assert_eq!(stdout(&out), PLAIN);
     let err = stderr(&out);
     assert!(
-        err.contains("event not captured") && err.contains("a-file"),
+        err.contains("event lost") && err.contains("a-file"),
         "{err}"
     );
 
@@ -632,31 +632,58 @@ fn an_event_name_on_the_command_line_serves_payloads_without_one() {
 }
 
 #[test]
-fn unreadable_settings_capture_nothing() {
-    // The broken file excludes this very project: defaults must not capture it anyway.
-    let env = TestEnv::new();
-    std::fs::create_dir_all(&env.data_dir).expect("data dir");
-    std::fs::write(
-        env.data_dir.join("settings.json"),
-        "{\"capture\": {\"excluded_projects\": [\"acme-*\"],}}",
-    )
-    .expect("settings");
-    let mut c = env.cmd("cairn-hook");
-    c.env("CAIRN_WORKER__AUTOSTART", "true");
-    let out = run_with_stdin(c, hook_fixture("UserPromptSubmit.json").as_bytes());
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(stdout(&out), PLAIN);
-    assert!(!env.db_path().exists(), "nothing written");
-    assert!(!env.data_dir.join("spool").exists());
-    assert!(
-        !env.data_dir.join("worker.autostart").exists(),
-        "no worker started"
-    );
-    let logs = read_logs(&env);
-    assert!(
-        logs.contains("event not captured") && logs.contains("settings.json"),
-        "{logs}"
-    );
+fn unreadable_settings_keep_the_event_until_they_can_be_read() {
+    // A typo in settings.json: the event is kept (spooled, cleaned with the default rules),
+    // nothing reaches the database, `cairn status` names the file; once the file is fixed,
+    // its rules apply (here: the project is excluded, so the event is dropped then).
+    for excluded in [true, false] {
+        let env = TestEnv::new();
+        std::fs::create_dir_all(&env.data_dir).expect("data dir");
+        let settings = env.data_dir.join("settings.json");
+        let rules = if excluded { "[\"acme-*\"]" } else { "[]" };
+        std::fs::write(
+            &settings,
+            format!("{{\"capture\": {{\"excluded_projects\": {rules}}},}}"),
+        )
+        .expect("settings");
+        let mut c = env.cmd("cairn-hook");
+        c.env("CAIRN_WORKER__AUTOSTART", "true");
+        let out = run_with_stdin(c, hook_fixture("UserPromptSubmit.json").as_bytes());
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(stdout(&out), PLAIN);
+        assert_eq!(
+            env.count("SELECT count(*) FROM sessions"),
+            0,
+            "nothing written before the settings are read"
+        );
+        assert_eq!(spool_files(&env).len(), 1, "the event is kept");
+        assert!(
+            !env.data_dir.join("worker.autostart").exists(),
+            "no worker started"
+        );
+        assert!(read_logs(&env).contains("settings.json"));
+
+        let status = env.run("cairn", &["status"], b"");
+        assert_eq!(status.status.code(), Some(1), "{}", stdout(&status));
+        let text = stdout(&status);
+        assert!(
+            text.contains("settings cannot be read") && text.contains("settings.json"),
+            "{text}"
+        );
+
+        std::fs::write(
+            &settings,
+            format!("{{\"capture\": {{\"excluded_projects\": {rules}}}}}"),
+        )
+        .expect("fixed");
+        let out = env.run("cairn-worker", &["--once"], b"");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(spool_files(&env).is_empty());
+        let prompts = env.count("SELECT count(*) FROM user_prompts");
+        assert_eq!(prompts, if excluded { 0 } else { 1 });
+        let status = env.run("cairn", &["status"], b"");
+        assert!(!stdout(&status).contains("settings cannot be read"));
+    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 mod demo;
 mod embed;
+mod faults;
 mod hook;
 mod install;
 mod mcp;

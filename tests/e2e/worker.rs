@@ -875,6 +875,35 @@ fn sigterm_past_the_grace_period_releases_the_batch_without_an_attempt() {
 }
 
 #[test]
+fn a_second_sigterm_releases_the_batch_at_once_without_an_attempt() {
+    let env = TestEnv::new();
+    let model = FakeModel::always(Reply::anthropic(GOOD_XML).delayed(Duration::from_secs(20)));
+    let ids = seed(
+        &env,
+        SESSION,
+        1,
+        &[tool_event("PostToolUse.json")],
+        false,
+        3,
+    );
+    let mut c = worker(&env, &model);
+    c.env("CAIRN_BATCH__ENABLED", "false")
+        .env("CAIRN_WORKER__SHUTDOWN_GRACE_SECS", "60")
+        .arg("--log-stderr")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().expect("spawn");
+    model.wait_for_requests(1);
+    signal(&child, "-TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, "-TERM");
+    let out = wait_output(child, Duration::from_secs(15));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // Released on the way out: pending again, no attempt spent, nothing left claimed.
+    assert_eq!(status_of(&env, ids[0]), ("pending".into(), 0, None));
+}
+
+#[test]
 fn the_openai_provider_sends_chat_completions() {
     let env = TestEnv::new();
     let model = FakeModel::always(Reply::status(

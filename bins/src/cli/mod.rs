@@ -162,7 +162,16 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     if let Command::Demo(args) = &cli.command {
         return ops::demo(args, cli.data_dir.as_deref(), cli.verbose);
     }
-    let loaded = Settings::load(&data_dir)?;
+    let loaded = match Settings::load(&data_dir) {
+        Ok(l) => l,
+        // `cairn status` is where a broken settings file is reported (with what waits
+        // behind it), so it runs on the defaults rather than failing.
+        Err(e) if matches!(cli.command, Command::Status(_)) => {
+            log::warn!("{e}");
+            Settings::load_from(std::path::Path::new(""), std::iter::empty(), &[])?
+        }
+        Err(e) => return Err(e.into()),
+    };
     for w in &loaded.warnings {
         log::warn!("{w}");
     }

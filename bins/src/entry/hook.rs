@@ -72,19 +72,24 @@ fn run(explicit: Option<String>) -> String {
         }
     };
     let target = Target::FileElseStderr;
-    // Unreadable settings capture nothing: the file may hold `capture.excluded_projects`
-    // or `capture.redact_secrets`, and defaults would quietly break those promises. The
-    // error names the file and line, here and in every `cairn` command.
-    let settings = match Settings::load(&dir) {
-        Ok(l) => l.settings,
+    // Unreadable settings may hold `capture.excluded_projects` or privacy rules, so the
+    // event is not written with defaults: it is cleaned with the default rules and
+    // spooled until the settings can be read (`handle_with`), and `cairn status` names
+    // the broken file. The error names the file and line.
+    let (settings, settings_error) = match Settings::load(&dir) {
+        Ok(l) => (l.settings, None),
         Err(e) => {
             logging::init("hook", Some(&dir.logs()), target, log::LevelFilter::Info);
-            log::error!("event not captured: {e}");
-            return PLAIN_ANSWER.to_string();
+            log::error!("settings unreadable, event spooled until they can be read: {e}");
+            (Settings::default(), Some(e.to_string()))
         }
     };
-    logging::init("hook", Some(&dir.logs()), target, settings.log_level());
-    let conn = capture::handle::open_for_hook(&dir, &settings);
+    if settings_error.is_none() {
+        logging::init("hook", Some(&dir.logs()), target, settings.log_level());
+    }
+    // Opened (created) even when the settings cannot be read, so that `cairn status` can
+    // report it; the event itself is then spooled, not written (`handle_with`).
+    let conn = Some(capture::handle::open_for_hook(&dir, &settings));
     // Claude Code writes the payload once the process has started; by now (settings read,
     // database open) it has usually arrived. An incomplete input is quarantined (and
     // logged once) by `handle_with`.
@@ -100,8 +105,9 @@ fn run(explicit: Option<String>) -> String {
             incomplete: input.incomplete.clone(),
             explicit_event: explicit.as_deref(),
             project_dir: project_dir.as_deref(),
+            settings_error: settings_error.as_deref(),
         },
-        Some(conn),
+        conn,
         cairn_core::clock::now_ms(),
     );
     // The process exits right after answering. Closing the connection would only free
@@ -110,7 +116,9 @@ fn run(explicit: Option<String>) -> String {
     // either way, and the kernel releases the file locks at exit. The hook already skips
     // the checkpoint a close could run (`open_for_hook`).
     std::mem::forget(conn);
-    if settings.worker.autostart && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
+    if settings_error.is_none()
+        && settings.worker.autostart
+        && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
     {
         autostart(&dir);
     }
@@ -248,18 +256,67 @@ fn autostart(dir: &DataDir) {
     }
 }
 
+/// Starts the worker in a session of its own, holding none of the hook's inherited file
+/// descriptors: a descriptor Claude Code (or any parent) passed to the hook, such as the
+/// write end of a pipe it waits on for EOF, must not stay open for the worker's life.
+/// Every descriptor above stderr is marked close-on-exec in the child (the standard
+/// library's own exec-error pipe is close-on-exec already, so a failed exec is still
+/// reported).
 #[allow(unsafe_code)]
 fn detach(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-    // which is async-signal-safe; it allocates nothing and touches no shared state.
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setsid, close_range or fcntl, getrlimit); it
+    // allocates nothing and touches no shared state.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
             }
+            cloexec_from(3);
             Ok(())
         });
+    }
+}
+
+/// Marks every descriptor from `first` up close-on-exec. Async-signal-safe.
+#[allow(unsafe_code)]
+fn cloexec_from(first: libc::c_int) {
+    #[cfg(target_os = "linux")]
+    {
+        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        // SAFETY: close_range(2) with the CLOEXEC flag only changes descriptor flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                first as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            )
+        };
+        if rc == 0 {
+            return;
+        }
+    }
+    // Older kernels and other systems: one fcntl per possible descriptor, bounded.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit that outlives the call.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(65_536) as libc::c_int
+    } else {
+        1024
+    };
+    for fd in first..max {
+        // SAFETY: fcntl on any integer is safe: an unused descriptor fails with EBADF.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -121,20 +121,94 @@ fn run(args: Args) -> anyhow::Result<u8> {
         }
         Ok(l.settings)
     };
-    worker::pipeline::run(&dir, settings, &reload, opts, control, Some(periodic))
-        .context("worker stopped on an error")?;
+    let mut settings = settings;
+    let mut periodic = Some(periodic);
+    let mut recovered = false;
+    loop {
+        let report = match worker::pipeline::run(
+            &dir,
+            settings.clone(),
+            &reload,
+            opts.clone(),
+            control.clone(),
+            periodic.take(),
+        ) {
+            Ok(r) => r,
+            // A damaged database: recovered once per run (a second failure is an error).
+            Err(e) if e.is_corrupt() && !recovered => {
+                recovered = true;
+                recover(&dir, &e)?;
+                worker::pipeline::Report {
+                    reopen: true,
+                    ..Default::default()
+                }
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context("worker stopped on an error")),
+        };
+        if !report.reopen || control.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        // The database file was deleted or replaced: run again on the file now there
+        // (created when missing), with the settings as they are now.
+        log::warn!("reopening the database {}", dir.db().display());
+        settings = reload().unwrap_or(settings);
+        let logs = dir.logs();
+        periodic = Some(Box::new(move |s: &Settings, now: i64| {
+            logging::prune(&logs, s.log.keep_days, now);
+        }));
+    }
     drop(held);
-    Ok(exit::OK)
+    Ok(if control.urgent.load(Ordering::SeqCst) {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
 }
 
-/// SIGTERM/SIGINT set the stop flag (a second one while stopping exits at once with 1);
-/// SIGHUP asks for a settings reload.
-fn register_signals(control: &Control) -> std::io::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    for sig in [SIGTERM, SIGINT] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, Arc::clone(&control.stop))?;
-        signal_hook::flag::register(sig, Arc::clone(&control.stop))?;
+/// Recovers a damaged database (`store::recover`), logs what it did and raises a notice
+/// for `cairn status`.
+fn recover(dir: &DataDir, cause: &cairn_core::Error) -> anyhow::Result<()> {
+    let now = cairn_core::clock::now_ms();
+    log::error!("the database is damaged ({cause}); recovering it from the newest backup");
+    let done = cairn_core::store::recover::recover(dir, now)
+        .context("cannot recover the damaged database")?;
+    let message = done.describe();
+    log::warn!("{message}");
+    if let Err(e) = cairn_core::store::incidents::raise(dir, "recovered", &message, now) {
+        log::error!("cannot record the notice for `cairn status`: {e}");
     }
-    signal_hook::flag::register(SIGHUP, Arc::clone(&control.reload))?;
     Ok(())
 }
+
+/// SIGTERM/SIGINT set the stop flag; a second one while stopping sets `urgent` (the batches
+/// in flight are released at once, so no attempt is lost to a lease left behind) and, if
+/// the worker has still not exited a few seconds later, exits with 1. SIGHUP asks for a
+/// settings reload.
+fn register_signals(control: &Control) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let control = control.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == SIGHUP {
+                    control.reload.store(true, Ordering::SeqCst);
+                } else if !control.stop.swap(true, Ordering::SeqCst) {
+                    log::info!("stop requested (signal {sig})");
+                } else if !control.urgent.swap(true, Ordering::SeqCst) {
+                    std::thread::spawn(|| {
+                        std::thread::sleep(URGENT_EXIT_AFTER);
+                        log::error!(
+                            "not stopped {URGENT_EXIT_AFTER:?} after a second stop request; exiting"
+                        );
+                        std::process::exit(i32::from(exit::NEGATIVE));
+                    });
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// How long a second stop request waits for the release before exiting regardless.
+const URGENT_EXIT_AFTER: Duration = Duration::from_secs(5);

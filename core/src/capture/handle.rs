@@ -9,8 +9,9 @@
 //!   Synthetic `<task-notification>` prompts (Claude Code's own, when a background task
 //!   ends) only touch the session: they are not the user's and start no turn.
 //! - `PostToolUse` / `PostToolUseFailure`: an `observation` job with a
-//!   [`payload::ToolEvent`], dedupe key `tool:<tool_use_id>`, prompt number = the session's
-//!   current prompt counter (0 before any prompt). Tools in `capture.skip_tools` are not
+//!   [`payload::ToolEvent`], dedupe key `tool:<tool_use_id>`, prompt number = the number of
+//!   the prompt with the event's `prompt_id`, else the session's prompt counter at hook
+//!   time (0 before any prompt; see [`turn_of`]). Tools in `capture.skip_tools` are not
 //!   queued, nor are calls of cairn's own MCP tools ([`is_own_tool`]): a memory lookup is
 //!   not something to remember.
 //! - `Stop`: a `summarize` job with a [`payload::TurnEnd`], dedupe key
@@ -126,6 +127,8 @@ pub fn prepare(
         project: project.to_string(),
         cwd: cwd.to_string(),
         at: now,
+        prompt_number: None,
+        settings_unread: false,
         action,
     })
 }
@@ -174,7 +177,7 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
         )?)),
         Action::Tool(ev) => {
             sessions::ensure(tx, sid, project, cwd, at)?;
-            let prompt_number = sessions::prompt_counter(tx, sid)?.unwrap_or(0);
+            let prompt_number = turn_of(tx, rec)?;
             let payload = serde_json::to_string(ev)
                 .map_err(|e| crate::Error::Invalid(format!("cannot encode tool event: {e}")))?;
             let key = format!("tool:{}", ev.tool_use_id);
@@ -194,7 +197,7 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
         }
         Action::TurnEnd(turn) => {
             sessions::ensure(tx, sid, project, cwd, at)?;
-            let prompt_number = sessions::prompt_counter(tx, sid)?.unwrap_or(0);
+            let prompt_number = turn_of(tx, rec)?;
             let payload = serde_json::to_string(turn)
                 .map_err(|e| crate::Error::Invalid(format!("cannot encode turn end: {e}")))?;
             let key = format!("turn:{sid}:{prompt_number}");
@@ -213,6 +216,47 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
             )?))
         }
     }
+}
+
+/// The prompt number a tool event or turn end belongs to: its `prompt_id`'s prompt when
+/// that is recorded (the turn is keyed by Claude Code's id, so a late write lands in its
+/// own turn), else the number the hook saw ([`Record::prompt_number`]), else the session's
+/// counter now (0 before any prompt).
+pub fn turn_of(tx: &Transaction, rec: &Record) -> Result<i64> {
+    if let Some(id) = rec.prompt_id()
+        && let Some(n) = sessions::prompt_number_of(tx, &rec.session_id, id)?
+    {
+        return Ok(n);
+    }
+    if let Some(n) = rec.prompt_number {
+        return Ok(n);
+    }
+    Ok(sessions::prompt_counter(tx, &rec.session_id)?.unwrap_or(0))
+}
+
+/// The hook-time facts of a record that is about to be spooled: the prompt number it
+/// belongs to, read (not written: in WAL a reader is not held up by the writer the hook
+/// could not wait out) from the connection when there is one. It stays unknown without a
+/// connection, or when an earlier event of the session is in the spool (the counter read
+/// now would miss a spooled prompt): then its `prompt_id`, or the counter when it is
+/// applied in order behind the spooled events, decides at ingest.
+fn with_hook_time_facts(dir: &DataDir, conn: Option<&Connection>, mut rec: Record) -> Record {
+    if !rec.belongs_to_a_turn() || rec.prompt_number.is_some() {
+        return rec;
+    }
+    let Some(c) = conn else { return rec };
+    let known = match rec.prompt_id() {
+        Some(id) => sessions::prompt_number_of(c, &rec.session_id, id)
+            .ok()
+            .flatten(),
+        None => None,
+    };
+    rec.prompt_number = match known {
+        Some(n) => Some(n),
+        None if spool::holds_session(dir, &rec.session_id) => None,
+        None => sessions::current_prompt_number(c, &rec.session_id).ok(),
+    };
+    rec
 }
 
 /// Opens the data dir's database the way a hook does: created when missing, waiting up to
@@ -258,6 +302,10 @@ pub struct HookInput<'a> {
     pub explicit_event: Option<&'a str>,
     /// `CLAUDE_PROJECT_DIR`, the fallback when the payload has no `cwd`.
     pub project_dir: Option<&'a str>,
+    /// Why cairn's settings could not be read, when they could not: the settings passed
+    /// are then the defaults, and the event is cleaned with the default privacy rules and
+    /// spooled, marked, until they can be read (`worker::ingest` applies them then).
+    pub settings_error: Option<&'a str>,
 }
 
 /// Where an event ended up.
@@ -364,6 +412,23 @@ pub fn handle_with(
         (cwd, _) => cwd.to_string(),
     };
     let project = crate::capture::project::detect(std::path::Path::new(&cwd));
+    if let Some(why) = input.settings_error {
+        // Whether this project is excluded, or this tool skipped, is in the file that
+        // cannot be read: keep the event, cleaned by the default rules, out of the
+        // database until it can be.
+        let Some(mut record) = prepare(&event, &project, &cwd, &CaptureSettings::default(), now)
+        else {
+            return plain(Stored::Nothing);
+        };
+        record.settings_unread = true;
+        let cause = crate::Error::Settings(why.to_string());
+        return plain(spool_record(
+            dir,
+            &spool::Item::Capture(Box::new(record)),
+            &cause,
+            now,
+        ));
+    }
     if is_excluded(&project, &settings.capture) {
         log::debug!(
             "{} of excluded project {project}: not captured",
@@ -381,11 +446,16 @@ pub fn handle_with(
 
     let mut conn = None;
     let stored = match connect().and_then(|mut c| {
-        let r = db::write(&mut c, |tx| apply(tx, &record, settings.queue.max_attempts));
+        let r = db::write(&mut c, |tx| {
+            if waits_behind_the_spool(dir, tx, &record)? {
+                return Ok(None);
+            }
+            apply(tx, &record, settings.queue.max_attempts).map(Some)
+        });
         conn = Some(c);
         r
     }) {
-        Ok(applied) => {
+        Ok(Some(applied)) => {
             log::debug!(
                 "{} of session {} ({project}): {applied:?}",
                 event.name(),
@@ -393,12 +463,18 @@ pub fn handle_with(
             );
             Stored::Database
         }
-        Err(e) => spool_record(
-            dir,
-            &spool::Item::Capture(Box::new(record.clone())),
-            &e,
-            now,
-        ),
+        Ok(None) => {
+            let record = with_hook_time_facts(dir, conn.as_ref(), record);
+            let why = crate::Error::Invalid(
+                "earlier events of its session are still in the spool; kept behind them"
+                    .to_string(),
+            );
+            spool_record(dir, &spool::Item::Capture(Box::new(record)), &why, now)
+        }
+        Err(e) => {
+            let record = with_hook_time_facts(dir, conn.as_ref(), record);
+            spool_record(dir, &spool::Item::Capture(Box::new(record)), &e, now)
+        }
     };
 
     let answer = match &event {
@@ -424,6 +500,23 @@ pub fn handle_with(
     (Outcome { answer, stored }, conn)
 }
 
+/// True when the event must go behind events of its session still in the spool, so that
+/// the session's events are applied in the order they happened: a new prompt (its number
+/// is the count of the prompts before it), or a tool event or turn end whose prompt is not
+/// recorded yet (most likely that prompt is in the spool). The spool is only listed in
+/// these cases: once per prompt, and rarely otherwise.
+fn waits_behind_the_spool(dir: &DataDir, tx: &Transaction, rec: &Record) -> Result<bool> {
+    let check = match &rec.action {
+        Action::Prompt { .. } => true,
+        Action::Tool(_) | Action::TurnEnd(_) => match rec.prompt_id() {
+            Some(id) => sessions::prompt_number_of(tx, &rec.session_id, id)?.is_none(),
+            None => true,
+        },
+        _ => false,
+    };
+    Ok(check && spool::holds_session(dir, &rec.session_id))
+}
+
 fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i64) -> Stored {
     match spool::write(dir, item, now) {
         Ok(path) => {
@@ -435,6 +528,10 @@ fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i6
         }
         Err(e) => {
             log::error!("event lost: database not writable ({cause}) and cannot spool ({e})");
+            let why = format!("database not writable ({cause}); cannot spool ({e})");
+            if let Err(e) = crate::store::incidents::record_lost(dir, &why, now) {
+                log::error!("cannot record the lost event for `cairn status`: {e}");
+            }
             Stored::Lost
         }
     }
@@ -499,6 +596,7 @@ mod tests {
                 incomplete: None,
                 explicit_event: None,
                 project_dir: None,
+                settings_error: None,
             },
             now,
         )
@@ -668,6 +766,7 @@ mod tests {
                 incomplete: None,
                 explicit_event: None,
                 project_dir: None,
+                settings_error: None,
             },
             Some(conn),
             2,

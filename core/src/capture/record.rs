@@ -14,7 +14,36 @@ pub struct Record {
     pub cwd: String,
     /// When the hook received the event (ms); every row written for it carries this time.
     pub at: i64,
+    /// The prompt number the event belongs to as the hook saw it (the session's prompt
+    /// counter at hook time), when the hook could read it. A tool event or a turn end
+    /// applied later (from the spool) is numbered by its `prompt_id` first (the turn is
+    /// keyed by Claude Code's id, resolved through `user_prompts`), then by this, and only
+    /// when both are missing by the counter at the time it is applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_number: Option<i64>,
+    /// The settings could not be read when the event arrived: it was cleaned with the
+    /// default privacy rules and waits in the spool until they can be read, then they are
+    /// applied (an excluded project's event, a skipped tool's, is dropped then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settings_unread: bool,
     pub action: Action,
+}
+
+impl Record {
+    /// Claude Code's id of the prompt (turn) this event belongs to, when it sent one.
+    pub fn prompt_id(&self) -> Option<&str> {
+        match &self.action {
+            Action::Prompt { prompt_id, .. } => prompt_id.as_deref(),
+            Action::Tool(ev) => ev.prompt_id.as_deref(),
+            Action::TurnEnd(turn) => turn.prompt_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// True for the events numbered by the turn they belong to (tool events, turn ends).
+    pub fn belongs_to_a_turn(&self) -> bool {
+        matches!(self.action, Action::Tool(_) | Action::TurnEnd(_))
+    }
 }
 
 /// What a record writes.

@@ -34,8 +34,12 @@ pub enum Item {
 pub fn write(dir: &DataDir, item: &Item, now: i64) -> Result<PathBuf> {
     let spool = dir.spool();
     dir.ensure_sub(&spool)?;
+    let session = match item {
+        Item::Capture(rec) => session_tag(&rec.session_id),
+        Item::Quarantine(_) => session_tag(""),
+    };
     let name = format!(
-        "{:013}-{:010}-{:016x}.json",
+        "{:013}-{:010}-{:016x}-{session}.json",
         now.max(0),
         std::process::id(),
         crate::rand::u64()
@@ -50,12 +54,69 @@ pub fn write(dir: &DataDir, item: &Item, now: i64) -> Result<PathBuf> {
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| Error::io("cannot create spool file", &tmp, e))?;
-    f.write_all(&body)
+    let written = f
+        .write_all(&body)
         .and_then(|()| f.sync_data())
-        .map_err(|e| Error::io("cannot write spool file", &tmp, e))?;
+        .map_err(|e| Error::io("cannot write spool file", &tmp, e));
     drop(f);
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io("cannot rename spool file", &path, e))?;
-    Ok(path)
+    let renamed = written.and_then(|()| {
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io("cannot rename spool file", &path, e))
+    });
+    if renamed.is_err() {
+        // A full disk: no half-written file is left behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    renamed.map(|()| path)
+}
+
+/// The tag of a session in spool file names (FNV-1a of its id, 8 hex digits), so that
+/// [`holds_session`] need not open the files.
+fn session_tag(session_id: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in session_id.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    format!("{h:08x}")
+}
+
+/// True when the spool holds an event of this session (or may: two sessions can share a
+/// tag, which only costs the later event a trip through the spool). A new prompt, or an
+/// event of a turn not recorded yet, goes behind it, so a session's events are applied in
+/// the order they happened.
+pub fn holds_session(dir: &DataDir, session_id: &str) -> bool {
+    let suffix = format!("-{}.json", session_tag(session_id));
+    pending(dir).is_ok_and(|files| {
+        files.iter().any(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(&suffix))
+        })
+    })
+}
+
+/// Removes temporary files older than `older_than_ms` that a hook killed mid-write left
+/// (a hook that fails to write removes its own). Returns how many.
+pub fn sweep_temporary(dir: &DataDir, older_than_ms: u64) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir.spool()) else {
+        return 0;
+    };
+    let max_age = std::time::Duration::from_millis(older_than_ms);
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with('.') && name.ends_with(".tmp")
+        })
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= max_age)
+        })
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
 }
 
 /// The spool files waiting, oldest first.

@@ -50,6 +50,32 @@ pub fn prompt_counter(tx: &Transaction, session_id: &str) -> Result<Option<i64>>
         .optional()?)
 }
 
+/// The number of the session's prompt whose Claude Code `prompt_id` is `prompt_id`, if
+/// that prompt is recorded: how a tool event or a turn end finds its turn, whenever it is
+/// written.
+pub fn prompt_number_of(
+    conn: &rusqlite::Connection,
+    session_id: &str,
+    prompt_id: &str,
+) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT prompt_number FROM user_prompts WHERE session_id = ?1 AND prompt_id = ?2",
+        )?
+        .query_row(params![session_id, prompt_id], |r| r.get(0))
+        .optional()?)
+}
+
+/// The session's prompt counter read outside a write transaction (0 when the session is
+/// unknown): the hook-time number of an event that has to be spooled.
+pub fn current_prompt_number(conn: &rusqlite::Connection, session_id: &str) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT prompt_counter FROM sessions WHERE session_id = ?1")?
+        .query_row([session_id], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
 /// Starts (or resumes) a session: the row exists and is `active` again.
 pub fn start(tx: &Transaction, session_id: &str, project: &str, cwd: &str, now: i64) -> Result<()> {
     ensure(tx, session_id, project, cwd, now)?;

@@ -123,6 +123,25 @@ fn restore_hint(dir: &DataDir) -> String {
     }
 }
 
+/// A read-only data dir or database is not a damaged one: say so, and never advise a
+/// restore that would roll the user back.
+fn read_only_finding(dir: &DataDir) -> Option<Finding> {
+    let why = [dir.root().to_path_buf(), dir.db()]
+        .iter()
+        .find_map(|p| crate::store::paths::read_only_reason(p))?;
+    Some(finding(
+        "database",
+        Level::Fail,
+        format!(
+            "read-only: {why}; cairn cannot write its database (hooks spool nothing, the worker cannot run)"
+        ),
+        Some(format!(
+            "make {} writable again (remount it read-write, or give it back its write permission); the database was not changed",
+            dir.root().display()
+        )),
+    ))
+}
+
 fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
     let path = dir.db();
     if !path.exists() {
@@ -164,6 +183,10 @@ fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
             Some("nothing to do: it is migrated the next time cairn opens it".into()),
         )),
         Ok(v) => out.push(ok("schema", format!("schema version {v} (current)"))),
+        Err(_) if read_only_finding(dir).is_some() => {
+            out.extend(read_only_finding(dir));
+            return None;
+        }
         Err(e) => {
             out.push(finding(
                 "database",
@@ -180,6 +203,10 @@ fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
     };
     let conn = match db::open_data_dir(dir, opts) {
         Ok(c) => c,
+        Err(_) if read_only_finding(dir).is_some() => {
+            out.extend(read_only_finding(dir));
+            return None;
+        }
         Err(e) => {
             let fix = if e.is_busy() {
                 "another process holds the database; try again when it is done".into()

@@ -69,6 +69,14 @@ pub struct Status {
     pub memories: MemoryCounts,
     /// The database file plus its WAL, in bytes.
     pub database_bytes: u64,
+    /// Hook events waiting in the spool for the worker.
+    pub spooled: usize,
+    /// Why `settings.json` cannot be read, when it cannot (events wait in the spool).
+    pub settings_error: Option<String>,
+    /// Hook events that neither the database nor the spool could keep.
+    pub lost: Option<crate::store::incidents::Lost>,
+    /// Repairs cairn made on its own, not yet acknowledged.
+    pub notices: Vec<crate::store::incidents::Notice>,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -156,6 +164,10 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         budget_spent_until: budget.exhausted().then_some(budget.resets_at),
         memories,
         database_bytes,
+        spooled: crate::capture::spool::pending(dir).map_or(0, |f| f.len()),
+        settings_error: Settings::load(dir).err().map(|e| e.to_string()),
+        lost: crate::store::incidents::lost(dir),
+        notices: crate::store::incidents::notices(dir),
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -180,6 +192,27 @@ pub fn attention(s: &Status) -> Vec<String> {
             "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard {}` for those that can never succeed)",
             plural(skipped, "job was", "jobs were"),
             discard_selector(s)
+        ));
+    }
+    if let Some(e) = &s.settings_error {
+        out.push(format!(
+            "cairn's settings cannot be read ({e}): fix the file; until then hook events wait in the spool ({} now), cleaned with the default privacy rules, and the settings are applied to them once they can be read",
+            s.spooled
+        ));
+    }
+    if let Some(l) = &s.lost {
+        out.push(format!(
+            "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir, then `cairn status --acknowledge`",
+            plural(i64::try_from(l.count).unwrap_or(i64::MAX), "hook event", "hook events"),
+            crate::clock::minute_utc(l.last_at),
+            l.cause
+        ));
+    }
+    for n in &s.notices {
+        out.push(format!(
+            "{} (at {}); `cairn status --acknowledge` once read",
+            n.message,
+            crate::clock::minute_utc(n.at)
         ));
     }
     if s.quarantined_recently > 0 {

@@ -76,7 +76,7 @@ fn remove_quietly(path: &Path) {
 
 /// Renames a database file and its `-wal` / `-shm` companions to `to` (whose parent is
 /// created), refusing to overwrite.
-fn move_aside(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn move_aside(from: &Path, to: &Path) -> Result<()> {
     if to.exists() {
         return Err(Error::Invalid(format!(
             "{} already exists; try again in a second",
@@ -151,7 +151,7 @@ pub fn online(conn: &Connection, dest: &Path) -> Result<BackupInfo> {
     })
 }
 
-fn quick_check(conn: &Connection) -> Result<Vec<String>> {
+pub(crate) fn quick_check(conn: &Connection) -> Result<Vec<String>> {
     let mut stmt = conn.prepare("PRAGMA quick_check")?;
     let lines = stmt
         .query_map([], |r| r.get::<_, String>(0))?
@@ -164,13 +164,56 @@ pub fn daily_name(now: i64) -> String {
     format!("cairn-{}.db", crate::clock::date_utc(now))
 }
 
-/// The default path of a backup asked for by hand at `now`.
+/// The default path of a backup asked for by hand at `now`: named by the time, with `-2`,
+/// `-3`… when a backup of that second exists, so two backups in one second both work.
 pub fn manual_path(dir: &DataDir, now: i64) -> PathBuf {
     let stamp: String = crate::clock::iso_utc(now)
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .collect();
-    dir.backups().join(format!("cairn-manual-{stamp}.db"))
+    let first = dir.backups().join(format!("cairn-manual-{stamp}.db"));
+    if !first.exists() {
+        return first;
+    }
+    (2..)
+        .map(|n| dir.backups().join(format!("cairn-manual-{stamp}-{n}.db")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
+}
+
+/// Deletes the oldest manual backups in `backups/` beyond `keep` (at least one is always
+/// kept). Returns how many were deleted.
+pub fn prune_manual(dir: &DataDir, keep: usize) -> Result<usize> {
+    let entries = match std::fs::read_dir(dir.backups()) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("cannot read", dir.backups(), e)),
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("cairn-manual-") && name.ends_with(".db")
+        })
+        .map(|e| {
+            let t = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            (t, e.path())
+        })
+        .collect();
+    files.sort();
+    let excess = files.len().saturating_sub(keep.max(1));
+    let mut removed = 0;
+    for (_, old) in &files[..excess] {
+        match std::fs::remove_file(old) {
+            Ok(()) => removed += 1,
+            Err(e) => log::warn!("cannot remove old backup {}: {e}", old.display()),
+        }
+    }
+    Ok(removed)
 }
 
 fn is_daily_name(name: &str) -> bool {
@@ -199,6 +242,29 @@ pub fn daily_backups(dir: &DataDir) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Free space a backup must leave behind, beyond its own size: room for the hooks and the
+/// database to keep growing (a tenth of the database, at least this).
+pub const BACKUP_MARGIN_BYTES: u64 = 16 << 20;
+
+/// Refuses a backup the disk has no room for: the daily backup must never be what fills
+/// the disk the hooks write to. Needs the database's size (plus its WAL) and a margin.
+fn check_room(dir: &DataDir) -> Result<()> {
+    let size = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut wal = dir.db().into_os_string();
+    wal.push("-wal");
+    let db_bytes = size(dir.db()) + size(wal.into());
+    let need = db_bytes + (db_bytes / 10).max(BACKUP_MARGIN_BYTES);
+    match crate::store::paths::free_bytes(&dir.backups()) {
+        Some(free) if free < need => Err(Error::Invalid(format!(
+            "not enough free space for a backup in {}: {} MiB free, {} MiB needed (the database's size plus a margin); backup skipped",
+            dir.backups().display(),
+            free >> 20,
+            need.div_ceil(1 << 20)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Takes today's daily backup unless it exists, then deletes the oldest daily backups
 /// beyond `keep` (at least one is always kept). Returns the new backup's path, or `None`
 /// when today's was already there. Called by the worker; cheap when there is nothing to do.
@@ -208,6 +274,7 @@ pub fn daily(dir: &DataDir, conn: &Connection, keep: usize, now: i64) -> Result<
         None
     } else {
         dir.ensure_sub(&dir.backups())?;
+        check_room(dir)?;
         let info = online(conn, &path)?;
         log::info!("daily backup written to {}", info.path.display());
         Some(info.path)

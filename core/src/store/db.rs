@@ -57,8 +57,15 @@ impl Default for OpenOptions {
 pub fn open_data_dir(dir: &DataDir, opts: OpenOptions) -> Result<Connection> {
     let path = dir.db();
     if opts.create {
+        let fresh = !path.exists();
         dir.ensure()?;
         ensure_private_file(&path)?;
+        if fresh {
+            // Room to count events lost to a full disk later (`incidents`).
+            if let Err(e) = crate::store::incidents::prepare_lost(dir) {
+                log::warn!("{e}");
+            }
+        }
     } else if !path.exists() {
         return Err(Error::Invalid(format!(
             "no cairn database at {} (is CAIRN_DATA_DIR or --data-dir right? the hooks create it at the first Claude Code event; `cairn demo` shows cairn on a data dir of its own)",

@@ -2,7 +2,8 @@
 //! reads and writes through it.
 //!
 //! Owns the data dir layout (`paths`), connections, pragmas and migrations (`db`), the
-//! worker's single-instance lock (`lock`) and online backups and restores (`backup`).
+//! worker's single-instance lock (`lock`), the record of what went wrong
+//! outside the database (`incidents`: events hooks could not keep, notices of repairs) and online backups and restores (`backup`).
 //! Writes no table of its own: `db::migrate` creates the schema, and `backup::restore`
 //! replaces the whole database file.
 //!
@@ -14,5 +15,7 @@
 
 pub mod backup;
 pub mod db;
+pub mod incidents;
 pub mod lock;
 pub mod paths;
+pub mod recover;

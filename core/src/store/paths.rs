@@ -61,6 +61,12 @@ impl DataDir {
     pub fn logs(&self) -> PathBuf {
         self.root.join("logs")
     }
+    pub fn lost_events(&self) -> PathBuf {
+        self.root.join("lost-events")
+    }
+    pub fn notices(&self) -> PathBuf {
+        self.root.join("notices")
+    }
     pub fn backups(&self) -> PathBuf {
         self.root.join("backups")
     }
@@ -84,6 +90,44 @@ impl DataDir {
 }
 
 /// Creates `dir` and its parents with mode 0700 when missing; an existing dir is left as is.
+/// Bytes free for an unprivileged writer on the file system holding `path` (`statvfs`).
+#[allow(unsafe_code)]
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `buf` a valid statvfs, both outliving the
+    // call.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut buf) };
+    #[allow(clippy::unnecessary_cast)]
+    (rc == 0).then(|| (buf.f_bavail as u64).saturating_mul(buf.f_frsize as u64))
+}
+
+/// Why cairn cannot write `path` (a file or directory that exists), when it cannot: its
+/// file system is mounted read-only, or its permissions deny this process. `None` when
+/// writable (or when it does not exist).
+#[allow(unsafe_code)]
+pub fn read_only_reason(path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `buf` a valid statvfs, both outliving the
+    // call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut buf) } == 0 && buf.f_flag & libc::ST_RDONLY != 0 {
+        return Some(format!("{} is on a read-only file system", path.display()));
+    }
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    let rc = unsafe { libc::access(c.as_ptr(), libc::W_OK) };
+    (rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EACCES)).then(|| {
+        format!(
+            "{} is read-only (its permissions deny writing)",
+            path.display()
+        )
+    })
+}
+
 pub fn ensure_private_dir(dir: &Path) -> Result<()> {
     if dir.is_dir() {
         return Ok(());

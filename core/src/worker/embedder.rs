@@ -21,11 +21,11 @@ use crate::store::db;
 use crate::store::paths::DataDir;
 
 /// Starts the thread. `once`: end when the queue is empty; else poll every `poll_ms` until
-/// `stop` is set.
+/// either of the `stop` flags is set.
 pub fn spawn(
     dir: &DataDir,
     settings: &Settings,
-    stop: Arc<AtomicBool>,
+    stop: [Arc<AtomicBool>; 2],
     once: bool,
 ) -> Result<JoinHandle<()>> {
     let dir = dir.clone();
@@ -44,7 +44,7 @@ pub fn spawn(
 fn run(
     dir: &DataDir,
     settings: &crate::settings::EmbedSettings,
-    stop: &AtomicBool,
+    stop: &[Arc<AtomicBool>; 2],
     once: bool,
     poll: Duration,
 ) -> Result<()> {
@@ -66,7 +66,7 @@ fn run(
     }
     log::info!("embedding memories with {}", source.id);
     let mut since_log = 0usize;
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.iter().any(|s| s.load(Ordering::SeqCst)) {
         let n = match store::backfill(&mut conn, &bert, &source.id, settings.batch_size) {
             Ok(n) => n,
             Err(e) if e.is_busy() => 0,

@@ -9,6 +9,7 @@
 
 use rusqlite::Connection;
 
+use crate::capture::record::{Action, Record};
 use crate::capture::{handle, quarantine, spool};
 use crate::error::{Error, Result};
 use crate::settings::Settings;
@@ -27,6 +28,10 @@ pub fn ingest(
     now: i64,
 ) -> Result<usize> {
     let mut done = 0;
+    let swept = spool::sweep_temporary(dir, 60_000);
+    if swept > 0 {
+        log::info!("removed {swept} temporary spool files left by killed hooks");
+    }
     for path in spool::pending(dir)? {
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -35,9 +40,17 @@ pub fn ingest(
         };
         match serde_json::from_slice::<(spool::Item, i64)>(&bytes) {
             Ok((spool::Item::Capture(rec), _)) => {
-                db::write(conn, |tx| {
-                    handle::apply(tx, &rec, settings.queue.max_attempts).map(drop)
-                })?;
+                if let Some(why) = dropped_by_settings(&rec, settings) {
+                    log::info!(
+                        "spooled event of session {} ({}) dropped now that the settings can be read: {why}",
+                        rec.session_id,
+                        rec.project
+                    );
+                } else {
+                    db::write(conn, |tx| {
+                        handle::apply(tx, &rec, settings.queue.max_attempts).map(drop)
+                    })?;
+                }
             }
             Ok((spool::Item::Quarantine(entry), at)) => {
                 db::write(conn, |tx| quarantine::add(tx, &entry, at).map(drop))?;
@@ -67,12 +80,29 @@ pub fn ingest(
     Ok(done)
 }
 
+/// Why an event spooled while the settings could not be read is not written, now that they
+/// can (the ingesting process has read them): an excluded project, a skipped tool. Events
+/// spooled with readable settings were checked at hook time.
+fn dropped_by_settings(rec: &Record, settings: &Settings) -> Option<&'static str> {
+    if !rec.settings_unread {
+        return None;
+    }
+    if handle::is_excluded(&rec.project, &settings.capture) {
+        return Some("its project is in capture.excluded_projects");
+    }
+    match &rec.action {
+        Action::Tool(ev) if settings.capture.skip_tools.contains(&ev.tool_name) => {
+            Some("its tool is in capture.skip_tools")
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::capture::handle::{HookInput, Outcome, Stored, handle};
     use crate::capture::hook::decode;
-    use crate::capture::record::{Action, Record};
     use crate::capture::spool::{Item, pending, write};
     use crate::store::db::OpenOptions;
 
@@ -89,6 +119,8 @@ mod tests {
                 project: "p".into(),
                 cwd: "/p".into(),
                 at,
+                prompt_number: None,
+                settings_unread: false,
                 action: Action::Start,
             }))
         };
@@ -163,6 +195,7 @@ mod tests {
                 incomplete: None,
                 explicit_event: None,
                 project_dir: None,
+                settings_error: None,
             },
             now,
         )
@@ -214,5 +247,231 @@ mod tests {
         let _ = decode(tool.as_bytes(), None).expect("decode");
         run(&dd, &s, &tool, 7);
         assert_eq!(q(&conn, "SELECT count(*) FROM pending_messages"), 1);
+    }
+}
+
+#[cfg(test)]
+mod turn_tests {
+    //! A spooled event is written as if at hook time: in its own turn, whatever was written
+    //! between its hook and its ingestion.
+    use super::*;
+    use crate::capture::handle::{HookInput, Stored, handle};
+    use crate::queue::payload::TurnEnd;
+    use crate::store::db::OpenOptions;
+
+    fn run(dd: &DataDir, s: &Settings, json: &str, now: i64) -> Stored {
+        handle(
+            dd,
+            s,
+            &HookInput {
+                bytes: json.as_bytes(),
+                total_len: json.len() as u64,
+                incomplete: None,
+                explicit_event: None,
+                project_dir: None,
+                settings_error: None,
+            },
+            now,
+        )
+        .stored
+    }
+
+    fn ev(sid: &str, name: &str, prompt_id: &str, extra: &str) -> String {
+        format!(
+            r#"{{"hook_event_name":"{name}","session_id":"{sid}","cwd":"/nowhere/acme-api","prompt_id":"{prompt_id}"{extra}}}"#
+        )
+    }
+
+    fn prompt(sid: &str, pid: &str) -> String {
+        ev(sid, "UserPromptSubmit", pid, r#","prompt":"do it""#)
+    }
+
+    fn tool(sid: &str, pid: &str, id: &str) -> String {
+        ev(
+            sid,
+            "PostToolUse",
+            pid,
+            &format!(r#","tool_name":"Bash","tool_use_id":"{id}","tool_input":{{"command":"ls"}}"#),
+        )
+    }
+
+    fn stop(sid: &str, pid: &str, msg: &str) -> String {
+        ev(
+            sid,
+            "Stop",
+            pid,
+            &format!(r#","last_assistant_message":"{msg}""#),
+        )
+    }
+
+    fn lock(dd: &DataDir) -> Connection {
+        let conn = db::open_data_dir(dd, OpenOptions::default()).expect("open");
+        conn.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        conn
+    }
+
+    fn turn_message(conn: &Connection, key: &str) -> Option<String> {
+        conn.query_row(
+            "SELECT payload FROM pending_messages WHERE dedupe_key = ?1",
+            [key],
+            |r| r.get::<_, String>(0),
+        )
+        .ok()
+        .map(|p| {
+            serde_json::from_str::<TurnEnd>(&p)
+                .expect("turn")
+                .last_assistant_message
+        })
+    }
+
+    #[test]
+    fn a_spooled_stop_ingested_after_the_next_turn_ends_its_own_turn() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut s = Settings::default();
+        s.capture.lock_wait_ms = 20;
+        assert_eq!(run(&dd, &s, &prompt("s", "p1"), 1), Stored::Database);
+        assert_eq!(run(&dd, &s, &tool("s", "p1", "t1"), 2), Stored::Database);
+        let holder = lock(&dd);
+        assert!(matches!(
+            run(&dd, &s, &stop("s", "p1", "FINAL MESSAGE OF TURN 1"), 3),
+            Stored::Spooled(_)
+        ));
+        holder.execute_batch("ROLLBACK").expect("unlock");
+        // The next turn, with the database free again (its prompt goes behind the spooled
+        // Stop of its session, so it is numbered after it).
+        run(&dd, &s, &prompt("s", "p2"), 4);
+        run(&dd, &s, &tool("s", "p2", "t2"), 5);
+        run(&dd, &s, &stop("s", "p2", "FINAL MESSAGE OF TURN 2"), 6);
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        ingest(&dd, &mut conn, &s, 10).expect("ingest");
+        assert!(spool::pending(&dd).expect("pending").is_empty());
+        assert_eq!(
+            turn_message(&conn, "turn:s:1").as_deref(),
+            Some("FINAL MESSAGE OF TURN 1")
+        );
+        assert_eq!(
+            turn_message(&conn, "turn:s:2").as_deref(),
+            Some("FINAL MESSAGE OF TURN 2")
+        );
+    }
+
+    #[test]
+    fn tools_of_a_spooled_prompt_land_in_its_turn() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut s = Settings::default();
+        s.capture.lock_wait_ms = 20;
+        run(&dd, &s, &ev("s", "SessionStart", "", ""), 1);
+        let holder = lock(&dd);
+        assert!(matches!(
+            run(&dd, &s, &prompt("s", "p1"), 2),
+            Stored::Spooled(_)
+        ));
+        holder.execute_batch("ROLLBACK").expect("unlock");
+        // The database is free again, but the prompt this tool belongs to is not in it yet:
+        // written now, it would land in turn 0.
+        assert!(matches!(
+            run(&dd, &s, &tool("s", "p1", "t1"), 3),
+            Stored::Spooled(_)
+        ));
+        let holder = lock(&dd);
+        // Spooled with the database locked, its prompt unknown at hook time.
+        assert!(matches!(
+            run(&dd, &s, &tool("s", "p1", "t2"), 4),
+            Stored::Spooled(_)
+        ));
+        holder.execute_batch("ROLLBACK").expect("unlock");
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(ingest(&dd, &mut conn, &s, 10).expect("ingest"), 3);
+        let numbers: Vec<i64> = conn
+            .prepare("SELECT prompt_number FROM pending_messages ORDER BY dedupe_key")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<std::result::Result<_, _>>()
+            .expect("rows");
+        assert_eq!(numbers, vec![1, 1]);
+    }
+
+    /// 64 sessions of two turns each, hooks on many threads with a 1 ms lock wait while
+    /// another connection keeps taking the write lock: every tool job and every turn end
+    /// lands in the turn it belongs to once the spool is ingested.
+    #[test]
+    fn many_sessions_with_a_short_lock_wait_keep_their_turns() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut s = Settings::default();
+        s.capture.lock_wait_ms = 1;
+        drop(db::open_data_dir(&dd, OpenOptions::default()).expect("create"));
+        let stop_flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let locker = {
+            let dd = dd.clone();
+            let stop_flag = stop_flag.clone();
+            std::thread::spawn(move || {
+                let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+                while !stop_flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    if conn.execute_batch("BEGIN IMMEDIATE").is_ok() {
+                        std::thread::sleep(std::time::Duration::from_millis(3));
+                        conn.execute_batch("ROLLBACK").expect("rollback");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            })
+        };
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let dd = dd.clone();
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let mut spooled = 0;
+                    for n in 0..8 {
+                        let sid = format!("s{t}-{n}");
+                        let mut at = 1;
+                        let mut go = |json: String| {
+                            at += 1;
+                            if matches!(run(&dd, &s, &json, at), Stored::Spooled(_)) {
+                                spooled += 1;
+                            }
+                        };
+                        for turn in 1..=2 {
+                            let pid = format!("p{turn}");
+                            go(prompt(&sid, &pid));
+                            for k in 0..3 {
+                                go(tool(&sid, &pid, &format!("{sid}:{turn}:{k}")));
+                            }
+                            go(stop(&sid, &pid, &format!("end of turn {turn}")));
+                        }
+                    }
+                    spooled
+                })
+            })
+            .collect();
+        let spooled: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+        stop_flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        locker.join().expect("locker");
+        assert!(spooled > 0, "the lock never made a hook spool");
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        ingest(&dd, &mut conn, &s, 1_000).expect("ingest");
+        let mut stmt = conn
+            .prepare("SELECT kind, prompt_number, dedupe_key, payload FROM pending_messages")
+            .expect("prepare");
+        let rows: Vec<(String, i64, String, String)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("query")
+            .collect::<std::result::Result<_, _>>()
+            .expect("rows");
+        assert_eq!(rows.len(), 64 * 2 * 4);
+        for (kind, number, key, payload) in rows {
+            if kind == "observation" {
+                let turn: i64 = key.rsplit(':').nth(1).expect("turn").parse().expect("n");
+                assert_eq!(number, turn, "{key}");
+            } else {
+                let msg = serde_json::from_str::<TurnEnd>(&payload)
+                    .expect("turn")
+                    .last_assistant_message;
+                assert_eq!(msg, format!("end of turn {number}"), "{key}");
+            }
+        }
     }
 }

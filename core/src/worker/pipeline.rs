@@ -71,6 +71,9 @@ pub struct Control {
     pub stop: Arc<AtomicBool>,
     /// Reload settings.
     pub reload: Arc<AtomicBool>,
+    /// A second stop request: release the batches in flight now and return, without
+    /// waiting out the grace period (so no attempt is lost to a lease left behind).
+    pub urgent: Arc<AtomicBool>,
 }
 
 /// Periodic work the binary adds to housekeeping (log pruning): called with the current
@@ -85,6 +88,9 @@ pub struct Report {
     pub batches_released: u64,
     pub observations: u64,
     pub summaries: u64,
+    /// The database file was deleted or replaced under the worker: the caller runs the
+    /// worker again on the file now at the path (`worker::pipeline` stopped on it).
+    pub reopen: bool,
 }
 
 /// A worker id: `<hostname or "local">:<pid>:<start ms>`.
@@ -172,6 +178,11 @@ pub fn run(
         settings.worker.concurrency
     );
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
+    let db_identity = file_identity(&dir.db());
+    // Room to count hook events lost to a full disk, allocated while there is room.
+    if let Err(e) = crate::store::incidents::prepare_lost(dir) {
+        log::warn!("{e}");
+    }
     let writer_conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let now = now_ms();
     workers::register(&mut conn, &opts.worker_id, std::process::id(), now)?;
@@ -204,11 +215,14 @@ pub fn run(
         .map_err(|e| Error::io("cannot start thread", "writer", e))?;
 
     // Beside the model threads; with `--once`, after them (it drains what they stored).
+    // It has a stop flag of its own: this run may end without the process ending (the
+    // database was replaced and is opened again).
+    let embed_stop = Arc::new(AtomicBool::new(false));
     let embedder = match opts.once {
         false => Some(super::embedder::spawn(
             dir,
             &settings,
-            control.stop.clone(),
+            [embed_stop.clone(), control.stop.clone()],
             false,
         )?),
         true => None,
@@ -228,10 +242,12 @@ pub fn run(
         budget_spent,
         budget_logged: false,
         claimed: 0,
+        db_identity,
+        replaced: false,
     };
     claimer.policy = Policy::from_settings(&claimer.settings);
     let outcome = claimer.run_loop(&work_tx, &fin_rx, &control, reload);
-    let leftover = claimer.shutdown(&fin_rx);
+    let leftover = claimer.shutdown(&fin_rx, &control);
     drop(work_tx);
     claimer.provider_cleanup();
     if leftover == 0 {
@@ -248,12 +264,12 @@ pub fn run(
     };
     match embedder {
         Some(thread) => {
-            control.stop.store(true, Ordering::SeqCst);
+            embed_stop.store(true, Ordering::SeqCst);
             let _ = thread.join();
         }
         None if outcome.is_ok() => {
-            let stop = control.stop.clone();
-            let _ = super::embedder::spawn(dir, &claimer.settings, stop, true)?.join();
+            let stops = [embed_stop, control.stop.clone()];
+            let _ = super::embedder::spawn(dir, &claimer.settings, stops, true)?.join();
         }
         None => {}
     }
@@ -271,8 +287,16 @@ pub fn run(
     );
     Ok(Report {
         batches_released: report.batches_released + leftover as u64,
+        reopen: claimer.replaced,
         ..report
     })
+}
+
+/// The (device, inode) of a file: changes when the file is deleted and created again, or
+/// replaced by a rename.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn build_provider(settings: &Settings) -> Result<Arc<Provider>> {
@@ -299,6 +323,10 @@ struct Claimer {
     budget_spent: Arc<AtomicBool>,
     budget_logged: bool,
     claimed: u64,
+    /// The database file's identity when the worker opened it.
+    db_identity: Option<(u64, u64)>,
+    /// Set when the file at the database path is no longer the one open.
+    replaced: bool,
 }
 
 impl Claimer {
@@ -325,6 +353,10 @@ impl Claimer {
             }
             if control.stop.load(Ordering::SeqCst) {
                 log::info!("stop requested: no more claims");
+                return Ok(());
+            }
+            if self.replaced {
+                log::warn!("stopping to reopen the database");
                 return Ok(());
             }
             let mut claimed = false;
@@ -484,6 +516,9 @@ impl Claimer {
         log::trace!("housekeeping in {}", self.dir.root().display());
         let period = (self.settings.worker.heartbeat_secs.max(1) * 1000) as i64;
         self.next_housekeeping = now + period;
+        if self.check_replaced(now) {
+            return;
+        }
         if let Err(e) = workers::heartbeat(&mut self.conn, &self.opts.worker_id, now) {
             log::warn!("heartbeat failed: {e}");
         }
@@ -537,6 +572,49 @@ impl Claimer {
         }
     }
 
+    /// True when the database file was deleted or replaced under the worker (its identity
+    /// changed): what the open file holds is copied to `backups/` (the deletion may have
+    /// been a mistake), a notice says so in `cairn status`, and the worker stops to be run
+    /// again on the file now at the path (`Report::reopen`).
+    fn check_replaced(&mut self, now: i64) -> bool {
+        let path = self.dir.db();
+        let current = file_identity(&path);
+        if current == self.db_identity || self.replaced {
+            return self.replaced;
+        }
+        self.replaced = true;
+        let what = if current.is_none() {
+            "deleted"
+        } else {
+            "replaced"
+        };
+        let stamp: String = crate::clock::iso_utc(now)
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let kept = self.dir.backups().join(format!("cairn-{what}-{stamp}.db"));
+        let kept_note = match self
+            .dir
+            .ensure_sub(&self.dir.backups())
+            .and_then(|()| crate::store::backup::online(&self.conn, &kept))
+        {
+            Ok(info) => format!(
+                "what the old file held is kept at {} (`cairn restore` it if that was a mistake)",
+                info.path.display()
+            ),
+            Err(e) => format!("the old file could not be kept ({e})"),
+        };
+        let message = format!(
+            "the database {} was {what} while the worker ran; the worker reopened it; {kept_note}",
+            path.display()
+        );
+        log::error!("{message}");
+        if let Err(e) = crate::store::incidents::raise(&self.dir, what, &message, now) {
+            log::error!("cannot record the notice for `cairn status`: {e}");
+        }
+        true
+    }
+
     fn reload(&mut self, reload: &dyn Fn() -> Result<Settings>) {
         match reload().and_then(|s| build_provider(&s).map(|p| (s, p))) {
             Ok((s, p)) => {
@@ -555,7 +633,7 @@ impl Claimer {
 
     /// Waits up to the grace period for batches in flight, then releases the rest.
     /// Returns how many were released.
-    fn shutdown(&mut self, fin_rx: &Receiver<Finished>) -> usize {
+    fn shutdown(&mut self, fin_rx: &Receiver<Finished>, control: &Control) -> usize {
         let grace = Duration::from_secs(self.settings.worker.shutdown_grace_secs);
         let deadline = Instant::now() + grace;
         while !self.inflight.is_empty() {
@@ -563,7 +641,11 @@ impl Claimer {
             if left.is_zero() {
                 break;
             }
-            match fin_rx.recv_timeout(left.min(Duration::from_secs(1))) {
+            if control.urgent.load(Ordering::SeqCst) {
+                log::warn!("second stop request: releasing the batches in flight now");
+                break;
+            }
+            match fin_rx.recv_timeout(left.min(Duration::from_millis(100))) {
                 Ok(f) => {
                     self.inflight.remove(&f.token);
                 }

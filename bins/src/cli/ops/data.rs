@@ -26,6 +26,16 @@ pub fn backup(ctx: &Ctx, args: &BackupArgs) -> anyhow::Result<u8> {
         None => core_backup::manual_path(&ctx.data_dir, clock::now_ms()),
     };
     let info = core_backup::online(&conn, &dest).map_err(explain)?;
+    if args.to.is_none() {
+        let removed = core_backup::prune_manual(&ctx.data_dir, ctx.settings().backup.keep_manual)
+            .map_err(explain)?;
+        if removed > 0 {
+            log::info!(
+                "removed {removed} old manual backups (backup.keep_manual = {})",
+                ctx.settings().backup.keep_manual
+            );
+        }
+    }
     if args.json {
         print_json(&info)?;
     } else {

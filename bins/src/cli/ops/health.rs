@@ -13,6 +13,10 @@ use crate::exit;
 
 /// `cairn status`: exit 0 healthy, 1 when something needs attention.
 pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
+    if args.acknowledge {
+        let n = cairn_core::store::incidents::acknowledge(&ctx.data_dir)?;
+        log::info!("acknowledged {n} item(s)");
+    }
     let conn = open(ctx)?;
     let now = clock::now_ms();
     let s = status::gather(&ctx.data_dir, &conn, ctx.settings(), now)?;
@@ -104,6 +108,12 @@ fn render_status(s: &status::Status) -> String {
         "memories", m.sessions, m.prompts, m.observations, m.summaries
     ));
     out.push_str(&format!("{:<11}{}\n", "database", bytes(s.database_bytes)));
+    if s.spooled > 0 {
+        out.push_str(&format!(
+            "{:<11}{} hook events waiting for the worker\n",
+            "spool", s.spooled
+        ));
+    }
     if s.attention.is_empty() {
         out.push_str("\nall good\n");
     } else {

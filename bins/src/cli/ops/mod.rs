@@ -34,6 +34,10 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Clear what has been read: the count of hook events that could not be kept and the
+    /// notices of repairs cairn made on its own.
+    #[arg(long)]
+    pub acknowledge: bool,
 }
 
 #[derive(Debug, Subcommand)]
