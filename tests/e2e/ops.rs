@@ -66,7 +66,7 @@ fn fail_all(conn: &mut rusqlite::Connection, error: &str) -> usize {
     while let Some(batch) =
         queue::claim::claim_batch(conn, "test-worker", &policy, now()).expect("claim")
     {
-        let out = queue::claim::fail(conn, &batch, error, &policy, now()).expect("fail");
+        let out = queue::claim::fail(conn, &batch, error, &policy, now(), None).expect("fail");
         n += out.skipped;
     }
     n

@@ -26,6 +26,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0002_search_covering",
         include_str!("../../../migrations/0002_search_covering.sql"),
     ),
+    (
+        "0004_model_calls",
+        include_str!("../../../migrations/0004_model_calls.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

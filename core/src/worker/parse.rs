@@ -649,7 +649,11 @@ mod tests {
         // An echoed block, or another self-closing tag, is not the empty answer.
         check("<observations></observations>", &[], false);
         check("<observations/>", &[], false);
-        check("<observations>\n- [feature] Wrote out.txt\n</observations>", &[], false);
+        check(
+            "<observations>\n- [feature] Wrote out.txt\n</observations>",
+            &[],
+            false,
+        );
         check("<nothing/>", &[], false);
         check("no xml at all", &[], false);
         check("", &[], false);
