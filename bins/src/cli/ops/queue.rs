@@ -31,30 +31,30 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             } else if rows.is_empty() {
                 eprintln!("no jobs match");
             } else {
+                // The current state of each job; its history (tries, old errors) is in
+                // `cairn queue show`.
                 let mut o = String::new();
                 outln!(
                     o,
-                    "{:>7}  {:<8} {:<11} {:<38} {:>4} {:>4}  {:<20}  last error",
+                    "{:>7}  {:<8} {:<11} {:<38} {:>4}  {:<20}  now",
                     "id",
                     "status",
                     "kind",
                     "session",
                     "turn",
-                    "try",
                     "updated"
                 );
                 for r in &rows {
                     outln!(
                         o,
-                        "{:>7}  {:<8} {:<11} {:<38} {:>4} {:>4}  {:<20}  {}",
+                        "{:>7}  {:<8} {:<11} {:<38} {:>4}  {:<20}  {}",
                         r.id,
                         r.status.as_str(),
                         r.kind.as_str(),
                         r.session_id,
                         r.prompt_number,
-                        format!("{}/{}", r.attempts, r.max_attempts),
                         clock::iso_utc(r.updated_at),
-                        one_line(r.last_error.as_deref().unwrap_or(""), 60)
+                        state(r, now)
                     );
                 }
                 emit(&o)?;
@@ -201,4 +201,26 @@ fn jobs(n: usize, what: &str) -> String {
 /// Exit code of a command that acts on selected jobs: 1 (like grep) when none was.
 fn found(n: usize) -> u8 {
     if n == 0 { exit::NEGATIVE } else { exit::OK }
+}
+
+/// What a job is doing now, in a few words: ready, waiting (until when), claimed, done, or
+/// skipped (why: the error that decides whether to replay it).
+fn state(r: &queue::stats::JobRow, now: i64) -> String {
+    use queue::claim::JobStatus;
+    match r.status {
+        JobStatus::Pending if r.available_at <= now => "ready".into(),
+        JobStatus::Pending => format!("waits until {}", clock::iso_utc(r.available_at)),
+        JobStatus::Claimed => format!(
+            "claimed by {}",
+            r.claimed_by.as_deref().unwrap_or("a worker")
+        ),
+        JobStatus::Done => r
+            .done_at
+            .map(|t| format!("done at {}", clock::iso_utc(t)))
+            .unwrap_or_else(|| "done".into()),
+        JobStatus::Skipped => format!(
+            "skipped: {}",
+            one_line(r.last_error.as_deref().unwrap_or(""), 60)
+        ),
+    }
 }
