@@ -5,13 +5,19 @@
 //! claimer (this thread) ── Work ──► model threads ── Done ──► writer ── Finished ──► claimer
 //!   claim_batch, read context        build prompts, call      ack + results + model_calls
 //!   heartbeat, rescue, housekeeping  the provider, parse      in one transaction, or fail
+//!                                    ── Started ──► writer: a call's row, before the call
 //! ```
 //!
 //! Invariants:
 //! - no transaction is held across a model call: the claimer reads, the model threads touch
-//!   no database, the writer writes;
+//!   no database, the writer writes (a call's `started` row too, before the call is made);
 //! - results are stored only through `queue::claim::ack`'s closure, so a batch whose lease was
 //!   lost stores nothing, and a replayed batch stores no duplicate (content hashes);
+//! - a split batch keeps what succeeded: the chunks before a failed one are acked with
+//!   their results, the rest failed or released in the same transaction;
+//! - a context-length error is not an attempt: the rest of the batch is split smaller and
+//!   called again at once, and the size is remembered for the provider and model;
+//! - a rate limit's `Retry-After` is waited out in the queue, without counting an attempt;
 //! - one in-flight batch per session (the queue's rule), so a turn's summary is built after
 //!   its observations are stored;
 //! - on stop (SIGTERM/SIGINT) the claimer claims nothing more, waits up to
