@@ -92,7 +92,9 @@ pub struct CaptureSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct WorkerSettings {
-    /// Model calls in flight at once.
+    /// Model calls in flight at once; 0 is automatic: 1 against a model server on this
+    /// machine (a local llama.cpp or Ollama serves one request at a time, and a second one
+    /// waits behind the first until it times out), else 2.
     pub concurrency: u32,
     /// Hooks start `cairn-worker` when none holds the worker lock.
     pub autostart: bool,
@@ -220,7 +222,7 @@ impl Default for CaptureSettings {
 impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
-            concurrency: 2,
+            concurrency: 0,
             autostart: true,
             shutdown_grace_secs: 20,
             heartbeat_secs: 15,
@@ -446,9 +448,6 @@ impl Settings {
         }
         if self.batch.max_size == 0 {
             return bad("batch.max_size", "must be at least 1");
-        }
-        if self.worker.concurrency == 0 {
-            return bad("worker.concurrency", "must be at least 1");
         }
         if !["auto", "local", "off"].contains(&self.embed.provider.as_str()) {
             return bad("embed.provider", "must be auto, local or off");

@@ -7,6 +7,11 @@
 //! 2. Throughput: jobs per second through the whole worker (claim, prompt, HTTP call,
 //!    parse, store, ack) for many sessions, with the fake model and with the offline
 //!    extractor.
+//! 3. Quality with an imperfect model: the session of 1 again, against a fake model that
+//!    also answers one call with a context-length error, one with a 429 and
+//!    `Retry-After`, and some with malformed replies → calls per turn, input tokens per
+//!    tool event and per stored observation, wasted tokens (usable replies paid for and
+//!    thrown away), malformed replies' tokens, and the largest prompt per turn.
 //!
 //! Run: `cargo bench -p cairn --bench worker`. Tokens are estimated as characters / 4 by
 //! the fake model (the rule cairn uses elsewhere); every prompt character is counted.
@@ -28,7 +33,23 @@ use serde_json::{Value, json};
 /// What the fake model saw: (prompt chars, is summary) per request.
 type Seen = Arc<Mutex<Vec<(usize, bool)>>>;
 
+/// Failures the fake model answers with, by request number.
+#[derive(Debug, Clone, Copy, Default)]
+struct Faults {
+    /// This request gets Anthropic's "prompt is too long" (a context 10% smaller than the
+    /// prompt).
+    context_error_at: Option<usize>,
+    /// This request gets a 429 with `Retry-After: 1`.
+    rate_limit_at: Option<usize>,
+    /// Every observation request whose number is this modulo 11 gets prose, no XML.
+    malformed_mod_11: Option<usize>,
+}
+
 fn start_model() -> (String, Seen) {
+    start_model_with(Faults::default())
+}
+
+fn start_model_with(faults: Faults) -> (String, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let seen: Seen = Arc::default();
@@ -36,13 +57,13 @@ fn start_model() -> (String, Seen) {
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let s = s.clone();
-            std::thread::spawn(move || serve(stream, &s));
+            std::thread::spawn(move || serve(stream, &s, faults));
         }
     });
     (url, seen)
 }
 
-fn serve(stream: std::net::TcpStream, seen: &Mutex<Vec<(usize, bool)>>) {
+fn serve(stream: std::net::TcpStream, seen: &Mutex<Vec<(usize, bool)>>, faults: Faults) {
     let mut reader = BufReader::new(stream);
     loop {
         let mut line = String::new();
@@ -73,8 +94,44 @@ fn serve(stream: std::net::TcpStream, seen: &Mutex<Vec<(usize, bool)>>) {
         let user = req["messages"][0]["content"].as_str().unwrap_or_default();
         let chars = system.chars().count() + user.chars().count();
         let is_summary = user.contains("<last_assistant_message>");
-        seen.lock().expect("lock").push((chars, is_summary));
-        let text = if is_summary {
+        let n = {
+            let mut seen = seen.lock().expect("lock");
+            seen.push((chars, is_summary));
+            seen.len() - 1
+        };
+        let fault = if faults.context_error_at == Some(n) {
+            Some((
+                400,
+                "",
+                json!({"type": "error", "error": {"type": "invalid_request_error",
+                    "message": format!("prompt is too long: {} tokens > {} maximum", chars / 4, chars / 4 * 9 / 10)}})
+                .to_string(),
+            ))
+        } else if faults.rate_limit_at == Some(n) {
+            Some((
+                429,
+                "retry-after: 1\r\n",
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"rate limited"}}"#
+                    .to_string(),
+            ))
+        } else {
+            None
+        };
+        if let Some((status, headers, out)) = fault {
+            let resp = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{headers}content-length: {}\r\n\r\n{out}",
+                out.len()
+            );
+            if reader.get_mut().write_all(resp.as_bytes()).is_err() {
+                return;
+            }
+            continue;
+        }
+        let malformed = !is_summary && faults.malformed_mod_11 == Some(n % 11);
+        let text = if malformed {
+            "I reviewed these tool calls; the build was fixed and the module refactored."
+                .to_string()
+        } else if is_summary {
             "<summary><request>r</request><completed>done</completed></summary>".to_string()
         } else {
             // One observation per edit or failure in the prompt, named after its turn and
@@ -227,7 +284,15 @@ fn seed(dir: &Path, sessions_n: usize, turns: usize, calls: usize) -> usize {
 
 /// Runs `cairn-worker --once` on `dir`; returns the wall time in seconds.
 fn drain(dir: &Path, model_url: Option<&str>) -> f64 {
+    drain_with(dir, model_url, &[])
+}
+
+fn drain_with(dir: &Path, model_url: Option<&str>, env: &[(&str, &str)]) -> f64 {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cairn-worker"));
+    // Two calls in flight, as before worker.concurrency became automatic (it would pick
+    // one for this fake model on 127.0.0.1).
+    c.env("CAIRN_WORKER__CONCURRENCY", "2");
+    c.envs(env.iter().copied());
     c.arg("--once")
         .env("CAIRN_DATA_DIR", dir)
         .env("HOME", dir)
@@ -349,4 +414,100 @@ fn main() {
                 .join(", ")
         );
     }
+
+    // 3. The session of 1 against an imperfect model.
+    imperfect();
+}
+
+fn imperfect() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let faults = Faults {
+        context_error_at: Some(0),
+        rate_limit_at: Some(5),
+        malformed_mod_11: Some(8),
+    };
+    let (url, seen) = start_model_with(faults);
+    let jobs = seed(tmp.path(), 1, 20, 10);
+    let secs = drain_with(
+        tmp.path(),
+        Some(&url),
+        // Failed attempts are retried at once, so --once drains everything.
+        &[("CAIRN_QUEUE__RETRY_BASE_SECS", "0")],
+    );
+    let dir = tmp.path();
+    let done = count(
+        dir,
+        "SELECT count(*) FROM pending_messages WHERE status = 'done'",
+    );
+    assert_eq!(done as usize, jobs, "every job done");
+    let observations = count(dir, "SELECT count(*) FROM observations");
+    let calls = seen.lock().expect("lock").len();
+    let rows = count(dir, "SELECT count(*) FROM model_calls");
+    assert_eq!(rows as usize, calls, "every call recorded");
+    let input = count(dir, "SELECT sum(input_tokens) FROM model_calls");
+    let by = |outcome: &str, what: &str| {
+        count(
+            dir,
+            &format!(
+                "SELECT coalesce(sum({what}), 0) FROM model_calls WHERE outcome IN ({outcome})"
+            ),
+        )
+    };
+    let rejected = by("'error'", "1");
+    let malformed_calls = by("'unusable'", "1");
+    let malformed_tokens = by("'unusable'", "input_tokens + output_tokens");
+    // Usable replies paid for and thrown away: a call that answered usably, whose jobs
+    // were sent to the model again afterwards.
+    let wasted = count(
+        dir,
+        "SELECT coalesce(sum(m.input_tokens + m.output_tokens), 0) FROM model_calls m
+         WHERE m.outcome IN ('ok', 'empty')
+           AND EXISTS (SELECT 1 FROM model_calls later, json_each(later.job_ids) l,
+                              json_each(m.job_ids) j
+                       WHERE later.id > m.id AND l.value = j.value)",
+    );
+    let per_turn: Vec<i64> = (1..=20)
+        .map(|t| {
+            count(
+                dir,
+                &format!(
+                    "SELECT coalesce(max(prompt_chars), 0) FROM model_calls m
+                     WHERE m.outcome != 'error'
+                       AND EXISTS (SELECT 1 FROM pending_messages p, json_each(m.job_ids) j
+                                   WHERE p.id = j.value AND p.prompt_number = {t})"
+                ),
+            )
+        })
+        .collect();
+    let learned = count(
+        dir,
+        "SELECT coalesce(max(max_prompt_chars), 0) FROM model_limits",
+    );
+    println!("worker bench 3: the session of 1 against an imperfect model ({secs:.1}s)");
+    println!(
+        "  faults: call 1 'prompt is too long', call 6 429 with Retry-After 1 s, \
+         observation calls numbered 8 mod 11 answered in prose"
+    );
+    println!("  jobs: {jobs}, all done; observations stored: {observations}");
+    println!(
+        "  model calls: {calls} = {:.2} per turn ({rejected} rejected, {malformed_calls} malformed)",
+        calls as f64 / 20.0
+    );
+    println!(
+        "  input tokens: {input} total, {:.0} per tool event, {:.0} per stored observation",
+        input as f64 / 200.0,
+        input as f64 / observations.max(1) as f64
+    );
+    println!("  wasted tokens (usable replies paid for again): {wasted}");
+    println!("  malformed replies: {malformed_tokens} tokens");
+    println!("  prompt size learned from the context error: {learned} chars");
+    println!(
+        "  largest prompt by turn: first {} / middle {} / last {} chars (max {})",
+        per_turn[0],
+        per_turn[9],
+        per_turn[19],
+        per_turn.iter().max().unwrap_or(&0)
+    );
+    assert_eq!(wasted, 0, "usable replies were thrown away");
+    assert_eq!(observations, 60, "every change and failure observed once");
 }

@@ -66,7 +66,7 @@ fn fail_all(conn: &mut rusqlite::Connection, error: &str) -> usize {
     while let Some(batch) =
         queue::claim::claim_batch(conn, "test-worker", &policy, now()).expect("claim")
     {
-        let out = queue::claim::fail(conn, &batch, error, &policy, now()).expect("fail");
+        let out = queue::claim::fail(conn, &batch, error, &policy, now(), None).expect("fail");
         n += out.skipped;
     }
     n
@@ -228,6 +228,52 @@ fn quarantine_lists_shows_and_clears_what_hooks_could_not_use() {
     let o = cairn(&env, &["quarantine", "list"]);
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
+}
+
+#[test]
+fn queue_list_shows_the_current_state_and_queue_show_the_history() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    let id = enqueue(&mut conn, "s1", "a1", 3);
+    let policy = Policy {
+        batching: false,
+        retry_base_ms: 0,
+        ..Policy::default()
+    };
+    // One failed attempt, then success.
+    let batch = queue::claim::claim_batch(&mut conn, "w", &policy, now())
+        .expect("claim")
+        .expect("ready");
+    queue::claim::fail(
+        &mut conn,
+        &batch,
+        "model API answered 500: oops",
+        &policy,
+        now(),
+        None,
+    )
+    .expect("fail");
+    let batch = queue::claim::claim_batch(&mut conn, "w", &policy, now() + 1_000)
+        .expect("claim")
+        .expect("ready again");
+    queue::claim::ack(&mut conn, &batch, now(), |_| Ok(())).expect("ack");
+
+    let o = cairn(&env, &["queue", "list"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&id.to_string()))
+        .expect("the job's line");
+    assert!(line.contains("done at"), "{text}");
+    assert!(
+        !line.contains("oops") && !line.contains("1/3"),
+        "history in the list: {text}"
+    );
+
+    let o = cairn(&env, &["queue", "show", &id.to_string()]);
+    let text = stdout(&o);
+    assert!(text.contains("#1 at") && text.contains("oops"), "{text}");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,19 @@ struct Request {
 impl Request {
     fn json(&self) -> Value {
         serde_json::from_str(&self.body).expect("request body is JSON")
+    }
+    /// The prompt's characters (system and user text), whichever API it was sent to.
+    fn prompt_chars(&self) -> usize {
+        let b = self.json();
+        let text = |v: &Value| v.as_str().map_or(0, |s| s.chars().count());
+        text(&b["system"])
+            + b["messages"]
+                .as_array()
+                .map_or(0, |m| m.iter().map(|m| text(&m["content"])).sum())
+    }
+    /// True for a summary prompt.
+    fn is_summary(&self) -> bool {
+        self.body.contains("last_assistant_message")
     }
 }
 
@@ -70,6 +84,71 @@ impl Reply {
             .to_string(),
         )
     }
+    /// A chat-completions answer holding `text`.
+    fn openai(text: &str) -> Reply {
+        Reply::status(
+            200,
+            &json!({
+                "choices": [{"message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 110, "completion_tokens": 25},
+            })
+            .to_string(),
+        )
+    }
+    /// llama.cpp's answer to a prompt longer than its context (`--ctx-size`).
+    fn llama_too_long(tokens: usize, ctx: usize) -> Reply {
+        Reply::status(
+            400,
+            &json!({"error": {
+                "code": 400,
+                "message": format!("request ({tokens} tokens) exceeds the available context size ({ctx} tokens), try increasing it"),
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": tokens,
+                "n_ctx": ctx,
+            }})
+            .to_string(),
+        )
+    }
+    /// Anthropic's.
+    fn anthropic_too_long(tokens: usize, ctx: usize) -> Reply {
+        Reply::status(
+            400,
+            &json!({"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": format!("prompt is too long: {tokens} tokens > {ctx} maximum"),
+            }})
+            .to_string(),
+        )
+    }
+    /// OpenAI's.
+    fn openai_too_long(tokens: usize, ctx: usize) -> Reply {
+        Reply::status(
+            400,
+            &json!({"error": {
+                "message": format!("This model's maximum context length is {ctx} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }})
+            .to_string(),
+        )
+    }
+    /// Anthropic's rate limit.
+    fn anthropic_429(secs: u64) -> Reply {
+        Reply::status(
+            429,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
+        )
+        .header("retry-after", &secs.to_string())
+    }
+    /// OpenAI's rate limit.
+    fn openai_429(secs: u64) -> Reply {
+        Reply::status(
+            429,
+            r#"{"error":{"message":"Rate limit reached for gpt-4o-mini on requests per min (RPM): Limit 3, Used 3, Requested 1.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#,
+        )
+        .header("retry-after", &secs.to_string())
+    }
     fn delayed(mut self, d: Duration) -> Reply {
         self.delay = d;
         self
@@ -87,6 +166,14 @@ struct FakeModel {
     url: String,
     requests: Arc<Mutex<Vec<Request>>>,
     responder: Arc<Mutex<Arc<Responder>>>,
+    /// Requests being answered now, and the most ever at once.
+    flight: Arc<Flight>,
+}
+
+#[derive(Debug, Default)]
+struct Flight {
+    now: AtomicUsize,
+    max: AtomicUsize,
 }
 
 impl FakeModel {
@@ -95,18 +182,20 @@ impl FakeModel {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let requests: Arc<Mutex<Vec<Request>>> = Arc::default();
         let responder: Arc<Mutex<Arc<Responder>>> = Arc::new(Mutex::new(Arc::new(responder)));
-        let (reqs, resp) = (requests.clone(), responder.clone());
+        let flight: Arc<Flight> = Arc::default();
+        let (reqs, resp, fl) = (requests.clone(), responder.clone(), flight.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let (reqs, resp) = (reqs.clone(), resp.clone());
-                std::thread::spawn(move || serve(stream, &reqs, &resp));
+                let (reqs, resp, fl) = (reqs.clone(), resp.clone(), fl.clone());
+                std::thread::spawn(move || serve(stream, &reqs, &resp, &fl));
             }
         });
         FakeModel {
             url,
             requests,
             responder,
+            flight,
         }
     }
 
@@ -140,7 +229,12 @@ impl FakeModel {
     }
 }
 
-fn serve(stream: std::net::TcpStream, reqs: &Mutex<Vec<Request>>, resp: &Mutex<Arc<Responder>>) {
+fn serve(
+    stream: std::net::TcpStream,
+    reqs: &Mutex<Vec<Request>>,
+    resp: &Mutex<Arc<Responder>>,
+    flight: &Flight,
+) {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     if reader.read_line(&mut line).is_err() {
@@ -178,7 +272,10 @@ fn serve(stream: std::net::TcpStream, reqs: &Mutex<Vec<Request>>, resp: &Mutex<A
     };
     let responder = resp.lock().expect("lock").clone();
     let reply = responder(n, &req);
+    let in_flight = flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+    flight.max.fetch_max(in_flight, Ordering::SeqCst);
     std::thread::sleep(reply.delay);
+    flight.now.fetch_sub(1, Ordering::SeqCst);
     let mut out = format!(
         "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
         reply.status,
@@ -1154,6 +1251,7 @@ fn a_spent_token_budget_makes_jobs_wait_not_fail() {
             prompt_chars: 0,
             input_tokens: 900,
             output_tokens: 100,
+            tokens_estimated: false,
             latency_ms: 1,
             outcome: usage::Outcome::Ok,
             error: None,
@@ -1400,4 +1498,516 @@ fn the_supervisord_program_restarts_only_unexpected_exits() {
     assert!(p["command"].ends_with("cairn-worker --log-stderr"));
     let wait: u64 = p["stopwaitsecs"].parse().expect("secs");
     assert!(wait > cairn_core::settings::WorkerSettings::default().shutdown_grace_secs);
+}
+
+// ---------------------------------------------------------------------------------------
+// Real, imperfect models: echoes, small contexts, rate limits, single-slot servers.
+
+/// A worker speaking to `model` as an OpenAI-compatible endpoint (llama.cpp, Ollama).
+fn openai_worker(env: &TestEnv, model: &FakeModel) -> Command {
+    let mut c = worker(env, model);
+    c.env("CAIRN_MODEL__PROVIDER", "openai")
+        .env("CAIRN_MODEL__BASE_URL", format!("{}/v1", model.url))
+        .env("CAIRN_MODEL__MODEL", "qwen-small")
+        .env("CAIRN_BATCH__MAX_WAIT_SECS", "0");
+    c
+}
+
+/// `worker` with batches ready at once (no turn end needed).
+fn worker_now(env: &TestEnv, model: &FakeModel) -> Command {
+    let mut c = worker(env, model);
+    c.env("CAIRN_BATCH__MAX_WAIT_SECS", "0");
+    c
+}
+
+/// The `<observations>` block of a summary prompt, as a model that echoes its prompt
+/// sends it back.
+fn echo_observations_block(r: &Request) -> String {
+    let b = r.json();
+    let user = b["messages"][0]["content"].as_str().unwrap_or_default();
+    match (user.find("<observations>"), user.find("</observations>")) {
+        (Some(a), Some(z)) => user[a..z + "</observations>".len()].to_string(),
+        _ => "<observations>\n</observations>".into(),
+    }
+}
+
+#[test]
+fn a_summary_reply_that_echoes_the_prompt_is_a_failed_attempt() {
+    let env = TestEnv::new();
+    let model = FakeModel::start(|_, r| {
+        if r.is_summary() {
+            Reply::anthropic(&format!("Sure.\n{}", echo_observations_block(r)))
+        } else {
+            Reply::anthropic(GOOD_XML)
+        }
+    });
+    let ids = seed(&env, SESSION, 1, &[tool_event("PostToolUse.json")], true, 2);
+    run_once(&env, worker_now(&env, &model));
+    let summary_job = *ids.last().expect("summary job");
+    let (status, attempts, error) = status_of(&env, summary_job);
+    assert_eq!(
+        (status.as_str(), attempts),
+        ("skipped", 2),
+        "not done/empty"
+    );
+    assert!(error.expect("error").contains("<summary>"));
+    assert_eq!(env.count("SELECT count(*) FROM session_summaries"), 0);
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM model_calls WHERE purpose = 'summarize' AND outcome = 'unusable'"
+        ),
+        2
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM model_calls WHERE outcome = 'empty'"),
+        0
+    );
+}
+
+#[test]
+fn observations_replayed_after_their_turns_summary_get_it_redone_once() {
+    let env = TestEnv::new();
+    // The observation calls fail (skipped after one attempt); the summary is written
+    // without them.
+    let model = FakeModel::start(|_, r| {
+        if r.is_summary() {
+            Reply::anthropic(SUMMARY_XML)
+        } else {
+            Reply::status(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
+            )
+        }
+    });
+    let ids = seed(&env, SESSION, 1, &[tool_event("PostToolUse.json")], true, 1);
+    run_once(&env, worker_now(&env, &model));
+    assert_eq!(status_of(&env, ids[0]).0, "skipped");
+    assert_eq!(status_of(&env, ids[1]).0, "done");
+    let summaries = |m: &FakeModel| m.requests().iter().filter(|r| r.is_summary()).count();
+    assert_eq!(summaries(&model), 1);
+    assert!(
+        !model
+            .requests()
+            .last()
+            .expect("summary")
+            .body
+            .contains("Wrote hello")
+    );
+
+    // Replayed, they land after the summary: the summary is redone and covers them.
+    let dd = DataDir::new(&env.data_dir);
+    let mut conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
+    let replay = |conn: &mut rusqlite::Connection| {
+        queue::admin::replay(
+            conn,
+            &queue::admin::Selector::AllSkipped,
+            cairn_core::clock::now_ms(),
+        )
+        .expect("replay")
+    };
+    assert_eq!(replay(&mut conn), 1);
+    model.set(by_kind(GOOD_XML));
+    let out = run_once(&env, worker_now(&env, &model));
+    assert_eq!(status_of(&env, ids[0]).0, "done");
+    assert_eq!(status_of(&env, ids[1]).0, "done", "{}", stderr(&out));
+    assert_eq!(summaries(&model), 2, "the summary was redone");
+    let last = model
+        .requests()
+        .into_iter()
+        .rfind(|r| r.is_summary())
+        .expect("summary");
+    assert!(
+        last.body.contains("- [feature] Wrote hello to out.txt"),
+        "{}",
+        last.body
+    );
+    assert_eq!(env.count("SELECT count(*) FROM session_summaries"), 1);
+
+    // Nothing left to replay, and another run changes nothing: no duplicates.
+    assert_eq!(replay(&mut conn), 0);
+    run_once(&env, worker_now(&env, &model));
+    assert_eq!(summaries(&model), 2);
+    assert_eq!(env.count("SELECT count(*) FROM session_summaries"), 1);
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 1);
+}
+
+/// A model server with a small context: any prompt over `ctx_chars` characters (3
+/// characters a token) is refused with `too_long`, the rest answered like `echo_commands`.
+fn small_context(
+    ctx_chars: usize,
+    too_long: fn(usize, usize) -> Reply,
+    ok: fn(&str) -> Reply,
+) -> impl Fn(usize, &Request) -> Reply + Send + Sync + 'static {
+    move |n, r| {
+        let chars = r.prompt_chars();
+        if chars > ctx_chars {
+            return too_long(chars / 3, ctx_chars / 3);
+        }
+        let body: Value = serde_json::from_str(&echo_commands(n, r).body).expect("json");
+        let xml = body["content"][0]["text"]
+            .as_str()
+            .expect("text")
+            .to_string();
+        ok(&xml)
+    }
+}
+
+fn big_events(prefix: &str, n: usize) -> Vec<ToolEvent> {
+    (0..n)
+        .map(|i| {
+            let mut ev = bash(&format!("echo job-{prefix}{i}"));
+            ev.tool_response = json!({"stdout": "x".repeat(1_500), "stderr": ""});
+            ev
+        })
+        .collect()
+}
+
+#[test]
+fn a_context_length_error_splits_the_batch_at_once_and_the_size_is_remembered() {
+    type Flavour = (&'static str, fn(usize, usize) -> Reply, fn(&str) -> Reply);
+    let flavours: [Flavour; 3] = [
+        ("llama.cpp", Reply::llama_too_long, Reply::openai),
+        ("openai", Reply::openai_too_long, Reply::openai),
+        ("anthropic", Reply::anthropic_too_long, Reply::anthropic),
+    ];
+    for (name, too_long, ok) in flavours {
+        let env = TestEnv::new();
+        let model = FakeModel::start(small_context(9_000, too_long, ok));
+        let cmd = |env: &TestEnv| {
+            let mut c = if name == "anthropic" {
+                worker_now(env, &model)
+            } else {
+                openai_worker(env, &model)
+            };
+            // One attempt each: a context error must not cost one.
+            c.env("CAIRN_QUEUE__MAX_ATTEMPTS", "1");
+            c
+        };
+        let ids = seed(&env, SESSION, 1, &big_events("a", 8), false, 1);
+        run_once(&env, cmd(&env));
+        for id in &ids {
+            assert_eq!(status_of(&env, *id).0, "done", "{name}: job {id}");
+        }
+        assert_eq!(env.count("SELECT count(*) FROM observations"), 8, "{name}");
+        let reqs = model.requests();
+        assert!(
+            reqs[0].prompt_chars() > 9_000,
+            "{name}: the first is too long"
+        );
+        assert!(
+            reqs[1..].iter().all(|r| r.prompt_chars() <= 9_000),
+            "{name}: split at once"
+        );
+        let limit = env.count("SELECT max_prompt_chars FROM model_limits");
+        assert!(
+            limit > 1_000 && limit <= 9_000,
+            "{name}: remembered {limit}"
+        );
+
+        // Later batches fit the first time.
+        let before = reqs.len();
+        let more = seed(&env, SESSION, 2, &big_events("b", 8), false, 1);
+        run_once(&env, cmd(&env));
+        for id in &more {
+            assert_eq!(status_of(&env, *id).0, "done", "{name}: job {id}");
+        }
+        let later = &model.requests()[before..];
+        assert!(!later.is_empty());
+        assert!(
+            later.iter().all(|r| r.prompt_chars() <= 9_000),
+            "{name}: {} over",
+            later.len()
+        );
+    }
+}
+
+#[test]
+fn a_context_too_small_for_one_event_names_the_setting() {
+    let env = TestEnv::new();
+    let model = FakeModel::always(Reply::llama_too_long(7797, 4096));
+    let ids = seed(&env, SESSION, 1, &big_events("a", 2), false, 1);
+    run_once(&env, openai_worker(&env, &model));
+    let (status, _, error) = status_of(&env, ids[0]);
+    assert_eq!(status, "skipped");
+    let error = error.expect("error");
+    assert!(error.contains("model.max_prompt_chars"), "{error}");
+    assert!(
+        error.contains("exceeds the available context size"),
+        "{error}"
+    );
+    // Split down to one event, shrunk, each size tried once.
+    let reqs = model.requests();
+    assert!(reqs.len() < 20, "{} calls", reqs.len());
+    let last = reqs.last().expect("calls").body.clone();
+    assert_eq!(last.matches("echo job-").count(), 1, "one event last");
+}
+
+#[test]
+fn a_failed_chunk_keeps_the_chunks_that_succeeded() {
+    let env = TestEnv::new();
+    // The second observation call fails once; everything else succeeds.
+    let model = FakeModel::start(|n, r| {
+        if n == 1 {
+            Reply::status(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"flaky"}}"#,
+            )
+        } else {
+            echo_commands(n, r)
+        }
+    });
+    let ids = seed(&env, SESSION, 1, &big_events("", 8), false, 3);
+    let mut c = worker_now(&env, &model);
+    c.env("CAIRN_MODEL__MAX_PROMPT_CHARS", "6000");
+    run_once(&env, c);
+    for id in &ids {
+        assert_eq!(status_of(&env, *id).0, "done");
+    }
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 8);
+    // The first chunk's events went to the model once: its reply was kept.
+    let reqs = model.requests();
+    let first_chunk_calls = reqs
+        .iter()
+        .filter(|r| r.body.contains("echo job-0"))
+        .count();
+    assert_eq!(first_chunk_calls, 1, "paid for twice");
+    // Its jobs never failed; the others failed once.
+    let first_chunk = reqs[0].body.matches("echo job-").count() as i64;
+    assert!(first_chunk > 0 && first_chunk < 8);
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE attempts = 0"),
+        first_chunk
+    );
+}
+
+#[test]
+fn jobs_that_failed_together_are_retried_together() {
+    let env = TestEnv::new();
+    let model = FakeModel::start(|n, r| {
+        if n == 0 {
+            Reply::status(500, "overloaded")
+        } else {
+            echo_commands(n, r)
+        }
+    });
+    let ids = seed(&env, SESSION, 1, &big_events("", 5), false, 3);
+    let mut c = worker_now(&env, &model);
+    c.env("CAIRN_QUEUE__RETRY_BASE_SECS", "1")
+        .env("CAIRN_MODEL__MAX_RETRY_SECS", "0");
+    run_once(&env, c);
+    // --once stops when nothing is ready: run until the retry is done.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while env.count("SELECT count(*) FROM pending_messages WHERE status != 'done'") > 0 {
+        assert!(Instant::now() < deadline, "never retried");
+        std::thread::sleep(Duration::from_millis(200));
+        run_once(&env, {
+            let mut c = worker_now(&env, &model);
+            c.env("CAIRN_QUEUE__RETRY_BASE_SECS", "1");
+            c
+        });
+    }
+    let reqs = model.requests();
+    assert_eq!(
+        reqs.len(),
+        2,
+        "one failed call, one retry of all five together"
+    );
+    assert_eq!(reqs[1].body.matches("echo job-").count(), 5);
+    for id in &ids {
+        let (status, attempts, _) = status_of(&env, *id);
+        assert_eq!((status.as_str(), attempts), ("done", 1));
+    }
+}
+
+#[test]
+fn a_retry_after_longer_than_max_retry_secs_is_waited_out_without_an_attempt() {
+    for (name, reply) in [
+        ("anthropic", Reply::anthropic_429(3)),
+        ("openai", Reply::openai_429(3)),
+    ] {
+        let env = TestEnv::new();
+        let model = FakeModel::script(vec![reply.clone(), Reply::anthropic(GOOD_XML)]);
+        let ids = seed(
+            &env,
+            SESSION,
+            1,
+            &[bash("echo a"), bash("echo b")],
+            false,
+            1,
+        );
+        let cmd = |env: &TestEnv| {
+            let mut c = if name == "openai" {
+                model.set({
+                    let reply = reply.clone();
+                    move |n, _| {
+                        if n == 0 {
+                            reply.clone()
+                        } else {
+                            Reply::openai(GOOD_XML)
+                        }
+                    }
+                });
+                openai_worker(env, &model)
+            } else {
+                worker_now(env, &model)
+            };
+            c.env("CAIRN_MODEL__MAX_RETRY_SECS", "1")
+                .env("CAIRN_QUEUE__RETRY_BASE_SECS", "0");
+            c
+        };
+        let started = cairn_core::clock::now_ms();
+        run_once(&env, cmd(&env));
+        // One attempt allowed, none spent: the jobs wait for the time the server named.
+        let available: i64 = env
+            .db()
+            .query_row("SELECT min(available_at) FROM pending_messages", [], |r| {
+                r.get(0)
+            })
+            .expect("row");
+        for id in &ids {
+            let (status, attempts, _) = status_of(&env, *id);
+            assert_eq!((status.as_str(), attempts), ("pending", 0), "{name}");
+        }
+        assert!(
+            available >= started + 3_000,
+            "{name}: retry {}ms after",
+            available - started
+        );
+        assert_eq!(
+            env.count("SELECT count(DISTINCT available_at) FROM pending_messages"),
+            1,
+            "{name}: together"
+        );
+        assert_eq!(model.requests().len(), 1, "{name}");
+        // Not before: a worker now claims nothing.
+        run_once(&env, cmd(&env));
+        assert_eq!(
+            model.requests().len(),
+            1,
+            "{name}: called before Retry-After"
+        );
+        let wait = available - cairn_core::clock::now_ms();
+        std::thread::sleep(Duration::from_millis(wait.max(0) as u64 + 50));
+        run_once(&env, cmd(&env));
+        for id in &ids {
+            assert_eq!(status_of(&env, *id).0, "done", "{name}");
+        }
+        assert_eq!(model.requests().len(), 2, "{name}: both jobs in one call");
+    }
+}
+
+#[test]
+fn a_local_model_server_gets_one_call_at_a_time_unless_told_otherwise() {
+    for (setting, expected) in [(None, 1), (Some("2"), 2)] {
+        let env = TestEnv::new();
+        let model =
+            FakeModel::start(|_, _| Reply::openai(GOOD_XML).delayed(Duration::from_millis(300)));
+        for s in 0..4 {
+            seed(
+                &env,
+                &format!("s{s}"),
+                1,
+                &[bash(&format!("echo {s}"))],
+                false,
+                3,
+            );
+        }
+        let mut c = openai_worker(&env, &model);
+        c.env("CAIRN_BATCH__ENABLED", "false");
+        if let Some(n) = setting {
+            c.env("CAIRN_WORKER__CONCURRENCY", n);
+        }
+        let out = run_once(&env, c);
+        assert_eq!(model.requests().len(), 4);
+        assert_eq!(
+            model.flight.max.load(Ordering::SeqCst),
+            expected,
+            "{setting:?}"
+        );
+        if setting.is_none() {
+            assert!(
+                stderr(&out).contains("concurrency 1 (a model server on this machine"),
+                "{}",
+                stderr(&out)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_model_call_is_recorded_before_it_is_made() {
+    let env = TestEnv::new();
+    let model = FakeModel::always(Reply::anthropic(GOOD_XML).delayed(Duration::from_secs(30)));
+    seed(
+        &env,
+        SESSION,
+        1,
+        &[tool_event("PostToolUse.json")],
+        false,
+        3,
+    );
+    let mut c = worker_now(&env, &model);
+    c.env("CAIRN_BATCH__ENABLED", "false")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().expect("spawn");
+    model.wait_for_requests(1);
+    // The call is in flight: its row is there already, counted by its estimate.
+    let row = || -> (String, i64, i64, i64) {
+        env.db()
+            .query_row(
+                "SELECT outcome, input_tokens, tokens_estimated, prompt_chars FROM model_calls",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .expect("a started row")
+    };
+    let (outcome, tokens, estimated, chars) = row();
+    assert_eq!((outcome.as_str(), estimated), ("started", 1));
+    assert_eq!(tokens, (chars + 3) / 4);
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    // Killed mid-call: still counted, against the budget and in `cairn status`.
+    assert_eq!(row().0, "started");
+    let b = usage::budget(&env.db(), 1, cairn_core::clock::now_ms()).expect("budget");
+    assert_eq!(b.spent as i64, tokens);
+    let o = env
+        .cmd("cairn")
+        .args(["status", "--json"])
+        .output()
+        .expect("status");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let p = &v["model_calls_last_day"][0];
+    assert_eq!(p["provider"], "anthropic");
+    assert_eq!(p["model"], "claude-haiku-4-5");
+    assert_eq!(
+        (p["calls"].as_i64(), p["unfinished"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(p["input_tokens"].as_i64(), Some(tokens));
+
+    // A completed call: the provider's counts, its latency and outcome.
+    model.set(|_, _| Reply::anthropic(GOOD_XML));
+    run_once(&env, worker_now(&env, &model));
+    let (outcome, input, output, estimated, latency): (String, i64, i64, i64, i64) = env
+        .db()
+        .query_row(
+            "SELECT outcome, input_tokens, output_tokens, tokens_estimated, latency_ms
+             FROM model_calls ORDER BY id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .expect("row");
+    assert_eq!(
+        (outcome.as_str(), input, output, estimated),
+        ("ok", 120, 30, 0)
+    );
+    assert!(latency >= 0);
+    let o = env.cmd("cairn").arg("status").output().expect("status");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("anthropic claude-haiku-4-5: 2 calls in 24h")
+            && text.contains("1 never completed"),
+        "{text}"
+    );
 }

@@ -62,6 +62,10 @@ pub struct Status {
     pub recent_quarantine: Vec<QuarantineRow>,
     /// Input plus output tokens of model calls since UTC midnight.
     pub tokens_today: i64,
+    /// Model calls of the last 24 hours per provider and model: calls, tokens as the
+    /// providers reported them (estimates counted as such), failures, calls never
+    /// completed.
+    pub model_calls_last_day: Vec<crate::worker::usage::ProviderTotals>,
     /// `model.daily_token_budget`; 0 is no limit.
     pub daily_token_budget: u64,
     /// When the budget is spent: the time (ms) it renews; jobs wait until then.
@@ -141,6 +145,8 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         .collect::<rusqlite::Result<_>>()?;
     let budget = crate::worker::usage::budget(conn, settings.model.daily_token_budget, now)?;
     let tokens_today = i64::try_from(budget.spent).unwrap_or(i64::MAX);
+    let model_calls_last_day =
+        crate::worker::usage::totals_by_provider(conn, now - 24 * 3_600_000 + 1)?;
     let memories = MemoryCounts {
         sessions: count(conn, "SELECT count(*) FROM sessions")?,
         prompts: count(conn, "SELECT count(*) FROM user_prompts")?,
@@ -160,6 +166,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         quarantined_recently,
         recent_quarantine,
         tokens_today,
+        model_calls_last_day,
         daily_token_budget: settings.model.daily_token_budget,
         budget_spent_until: budget.exhausted().then_some(budget.resets_at),
         memories,
@@ -287,6 +294,11 @@ mod tests {
         .expect("seed");
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert_eq!(s.tokens_today, 120);
+        // The last day's calls per provider: the one of yesterday at this hour is out.
+        assert_eq!(s.model_calls_last_day.len(), 1);
+        assert_eq!(s.model_calls_last_day[0].provider, "offline");
+        assert_eq!(s.model_calls_last_day[0].totals.calls, 1);
+        assert_eq!(s.model_calls_last_day[0].totals.input_tokens, 100);
         assert_eq!(s.budget_spent_until, None, "no budget set");
         let mut tight = settings.clone();
         tight.model.daily_token_budget = 100;
@@ -323,7 +335,7 @@ mod tests {
         let batch = queue::claim::claim_batch(&mut conn, "w", &Policy::default(), now)
             .expect("claim")
             .expect("batch");
-        queue::claim::fail(&mut conn, &batch, "boom", &Policy::default(), now).expect("fail");
+        queue::claim::fail(&mut conn, &batch, "boom", &Policy::default(), now, None).expect("fail");
         // A well-formed event cairn does not capture is kept, and is no problem.
         let mut harmless = crate::capture::quarantine::Entry::new(
             Some("Notification".into()),

@@ -138,8 +138,9 @@ impl Policy {
     }
 
     /// Delay before the next try after `attempts` failed attempts: the base doubled per
-    /// attempt, capped, then scaled by a random factor in [0.5, 1.0) so that jobs failed
-    /// together do not retry together.
+    /// attempt, capped, then scaled by a random factor in [0.5, 1.0) so that batches failed
+    /// at the same moment do not all retry at the same moment ([`fail`] draws it once per
+    /// batch: a batch's jobs retry together).
     pub fn retry_delay_ms(&self, attempts: u32) -> i64 {
         let exp = attempts.saturating_sub(1).min(30);
         let full = self
@@ -198,6 +199,19 @@ impl Batch {
     }
     pub fn ids(&self) -> Vec<i64> {
         self.jobs.iter().map(|j| j.id).collect()
+    }
+    /// The jobs of this batch whose ids are in `ids`, under the same claim (to settle part
+    /// of a batch: the chunks that succeeded, or the ones that did not).
+    pub fn part(&self, ids: &[i64]) -> Batch {
+        Batch {
+            jobs: self
+                .jobs
+                .iter()
+                .filter(|j| ids.contains(&j.id))
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
     }
 }
 
@@ -365,6 +379,10 @@ pub enum Fenced {
 /// Marks the batch `done` and runs `write_results` in the same transaction. Fenced: when
 /// the batch is no longer ours, nothing is written and `LeaseLost` is returned. When
 /// `write_results` fails, nothing is written and its error is returned.
+///
+/// `batch` may be part of a claimed batch ([`Batch::part`]): only its jobs are marked done,
+/// and `write_results` may settle the rest ([`fail_in`], [`release_in`]) in the same
+/// transaction.
 pub fn ack<F>(conn: &mut Connection, batch: &Batch, now: i64, write_results: F) -> Result<Fenced>
 where
     F: FnOnce(&Transaction) -> Result<()>,
@@ -381,12 +399,18 @@ where
         tx.prepare_cached(
             "UPDATE pending_messages
              SET status = 'done', done_at = ?3, updated_at = ?3, lease_until = NULL
-             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'",
+             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'
+               AND id IN (SELECT value FROM json_each(?4))",
         )?
-        .execute(params![batch.token, batch.worker, now])?;
+        .execute(params![batch.token, batch.worker, now, ids_json(batch)])?;
         write_results(tx)?;
         Ok(Fenced::Done)
     })
+}
+
+/// The batch's job ids as a JSON array, for `json_each`.
+fn ids_json(batch: &Batch) -> String {
+    serde_json::to_string(&batch.ids()).unwrap_or_else(|_| "[]".into())
 }
 
 /// True when every job of the batch is still claimed under its token.
@@ -394,9 +418,12 @@ fn still_ours(tx: &Transaction, batch: &Batch) -> Result<bool> {
     let n: i64 = tx
         .prepare_cached(
             "SELECT count(*) FROM pending_messages
-             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'",
+             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'
+               AND id IN (SELECT value FROM json_each(?3))",
         )?
-        .query_row(params![batch.token, batch.worker], |r| r.get(0))?;
+        .query_row(params![batch.token, batch.worker, ids_json(batch)], |r| {
+            r.get(0)
+        })?;
     Ok(n == batch.jobs.len() as i64)
 }
 
@@ -412,68 +439,120 @@ pub struct FailOutcome {
 }
 
 /// Records a failed attempt of every job in the batch: below `max_attempts` the job goes
-/// back to `pending`, available after an exponential delay with jitter; at the limit it is
-/// `skipped` with the error kept. Fenced like `ack`.
+/// back to `pending`, at the limit it is `skipped` with the error kept. Fenced like `ack`.
+///
+/// The jobs of a batch failed together and come back together: one retry time for all of
+/// them (the backoff of the most-tried job, with one jitter draw), never before
+/// `not_before` (a provider's `Retry-After`), however far that is.
 pub fn fail(
     conn: &mut Connection,
     batch: &Batch,
     error: &str,
     policy: &Policy,
     now: i64,
+    not_before: Option<i64>,
 ) -> Result<FailOutcome> {
-    let error = clip(error);
     db::write(conn, |tx| {
-        let mut out = FailOutcome::default();
-        for job in &batch.jobs {
-            let attempts = job.attempts + 1;
-            let next = now.saturating_add(policy.retry_delay_ms(attempts));
-            let status: Option<String> = tx
-                .prepare_cached(
-                    "UPDATE pending_messages
-                     SET attempts = attempts + 1, last_error = ?4, updated_at = ?5,
-                         claim_token = NULL, lease_until = NULL,
-                         status = CASE WHEN attempts + 1 >= max_attempts THEN 'skipped' ELSE 'pending' END,
-                         available_at = CASE WHEN attempts + 1 >= max_attempts THEN available_at ELSE ?6 END
-                     WHERE id = ?1 AND claim_token = ?2 AND claimed_by = ?3 AND status = 'claimed'
-                     RETURNING status",
-                )?
-                .query_row(params![job.id, batch.token, batch.worker, error, now, next], |r| r.get(0))
-                .optional()?;
-            match status.as_deref() {
-                Some("skipped") => out.skipped += 1,
-                Some(_) => out.retrying += 1,
-                None => {
-                    out.lease_lost = true;
-                    continue;
-                }
-            }
-            record_error(tx, job.id, error, now)?;
-        }
-        Ok(out)
+        fail_in(tx, batch, error, policy, now, not_before)
     })
 }
 
-/// Gives the batch back without counting an attempt (shutdown, token budget spent), to be
-/// claimed again after `delay_ms`. Fenced like `ack`.
-pub fn release(conn: &mut Connection, batch: &Batch, delay_ms: i64, now: i64) -> Result<Fenced> {
-    db::write(conn, |tx| {
-        if !still_ours(tx, batch)? {
-            return Ok(Fenced::LeaseLost);
+/// [`fail`] in the caller's transaction.
+pub fn fail_in(
+    tx: &Transaction,
+    batch: &Batch,
+    error: &str,
+    policy: &Policy,
+    now: i64,
+    not_before: Option<i64>,
+) -> Result<FailOutcome> {
+    let error = clip(error);
+    let tries = batch.jobs.iter().map(|j| j.attempts).max().unwrap_or(0) + 1;
+    let next = now
+        .saturating_add(policy.retry_delay_ms(tries))
+        .max(not_before.unwrap_or(0));
+    let mut out = FailOutcome::default();
+    for job in &batch.jobs {
+        let status: Option<String> = tx
+            .prepare_cached(
+                "UPDATE pending_messages
+                 SET attempts = attempts + 1, last_error = ?4, updated_at = ?5,
+                     claim_token = NULL, lease_until = NULL,
+                     status = CASE WHEN attempts + 1 >= max_attempts THEN 'skipped' ELSE 'pending' END,
+                     available_at = CASE WHEN attempts + 1 >= max_attempts THEN available_at ELSE ?6 END
+                 WHERE id = ?1 AND claim_token = ?2 AND claimed_by = ?3 AND status = 'claimed'
+                 RETURNING status",
+            )?
+            .query_row(params![job.id, batch.token, batch.worker, error, now, next], |r| r.get(0))
+            .optional()?;
+        match status.as_deref() {
+            Some("skipped") => out.skipped += 1,
+            Some(_) => out.retrying += 1,
+            None => {
+                out.lease_lost = true;
+                continue;
+            }
         }
-        tx.prepare_cached(
+        record_error(tx, job.id, error, now)?;
+    }
+    Ok(out)
+}
+
+/// Gives the batch back without counting an attempt (shutdown, token budget spent, a rate
+/// limit with `Retry-After`), to be claimed again at `available_at`. Fenced like `ack`.
+pub fn release(
+    conn: &mut Connection,
+    batch: &Batch,
+    available_at: i64,
+    now: i64,
+) -> Result<Fenced> {
+    db::write(conn, |tx| release_in(tx, batch, available_at, now))
+}
+
+/// [`release`] in the caller's transaction.
+pub fn release_in(tx: &Transaction, batch: &Batch, available_at: i64, now: i64) -> Result<Fenced> {
+    if !still_ours(tx, batch)? {
+        return Ok(Fenced::LeaseLost);
+    }
+    tx.prepare_cached(
+        "UPDATE pending_messages
+         SET status = 'pending', claim_token = NULL, lease_until = NULL,
+             available_at = ?3, updated_at = ?4
+         WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'
+           AND id IN (SELECT value FROM json_each(?5))",
+    )?
+    .execute(params![
+        batch.token,
+        batch.worker,
+        available_at,
+        now,
+        ids_json(batch)
+    ])?;
+    Ok(Fenced::Done)
+}
+
+/// A turn's summary covers the turn's observations: when observations of a turn are stored
+/// after its summary job finished (they failed, were skipped and replayed), the summary
+/// job is queued again, in the caller's transaction (the ack that stored them), and the
+/// summary is rewritten in place (one per turn). Observations already stored are not
+/// stored again (content hashes), so a replay that adds nothing redoes nothing. Returns
+/// true when a summary job was queued again.
+pub fn redo_summary(
+    tx: &Transaction,
+    session_id: &str,
+    prompt_number: i64,
+    now: i64,
+) -> Result<bool> {
+    let n = tx
+        .prepare_cached(
             "UPDATE pending_messages
-             SET status = 'pending', claim_token = NULL, lease_until = NULL,
-                 available_at = ?3, updated_at = ?4
-             WHERE claim_token = ?1 AND claimed_by = ?2 AND status = 'claimed'",
+             SET status = 'pending', attempts = 0, available_at = ?3, updated_at = ?3,
+                 done_at = NULL, claimed_by = NULL, claim_token = NULL, lease_until = NULL
+             WHERE session_id = ?1 AND prompt_number = ?2 AND kind = 'summarize'
+               AND status = 'done'",
         )?
-        .execute(params![
-            batch.token,
-            batch.worker,
-            now.saturating_add(delay_ms),
-            now
-        ])?;
-        Ok(Fenced::Done)
-    })
+        .execute(params![session_id, prompt_number, now])?;
+    Ok(n > 0)
 }
 
 /// Extends the lease of a batch still in flight. Fenced like `ack`.
@@ -850,7 +929,7 @@ mod tests {
         q.add("s", JobKind::Summarize, 1, "turn", 0);
         let b = q.claim(W, 0).expect("batch");
         let p = q.policy;
-        let out = fail(&mut q.conn, &b, "model down", &p, 0).expect("fail");
+        let out = fail(&mut q.conn, &b, "model down", &p, 0, None).expect("fail");
         assert_eq!(out.retrying, 1);
         assert_eq!(
             q.claim(W, 1),
@@ -859,6 +938,89 @@ mod tests {
         );
         let again = q.claim(W, 10_000).expect("due again");
         assert_eq!(again.kind(), JobKind::Observation);
+    }
+
+    #[test]
+    fn jobs_failed_together_come_back_together() {
+        let mut q = q();
+        q.policy.max_size = 5;
+        q.policy.retry_base_ms = 10_000;
+        q.policy.retry_max_ms = 100_000;
+        q.session("s", 2);
+        let ids: Vec<i64> = (0..5).map(|i| q.obs("s", 1, &format!("k{i}"), 0)).collect();
+        let b = q.claim(W, 0).expect("batch");
+        assert_eq!(b.jobs.len(), 5);
+        let p = q.policy;
+        fail(&mut q.conn, &b, "429", &p, 0, None).expect("fail");
+        let times: Vec<i64> = ids.iter().map(|id| q.status(*id).2).collect();
+        assert!(times.iter().all(|t| *t == times[0]), "{times:?}");
+        assert!(times[0] >= 5_000, "{times:?}");
+        let again = q.claim(W, times[0]).expect("due together");
+        assert_eq!(again.ids(), ids, "one batch again, not five");
+    }
+
+    #[test]
+    fn a_retry_never_comes_before_the_providers_not_before_time() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.session("s", 1);
+        let id = q.obs("s", 1, "a", 0);
+        let b = q.claim(W, 0).expect("batch");
+        let p = q.policy;
+        // Retry-After of 30 s, far past retry_max_ms (1 s).
+        fail(&mut q.conn, &b, "429", &p, 0, Some(30_000)).expect("fail");
+        assert_eq!(q.status(id), ("pending".into(), 1, 30_000));
+        assert_eq!(q.claim(W, 29_999), None);
+        assert!(q.claim(W, 30_000).is_some());
+    }
+
+    #[test]
+    fn part_of_a_batch_is_acked_and_the_rest_failed_in_one_transaction() {
+        let mut q = q();
+        q.session("s", 2);
+        let ids: Vec<i64> = (0..3).map(|i| q.obs("s", 1, &format!("k{i}"), 0)).collect();
+        let b = q.claim(W, 0).expect("batch");
+        let p = q.policy;
+        let (ok, rest) = (b.part(&ids[..2]), b.part(&ids[2..]));
+        assert_eq!(rest.ids(), vec![ids[2]]);
+        let fenced = ack(&mut q.conn, &ok, 5, |tx| {
+            let out = fail_in(tx, &rest, "chunk 2 failed", &p, 5, None)?;
+            assert_eq!(out.retrying, 1);
+            Ok(())
+        })
+        .expect("ack");
+        assert_eq!(fenced, Fenced::Done);
+        assert_eq!(q.status(ids[0]).0, "done");
+        assert_eq!(q.status(ids[1]).0, "done");
+        assert_eq!(q.status(ids[2]).0, "pending");
+        assert_eq!(q.status(ids[2]).1, 1);
+        // A part released without an attempt.
+        let again = q.claim(W, 10_000).expect("the rest");
+        assert_eq!(again.ids(), vec![ids[2]]);
+        let fenced =
+            db::write(&mut q.conn, |tx| release_in(tx, &again, 20_000, 10_000)).expect("release");
+        assert_eq!(fenced, Fenced::Done);
+        assert_eq!(q.status(ids[2]), ("pending".into(), 1, 20_000));
+    }
+
+    #[test]
+    fn late_observations_queue_their_turns_summary_again() {
+        let mut q = q();
+        q.session("s", 2);
+        let sum = match q.add("s", JobKind::Summarize, 1, "turn1", 0) {
+            Enqueued::Added(id) => id,
+            other => panic!("{other:?}"),
+        };
+        // Nothing to redo while the summary has not run.
+        assert!(!db::write(&mut q.conn, |tx| redo_summary(tx, "s", 1, 1)).expect("redo"));
+        let b = q.claim(W, 1).expect("summary");
+        ack(&mut q.conn, &b, 2, |_| Ok(())).expect("ack");
+        assert_eq!(q.status(sum).0, "done");
+        // Another turn's summary is left alone.
+        assert!(!db::write(&mut q.conn, |tx| redo_summary(tx, "s", 2, 3)).expect("redo"));
+        assert!(db::write(&mut q.conn, |tx| redo_summary(tx, "s", 1, 3)).expect("redo"));
+        assert_eq!(q.status(sum), ("pending".into(), 0, 3));
+        assert_eq!(q.claim(W, 3).expect("again").ids(), vec![sum]);
     }
 
     #[test]
@@ -930,7 +1092,7 @@ mod tests {
             Fenced::LeaseLost
         );
         assert!(
-            fail(&mut q.conn, &old, "x", &p, 1_003)
+            fail(&mut q.conn, &old, "x", &p, 1_003, None)
                 .expect("old fail")
                 .lease_lost
         );
@@ -992,7 +1154,8 @@ mod tests {
         let mut now = 0;
         for attempt in 1..=3u32 {
             let b = q.claim(W, now).expect("due");
-            let out = fail(&mut q.conn, &b, &format!("error {attempt}"), &p, now).expect("fail");
+            let out =
+                fail(&mut q.conn, &b, &format!("error {attempt}"), &p, now, None).expect("fail");
             let (status, attempts, available_at) = q.status(id);
             assert_eq!(attempts, attempt);
             if attempt < 3 {
@@ -1054,7 +1217,7 @@ mod tests {
             ..q.policy
         };
         while let Some(b) = claim_batch(&mut q.conn, W, &p, now).expect("claim") {
-            fail(&mut q.conn, &b, "boom", &p, now).expect("fail");
+            fail(&mut q.conn, &b, "boom", &p, now, None).expect("fail");
         }
     }
 
@@ -1151,7 +1314,7 @@ mod tests {
         let id = q.obs("s", 1, "a", 0);
         let b = q.claim(W, 0).expect("batch");
         assert_eq!(
-            release(&mut q.conn, &b, 5_000, 10).expect("release"),
+            release(&mut q.conn, &b, 5_010, 10).expect("release"),
             Fenced::Done
         );
         assert_eq!(q.status(id), ("pending".into(), 0, 5_010));

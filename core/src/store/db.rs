@@ -30,6 +30,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0003_embeddings",
         include_str!("../../../migrations/0003_embeddings.sql"),
     ),
+    (
+        "0004_model_calls",
+        include_str!("../../../migrations/0004_model_calls.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

@@ -9,13 +9,13 @@
 //!
 //! Writes `observations` and `session_summaries` (through `memory::observations`, inside
 //! `queue::claim::ack`'s transaction), `pending_messages` through the queue, `workers`
-//! through `queue::workers`, `model_calls` (`usage`, its only writer), and `embeddings`
-//! (through `recall::embed::store`).
+//! through `queue::workers`, `model_calls` and `model_limits` (`usage`, their only
+//! writer), and `embeddings` (through `recall::embed::store`).
 //!
 //! Invariants: no transaction is held across a model call; results are stored only inside
 //! the ack's transaction, so a batch whose lease was lost stores nothing; every prompt is
 //! self-contained, so a replayed job is the same call again and content hashes make the
-//! second store a no-op. Data flows from the queue (and the spool) through the model into
+//! second store a no-op; a model call is recorded before it is made. Data flows from the queue (and the spool) through the model into
 //! memory.
 
 pub mod embedder;

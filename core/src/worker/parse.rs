@@ -89,8 +89,8 @@ pub struct Parsed {
     pub observations: Vec<ParsedObservation>,
     /// The first non-blank summary.
     pub summary: Option<ParsedSummary>,
-    /// The reply held the explicit empty answer (`<none/>`, or an empty
-    /// `<observations></observations>` block).
+    /// The reply held the explicit empty answer, `<none/>` ([`EMPTY_ANSWER`]); nothing
+    /// else means empty.
     pub explicit_empty: bool,
 }
 
@@ -313,9 +313,6 @@ struct State {
     out: Parsed,
     obs: Option<ParsedObservation>,
     summary: Option<ParsedSummary>,
-    /// Inside `<observations>` with nothing found in it yet.
-    block_open: bool,
-    block_found: bool,
     field: Option<Field>,
     list: Option<List>,
     /// Text of the open field, list item or bare list text.
@@ -327,16 +324,11 @@ impl State {
     fn start(&mut self, e: &BytesStart, empty: bool) {
         let name = e.name().0.to_ascii_lowercase();
         match name.as_str() {
-            "none" | "nothing" | "empty" if empty => {
+            // The one empty answer the prompts define. An `<observations>` block with no
+            // `<observation>` in it is not one: it is what a model echoing the summary
+            // prompt's own block sends back.
+            "none" if empty => {
                 self.out.explicit_empty = true;
-            }
-            "observations" => {
-                if empty {
-                    self.out.explicit_empty = true;
-                } else {
-                    self.block_open = true;
-                    self.block_found = false;
-                }
             }
             "observation" => {
                 self.close_observation();
@@ -396,13 +388,7 @@ impl State {
         match name.as_str() {
             "observation" => self.close_observation(),
             "summary" => self.close_summary(),
-            "observations" => {
-                self.close_observation();
-                if self.block_open && !self.block_found {
-                    self.out.explicit_empty = true;
-                }
-                self.block_open = false;
-            }
+            "observations" => self.close_observation(),
             n if field_of(n).is_some() && self.field.is_some() => self.commit(),
             n if list_of(n).is_some() => {
                 self.commit();
@@ -482,7 +468,6 @@ impl State {
             && !o.is_blank()
         {
             o.ensure_title();
-            self.block_found = true;
             self.out.observations.push(o);
         }
     }
@@ -661,8 +646,15 @@ mod tests {
     fn explicit_empty_answers() {
         check("<none/>", &[], true);
         check("Nothing worth recording.\n<none />", &[], true);
-        check("<observations></observations>", &[], true);
-        check("<observations/>", &[], true);
+        // An echoed block, or another self-closing tag, is not the empty answer.
+        check("<observations></observations>", &[], false);
+        check("<observations/>", &[], false);
+        check(
+            "<observations>\n- [feature] Wrote out.txt\n</observations>",
+            &[],
+            false,
+        );
+        check("<nothing/>", &[], false);
         check("no xml at all", &[], false);
         check("", &[], false);
         // Observations win over an empty marker.

@@ -5,13 +5,19 @@
 //! claimer (this thread) ── Work ──► model threads ── Done ──► writer ── Finished ──► claimer
 //!   claim_batch, read context        build prompts, call      ack + results + model_calls
 //!   heartbeat, rescue, housekeeping  the provider, parse      in one transaction, or fail
+//!                                    ── Started ──► writer: a call's row, before the call
 //! ```
 //!
 //! Invariants:
 //! - no transaction is held across a model call: the claimer reads, the model threads touch
-//!   no database, the writer writes;
+//!   no database, the writer writes (a call's `started` row too, before the call is made);
 //! - results are stored only through `queue::claim::ack`'s closure, so a batch whose lease was
 //!   lost stores nothing, and a replayed batch stores no duplicate (content hashes);
+//! - a split batch keeps what succeeded: the chunks before a failed one are acked with
+//!   their results, the rest failed or released in the same transaction;
+//! - a context-length error is not an attempt: the rest of the batch is split smaller and
+//!   called again at once, and the size is remembered for the provider and model;
+//! - a rate limit's `Retry-After` is waited out in the queue, without counting an attempt;
 //! - one in-flight batch per session (the queue's rule), so a turn's summary is built after
 //!   its observations are stored;
 //! - on stop (SIGTERM/SIGINT) the claimer claims nothing more, waits up to
@@ -37,13 +43,13 @@ use crate::queue::workers;
 use crate::settings::Settings;
 use crate::store::db;
 use crate::store::paths::DataDir;
-use crate::worker::model::{self, Provider, RetryPolicy};
+use crate::worker::model::{self, ModelError, Provider, RetryPolicy};
 use crate::worker::offline;
 use crate::worker::parse::{
     self, ObservationsOutcome, ParsedObservation, ParsedSummary, SummaryOutcome,
 };
 use crate::worker::prompt::{self, Limits, Prompt, SessionHeader, TurnObservation};
-use crate::worker::usage::{self, CallRecord, Outcome};
+use crate::worker::usage::{self, Call, CallRecord, Outcome};
 
 /// Titles of the session's latest observations shown in a prompt header.
 const HEADER_TITLES: usize = 8;
@@ -111,6 +117,8 @@ struct Work {
     batch: Batch,
     input: Input,
     provider: Arc<Provider>,
+    /// `model.*` limits, with `max_prompt_chars` lowered to what this provider's model is
+    /// known to take (`usage::prompt_limit`).
     limits: Limits,
     retry: RetryPolicy,
     policy: Policy,
@@ -138,7 +146,10 @@ struct Done {
     batch: Batch,
     policy: Policy,
     result: Verdict,
-    calls: Vec<CallRecord>,
+    calls: Vec<Call>,
+    /// A smaller `max_prompt_chars` this batch found the model needs (it rejected a
+    /// larger prompt as too long for its context).
+    learned_limit: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -147,9 +158,32 @@ enum Verdict {
         observations: Vec<NewObservation>,
         summary: Option<Box<NewSummary>>,
     },
-    Fail(String),
-    /// Give the batch back without counting an attempt, available again after this delay.
-    Release(i64),
+    /// A failed attempt of the jobs not in `kept`; never retried before `not_before` (ms).
+    Fail {
+        error: String,
+        not_before: Option<i64>,
+        kept: Kept,
+    },
+    /// Give the jobs not in `kept` back without counting an attempt, to be claimed again
+    /// at `until` (ms): the provider asked to wait, or the token budget is spent.
+    Release { until: i64, kept: Kept },
+}
+
+/// The chunks of a split batch that succeeded before one failed: their jobs are done and
+/// their observations stored, so a retry does not pay for them again.
+#[derive(Debug, Default)]
+struct Kept {
+    job_ids: Vec<i64>,
+    observations: Vec<NewObservation>,
+}
+
+/// What model threads send the writer.
+#[derive(Debug)]
+enum ToWriter {
+    /// A call is about to be made: write its `started` row and answer with its id.
+    Started(Box<CallRecord>, Sender<Option<i64>>),
+    /// A batch is finished.
+    Done(Box<Done>),
 }
 
 /// What the writer tells the claimer.
@@ -170,12 +204,18 @@ pub fn run(
     periodic: Option<Periodic>,
 ) -> Result<Report> {
     let provider = build_provider(&settings)?;
+    let concurrency = provider.concurrency(settings.worker.concurrency).max(1) as usize;
     log::info!(
-        "worker {} starting: provider {} ({}), concurrency {}",
+        "worker {} starting: provider {} ({}), concurrency {}{}",
         opts.worker_id,
         provider.name(),
         provider.model(),
-        settings.worker.concurrency
+        concurrency,
+        if settings.worker.concurrency == 0 && provider.is_local() {
+            " (a model server on this machine: one call at a time; set worker.concurrency to change it)"
+        } else {
+            ""
+        }
     );
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let db_identity = file_identity(&dir.db());
@@ -189,10 +229,9 @@ pub fn run(
     // We hold the single-instance lock: every claim not ours belongs to a dead worker.
     queue::claim::rescue(&mut conn, RescueScope::AllBut(&opts.worker_id), now)?;
 
-    let concurrency = settings.worker.concurrency.max(1) as usize;
     let budget_spent = Arc::new(AtomicBool::new(false));
     let (work_tx, work_rx) = crossbeam_channel::bounded::<Work>(concurrency);
-    let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<ToWriter>();
     let (fin_tx, fin_rx) = crossbeam_channel::unbounded::<Finished>();
 
     let mut model_threads = Vec::new();
@@ -236,6 +275,7 @@ pub fn run(
         policy: Policy::default(),
         opts,
         inflight: HashMap::new(),
+        concurrency,
         periodic,
         next_housekeeping: 0,
         next_slow_housekeeping: 0,
@@ -317,6 +357,8 @@ struct Claimer {
     opts: Options,
     /// Batches handed to model threads and not yet finished, by claim token.
     inflight: HashMap<i64, Batch>,
+    /// Model threads (fixed at start).
+    concurrency: usize,
     periodic: Option<Periodic>,
     next_housekeeping: i64,
     next_slow_housekeeping: i64,
@@ -337,7 +379,7 @@ impl Claimer {
         control: &Control,
         reload: &dyn Fn() -> Result<Settings>,
     ) -> Result<()> {
-        let concurrency = self.settings.worker.concurrency.max(1) as usize;
+        let concurrency = self.concurrency;
         let mut last_activity = Instant::now();
         loop {
             while let Ok(f) = fin_rx.try_recv() {
@@ -445,16 +487,22 @@ impl Claimer {
             Err(e) => {
                 let msg = format!("cannot prepare the batch: {e}");
                 log::warn!("{msg}");
-                queue::claim::fail(&mut self.conn, &batch, &msg, &self.policy, now)?;
+                queue::claim::fail(&mut self.conn, &batch, &msg, &self.policy, now, None)?;
                 return Ok(());
             }
         };
         self.inflight.insert(batch.token, batch.clone());
+        let mut limits = Limits::from_settings(&self.settings.model);
+        if let Some(known) =
+            usage::prompt_limit(&self.conn, self.provider.name(), self.provider.model())?
+        {
+            limits.max_prompt_chars = limits.max_prompt_chars.min(known);
+        }
         let work = Work {
             batch,
             input,
             provider: self.provider.clone(),
-            limits: Limits::from_settings(&self.settings.model),
+            limits,
             retry: RetryPolicy::from_settings(&self.settings.model),
             policy: self.policy,
         };
@@ -666,7 +714,7 @@ impl Claimer {
         let mut released = 0;
         let now = now_ms();
         for batch in std::mem::take(&mut self.inflight).into_values() {
-            match queue::claim::release(&mut self.conn, &batch, 0, now) {
+            match queue::claim::release(&mut self.conn, &batch, now, now) {
                 Ok(Fenced::Done) => {
                     released += 1;
                     log::warn!(
@@ -736,7 +784,7 @@ fn turn_observations(
     Ok((obs, read, edited))
 }
 
-fn model_thread(rx: Receiver<Work>, tx: Sender<Done>, budget_spent: Arc<AtomicBool>) {
+fn model_thread(rx: Receiver<Work>, tx: Sender<ToWriter>, budget_spent: Arc<AtomicBool>) {
     for work in rx {
         let done = if budget_spent.load(Ordering::SeqCst) && !work.provider.is_offline() {
             log::warn!(
@@ -746,20 +794,24 @@ fn model_thread(rx: Receiver<Work>, tx: Sender<Done>, budget_spent: Arc<AtomicBo
             Done {
                 policy: work.policy,
                 batch: work.batch,
-                result: Verdict::Release(BUDGET_RETRY_MS),
+                result: Verdict::Release {
+                    until: now_ms() + BUDGET_RETRY_MS,
+                    kept: Kept::default(),
+                },
                 calls: Vec::new(),
+                learned_limit: None,
             }
         } else {
-            process(work)
+            process(work, &tx)
         };
-        if tx.send(done).is_err() {
+        if tx.send(ToWriter::Done(Box::new(done))).is_err() {
             return;
         }
     }
 }
 
 /// Turns one batch into a verdict: the results to store, or why it failed.
-fn process(work: Work) -> Done {
+fn process(work: Work, writer: &Sender<ToWriter>) -> Done {
     let Work {
         batch,
         input,
@@ -768,12 +820,21 @@ fn process(work: Work) -> Done {
         retry,
         policy,
     } = work;
-    let mut calls = Vec::new();
+    let mut ledger = Ledger {
+        writer,
+        calls: Vec::new(),
+    };
     let now = now_ms();
+    let mut caller = Caller {
+        batch: &batch,
+        provider: &provider,
+        retry,
+        limits,
+        learned: None,
+        ledger: &mut ledger,
+    };
     let result = match input {
-        Input::Observations { header, events } => observe(
-            &batch, &header, &events, &provider, limits, retry, &mut calls, now,
-        ),
+        Input::Observations { header, events } => observe(&mut caller, &header, &events, now),
         Input::Summary {
             project,
             request,
@@ -790,130 +851,300 @@ fn process(work: Work) -> Done {
                 files_edited: &files_edited,
                 turn: &turn,
             };
-            summarize(&batch, &ctx, &provider, limits, retry, &mut calls, now)
+            summarize(&mut caller, &ctx, now)
         }
     };
+    let learned_limit = caller.learned;
     Done {
         batch,
         policy,
         result,
-        calls,
+        calls: ledger.calls,
+        learned_limit,
     }
 }
 
-/// Calls the model with retries; records every attempt in `calls` (the successful one's
-/// outcome is fixed by the caller after parsing). Returns the reply text.
-fn call_model(
-    batch: &Batch,
-    job_ids: &[i64],
-    provider: &Provider,
-    prompt: &Prompt,
-    retry: RetryPolicy,
-    calls: &mut Vec<CallRecord>,
-) -> std::result::Result<String, String> {
-    log::debug!(
-        "prompt for jobs {job_ids:?} ({} chars):\n{}\n{}",
-        prompt.chars(),
-        prompt.system,
-        prompt.user
-    );
-    let purpose = batch.kind().as_str();
-    let mut record = |a: model::AttemptRecord| {
-        calls.push(CallRecord {
-            provider: provider.name().to_string(),
-            model: provider.model().to_string(),
-            purpose: purpose.to_string(),
-            session_id: Some(batch.session_id().to_string()),
-            job_ids: job_ids.to_vec(),
-            prompt_chars: prompt.chars(),
-            input_tokens: a.input_tokens,
-            output_tokens: a.output_tokens,
-            latency_ms: a.latency_ms,
-            outcome: if a.error.is_some() {
-                Outcome::Error
-            } else {
-                Outcome::Ok
-            },
-            error: a.error,
-            created_at: now_ms(),
-        });
-    };
-    match model::complete_with_retry(provider, prompt, retry, &mut record) {
-        Ok(c) => {
-            log::debug!("reply for jobs {job_ids:?}:\n{}", c.text);
-            Ok(c.text)
+/// How long a model thread waits for the writer to record that a call starts.
+const START_WAIT: Duration = Duration::from_secs(10);
+
+/// The model calls of one batch: each written as `started` (through the writer) before it
+/// is made, completed in the batch's ack.
+struct Ledger<'a> {
+    writer: &'a Sender<ToWriter>,
+    calls: Vec<Call>,
+}
+
+impl Ledger<'_> {
+    /// Records that a call is about to be made. Should the writer not answer, the call is
+    /// still made and recorded whole afterwards.
+    fn start(&mut self, record: CallRecord) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let id = if self
+            .writer
+            .send(ToWriter::Started(Box::new(record.clone()), tx))
+            .is_ok()
+        {
+            rx.recv_timeout(START_WAIT).ok().flatten()
+        } else {
+            None
+        };
+        self.calls.push(Call { id, record });
+    }
+
+    /// The call being made (the last started).
+    fn last(&mut self) -> Option<&mut CallRecord> {
+        self.calls.last_mut().map(|c| &mut c.record)
+    }
+
+    fn set_last_outcome(&mut self, outcome: Outcome, error: Option<String>) {
+        if let Some(last) = self.last() {
+            last.outcome = outcome;
+            last.error = error;
         }
-        Err(e) => Err(format!("model call failed: {e}")),
     }
 }
 
-fn set_last_outcome(calls: &mut [CallRecord], outcome: Outcome, error: Option<String>) {
-    if let Some(last) = calls.last_mut() {
-        last.outcome = outcome;
-        last.error = error;
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn observe(
-    batch: &Batch,
-    header: &SessionHeader,
-    events: &[ToolEvent],
-    provider: &Provider,
-    limits: Limits,
+/// Calls the model for one batch: the provider, retry policy, the prompt size in force
+/// (lowered when the model rejects a prompt as too long) and the ledger of calls.
+struct Caller<'a, 'l> {
+    batch: &'a Batch,
+    provider: &'a Provider,
     retry: RetryPolicy,
-    calls: &mut Vec<CallRecord>,
-    now: i64,
-) -> Verdict {
-    let ids = batch.ids();
-    let (origin, parsed_chunks) = if provider.is_offline() {
-        (
-            "offline",
-            vec![(0..events.len(), offline::observations(events))],
-        )
-    } else {
-        let mut chunks = Vec::new();
-        for range in prompt::split_batch(header, events, limits) {
-            let p = prompt::observation_prompt(header, &events[range.clone()], limits);
-            let text = match call_model(batch, &ids[range.clone()], provider, &p, retry, calls) {
-                Ok(t) => t,
-                Err(e) => return Verdict::Fail(e),
-            };
-            match parse::parse(&text).observations_outcome(&text) {
-                ObservationsOutcome::Found(obs) => chunks.push((range, obs)),
-                ObservationsOutcome::Empty => {
-                    set_last_outcome(calls, Outcome::Empty, None);
-                }
-                ObservationsOutcome::Unusable(reason) => {
-                    set_last_outcome(calls, Outcome::Unusable, Some(reason.clone()));
-                    return Verdict::Fail(reason);
+    limits: Limits,
+    /// Set when `limits.max_prompt_chars` was lowered for this model.
+    learned: Option<usize>,
+    ledger: &'a mut Ledger<'l>,
+}
+
+/// Most times one batch lowers its prompt size after context-length errors.
+const MAX_SHRINKS: usize = 12;
+/// The smallest prompt size tried after context-length errors.
+const MIN_PROMPT_CHARS: usize = 1_000;
+
+impl Caller<'_, '_> {
+    /// Calls the model with retries; records every attempt (the successful one's outcome
+    /// is fixed by the caller after parsing). Returns the reply text.
+    fn call(
+        &mut self,
+        job_ids: &[i64],
+        prompt: &Prompt,
+    ) -> std::result::Result<String, ModelError> {
+        log::debug!(
+            "prompt for jobs {job_ids:?} ({} chars):\n{}\n{}",
+            prompt.chars(),
+            prompt.system,
+            prompt.user
+        );
+        let (provider, batch) = (self.provider, self.batch);
+        let ledger = &mut *self.ledger;
+        let mut started = Instant::now();
+        let mut record = |a: model::Attempt| match a {
+            model::Attempt::Starting => {
+                started = Instant::now();
+                ledger.start(CallRecord {
+                    provider: provider.name().to_string(),
+                    model: provider.model().to_string(),
+                    purpose: batch.kind().as_str().to_string(),
+                    session_id: Some(batch.session_id().to_string()),
+                    job_ids: job_ids.to_vec(),
+                    prompt_chars: prompt.chars(),
+                    input_tokens: usage::estimate_tokens(prompt.chars()),
+                    output_tokens: 0,
+                    tokens_estimated: true,
+                    latency_ms: 0,
+                    outcome: Outcome::Started,
+                    error: None,
+                    created_at: now_ms(),
+                });
+            }
+            model::Attempt::Finished(a) => {
+                if let Some(last) = ledger.last() {
+                    last.latency_ms = a.latency_ms.max(started.elapsed().as_millis() as i64);
+                    last.input_tokens = a.input_tokens;
+                    last.output_tokens = a.output_tokens;
+                    last.tokens_estimated = false;
+                    last.outcome = if a.error.is_some() {
+                        Outcome::Error
+                    } else {
+                        Outcome::Ok
+                    };
+                    last.error = a.error;
                 }
             }
+        };
+        let result = model::complete_with_retry(provider, prompt, self.retry, &mut record);
+        if let Ok(c) = &result
+            && let Some(last) = self.ledger.last()
+            && (provider.estimates_tokens() || c.input_tokens == 0)
+        {
+            // No counts from the provider: estimate, and say so.
+            last.input_tokens = usage::estimate_tokens(prompt.chars());
+            last.output_tokens = usage::estimate_tokens(c.text.chars().count());
+            last.tokens_estimated = true;
         }
-        ("model", chunks)
-    };
-    let mut out = Vec::new();
-    for (range, parsed) in parsed_chunks {
-        let edited: Vec<String> = events[range.clone()]
-            .iter()
-            .filter_map(offline::edited_path)
-            .collect();
-        let files = attribute_edits(&parsed, &edited);
-        for (p, extra) in parsed.into_iter().zip(files) {
-            out.push(to_observation(
-                batch,
-                p,
-                extra,
-                &ids[range.clone()],
-                origin,
+        if let Ok(c) = &result {
+            log::debug!("reply for jobs {job_ids:?}:\n{}", c.text);
+        }
+        result.map(|c| c.text)
+    }
+
+    /// After `e`, a context-length error for a prompt of `prompt_chars`: lowers the prompt
+    /// size so the next prompt fits, and returns true; false when it cannot go lower.
+    fn shrink(&mut self, e: &ModelError, prompt_chars: usize, shrinks: &mut usize) -> bool {
+        let ModelError::ContextLength {
+            prompt_tokens,
+            limit_tokens,
+            ..
+        } = e
+        else {
+            return false;
+        };
+        let current = self.limits.max_prompt_chars.min(prompt_chars.max(1));
+        let target = match (prompt_tokens, limit_tokens) {
+            // Scale by what the server counted, keeping 15% for the difference between
+            // its tokenizer and our count of characters.
+            (Some(p), Some(l)) if p > l => {
+                (current as u128 * *l as u128 * 85 / 100 / *p as u128) as usize
+            }
+            _ => current / 2,
+        };
+        let next = target.min(current * 9 / 10).max(MIN_PROMPT_CHARS);
+        *shrinks += 1;
+        if next >= self.limits.max_prompt_chars || *shrinks > MAX_SHRINKS {
+            return false;
+        }
+        log::warn!(
+            "{} ({}) rejected a {prompt_chars}-char prompt as too long for its context; \
+             prompts now kept under {next} chars (model.max_prompt_chars): {e}",
+            self.provider.name(),
+            self.provider.model()
+        );
+        self.limits.max_prompt_chars = next;
+        self.learned = Some(next);
+        true
+    }
+
+    /// The verdict for a call that failed with `e`, keeping `kept`.
+    fn failure(&self, e: ModelError, kept: Kept, now: i64) -> Verdict {
+        if let Some(wait) = e.wait_asked() {
+            let until = now_ms().max(now) + wait.as_millis() as i64;
+            log::warn!(
+                "jobs of session {} wait {}s as the model API asked: {e}",
+                self.batch.session_id(),
+                wait.as_secs()
+            );
+            return Verdict::Release { until, kept };
+        }
+        let not_before = e
+            .retry_after()
+            .map(|w| now_ms().max(now) + w.as_millis() as i64);
+        let error = match &e {
+            ModelError::ContextLength { .. } => format!(
+                "model call failed: {e}; even a prompt of {} chars does not fit: lower \
+                 model.max_prompt_chars and model.max_tool_field_chars, or give the model a \
+                 larger context",
+                self.limits.max_prompt_chars
+            ),
+            _ => format!("model call failed: {e}"),
+        };
+        Verdict::Fail {
+            error,
+            not_before,
+            kept,
+        }
+    }
+}
+
+fn observe(c: &mut Caller, header: &SessionHeader, events: &[ToolEvent], now: i64) -> Verdict {
+    let ids = c.batch.ids();
+    if c.provider.is_offline() {
+        let parsed = offline::observations(events);
+        return Verdict::Store {
+            observations: chunk_observations(
+                c.batch,
+                events,
+                &ids,
+                0..events.len(),
+                parsed,
+                "offline",
                 now,
-            ));
+            ),
+            summary: None,
+        };
+    }
+    let mut out = Vec::new();
+    // Events before `from` are settled: observed, or answered empty.
+    let mut from = 0;
+    let mut shrinks = 0;
+    'split: while from < events.len() {
+        let base = from;
+        for chunk in prompt::split_batch(header, &events[base..], c.limits) {
+            let range = base + chunk.start..base + chunk.end;
+            let p = prompt::observation_prompt(header, &events[range.clone()], c.limits);
+            let kept = |out: Vec<NewObservation>| Kept {
+                job_ids: ids[..range.start].to_vec(),
+                observations: out,
+            };
+            let text = match c.call(&ids[range.clone()], &p) {
+                Ok(t) => t,
+                Err(e) if c.shrink(&e, p.chars(), &mut shrinks) => {
+                    // Split what is left with the smaller size, at once.
+                    from = range.start;
+                    continue 'split;
+                }
+                Err(e) => return c.failure(e, kept(out), now),
+            };
+            match parse::parse(&text).observations_outcome(&text) {
+                ObservationsOutcome::Found(obs) => out.extend(chunk_observations(
+                    c.batch,
+                    events,
+                    &ids,
+                    range.clone(),
+                    obs,
+                    "model",
+                    now,
+                )),
+                ObservationsOutcome::Empty => c.ledger.set_last_outcome(Outcome::Empty, None),
+                ObservationsOutcome::Unusable(reason) => {
+                    c.ledger
+                        .set_last_outcome(Outcome::Unusable, Some(reason.clone()));
+                    return Verdict::Fail {
+                        error: reason,
+                        not_before: None,
+                        kept: kept(out),
+                    };
+                }
+            }
+            from = range.end;
         }
     }
     Verdict::Store {
         observations: out,
         summary: None,
     }
+}
+
+/// The observations of one chunk (`range` of the batch's events), with the chunk's edits
+/// attributed to them.
+fn chunk_observations(
+    batch: &Batch,
+    events: &[ToolEvent],
+    ids: &[i64],
+    range: std::ops::Range<usize>,
+    parsed: Vec<ParsedObservation>,
+    origin: &str,
+    now: i64,
+) -> Vec<NewObservation> {
+    let edited: Vec<String> = events[range.clone()]
+        .iter()
+        .filter_map(offline::edited_path)
+        .collect();
+    let files = attribute_edits(&parsed, &edited);
+    parsed
+        .into_iter()
+        .zip(files)
+        .map(|(p, extra)| to_observation(batch, p, extra, &ids[range.clone()], origin, now))
+        .collect()
 }
 
 /// Which edited paths of a chunk each observation gets in `files_modified`: a path goes to
@@ -999,15 +1230,8 @@ struct TurnContext<'a> {
     turn: &'a TurnEnd,
 }
 
-fn summarize(
-    batch: &Batch,
-    ctx: &TurnContext,
-    provider: &Provider,
-    limits: Limits,
-    retry: RetryPolicy,
-    calls: &mut Vec<CallRecord>,
-    now: i64,
-) -> Verdict {
+fn summarize(c: &mut Caller, ctx: &TurnContext, now: i64) -> Verdict {
+    let batch = c.batch;
     if ctx.turn.agent_id.is_some() {
         // A subagent's turn end: its tool calls are already observations, and the turn's
         // summary belongs to the main agent's Stop.
@@ -1016,7 +1240,7 @@ fn summarize(
             summary: None,
         };
     }
-    let (origin, parsed) = if provider.is_offline() {
+    let (origin, parsed) = if c.provider.is_offline() {
         let titles: Vec<String> = ctx.observations.iter().map(|o| o.title.clone()).collect();
         (
             "offline",
@@ -1029,29 +1253,38 @@ fn summarize(
             ),
         )
     } else {
-        let p = prompt::summary_prompt(
-            ctx.project,
-            ctx.request,
-            ctx.observations,
-            &ctx.turn.last_assistant_message,
-            limits,
-        );
-        let text = match call_model(batch, &batch.ids(), provider, &p, retry, calls) {
-            Ok(t) => t,
-            Err(e) => return Verdict::Fail(e),
+        let mut shrinks = 0;
+        let text = loop {
+            let p = prompt::summary_prompt(
+                ctx.project,
+                ctx.request,
+                ctx.observations,
+                &ctx.turn.last_assistant_message,
+                c.limits,
+            );
+            match c.call(&batch.ids(), &p) {
+                Ok(t) => break t,
+                Err(e) if c.shrink(&e, p.chars(), &mut shrinks) => continue,
+                Err(e) => return c.failure(e, Kept::default(), now),
+            }
         };
         match parse::parse(&text).summary_outcome(&text) {
             SummaryOutcome::Found(s) => ("model", s),
             SummaryOutcome::Empty => {
-                set_last_outcome(calls, Outcome::Empty, None);
+                c.ledger.set_last_outcome(Outcome::Empty, None);
                 return Verdict::Store {
                     observations: Vec::new(),
                     summary: None,
                 };
             }
             SummaryOutcome::Unusable(reason) => {
-                set_last_outcome(calls, Outcome::Unusable, Some(reason.clone()));
-                return Verdict::Fail(reason);
+                c.ledger
+                    .set_last_outcome(Outcome::Unusable, Some(reason.clone()));
+                return Verdict::Fail {
+                    error: reason,
+                    not_before: None,
+                    kept: Kept::default(),
+                };
             }
         }
     };
@@ -1090,18 +1323,66 @@ fn to_summary(
     }
 }
 
-fn writer_thread(mut conn: Connection, rx: Receiver<Done>, fin: Sender<Finished>) -> Report {
+fn writer_thread(mut conn: Connection, rx: Receiver<ToWriter>, fin: Sender<Finished>) -> Report {
     let mut report = Report::default();
-    for done in rx {
-        let token = done.batch.token;
-        if let Err(e) = write_done(&mut conn, done, &mut report) {
-            log::error!(
-                "cannot record a finished batch (its lease will expire and it will be retried): {e}"
-            );
+    for msg in rx {
+        match msg {
+            ToWriter::Started(record, reply) => {
+                let id = match db::write(&mut conn, |tx| usage::start(tx, &record)) {
+                    Ok(id) => Some(id),
+                    Err(e) => {
+                        log::warn!("cannot record a model call before making it: {e}");
+                        None
+                    }
+                };
+                let _ = reply.send(id);
+            }
+            ToWriter::Done(done) => {
+                let token = done.batch.token;
+                if let Err(e) = write_done(&mut conn, *done, &mut report) {
+                    log::error!(
+                        "cannot record a finished batch (its lease will expire and it will be retried): {e}"
+                    );
+                }
+                let _ = fin.send(Finished { token });
+            }
         }
-        let _ = fin.send(Finished { token });
     }
     report
+}
+
+/// Stores observations and a summary in the ack's transaction; when observations of a
+/// turn land after its summary was written, the summary job is queued again. Returns how
+/// many observations were new.
+fn store(
+    tx: &rusqlite::Transaction,
+    batch: &Batch,
+    observations: &[NewObservation],
+    summary: Option<&NewSummary>,
+    now: i64,
+) -> Result<u64> {
+    let mut added = 0u64;
+    for o in observations {
+        if let memory::observations::Stored::Added(_) =
+            memory::observations::insert_observation(tx, o)?
+        {
+            added += 1;
+        }
+    }
+    if let Some(s) = summary {
+        memory::observations::upsert_summary(tx, s)?;
+    }
+    if added > 0
+        && batch.kind() == JobKind::Observation
+        && queue::claim::redo_summary(tx, batch.session_id(), batch.prompt_number(), now)?
+    {
+        log::info!(
+            "turn {} of session {} gets its summary again: {added} observation(s) arrived after it",
+            batch.prompt_number(),
+            batch.session_id()
+        );
+    }
+    Ok(added)
 }
 
 fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<()> {
@@ -1110,29 +1391,24 @@ fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<
         policy,
         result,
         calls,
+        learned_limit,
     } = done;
     let now = now_ms();
-    match result {
+    if let (Some(limit), Some(first)) = (learned_limit, calls.first()) {
+        let (provider, model) = (first.record.provider.clone(), first.record.model.clone());
+        db::write(conn, |tx| {
+            usage::learn_prompt_limit(tx, &provider, &model, limit, now)
+        })?;
+    }
+    let (kept, rest) = match result {
         Verdict::Store {
             observations,
             summary,
         } => {
-            let mut added = 0u64;
+            let mut added = 0;
             let stored = queue::claim::ack(conn, &batch, now, |tx| {
-                for o in &observations {
-                    if let memory::observations::Stored::Added(_) =
-                        memory::observations::insert_observation(tx, o)?
-                    {
-                        added += 1;
-                    }
-                }
-                if let Some(s) = &summary {
-                    memory::observations::upsert_summary(tx, s)?;
-                }
-                for c in &calls {
-                    usage::record(tx, c)?;
-                }
-                Ok(())
+                added = store(tx, &batch, &observations, summary.as_deref(), now)?;
+                usage::settle(tx, &calls)
             });
             match stored {
                 Ok(Fenced::Done) => {
@@ -1147,39 +1423,100 @@ fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<
                         if summary.is_some() { ", 1 summary" } else { "" }
                     );
                 }
-                Ok(Fenced::LeaseLost) => {
-                    usage::record_all(conn, &calls)?;
-                }
+                Ok(Fenced::LeaseLost) => usage::settle_all(conn, &calls)?,
                 Err(e) => {
-                    usage::record_all(conn, &calls)?;
+                    usage::settle_all(conn, &calls)?;
                     let msg = format!("cannot store the results: {e}");
                     log::error!("{msg}");
-                    queue::claim::fail(conn, &batch, &msg, &policy, now)?;
+                    queue::claim::fail(conn, &batch, &msg, &policy, now, None)?;
                     report.batches_failed += 1;
                 }
             }
+            return Ok(());
         }
-        Verdict::Fail(msg) => {
-            usage::record_all(conn, &calls)?;
-            let out = queue::claim::fail(conn, &batch, &msg, &policy, now)?;
-            report.batches_failed += 1;
-            if out.skipped > 0 {
-                log::error!(
-                    "jobs {:?} skipped after {} attempts: {msg}",
-                    batch.ids(),
-                    policy.max_attempts
-                );
-            } else if !out.lease_lost {
-                log::warn!("jobs {:?} failed, will retry: {msg}", batch.ids());
+        Verdict::Fail {
+            error,
+            not_before,
+            kept,
+        } => (kept, Rest::Fail(error, not_before)),
+        Verdict::Release { until, kept } => (kept, Rest::Release(until)),
+    };
+    let done = batch.part(&kept.job_ids);
+    let left = batch.part(
+        &batch
+            .ids()
+            .into_iter()
+            .filter(|id| !kept.job_ids.contains(id))
+            .collect::<Vec<_>>(),
+    );
+    let mut added = 0;
+    let mut failed = queue::claim::FailOutcome::default();
+    let settle_rest = |tx: &rusqlite::Transaction| -> Result<queue::claim::FailOutcome> {
+        match &rest {
+            Rest::Fail(error, not_before) => {
+                queue::claim::fail_in(tx, &left, error, &policy, now, *not_before)
+            }
+            Rest::Release(until) => {
+                queue::claim::release_in(tx, &left, *until, now)?;
+                Ok(queue::claim::FailOutcome::default())
             }
         }
-        Verdict::Release(delay) => {
-            usage::record_all(conn, &calls)?;
-            queue::claim::release(conn, &batch, delay, now)?;
+    };
+    let fenced = if done.jobs.is_empty() {
+        db::write(conn, |tx| {
+            usage::settle(tx, &calls)?;
+            failed = settle_rest(tx)?;
+            Ok(Fenced::Done)
+        })?
+    } else {
+        queue::claim::ack(conn, &done, now, |tx| {
+            added = store(tx, &batch, &kept.observations, None, now)?;
+            usage::settle(tx, &calls)?;
+            failed = settle_rest(tx)?;
+            Ok(())
+        })?
+    };
+    if fenced == Fenced::LeaseLost {
+        usage::settle_all(conn, &calls)?;
+        return Ok(());
+    }
+    if !done.jobs.is_empty() {
+        report.observations += added;
+        log::info!(
+            "{} job(s) {:?} done before a later chunk failed: {added} observation(s) kept",
+            done.jobs.len(),
+            done.ids()
+        );
+    }
+    match rest {
+        Rest::Fail(msg, _) => {
+            report.batches_failed += 1;
+            if failed.skipped > 0 {
+                log::error!(
+                    "jobs {:?} skipped after {} attempts: {msg}",
+                    left.ids(),
+                    policy.max_attempts
+                );
+            } else if !failed.lease_lost {
+                log::warn!("jobs {:?} failed, will retry: {msg}", left.ids());
+            }
+        }
+        Rest::Release(until) => {
             report.batches_released += 1;
+            log::info!(
+                "jobs {:?} released without an attempt until {}",
+                left.ids(),
+                crate::clock::iso_utc(until)
+            );
         }
     }
     Ok(())
+}
+
+/// What happens to the jobs of a batch that did not succeed.
+enum Rest {
+    Fail(String, Option<i64>),
+    Release(i64),
 }
 
 #[cfg(test)]
@@ -1259,9 +1596,12 @@ mod tests {
             .expect("send");
         drop(work_tx);
         model_thread(work_rx, done_tx, Arc::new(AtomicBool::new(true)));
-        let done = done_rx.recv().expect("done");
+        let before = now_ms();
+        let ToWriter::Done(done) = done_rx.recv().expect("done") else {
+            panic!("a call was started");
+        };
         assert!(
-            matches!(done.result, Verdict::Release(BUDGET_RETRY_MS)),
+            matches!(done.result, Verdict::Release { until, .. } if until >= before + BUDGET_RETRY_MS - 60_000),
             "{done:?}"
         );
         assert!(done.calls.is_empty());

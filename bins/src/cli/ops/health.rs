@@ -102,6 +102,24 @@ fn render_status(s: &status::Status) -> String {
         "{:<11}{} today (UTC), {budget}\n",
         "tokens", s.tokens_today
     ));
+    for p in &s.model_calls_last_day {
+        let t = &p.totals;
+        let mut line = format!(
+            "{:<11}{} {}: {} calls in 24h, {} input + {} output tokens",
+            "model", p.provider, p.model, t.calls, t.input_tokens, t.output_tokens
+        );
+        if p.estimated > 0 {
+            line.push_str(&format!(" ({} calls estimated)", p.estimated));
+        }
+        if t.failed > 0 {
+            line.push_str(&format!(", {} failed", t.failed));
+        }
+        if p.unfinished > 0 {
+            line.push_str(&format!(", {} never completed", p.unfinished));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
     let m = &s.memories;
     out.push_str(&format!(
         "{:<11}{} sessions · {} prompts · {} observations · {} summaries\n",

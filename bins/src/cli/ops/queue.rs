@@ -31,9 +31,10 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             } else if rows.is_empty() {
                 crate::cli::out::note!("no jobs match");
             } else {
-                // On a terminal: short session ids, and the last error cut to the width (on
-                // a line of its own when the row leaves it too little room). In a pipe:
-                // everything whole.
+                // The current state of each job (its history, tries and old errors, is in
+                // `cairn queue show`). On a terminal: short session ids, and the state cut
+                // to the width (on a line of its own when the row leaves it too little
+                // room). In a pipe: everything whole.
                 let width = crate::cli::out::width();
                 let session_w = if width.is_some_and(|w| w < 120) {
                     9
@@ -46,29 +47,29 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
                     }
                     _ => id.to_string(),
                 };
-                let fixed = 7 + 2 + 8 + 1 + 11 + 1 + session_w + 1 + 4 + 1 + 5 + 2 + 20 + 2;
+                let fixed = 7 + 2 + 8 + 1 + 11 + 1 + session_w + 1 + 4 + 2 + 20 + 2;
                 let room = width.map(|w| w.saturating_sub(fixed));
                 let own_line = room.is_some_and(|r| r < 24);
                 let mut o = String::new();
                 let head = format!(
-                    "{:>7}  {:<8} {:<11} {:<session_w$} {:>4} {:>5}  {:<20}",
-                    "id", "status", "kind", "session", "turn", "try", "updated"
+                    "{:>7}  {:<8} {:<11} {:<session_w$} {:>4}  {:<20}",
+                    "id", "status", "kind", "session", "turn", "updated"
                 );
                 if own_line {
                     outln!(o, "{}", head.trim_end());
                 } else {
-                    outln!(o, "{head}  last error");
+                    outln!(o, "{head}  now");
                 }
                 for r in &rows {
-                    let error = r.last_error.as_deref().unwrap_or("");
+                    let error = state(r, now);
+                    let error = error.as_str();
                     let row = format!(
-                        "{:>7}  {:<8} {:<11} {:<session_w$} {:>4} {:>5}  {:<20}",
+                        "{:>7}  {:<8} {:<11} {:<session_w$} {:>4}  {:<20}",
                         r.id,
                         r.status.as_str(),
                         r.kind.as_str(),
                         session(&r.session_id),
                         r.prompt_number,
-                        format!("{}/{}", r.attempts, r.max_attempts),
                         clock::iso_utc(r.updated_at),
                     );
                     match (width, room) {
@@ -241,4 +242,27 @@ fn jobs(n: usize, what: &str) -> String {
 /// Exit code of a command that acts on selected jobs: 1 (like grep) when none was.
 fn found(n: usize) -> u8 {
     if n == 0 { exit::NEGATIVE } else { exit::OK }
+}
+
+/// What a job is doing now, in a few words: ready, waiting (until when), claimed, done, or
+/// skipped (why: the error that decides whether to replay it).
+fn state(r: &queue::stats::JobRow, now: i64) -> String {
+    use queue::claim::JobStatus;
+    match r.status {
+        JobStatus::Pending if r.available_at <= now => "ready".into(),
+        JobStatus::Pending => format!("waits until {}", clock::iso_utc(r.available_at)),
+        JobStatus::Claimed => format!(
+            "claimed by {}",
+            r.claimed_by.as_deref().unwrap_or("a worker")
+        ),
+        JobStatus::Done => r
+            .done_at
+            .map(|t| format!("done at {}", clock::iso_utc(t)))
+            .unwrap_or_else(|| "done".into()),
+        // Whole: a terminal cuts it to its width, a pipe gets all of it.
+        JobStatus::Skipped => format!(
+            "skipped: {}",
+            r.last_error.as_deref().unwrap_or("").replace('\n', " ")
+        ),
+    }
 }

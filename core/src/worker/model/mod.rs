@@ -8,7 +8,11 @@
 //!   bounded in total time by `model.max_retry_secs`;
 //! - whether a failure is worth retrying is decided by [`ModelError::is_retryable`] from the
 //!   variant and status code, never from message text: timeouts, connection errors, 408,
-//!   429, 5xx and overloaded answers are retried; 400, 401, 403, 404 and bad settings are not.
+//!   429, 5xx and overloaded answers are retried; 400, 401, 403, 404 and bad settings are not;
+//! - a prompt too long for the model's context is [`ModelError::ContextLength`], told apart
+//!   from other error answers by status and body (llama.cpp's `exceed_context_size_error`,
+//!   Anthropic's "prompt is too long", OpenAI's `context_length_exceeded`) in one place,
+//!   [`status_error`]: the worker splits the batch rather than retrying the same prompt.
 
 pub mod anthropic;
 pub mod claude_cli;
@@ -42,6 +46,16 @@ pub enum ModelError {
         /// The server's `Retry-After`, when it sent one.
         retry_after: Option<Duration>,
     },
+    /// The prompt is longer than the model's context (a 400 or 413 whose body says so).
+    #[error("the prompt is too long for the model's context (model API answered {status}: {body})")]
+    ContextLength {
+        status: u16,
+        body: String,
+        /// The prompt's size in tokens, as the server counted it, when it said.
+        prompt_tokens: Option<u64>,
+        /// The context's size in tokens, when the server said.
+        limit_tokens: Option<u64>,
+    },
     /// The API said it is overloaded (in a 200 answer's error body).
     #[error("model API is overloaded: {0}")]
     Overloaded(String),
@@ -73,7 +87,23 @@ impl ModelError {
             | ModelError::Timeout(_)
             | ModelError::Transport(_)
             | ModelError::Process(_) => true,
-            ModelError::BadResponse(_) | ModelError::Config(_) => false,
+            ModelError::BadResponse(_)
+            | ModelError::Config(_)
+            | ModelError::ContextLength { .. } => false,
+        }
+    }
+
+    /// How long the server asked us to wait before calling again, when it rate-limited or
+    /// turned us away with a `Retry-After` (429, 503, 529). The worker does not call before
+    /// then, and such a wait is not a failed attempt.
+    pub fn wait_asked(&self) -> Option<Duration> {
+        match self {
+            ModelError::Status {
+                status: 429 | 503 | 529,
+                retry_after,
+                ..
+            } => *retry_after,
+            _ => None,
         }
     }
 
@@ -204,6 +234,33 @@ impl Provider {
         }
     }
 
+    /// True when the provider's API is served from this machine (`localhost`, a loopback
+    /// or unspecified address): a local model server, which usually serves one request at
+    /// a time.
+    pub fn is_local(&self) -> bool {
+        let url = match self {
+            Provider::Anthropic(c) => c.url(),
+            Provider::OpenAi(c) => c.url(),
+            Provider::ClaudeCli(_) | Provider::Offline => return false,
+        };
+        is_local_url(url)
+    }
+
+    /// Model calls in flight at once: `worker.concurrency`, or when it is 0 (automatic)
+    /// 1 for a local model server and 2 otherwise.
+    pub fn concurrency(&self, setting: u32) -> u32 {
+        match setting {
+            0 if self.is_local() => 1,
+            0 => 2,
+            n => n,
+        }
+    }
+
+    /// True when the provider reports no token counts (they are estimated from lengths).
+    pub fn estimates_tokens(&self) -> bool {
+        matches!(self, Provider::ClaudeCli(_))
+    }
+
     pub fn is_offline(&self) -> bool {
         matches!(self, Provider::Offline)
     }
@@ -221,6 +278,24 @@ impl Provider {
     }
 }
 
+/// True when `url`'s host is this machine.
+fn is_local_url(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    let host = host.to_ascii_lowercase();
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+}
+
 fn first_non_empty(options: &[Option<String>]) -> String {
     options
         .iter()
@@ -230,6 +305,16 @@ fn first_non_empty(options: &[Option<String>]) -> String {
         .unwrap_or_default()
         .trim_end_matches('/')
         .to_string()
+}
+
+/// What [`complete_with_retry`] reports about each attempt, for `model_calls`: once before
+/// the request is sent, once after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// The request is about to be sent.
+    Starting,
+    /// It ended.
+    Finished(AttemptRecord),
 }
 
 /// One attempt of a call, for `model_calls`.
@@ -264,13 +349,14 @@ impl RetryPolicy {
 
 /// Calls the provider, retrying retryable failures with exponential backoff and jitter,
 /// honouring `Retry-After`, until `policy.max_elapsed` is spent. `record` sees every
-/// attempt. A `Retry-After` longer than the time left ends the retries at once: the batch
-/// fails and the queue tries it later.
+/// attempt, before it is made and after. A `Retry-After` longer than the time left ends
+/// the retries at once: the error goes back to the worker, which waits that long before
+/// the batch is tried again.
 pub fn complete_with_retry(
     provider: &Provider,
     prompt: &Prompt,
     policy: RetryPolicy,
-    record: &mut dyn FnMut(AttemptRecord),
+    record: &mut dyn FnMut(Attempt),
 ) -> Result<Completion, ModelError> {
     let started = Instant::now();
     let backoff = backoff::ExponentialBackoff {
@@ -283,26 +369,27 @@ pub fn complete_with_retry(
         ..Default::default()
     };
     let op = || {
+        record(Attempt::Starting);
         let t = Instant::now();
         let result = provider.complete(prompt);
         let latency_ms = t.elapsed().as_millis() as i64;
         match result {
             Ok(c) => {
-                record(AttemptRecord {
+                record(Attempt::Finished(AttemptRecord {
                     latency_ms,
                     input_tokens: c.input_tokens,
                     output_tokens: c.output_tokens,
                     error: None,
-                });
+                }));
                 Ok(c)
             }
             Err(e) => {
-                record(AttemptRecord {
+                record(Attempt::Finished(AttemptRecord {
                     latency_ms,
                     input_tokens: 0,
                     output_tokens: 0,
                     error: Some(e.to_string()),
-                });
+                }));
                 if !e.is_retryable() {
                     return Err(backoff::Error::Permanent(e));
                 }
@@ -390,12 +477,76 @@ pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
         .into()
 }
 
-/// The error for a non-2xx answer.
+/// The error for a non-2xx answer. A 400 or 413 whose body says the prompt does not fit
+/// the context is [`ModelError::ContextLength`], whichever provider sent it.
 pub(crate) fn status_error(status: u16, body: &str, retry_after: Option<Duration>) -> ModelError {
+    let capped = crate::worker::prompt::cap(body.trim(), MAX_ERROR_BODY);
+    if matches!(status, 400 | 413) && says_context_exceeded(body) {
+        let (prompt_tokens, limit_tokens) = context_sizes(body);
+        return ModelError::ContextLength {
+            status,
+            body: capped,
+            prompt_tokens,
+            limit_tokens,
+        };
+    }
     ModelError::Status {
         status,
-        body: crate::worker::prompt::cap(body.trim(), MAX_ERROR_BODY),
+        body: capped,
         retry_after,
+    }
+}
+
+/// The words each provider uses for a prompt longer than the context: llama.cpp
+/// (`exceed_context_size_error`, "exceeds the available context size"), Anthropic
+/// ("prompt is too long"), OpenAI and vLLM (`context_length_exceeded`, "maximum context
+/// length"), Ollama ("context length").
+fn says_context_exceeded(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    [
+        "exceed_context_size_error",
+        "exceeds the available context size",
+        "prompt is too long",
+        "context_length_exceeded",
+        "maximum context length",
+        "context length exceeded",
+        "input is too long",
+    ]
+    .iter()
+    .any(|p| b.contains(p))
+}
+
+/// The prompt's and the context's sizes in tokens from a context-length error: the
+/// numbers it names with "tokens" (llama.cpp "request (7797 tokens) exceeds the available
+/// context size (4096 tokens)", Anthropic "prompt is too long: 210000 tokens > 200000
+/// maximum", OpenAI "maximum context length is 128000 tokens. However, your messages
+/// resulted in 130000 tokens"): the larger is the prompt, the smaller the context.
+fn context_sizes(body: &str) -> (Option<u64>, Option<u64>) {
+    let message = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str())
+                .map(String::from)
+        })
+        .unwrap_or_else(|| body.to_string());
+    let mut numbers = Vec::new();
+    let mut digits = String::new();
+    for ch in message.chars().chain(std::iter::once(' ')) {
+        if ch.is_ascii_digit() {
+            digits.push(ch);
+        } else if ch != ',' || digits.is_empty() {
+            if let Ok(n) = digits.parse::<u64>()
+                && n >= 16
+            {
+                numbers.push(n);
+            }
+            digits.clear();
+        }
+    }
+    match numbers[..] {
+        [a, b, ..] if a != b => (Some(a.max(b)), Some(a.min(b))),
+        _ => (None, None),
     }
 }
 
@@ -508,5 +659,91 @@ mod tests {
             None
         );
         assert_eq!(parse_retry_after(None), None);
+    }
+
+    #[test]
+    fn a_local_model_server_gets_one_call_at_a_time() {
+        for (url, local) in [
+            ("http://127.0.0.1:8080/v1", true),
+            ("http://localhost:11434/v1", true),
+            ("http://LOCALHOST", true),
+            ("http://[::1]:8080", true),
+            ("http://0.0.0.0:8080/v1", true),
+            ("http://127.0.0.2:8080", true),
+            ("https://api.openai.com/v1", false),
+            ("https://localhost.example.com", false),
+            ("http://10.0.0.5:8080", false),
+        ] {
+            assert_eq!(is_local_url(url), local, "{url}");
+        }
+        let openai = |base: &str| {
+            Provider::from_settings(
+                &ModelSettings {
+                    provider: "openai".into(),
+                    base_url: base.into(),
+                    ..ModelSettings::default()
+                },
+                &env_of(&[]),
+            )
+            .expect("openai")
+        };
+        let local = openai("http://127.0.0.1:8080/v1");
+        assert_eq!((local.concurrency(0), local.concurrency(3)), (1, 3));
+        let remote = openai("");
+        assert_eq!((remote.concurrency(0), remote.concurrency(1)), (2, 1));
+        assert_eq!(Provider::Offline.concurrency(0), 2);
+    }
+
+    #[test]
+    fn context_length_errors_of_each_provider_are_recognised() {
+        let check = |status, body: &str, sizes: (Option<u64>, Option<u64>)| match status_error(
+            status, body, None,
+        ) {
+            ModelError::ContextLength {
+                prompt_tokens,
+                limit_tokens,
+                ..
+            } => assert_eq!((prompt_tokens, limit_tokens), sizes, "{body}"),
+            other => panic!("{body}: {other:?}"),
+        };
+        check(
+            400,
+            r#"{"error":{"code":400,"message":"request (7797 tokens) exceeds the available context size (4096 tokens), try increasing it","type":"exceed_context_size_error"}}"#,
+            (Some(7797), Some(4096)),
+        );
+        check(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210,500 tokens > 200000 maximum"}}"#,
+            (Some(210_500), Some(200_000)),
+        );
+        check(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130012 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+            (Some(130_012), Some(128_000)),
+        );
+        check(413, "prompt is too long", (None, None));
+        // Other 400s, and a 500 that mentions the words, stay what they are.
+        assert!(matches!(
+            status_error(400, r#"{"error":"bad request"}"#, None),
+            ModelError::Status { status: 400, .. }
+        ));
+        assert!(matches!(
+            status_error(500, "prompt is too long", None),
+            ModelError::Status { status: 500, .. }
+        ));
+        assert!(!status_error(400, "prompt is too long", None).is_retryable());
+    }
+
+    #[test]
+    fn a_wait_is_asked_only_by_rate_limits_with_retry_after() {
+        let s = |status, secs: Option<u64>| ModelError::Status {
+            status,
+            body: String::new(),
+            retry_after: secs.map(Duration::from_secs),
+        };
+        assert_eq!(s(429, Some(30)).wait_asked(), Some(Duration::from_secs(30)));
+        assert_eq!(s(529, Some(5)).wait_asked(), Some(Duration::from_secs(5)));
+        assert_eq!(s(429, None).wait_asked(), None);
+        assert_eq!(s(500, Some(5)).wait_asked(), None);
     }
 }
