@@ -164,6 +164,16 @@ fn questions_in_other_words_find_their_memory() {
     let st = status_json(&env);
     assert_eq!(st["embedded"], 5, "{st}");
     assert_eq!(st["queued"], 0, "{st}");
+    let o = env.run("cairn", &["status", "--json"], b"");
+    let status: Value = serde_json::from_slice(&o.stdout).expect("status json");
+    assert_eq!(status["search"]["embedded"], 5, "{status}");
+    assert!(status["search"]["model"].as_str().is_some(), "{status}");
+    let o = env.run("cairn", &["doctor"], b"");
+    assert!(
+        stdout(&o).contains("by words and meaning"),
+        "{}",
+        stdout(&o)
+    );
 
     // The paraphrases now find their memories through the vector side.
     let o = cairn(&env, &["search", "brute force protection", "--json"]);

@@ -38,7 +38,7 @@ impl Level {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `worker`,
-    /// `provider`, `online`, `disk`, `settings`.
+    /// `provider`, `online`, `search`, `disk`, `settings`.
     pub check: String,
     pub level: Level,
     pub message: String,
@@ -103,8 +103,60 @@ pub fn run(
     check_hooks(env, &mut out);
     check_worker(dir, settings, conn.as_ref(), now, &mut out);
     check_provider(settings, env, &mut out);
+    check_search(dir, settings, conn.as_ref(), &mut out);
     check_disk(dir, &mut out);
     out
+}
+
+/// Search by meaning: the model's files are there and load, and how many memories wait for
+/// their vector. Without a model search still works, by words only: a warning, not a
+/// failure, unless `embed.provider` is `local`.
+fn check_search(
+    dir: &DataDir,
+    settings: &Settings,
+    conn: Option<&Connection>,
+    out: &mut Vec<Finding>,
+) {
+    use crate::recall::embed::{model, store};
+    match model::locate(&settings.embed, dir) {
+        Err(model::Unavailable::Off) => {
+            out.push(ok("search", "by words only (embed.provider is off)".into()))
+        }
+        Err(why) => out.push(finding(
+            "search",
+            if settings.embed.provider == "local" {
+                Level::Fail
+            } else {
+                Level::Warn
+            },
+            format!("by words only: {why}"),
+            Some("run `cairn embed --fetch` (90 MB, once) to find memories by meaning".into()),
+        )),
+        Ok(source) => match source.load() {
+            Err(e) => out.push(finding(
+                "search",
+                Level::Fail,
+                format!(
+                    "the sentence model in {} does not load: {e}",
+                    source.dir.display()
+                ),
+                Some("fetch it again with `cairn embed --fetch`".into()),
+            )),
+            Ok(_) => {
+                let progress = conn.and_then(|c| store::progress(c, &source.id).ok());
+                let counts = progress.map_or(String::new(), |p| {
+                    format!(
+                        "; {} memories have vectors, {} waiting",
+                        p.embedded, p.queued
+                    )
+                });
+                out.push(ok(
+                    "search",
+                    format!("by words and meaning ({}){counts}", source.id),
+                ));
+            }
+        },
+    }
 }
 
 /// True when any finding failed (`cairn doctor` exits 1).

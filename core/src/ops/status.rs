@@ -81,8 +81,25 @@ pub struct Status {
     pub lost: Option<crate::store::incidents::Lost>,
     /// Repairs cairn made on its own, not yet acknowledged.
     pub notices: Vec<crate::store::incidents::Notice>,
+    /// Search by meaning: the model, or why there is none, and how far embedding has come.
+    pub search: SearchStatus,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
+}
+
+/// Whether search finds memories by meaning, and how many have their vector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SearchStatus {
+    /// The sentence model's id, when its files are there.
+    pub model: Option<String>,
+    /// Why search is by words only, when it is.
+    pub unavailable: Option<String>,
+    /// The model was asked for explicitly (`embed.provider` `local`) and is missing.
+    pub required: bool,
+    /// Memories with a vector of the model.
+    pub embedded: u64,
+    /// Memories waiting for one.
+    pub queued: u64,
 }
 
 impl Status {
@@ -175,10 +192,24 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         settings_error: Settings::load(dir).err().map(|e| e.to_string()),
         lost: crate::store::incidents::lost(dir),
         notices: crate::store::incidents::notices(dir),
+        search: search_status(dir, conn, settings)?,
         attention: Vec::new(),
     };
     status.attention = attention(&status);
     Ok(status)
+}
+
+fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Result<SearchStatus> {
+    use crate::recall::embed::{model, store};
+    let located = model::locate(&settings.embed, dir);
+    let progress = store::progress(conn, located.as_ref().map_or("", |m| m.id.as_str()))?;
+    Ok(SearchStatus {
+        model: located.as_ref().ok().map(|m| m.id.clone()),
+        unavailable: located.as_ref().err().map(ToString::to_string),
+        required: settings.embed.provider == "local" && located.is_err(),
+        embedded: progress.embedded,
+        queued: progress.queued,
+    })
 }
 
 /// The "needs attention" rule: the worker is down while work waits, jobs were skipped, or
@@ -192,6 +223,11 @@ pub fn attention(s: &Status) -> Vec<String> {
             "the worker is not running and {} waiting: start it with `cairn-worker` (or let a hook autostart it)",
             plural(waiting, "job is", "jobs are")
         ));
+    }
+    if s.search.required
+        && let Some(why) = &s.search.unavailable
+    {
+        out.push(format!("embed.provider is local but {why}"));
     }
     let skipped = s.queue.count(JobStatus::Skipped);
     if skipped > 0 {

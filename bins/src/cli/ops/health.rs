@@ -125,6 +125,15 @@ fn render_status(s: &status::Status) -> String {
         "{:<11}{} sessions · {} prompts · {} observations · {} summaries\n",
         "memories", m.sessions, m.prompts, m.observations, m.summaries
     ));
+    let search = match (&s.search.model, &s.search.unavailable) {
+        (Some(model), _) => format!(
+            "by words and meaning ({model}): {} memories have vectors, {} waiting",
+            s.search.embedded, s.search.queued
+        ),
+        (None, Some(why)) => format!("by words only: {why}"),
+        (None, None) => "by words only".into(),
+    };
+    out.push_str(&format!("{:<11}{search}\n", "search"));
     out.push_str(&format!("{:<11}{}\n", "database", bytes(s.database_bytes)));
     if s.spooled > 0 {
         out.push_str(&format!(
