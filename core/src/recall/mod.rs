@@ -1,16 +1,17 @@
-//! Recall: reading memories back. The query language (`query`), full-text search with
-//! filters, the rank window and BM25 ranking (`search`), the snippets and text helpers a
-//! hit shows (`snippet`), the timeline around a point and records by id (`timeline`), and
-//! the SessionStart context block (`context`). Room for an `embed` subfolder later.
+//! Recall: reading memories back. The query language (`query`), search with filters and
+//! orders (`search`), relevance ranking that fuses full text and meaning (`rank`), sentence
+//! vectors and the nearest-neighbour index (`embed`), the snippets and text helpers a hit
+//! shows (`snippet`), the timeline around a point and records by id (`timeline`), and the
+//! SessionStart context block (`context`).
 //!
-//! Writes nothing: every module here only reads `observations`, `session_summaries`,
-//! `user_prompts` and `sessions`.
+//! Reads `observations`, `session_summaries`, `user_prompts` and `sessions`; writes only
+//! `embeddings` and `embedding_queue` (`embed::store`).
 //!
 //! Invariants: user text reaches FTS5 `MATCH` only inside quoted strings built by `query`;
-//! every query is scoped to one project unless the caller widens it; cost is bounded by a
-//! window of the newest matches, not by the number of matches; the context block never
-//! exceeds its token budget. Data flows up from memory to the hook's answer, the CLI and
-//! the MCP server.
+//! every query is scoped to one project unless the caller widens it; filters hold exactly
+//! on the full-text and the meaning side alike; only vectors of the model that embedded
+//! the query are compared; the context block never exceeds its token budget. Data flows
+//! up from memory to the hook's answer, the CLI and the MCP server.
 
 pub mod context;
 pub mod embed;

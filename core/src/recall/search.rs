@@ -1,17 +1,17 @@
-//! Full-text search: the request and its filters, the rank window, BM25 ranking and the
-//! hits. What a hit shows is `snippet`'s; the timeline and records by id are `timeline`'s.
+//! Search: the request and its filters, the orders, paging and the hits. Relevance order
+//! with words is ranked by [`crate::recall::rank`] (full text and meaning fused); what a
+//! hit shows is `snippet`'s; the timeline and records by id are `timeline`'s.
 //!
 //! Invariants:
 //! - user text reaches `MATCH` only through [`crate::recall::query`], so no input is an SQL error;
 //! - every query is scoped to one project unless the caller passes `project: None`
 //!   (all projects), and every hit carries its project;
-//! - ranking is BM25 with column weights (an observation's title counts most, then its
-//!   subtitle and concepts, then facts, then the narrative), so a title hit outranks a
-//!   narrative hit;
-//! - cost is bounded by a window, not by the number of matches: a query ranks (by BM25,
-//!   or by time for `newest`/`oldest`) the [`RANK_WINDOW`] most recently stored matches of
-//!   each kind that pass the filters (the earliest stored, for `oldest`), found and scored
-//!   in one walk of the full-text index in rowid order; with fewer matches, all of them;
+//! - BM25 uses column weights (an observation's title counts most, then its subtitle and
+//!   concepts, then facts, then the narrative), so a title hit outranks a narrative hit;
+//! - relevance ranks every match (see `rank`); `newest`/`oldest` list the matches of every
+//!   word by time, bounded by a window: the [`RANK_WINDOW`] most recently stored matches
+//!   of each kind that pass the filters (the earliest stored, for `oldest`), found in one
+//!   walk of the full-text index in rowid order;
 //! - the full-text index leads every plan; project, time and type filters read the
 //!   covering `*_search` indexes (migration 0002), never the wide rows;
 //! - read only: nothing here writes.

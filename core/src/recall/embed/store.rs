@@ -165,3 +165,159 @@ pub fn progress(conn: &Connection, model: &str) -> Result<Progress> {
         queued: queued as u64,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::observations::{
+        NewObservation, NewSummary, insert_observation, upsert_summary,
+    };
+    use crate::store::paths::DataDir;
+
+    fn fixture() -> (tempfile::TempDir, Connection) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let conn =
+            db::open_data_dir(&DataDir::new(tmp.path()), db::OpenOptions::default()).expect("open");
+        (tmp, conn)
+    }
+
+    fn unit(seed: f32) -> Vec<f32> {
+        let v: Vec<f32> = (0..384).map(|i| ((i as f32 + seed) * 0.37).sin()).collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / n).collect()
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).expect(sql)
+    }
+
+    #[test]
+    fn every_kind_of_memory_is_queued_stored_and_forgotten_with_its_memory() {
+        let (_tmp, mut conn) = fixture();
+        db::write(&mut conn, |tx| {
+            crate::memory::sessions::ensure(tx, "s", "p", "/p", 1)?;
+            tx.execute(
+                "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
+                 VALUES ('s', 'p', 1, 'why is the cache slow?', 2)",
+                [],
+            )?;
+            insert_observation(
+                tx,
+                &NewObservation {
+                    session_id: Some("s".into()),
+                    project: "p".into(),
+                    prompt_number: Some(1),
+                    kind: "discovery".into(),
+                    title: "Cache misses".into(),
+                    subtitle: "at 8f5a80ea07e0dc98792c259b03d1d7f7678f87fa".into(),
+                    narrative: "The key includes the time.".into(),
+                    origin: "model".into(),
+                    created_at: 3,
+                    ..NewObservation::default()
+                },
+            )?;
+            upsert_summary(
+                tx,
+                &NewSummary {
+                    session_id: "s".into(),
+                    project: "p".into(),
+                    prompt_number: 1,
+                    request: "Speed up the cache".into(),
+                    learned: "Keys held the time".into(),
+                    notes: "check hit rate".into(),
+                    origin: "model".into(),
+                    created_at: 4,
+                    ..NewSummary::default()
+                },
+            )?;
+            Ok(())
+        })
+        .expect("seed");
+        let waiting = queued(&mut conn, 10).expect("queued");
+        let texts: Vec<(Kind, &str)> = waiting.iter().map(|q| (q.kind, q.text.as_str())).collect();
+        assert!(
+            texts.contains(&(Kind::Prompt, "why is the cache slow?")),
+            "{texts:?}"
+        );
+        assert!(
+            texts.contains(&(
+                Kind::Observation,
+                "Cache misses\nat\nThe key includes the time."
+            )),
+            "{texts:?}"
+        );
+        assert!(
+            texts.contains(&(
+                Kind::Summary,
+                "Speed up the cache\nKeys held the time\ncheck hit rate"
+            )),
+            "{texts:?}"
+        );
+        let items: Vec<(Queued, Vec<f32>)> = waiting
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| (q, unit(i as f32)))
+            .collect();
+        store(&mut conn, "m:1", &items).expect("store");
+        assert_eq!(
+            progress(&conn, "m:1").expect("progress"),
+            Progress {
+                embedded: 3,
+                queued: 0
+            }
+        );
+
+        // A change queues the memory again and drops its old vector; so does a summary
+        // rewritten for its turn; a deletion takes both away.
+        db::write(&mut conn, |tx| {
+            tx.execute(
+                "UPDATE user_prompts SET prompt_text = 'why is it slow?'",
+                [],
+            )?;
+            tx.execute(
+                "UPDATE observations SET narrative = 'Keys hold the time.'",
+                [],
+            )?;
+            upsert_summary(
+                tx,
+                &NewSummary {
+                    session_id: "s".into(),
+                    project: "p".into(),
+                    prompt_number: 1,
+                    request: "Speed up the cache".into(),
+                    learned: "Keys held the time; fixed".into(),
+                    origin: "model".into(),
+                    created_at: 5,
+                    ..NewSummary::default()
+                },
+            )?;
+            Ok(())
+        })
+        .expect("change");
+        assert_eq!(count(&conn, "SELECT count(*) FROM embeddings"), 0);
+        assert_eq!(count(&conn, "SELECT count(*) FROM embedding_queue"), 3);
+        db::write(&mut conn, |tx| {
+            tx.execute("DELETE FROM observations", [])?;
+            tx.execute("DELETE FROM session_summaries", [])?;
+            tx.execute("DELETE FROM user_prompts", [])?;
+            Ok(())
+        })
+        .expect("delete");
+        assert_eq!(count(&conn, "SELECT count(*) FROM embedding_queue"), 0);
+
+        // Vectors of another model are queued again; queue entries whose memory is gone
+        // are dropped when read.
+        db::write(&mut conn, |tx| {
+            tx.execute(
+                "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+                 VALUES (0, 99, 'p', 1, 'old:1', x'00', x'00')",
+                [],
+            )?;
+            Ok(())
+        })
+        .expect("old vector");
+        assert_eq!(requeue_other_models(&mut conn, "m:1").expect("requeue"), 1);
+        assert!(queued(&mut conn, 10).expect("queued").is_empty());
+        assert_eq!(count(&conn, "SELECT count(*) FROM embedding_queue"), 0);
+    }
+}
