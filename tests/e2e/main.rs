@@ -8,5 +8,6 @@ mod mcp;
 mod ops;
 mod pipeline;
 mod recall;
+mod secrets;
 mod support;
 mod worker;
