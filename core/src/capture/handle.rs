@@ -333,8 +333,16 @@ pub fn handle_with(
             ));
         }
     };
+    if !event.common().ignored.is_empty() {
+        log::warn!(
+            "{}: {} field(s) of the wrong type ignored: {}",
+            event.name(),
+            event.common().ignored.len(),
+            event.common().ignored.join(", ")
+        );
+    }
     let cwd = match (event.common().cwd.as_str(), input.project_dir) {
-        ("", Some(dir)) if !dir.is_empty() => dir.to_string(),
+        ("", Some(dir)) if !dir.is_empty() => hook::cap_id(dir.to_string(), hook::MAX_PATH_BYTES),
         ("", _) => {
             let why = DecodeError::Missing("cwd").to_string();
             return plain(quarantine_input(
