@@ -94,6 +94,12 @@ impl Privacy {
         }
     }
 
+    /// A JSON value cleaned leaf by leaf like [`Privacy::value`], but never turned into a
+    /// capped string as a whole (each string is still capped).
+    pub fn tree(&self, v: &Value) -> Value {
+        self.walk(v)
+    }
+
     fn walk(&self, v: &Value) -> Value {
         match v {
             Value::String(s) => Value::String(self.text(s)),

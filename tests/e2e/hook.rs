@@ -709,3 +709,47 @@ fn hostile_dot_git_and_huge_identifiers_neither_block_nor_bloat() {
     );
     assert!(env.count("SELECT max(length(payload)) FROM pending_messages") < 4096);
 }
+
+#[test]
+fn quarantine_replay_brings_back_inputs_cairn_now_understands() {
+    let env = TestEnv::new();
+    // Something this cairn still refuses, through the hook.
+    hook(
+        &env,
+        br#"{"hook_event_name":"Stop","session_id":{"a":1},"cwd":"/x"}"#,
+    );
+    // What an older cairn refused (a numeric prompt_id), as it stored it.
+    let old = format!(
+        r#"{{"hook_event_name":"PostToolUse","session_id":"{SESSION}","cwd":"/x","tool_name":"Bash","tool_use_id":"toolu_old","prompt_id":7,"tool_input":{{"command":"ls"}}}}"#
+    );
+    let db = env.db();
+    for (raw_len, at) in [(old.len() as i64, 1_000i64), (1i64 << 24, 2_000)] {
+        db.execute(
+            "INSERT INTO quarantine (event, reason, raw, raw_len, created_at, kind)
+             VALUES ('PostToolUse', 'invalid type: integer `7`', ?1, ?2, ?3, 'invalid')",
+            rusqlite::params![old.as_bytes(), raw_len, at],
+        )
+        .expect("insert");
+    }
+    drop(db);
+    let out = env.run("cairn", &["quarantine", "replay", "--all", "--json"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    let outcomes: Vec<&str> = results
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| r["outcome"].as_str().expect("outcome"))
+        .collect();
+    assert_eq!(outcomes, vec!["rejected", "captured", "cut"]);
+    assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 1);
+    assert_eq!(env.count("SELECT count(*) FROM quarantine"), 2);
+    // Nothing left that can be replayed: exit 1.
+    let out = env.run("cairn", &["quarantine", "replay", "--all"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("cannot be replayed"),
+        "{}",
+        stdout(&out)
+    );
+}
