@@ -1,6 +1,7 @@
 //! End-to-end tests: the real binaries on temp data dirs. One test binary; each area in a
 //! module of its own.
 
+mod canaries;
 mod demo;
 mod hook;
 mod install;

@@ -61,7 +61,7 @@ pub const GITLEAKS_VERSION: &str = "v8.30.0-27-gb58d3f10";
 const NO_ALLOW: &[Allow] = &[];
 
 /// cairn's own rules: generic credential forms.
-pub static EXTRA: [Rule; 8] = [
+pub static EXTRA: [Rule; 10] = [
     Rule {
         id: "url-credentials",
         // scheme://user:password@host, scheme://:password@host
@@ -98,6 +98,24 @@ pub static EXTRA: [Rule; 8] = [
         entropy: 0.0,
         secret_group: 1,
         keywords: &["mysql", "mariadb"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "registry-login-password",
+        // docker login -u ci -p PASS, podman login --password PASS
+        regex: r#"\b(?:docker|podman|buildah|skopeo|nerdctl|helm|oras)\b[^\n|;&]{0,128}?\blogin\b[^\n|;&]{0,256}?\s(?:-p|--password)(?:\s+|=)['"]?([^\s'"]{1,256})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        keywords: &["login"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "connection-string-key",
+        // Azure and .NET connection strings: AccountKey=…; SharedAccessKey=…;
+        regex: r#"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|SharedSecret)\s*=\s*([^;\s'"]{8,})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        keywords: &["accountkey", "sharedaccess", "sharedsecret"],
         allowlists: NO_ALLOW,
     },
     Rule {
