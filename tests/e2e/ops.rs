@@ -1001,7 +1001,7 @@ fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
 
 /// Runs a binary under `umask 000`, through `sh`.
 fn under_umask_000(env: &TestEnv, name: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
-    let mut c = env.cmd(name);
+    let c = env.cmd(name);
     let program = c.get_program().to_os_string();
     let mut sh = std::process::Command::new("sh");
     sh.arg("-c")

@@ -88,13 +88,15 @@ impl Gen {
 
 /// A sample of `rule` that the rule itself finds, and its secret part.
 fn sample_for(rule: &rules::Rule, g: &mut Gen) -> Option<(String, String)> {
-    let hir = regex_syntax::ParserBuilder::new()
+    let hir = match regex_syntax::ParserBuilder::new()
         .unicode(false)
         .utf8(false)
         .build()
         .parse(rule.regex)
-        .or_else(|_| regex_syntax::Parser::new().parse(rule.regex))
-        .ok()?;
+    {
+        Ok(h) => h,
+        Err(_) => regex_syntax::Parser::new().parse(rule.regex).ok()?,
+    };
     let re = regex::RegexBuilder::new(rule.regex).build().ok()?;
     for _ in 0..200 {
         let mut out = Vec::new();

@@ -444,7 +444,7 @@ mod tests {
 
     #[test]
     fn every_rule_compiles() {
-        assert!(RULE_COUNT >= 200, "{RULE_COUNT} gitleaks rules");
+        const { assert!(RULE_COUNT >= 200, "gitleaks' rule set is read whole") };
         assert_eq!(uncompilable(), Vec::<&str>::new());
     }
 
