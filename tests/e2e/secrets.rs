@@ -37,7 +37,7 @@ impl Gen {
                     .iter()
                     .map(|r| (r.start() as u32, r.end() as u32))
                     .filter_map(|(a, b)| {
-                        let (a, b) = (a.max(0x21), b.min(0x7e));
+                        let (a, b) = (a.max(0x20), b.min(0x7e));
                         (a <= b).then_some((a, b))
                     })
                     .collect();
@@ -55,13 +55,14 @@ impl Gen {
                     .ranges()
                     .iter()
                     .filter_map(|r| {
-                        let (a, b) = (r.start().max(0x21), r.end().min(0x7e));
+                        let (a, b) = (r.start().max(0x20), r.end().min(0x7e));
                         (a <= b).then_some((a, b))
                     })
                     .collect();
                 let (a, b) = ranges
                     .get(self.below(ranges.len() as u64) as usize)
                     .copied()
+                    .or_else(|| c.ranges().first().map(|r| (r.start(), r.start())))
                     .unwrap_or((b'x', b'x'));
                 out.push(a + self.below(u64::from(b - a) + 1) as u8);
             }
@@ -97,7 +98,17 @@ fn sample_for(rule: &rules::Rule, g: &mut Gen) -> Option<(String, String)> {
         Ok(h) => h,
         Err(_) => regex_syntax::Parser::new().parse(rule.regex).ok()?,
     };
-    let re = regex::RegexBuilder::new(rule.regex).build().ok()?;
+    // As the redactor compiles it: ASCII classes (as in Go), a larger size limit.
+    let re = regex::bytes::RegexBuilder::new(rule.regex)
+        .unicode(false)
+        .size_limit(32 << 20)
+        .build()
+        .or_else(|_| {
+            regex::bytes::RegexBuilder::new(rule.regex)
+                .size_limit(32 << 20)
+                .build()
+        })
+        .ok()?;
     for _ in 0..200 {
         let mut out = Vec::new();
         g.sample(&hir, &mut out);
@@ -113,7 +124,7 @@ fn sample_for(rule: &rules::Rule, g: &mut Gen) -> Option<(String, String)> {
             Some(k) if !rule.keywords.iter().any(|k| lower.contains(k)) => format!(" {k} {s} "),
             _ => format!(" {s} "),
         };
-        let Some(caps) = re.captures(&s) else {
+        let Some(caps) = re.captures(s.as_bytes()) else {
             continue;
         };
         let secret = if rule.secret_group > 0 {
@@ -122,8 +133,10 @@ fn sample_for(rule: &rules::Rule, g: &mut Gen) -> Option<(String, String)> {
             caps.iter().skip(1).flatten().find(|m| !m.is_empty())
         }
         .or(caps.get(0))?
-        .as_str()
-        .to_string();
+        .as_bytes();
+        let Ok(secret) = String::from_utf8(secret.to_vec()) else {
+            continue;
+        };
         if secret.len() < 6
             || (rule.entropy > 0.0 && rules::entropy(secret.as_bytes()) <= rule.entropy)
         {
