@@ -81,9 +81,21 @@ fn main() {
                     .collect()
             })
             .unwrap_or_default();
+        // gitleaks' semi-generic form: `<keyword>` then, within a few characters, one of
+        // these assignment operators, then the secret. Not when a keyword is part of the
+        // secret itself (`live_…`, `NRAK-…`): it need not be followed by an operator.
+        const OPERATORS: &str = r#"(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"#;
+        let keywords = strings(r.get("keywords"), true);
+        let assignment = regex.split_once(OPERATORS).is_some_and(|(_, secret)| {
+            let secret = secret.to_lowercase();
+            !keywords.iter().any(|k| {
+                let stem = k.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+                !stem.is_empty() && secret.contains(stem)
+            })
+        });
         rules.push(format!(
-            "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, keywords: &{:?}, allowlists: &[{}] }}",
-            strings(r.get("keywords"), true),
+            "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, assignment: {assignment}, keywords: &{:?}, allowlists: &[{}] }}",
+            keywords,
             allows.join(", "),
         ));
     }

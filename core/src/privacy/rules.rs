@@ -3,9 +3,13 @@
 //! single service owns (credentials in URLs, `curl -u`, `--password`, `-pPASS`,
 //! `?token=`, `token: …`).
 //!
-//! A rule is tried only when one of its keywords occurs in the text (one Aho-Corasick pass
-//! over all keywords, ignoring ASCII case, as gitleaks does), and its pattern is compiled
-//! the first time it is tried, so a hook whose input names no service compiles nothing.
+//! A rule is tried only when one of its keywords occurs in the text (ignoring ASCII case, as
+//! gitleaks does; one pass over the text with a table of the keywords' first two bytes,
+//! which costs nothing to build), and is compiled only when tried, in two steps: a
+//! forward-only lazy DFA first says whether the pattern matches anywhere (cheap to build),
+//! and only then is the full regex with its capture groups compiled, and the rule's
+//! allowlists only when there is a finding to excuse. A hook whose input names no service
+//! compiles nothing; one whose path contains `api` builds one small automaton.
 //! A match counts when its secret (the rule's secret group, else the first non-empty
 //! group, else the whole match) passes the rule's entropy threshold and no allowlist (the
 //! file's global one, the rule's own) excuses it, as in gitleaks.
@@ -16,8 +20,9 @@
 
 use std::sync::OnceLock;
 
-use aho_corasick::AhoCorasick;
 use regex::bytes::{Regex, RegexBuilder};
+use regex_automata::hybrid::dfa::DFA;
+use regex_automata::{Input, nfa::thompson};
 
 /// Which text an allowlist regex is matched against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +53,10 @@ pub struct Rule {
     pub entropy: f64,
     /// The capture group holding the secret (0: the first non-empty group).
     pub secret_group: usize,
+    /// gitleaks' semi-generic form: a keyword, then within a few characters an assignment
+    /// operator (`=`, `:`, `>`, `|`, `,`), then the secret. Such a rule is only tried where
+    /// a keyword is followed by one within [`ASSIGNMENT_WINDOW`] bytes.
+    pub assignment: bool,
     /// Lowercase; the rule is tried only when one occurs (none: always tried).
     pub keywords: &'static [&'static str],
     pub allowlists: &'static [Allow],
@@ -68,6 +77,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r"(?i)\b[a-z][a-z0-9+.-]{1,30}://[^\s:/@'`]{0,128}:([^\s@/'`]{1,256})@[^\s@/'`]",
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &["://"],
         allowlists: NO_ALLOW,
     },
@@ -77,6 +87,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)?['"]?[^\s:'"]{0,128}:([^\s'"]{1,256})"#,
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &["-u", "--user", "--proxy-user"],
         allowlists: NO_ALLOW,
     },
@@ -86,6 +97,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r#"(?i)(?:^|\s)--(?:password|passwd|pass|token|secret|api-?key|access-token|auth-token|client-secret)(?:\s+|=)['"]?([^\s'"-][^\s'"]{0,255})"#,
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &[
             "--pass", "--token", "--secret", "--api", "--access", "--auth", "--client",
         ],
@@ -97,6 +109,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r#"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlsh)\b[^\n|;&]{0,256}?\s-p['"]?([^\s'"]{1,256})"#,
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &["mysql", "mariadb"],
         allowlists: NO_ALLOW,
     },
@@ -106,6 +119,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r#"\b(?:docker|podman|buildah|skopeo|nerdctl|helm|oras)\b[^\n|;&]{0,128}?\blogin\b[^\n|;&]{0,256}?\s(?:-p|--password)(?:\s+|=)['"]?([^\s'"]{1,256})"#,
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &["login"],
         allowlists: NO_ALLOW,
     },
@@ -115,6 +129,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r#"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|SharedSecret)\s*=\s*([^;\s'"]{8,})"#,
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &["accountkey", "sharedaccess", "sharedsecret"],
         allowlists: NO_ALLOW,
     },
@@ -124,6 +139,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r#"(?i)[?&;](?:token|access_token|auth_token|id_token|refresh_token|api_?key|key|secret|client_secret|password|passwd|pwd|sig|signature|auth|x-amz-signature|x-amz-credential|x-goog-signature)=([^&\s#'"<>]{4,})"#,
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &[
             "token=",
             "key=",
@@ -144,6 +160,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r#"(?i)(?:^|[^a-z0-9])(?:[a-z0-9]+[_.-])?(?:token|pat|secret|credential|cred|creds|pass|pwd|api_?key|private_?key|auth)["']?\s*(?::|=|:=|=>)\s*["']?([^\s"'`,;)]{8,})"#,
         entropy: 2.5,
         secret_group: 1,
+        assignment: false,
         keywords: &[
             "token", "pat", "secret", "cred", "pass", "pwd", "key", "auth",
         ],
@@ -168,6 +185,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r"\b(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)",
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &["aiza"],
         allowlists: NO_ALLOW,
     },
@@ -176,6 +194,7 @@ pub static EXTRA: [Rule; 10] = [
         regex: r"\b(npm_[A-Za-z0-9]{36})(?:[^A-Za-z0-9]|$)",
         entropy: 0.0,
         secret_group: 1,
+        assignment: false,
         keywords: &["npm_"],
         allowlists: NO_ALLOW,
     },
@@ -196,46 +215,102 @@ pub fn all() -> impl Iterator<Item = &'static Rule> {
     (0..TOTAL).map(rule)
 }
 
+/// Bytes after a keyword in which a semi-generic rule's assignment operator must occur:
+/// the rest of the identifier, up to 20 name characters and 3 spaces or quotes (gitleaks'
+/// form), with room to spare.
+pub const ASSIGNMENT_WINDOW: usize = 64;
+
 struct Prefilter {
-    ac: AhoCorasick,
-    /// Rules per keyword pattern.
-    rules_of: Vec<Vec<u16>>,
-    /// Rules with no keyword: always tried.
+    /// One bit per (lowercased) byte pair that starts a keyword.
+    pairs: Box<[u64; 1024]>,
+    /// (pair, keyword), sorted by pair.
+    by_pair: Vec<(u16, u16)>,
+    /// Each keyword (lowercase) and the rules it triggers.
+    keywords: Vec<(&'static [u8], Vec<u16>)>,
+    /// Rules with no keyword (or a one-byte one): always tried.
     always: Vec<u16>,
 }
 
-fn prefilter() -> Option<&'static Prefilter> {
-    static P: OnceLock<Option<Prefilter>> = OnceLock::new();
+fn pair(a: u8, b: u8) -> u16 {
+    (u16::from(a.to_ascii_lowercase()) << 8) | u16::from(b.to_ascii_lowercase())
+}
+
+fn prefilter() -> &'static Prefilter {
+    static P: OnceLock<Prefilter> = OnceLock::new();
     P.get_or_init(|| {
-        let mut words: Vec<&'static str> = Vec::new();
-        let mut rules_of: Vec<Vec<u16>> = Vec::new();
-        let mut always = Vec::new();
+        let mut p = Prefilter {
+            pairs: Box::new([0; 1024]),
+            by_pair: Vec::new(),
+            keywords: Vec::new(),
+            always: Vec::new(),
+        };
         for i in 0..TOTAL {
             let r = rule(i);
-            if r.keywords.is_empty() {
-                always.push(i as u16);
+            if r.keywords.is_empty() || r.keywords.iter().any(|k| k.len() < 2) {
+                p.always.push(i as u16);
+                continue;
             }
             for k in r.keywords {
-                match words.iter().position(|w| w == k) {
-                    Some(p) => rules_of[p].push(i as u16),
-                    None => {
-                        words.push(k);
-                        rules_of.push(vec![i as u16]);
-                    }
+                match p.keywords.iter().position(|(w, _)| *w == k.as_bytes()) {
+                    Some(at) => p.keywords[at].1.push(i as u16),
+                    None => p.keywords.push((k.as_bytes(), vec![i as u16])),
                 }
             }
         }
-        let ac = AhoCorasick::builder()
-            .ascii_case_insensitive(true)
-            .build(&words)
-            .ok()?;
-        Some(Prefilter {
-            ac,
-            rules_of,
-            always,
-        })
+        for (k, (w, _)) in p.keywords.iter().enumerate() {
+            let key = pair(w[0], w[1]);
+            p.pairs[usize::from(key >> 6)] |= 1 << (key & 63);
+            p.by_pair.push((key, k as u16));
+        }
+        p.by_pair.sort_unstable();
+        p
     })
-    .as_ref()
+}
+
+impl Prefilter {
+    /// Marks in `tried` the rules whose keywords occur in `b` (for a semi-generic rule:
+    /// followed by an assignment operator).
+    fn mark(&self, b: &[u8], tried: &mut [bool; TOTAL]) {
+        for &i in &self.always {
+            tried[usize::from(i)] = true;
+        }
+        // Per keyword: 1 seen, 2 seen followed by an assignment operator.
+        let mut seen = vec![0u8; self.keywords.len()];
+        for at in 0..b.len().saturating_sub(1) {
+            let key = pair(b[at], b[at + 1]);
+            if self.pairs[usize::from(key >> 6)] & (1 << (key & 63)) == 0 {
+                continue;
+            }
+            let from = self.by_pair.partition_point(|&(p, _)| p < key);
+            for &(p, k) in &self.by_pair[from..] {
+                if p != key {
+                    break;
+                }
+                let (word, rules) = &self.keywords[usize::from(k)];
+                let state = &mut seen[usize::from(k)];
+                if *state == 2
+                    || !b
+                        .get(at..at + word.len())
+                        .is_some_and(|s| s.eq_ignore_ascii_case(word))
+                {
+                    continue;
+                }
+                let after = &b[at + word.len()..b.len().min(at + word.len() + ASSIGNMENT_WINDOW)];
+                let assigned = after
+                    .iter()
+                    .any(|c| matches!(c, b'=' | b':' | b'>' | b'|' | b','));
+                let new = if assigned { 2 } else { 1 };
+                if new > *state {
+                    for &r in rules {
+                        if assigned || !rule(usize::from(r)).assignment {
+                            tried[usize::from(r)] = true;
+                        }
+                    }
+                    *state = new;
+                }
+            }
+        }
+    }
 }
 
 fn build(pattern: &str) -> Option<Regex> {
@@ -292,19 +367,91 @@ fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
 
 struct Compiled {
     re: Regex,
-    allow: Vec<CompiledAllow>,
+    /// The rule's allowlists, compiled when the first finding needs them.
+    allow: OnceLock<Vec<CompiledAllow>>,
+}
+
+/// A forward-only lazy DFA of a loosened form of a rule's pattern (see [`loosen`]):
+/// whether it may match anywhere. Cheap to build: no reverse automaton, no capture groups,
+/// and long counted repetitions become open ones.
+fn gate(i: usize) -> Option<&'static DFA> {
+    static G: [OnceLock<Option<DFA>>; TOTAL] = [const { OnceLock::new() }; TOTAL];
+    G[i].get_or_init(|| {
+        let hir = regex_syntax::ParserBuilder::new()
+            .unicode(false)
+            .utf8(false)
+            .build()
+            .parse(rule(i).regex)
+            .ok()?;
+        let nfa = thompson::Compiler::new()
+            .configure(
+                thompson::Config::new()
+                    .nfa_size_limit(Some(32 << 20))
+                    .which_captures(thompson::WhichCaptures::None),
+            )
+            .build_from_hir(&loosen(&hir))
+            .ok()?;
+        DFA::builder().build_from_nfa(nfa).ok()
+    })
+    .as_ref()
+}
+
+/// A pattern matching everything `hir` matches (and more): a repetition counted past a
+/// few copies (`{10,150}`, `{0,50}?`) becomes at least a few copies and then any number,
+/// which keeps the automaton small. Only a gate: a match is confirmed by the real pattern.
+fn loosen(hir: &regex_syntax::hir::Hir) -> regex_syntax::hir::Hir {
+    use regex_syntax::hir::{Capture, Hir, HirKind, Repetition};
+    const FEW: u32 = 4;
+    match hir.kind() {
+        HirKind::Repetition(r) => {
+            let sub = Box::new(loosen(&r.sub));
+            let long = r.max.is_none_or(|m| m > FEW);
+            Hir::repetition(Repetition {
+                min: if long { r.min.min(FEW) } else { r.min },
+                max: if long { None } else { r.max },
+                greedy: true,
+                sub,
+            })
+        }
+        HirKind::Capture(c) => Hir::capture(Capture {
+            index: c.index,
+            name: c.name.clone(),
+            sub: Box::new(loosen(&c.sub)),
+        }),
+        HirKind::Concat(parts) => Hir::concat(parts.iter().map(loosen).collect()),
+        HirKind::Alternation(alts) => Hir::alternation(alts.iter().map(loosen).collect()),
+        _ => hir.clone(),
+    }
+}
+
+/// False only when the rule's pattern surely matches nowhere in `b`.
+fn may_match(i: usize, b: &[u8]) -> bool {
+    let Some(dfa) = gate(i) else {
+        return true;
+    };
+    let mut cache = dfa.create_cache();
+    !matches!(
+        dfa.try_search_fwd(&mut cache, &Input::new(b).earliest(true)),
+        Ok(None)
+    )
 }
 
 fn compiled(i: usize) -> Option<&'static Compiled> {
     static C: [OnceLock<Option<Compiled>>; TOTAL] = [const { OnceLock::new() }; TOTAL];
     C[i].get_or_init(|| {
-        let r = rule(i);
         Some(Compiled {
-            re: build(r.regex)?,
-            allow: r.allowlists.iter().map(CompiledAllow::new).collect(),
+            re: build(rule(i).regex)?,
+            allow: OnceLock::new(),
         })
     })
     .as_ref()
+}
+
+impl Compiled {
+    fn allow(&self, i: usize) -> &[CompiledAllow] {
+        self.allow
+            .get_or_init(|| rule(i).allowlists.iter().map(CompiledAllow::new).collect())
+    }
 }
 
 fn global_allow() -> &'static CompiledAllow {
@@ -350,26 +497,14 @@ pub struct Finding {
 
 /// Every secret in `s`, sorted and merged where they overlap.
 pub fn find(s: &str) -> Vec<Finding> {
-    let Some(pre) = prefilter() else {
-        return Vec::new();
-    };
     let b = s.as_bytes();
     let mut tried = [false; TOTAL];
-    for &i in &pre.always {
-        tried[i as usize] = true;
-    }
-    let mut seen = vec![false; pre.rules_of.len()];
-    for m in pre.ac.find_overlapping_iter(b) {
-        let k = m.pattern().as_usize();
-        if !seen[k] {
-            seen[k] = true;
-            for &i in &pre.rules_of[k] {
-                tried[i as usize] = true;
-            }
-        }
-    }
+    prefilter().mark(b, &mut tried);
     let mut found = Vec::new();
     for (i, _) in tried.iter().enumerate().filter(|(_, t)| **t) {
+        if !may_match(i, b) {
+            continue;
+        }
         let Some(c) = compiled(i) else { continue };
         let r = rule(i);
         for caps in c.re.captures_iter(b) {
@@ -400,7 +535,7 @@ pub fn find(s: &str) -> Vec<Finding> {
                 .map_or(b.len(), |p| whole.end() + p);
             let line = &b[line_start..line_end];
             if global_allow().excuses(sb, whole.as_bytes(), line)
-                || c.allow
+                || c.allow(i)
                     .iter()
                     .any(|a| a.excuses(sb, whole.as_bytes(), line))
             {
@@ -446,6 +581,29 @@ mod tests {
     fn every_rule_compiles() {
         const { assert!(RULE_COUNT >= 200, "gitleaks' rule set is read whole") };
         assert_eq!(uncompilable(), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn gates_build_and_only_loosen() {
+        let no_gate: Vec<&str> = (0..TOTAL)
+            .filter(|&i| gate(i).is_none())
+            .map(|i| rule(i).id)
+            .collect();
+        assert_eq!(no_gate, Vec::<&str>::new());
+        let i = (0..TOTAL)
+            .find(|&i| rule(i).id == "generic-api-key")
+            .expect("rule");
+        let hit = b"config: api_key = 'Zx8Qw2Lm4Kp6Vb8Nt3Hy5Jd1'";
+        assert!(compiled(i).expect("compiles").re.is_match(hit));
+        assert!(may_match(i, hit));
+        assert!(!may_match(i, b"echo hello > /home/dev/acme-api/out.txt"));
+        assert!(RULES[i].assignment);
+        // Not even tried: no assignment operator after the keyword.
+        let mut tried = [false; TOTAL];
+        prefilter().mark(b"echo hello > /home/dev/acme-api/out.txt", &mut tried);
+        assert!(!tried[i]);
+        prefilter().mark(hit, &mut tried);
+        assert!(tried[i]);
     }
 
     #[test]
