@@ -402,7 +402,7 @@ pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeErro
         prompt_id: nonempty(f.id("prompt_id", wire.prompt_id)).map(id),
         ignored: Vec::new(),
     };
-    let event = match name {
+    let mut event = match name {
         EventName::SessionStart => Event::SessionStart {
             source: match f.text("source", wire.source).as_deref() {
                 Some("startup") | None => StartSource::Startup,
@@ -467,7 +467,6 @@ pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeErro
         },
         _ => return Err(DecodeError::NotCaptured(raw_name)),
     };
-    let mut event = event;
     event.common_mut().ignored = f.ignored;
     Ok(event)
 }
