@@ -34,9 +34,11 @@ fn allow(t: &toml::Table) -> String {
     };
     let and = t.get("condition").and_then(toml::Value::as_str) == Some("AND");
     format!(
-        "Allow {{ target: {target}, and: {and}, regexes: &{:?}, stopwords: &{:?} }}",
+        "Allow {{ target: {target}, and: {and}, regexes: &{:?}, stopwords: {:?} }}",
         strings(t.get("regexes"), false),
-        strings(t.get("stopwords"), true),
+        // One string, a word a line: a thousand slices would be a thousand pointers for the
+        // loader to relocate at every start of the hook.
+        strings(t.get("stopwords"), true).join("\n"),
     )
 }
 

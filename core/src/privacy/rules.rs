@@ -39,8 +39,8 @@ pub struct Allow {
     pub target: Target,
     pub and: bool,
     pub regexes: &'static [&'static str],
-    /// Lowercase; a secret containing one is excused.
-    pub stopwords: &'static [&'static str],
+    /// Lowercase, one a line; a secret containing one is excused.
+    pub stopwords: &'static str,
 }
 
 /// One detection rule.
@@ -177,7 +177,7 @@ pub static EXTRA: [Rule; 10] = [
                 r"^\[REDACTED",
                 r"^(?:true|false|null|none|undefined)$",
             ],
-            stopwords: &[],
+            stopwords: "",
         }],
     },
     Rule {
@@ -327,7 +327,7 @@ struct CompiledAllow {
     target: Target,
     and: bool,
     regexes: Vec<Regex>,
-    stopwords: &'static [&'static str],
+    stopwords: &'static str,
 }
 
 impl CompiledAllow {
@@ -351,7 +351,8 @@ impl CompiledAllow {
         let by_word = (!self.stopwords.is_empty()).then(|| {
             let lower = secret.to_ascii_lowercase();
             self.stopwords
-                .iter()
+                .lines()
+                .filter(|w| !w.is_empty())
                 .any(|w| memchr_find(&lower, w.as_bytes()))
         });
         match (by_regex, by_word) {
