@@ -62,7 +62,7 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
         }
         (Target::File | Target::FileAndStderr, Some((dir, path))) => {
             if cairn_core::store::paths::ensure_private_dir(dir).is_ok()
-                && let Ok(file) = fern::log_file(&path)
+                && let Ok(file) = cairn_core::store::paths::append_private(&path)
             {
                 dispatch = dispatch.chain(file);
                 file_open = true;
@@ -101,11 +101,7 @@ impl LazyFile {
         };
         let file = slot.get_or_insert_with(|| {
             cairn_core::store::paths::ensure_private_dir(&self.dir).ok()?;
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-                .ok()
+            cairn_core::store::paths::append_private(&self.path).ok()
         });
         // One write(2) per line: an append of one buffer is not interleaved with the
         // lines of other hooks writing the same file at the same moment.

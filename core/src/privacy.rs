@@ -12,6 +12,8 @@
 
 use std::borrow::Cow;
 
+pub mod rules;
+
 use serde_json::{Map, Value};
 
 use crate::settings::CaptureSettings;
@@ -90,6 +92,12 @@ impl Privacy {
         } else {
             Value::String(cap(&text, self.max_field_bytes).into_owned())
         }
+    }
+
+    /// A JSON value cleaned leaf by leaf like [`Privacy::value`], but never turned into a
+    /// capped string as a whole (each string is still capped).
+    pub fn tree(&self, v: &Value) -> Value {
+        self.walk(v)
     }
 
     fn walk(&self, v: &Value) -> Value {
@@ -360,12 +368,38 @@ pub fn is_secret_key(key: &str) -> bool {
 
 /// Replaces secrets with `[REDACTED:<kind>]` (tokens and keys of known shapes) or
 /// `[REDACTED]` (the value of a `password=`, `secret: …`, `"api_key": "…"` assignment).
+///
+/// Three passes: cairn's scanners for the commonest token shapes, then the rule set of
+/// [`rules`] (gitleaks' rules and the generic credential forms, `[REDACTED:<rule id>]`),
+/// then `key = value` assignments of secret-named keys.
 pub fn redact(s: &str) -> Cow<'_, str> {
     let tokens = redact_tokens(s);
-    match redact_assignments(&tokens) {
+    let ruled = match redact_rules(&tokens) {
         Cow::Borrowed(_) => tokens,
         Cow::Owned(o) => Cow::Owned(o),
+    };
+    match redact_assignments(&ruled) {
+        Cow::Borrowed(_) => ruled,
+        Cow::Owned(o) => Cow::Owned(o),
     }
+}
+
+fn redact_rules(s: &str) -> Cow<'_, str> {
+    let found = rules::find(s);
+    if found.is_empty() {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut cursor = 0;
+    for f in found {
+        out.push_str(&s[cursor..f.start]);
+        out.push_str("[REDACTED:");
+        out.push_str(f.rule);
+        out.push(']');
+        cursor = f.end;
+    }
+    out.push_str(&s[cursor..]);
+    Cow::Owned(out)
 }
 
 fn redact_tokens(s: &str) -> Cow<'_, str> {

@@ -702,3 +702,116 @@ fn help_is_for_people_and_touches_nothing() {
     assert!(stdout(&out).starts_with("cairn-hook "));
     assert!(!env.data_dir.exists(), "help never creates the data dir");
 }
+
+#[test]
+fn fields_of_the_wrong_type_no_longer_send_the_event_to_quarantine() {
+    let env = TestEnv::new();
+    let tool = |i: usize, extra: &str| {
+        format!(
+            r#"{{"hook_event_name":"PostToolUse","session_id":"{SESSION}","cwd":"/x","tool_name":"Bash","tool_use_id":"toolu_{i}","tool_input":{{"command":"ls"}}{extra}}}"#
+        )
+    };
+    let inputs: Vec<Vec<u8>> = vec![
+        tool(1, r#","prompt_id":7"#).into_bytes(),
+        tool(2, r#","agent_id":1"#).into_bytes(),
+        tool(3, r#","agent_type":true"#).into_bytes(),
+        tool(4, r#","is_interrupt":"false""#).into_bytes(),
+        [b"\xef\xbb\xbf".as_slice(), tool(5, "").as_bytes()].concat(),
+        format!(r#"{{"hook_event_name":"Stop","session_id":"{SESSION}","cwd":"/x","last_assistant_message":[{{"type":"text","text":"done"}}]}}"#).into_bytes(),
+        format!(r#"{{"hook_event_name":"SessionEnd","session_id":"{SESSION}","cwd":"/x","reason":{{}}}}"#).into_bytes(),
+        format!(r#"{{"hook_event_name":"SessionStart","session_id":"{SESSION}","cwd":"/x","source":1}}"#).into_bytes(),
+    ];
+    for input in &inputs {
+        hook(&env, input);
+    }
+    assert_eq!(quarantine_reasons(&env), Vec::<String>::new());
+    assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 6);
+    let logs = read_logs(&env);
+    assert!(
+        logs.contains("field(s) of the wrong type ignored: agent_type"),
+        "{logs}"
+    );
+}
+
+#[test]
+fn hostile_dot_git_and_huge_identifiers_neither_block_nor_bloat() {
+    let env = TestEnv::new();
+    let root = env.tmp.path().join("work");
+    std::fs::create_dir_all(root.join("fifo/deep")).expect("mkdir");
+    assert!(
+        Command::new("mkfifo")
+            .arg(root.join("fifo/.git"))
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    std::fs::create_dir_all(root.join("zero/deep")).expect("mkdir");
+    std::os::unix::fs::symlink("/dev/zero", root.join("zero/.git")).expect("symlink");
+    let long = "x".repeat(1 << 20);
+    for (i, sub) in ["fifo/deep", "zero/deep"].iter().enumerate() {
+        let cwd = root.join(sub);
+        let input = serde_json::json!({
+            "hook_event_name": "PostToolUse",
+            "session_id": format!("{long}{i}"),
+            "cwd": cwd,
+            "tool_name": "Bash",
+            "tool_use_id": format!("{long}{i}"),
+            "prompt_id": long,
+            "agent_id": long,
+            "tool_input": {"command": "ls"},
+        });
+        let started = Instant::now();
+        hook(&env, input.to_string().as_bytes());
+        assert!(started.elapsed() < Duration::from_secs(10), "{sub} blocked");
+    }
+    assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 2);
+    assert_eq!(
+        env.count("SELECT max(length(session_id)) FROM sessions"),
+        256
+    );
+    assert!(env.count("SELECT max(length(payload)) FROM pending_messages") < 4096);
+}
+
+#[test]
+fn quarantine_replay_brings_back_inputs_cairn_now_understands() {
+    let env = TestEnv::new();
+    // Something this cairn still refuses, through the hook.
+    hook(
+        &env,
+        br#"{"hook_event_name":"Stop","session_id":{"a":1},"cwd":"/x"}"#,
+    );
+    // What an older cairn refused (a numeric prompt_id), as it stored it.
+    let old = format!(
+        r#"{{"hook_event_name":"PostToolUse","session_id":"{SESSION}","cwd":"/x","tool_name":"Bash","tool_use_id":"toolu_old","prompt_id":7,"tool_input":{{"command":"ls"}}}}"#
+    );
+    let db = env.db();
+    for (raw_len, at) in [(old.len() as i64, 1_000i64), (1i64 << 24, 2_000)] {
+        db.execute(
+            "INSERT INTO quarantine (event, reason, raw, raw_len, created_at, kind)
+             VALUES ('PostToolUse', 'invalid type: integer `7`', ?1, ?2, ?3, 'invalid')",
+            rusqlite::params![old.as_bytes(), raw_len, at],
+        )
+        .expect("insert");
+    }
+    drop(db);
+    let out = env.run("cairn", &["quarantine", "replay", "--all", "--json"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    let outcomes: Vec<&str> = results
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| r["outcome"].as_str().expect("outcome"))
+        .collect();
+    assert_eq!(outcomes, vec!["rejected", "captured", "cut"]);
+    assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 1);
+    assert_eq!(env.count("SELECT count(*) FROM quarantine"), 2);
+    // Nothing left that can be replayed: exit 1.
+    let out = env.run("cairn", &["quarantine", "replay", "--all"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("cannot be replayed"),
+        "{}",
+        stdout(&out)
+    );
+}

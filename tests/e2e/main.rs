@@ -1,6 +1,7 @@
 //! End-to-end tests: the real binaries on temp data dirs. One test binary; each area in a
 //! module of its own.
 
+mod canaries;
 mod demo;
 mod embed;
 mod faults;
@@ -10,6 +11,7 @@ mod mcp;
 mod ops;
 mod pipeline;
 mod recall;
+mod secrets;
 mod support;
 mod terminal;
 mod worker;

@@ -1140,3 +1140,81 @@ fn queue_list_fits_an_80_column_terminal() {
     );
     assert!(piped.contains("(request id req_011CVxyz)"), "{piped}");
 }
+
+/// Runs a binary under `umask 000`, through `sh`.
+fn under_umask_000(env: &TestEnv, name: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let c = env.cmd(name);
+    let program = c.get_program().to_os_string();
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c")
+        .arg("umask 000 && exec \"$@\"")
+        .arg("sh")
+        .arg(program)
+        .args(args);
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    crate::support::run_with_stdin(sh, stdin)
+}
+
+#[test]
+fn every_file_cairn_creates_is_private_even_under_umask_000() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let tool = crate::support::hook_fixture("PostToolUse.json");
+    let out = under_umask_000(&env, "cairn-hook", &[], tool.as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    let elsewhere = env.tmp.path().join("out");
+    std::fs::create_dir_all(&elsewhere).expect("dir");
+    let to = elsewhere.join("b.db");
+    let export = elsewhere.join("e.jsonl");
+    for args in [
+        vec!["backup"],
+        vec!["backup", "--to", to.to_str().expect("utf-8")],
+        vec!["export", "-o", export.to_str().expect("utf-8")],
+        vec!["install"],
+        vec!["install"],
+    ] {
+        let out = under_umask_000(&env, "cairn", &args, b"");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            crate::support::stderr(&out)
+        );
+    }
+    let mut files = Vec::new();
+    let mut stack = vec![
+        env.data_dir.clone(),
+        elsewhere,
+        env.tmp.path().join(".claude"),
+    ];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    for want in ["cairn.db", ".log", "b.db", "e.jsonl", "cairn-manual-"] {
+        assert!(
+            names.iter().any(|n| n.contains(want)),
+            "no {want} in {names:?}"
+        );
+    }
+    for f in &files {
+        let mode = std::fs::metadata(f).expect("meta").permissions().mode() & 0o777;
+        // Claude Code's own settings file keeps the mode it had; its backups are cairn's.
+        if f.ends_with(".claude/settings.json") {
+            continue;
+        }
+        assert_eq!(mode, 0o600, "{} is {mode:o}", f.display());
+    }
+}

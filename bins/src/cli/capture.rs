@@ -159,7 +159,7 @@ fn save(path: &Path, existed: bool, value: &Value) -> anyhow::Result<Option<Path
             b = dir.join(format!("{name}.cairn-backup-{stamp}-{n}"));
             n += 1;
         }
-        std::fs::copy(path, &b)
+        cairn_core::store::paths::copy_private(path, &b)
             .with_context(|| format!("cannot back up {} to {}", path.display(), b.display()))?;
         if let Ok(m) = std::fs::metadata(path) {
             mode = m.permissions().mode() & 0o777;
@@ -170,7 +170,7 @@ fn save(path: &Path, existed: bool, value: &Value) -> anyhow::Result<Option<Path
     text.push('\n');
     let tmp = dir.join(format!(".{}.cairn-tmp", std::process::id()));
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = cairn_core::store::paths::create_private(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;

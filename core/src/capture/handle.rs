@@ -394,8 +394,16 @@ pub fn handle_with(
             ));
         }
     };
+    if !event.common().ignored.is_empty() {
+        log::warn!(
+            "{}: {} field(s) of the wrong type ignored: {}",
+            event.name(),
+            event.common().ignored.len(),
+            event.common().ignored.join(", ")
+        );
+    }
     let cwd = match (event.common().cwd.as_str(), input.project_dir) {
-        ("", Some(dir)) if !dir.is_empty() => dir.to_string(),
+        ("", Some(dir)) if !dir.is_empty() => hook::cap_id(dir.to_string(), hook::MAX_PATH_BYTES),
         ("", _) => {
             let why = DecodeError::Missing("cwd").to_string();
             return plain(quarantine_input(
@@ -517,6 +525,87 @@ fn waits_behind_the_spool(dir: &DataDir, tx: &Transaction, rec: &Record) -> Resu
     Ok(check && spool::holds_session(dir, &rec.session_id))
 }
 
+/// What became of one quarantined input given another try ([`replay`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Replayed {
+    /// Written as the event it is (and removed from the quarantine).
+    Captured { id: i64, event: String },
+    /// Understood, but nothing to store (a skipped tool, an excluded project); removed.
+    Nothing { id: i64, event: String },
+    /// Still not an event cairn captures; left in the quarantine.
+    Rejected { id: i64, reason: String },
+    /// The stored copy is not the whole input (cut to its bound, or only partly read), so
+    /// it cannot be replayed; left in the quarantine.
+    Cut { id: i64 },
+    /// No such entry.
+    Unknown { id: i64 },
+}
+
+/// Gives quarantined inputs another try through the capture path, now that cairn may
+/// understand them: each is decoded, cleaned and written exactly as the hook would have
+/// written it when it arrived (its time is the entry's), and removed from the quarantine
+/// in the same transaction. `ids` empty means every entry, oldest first. The stored copy
+/// is already privacy-cleaned; cleaning it again changes nothing.
+pub fn replay(conn: &mut Connection, settings: &Settings, ids: &[i64]) -> Result<Vec<Replayed>> {
+    let rows = if ids.is_empty() {
+        let mut all = quarantine::list(conn, 0)?;
+        all.reverse();
+        all.into_iter().map(|r| (r.id, Some(r))).collect::<Vec<_>>()
+    } else {
+        ids.iter()
+            .map(|&id| Ok((id, quarantine::get(conn, id)?)))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for (id, row) in rows {
+        let Some(row) = row else {
+            out.push(Replayed::Unknown { id });
+            continue;
+        };
+        if quarantine::is_cut(&row) {
+            out.push(Replayed::Cut { id });
+            continue;
+        }
+        let event = match hook::decode(row.raw.as_bytes(), None) {
+            Ok(e) => e,
+            Err(e) => {
+                out.push(Replayed::Rejected {
+                    id,
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let name = event.name().to_string();
+        let cwd = event.common().cwd.clone();
+        if cwd.is_empty() {
+            out.push(Replayed::Rejected {
+                id,
+                reason: DecodeError::Missing("cwd").to_string(),
+            });
+            continue;
+        }
+        let project = crate::capture::project::detect(std::path::Path::new(&cwd));
+        let record = if is_excluded(&project, &settings.capture) {
+            None
+        } else {
+            prepare(&event, &project, &cwd, &settings.capture, row.created_at)
+        };
+        db::write(conn, |tx| {
+            if let Some(rec) = &record {
+                apply(tx, rec, settings.queue.max_attempts)?;
+            }
+            quarantine::remove(tx, id)
+        })?;
+        out.push(match record {
+            Some(_) => Replayed::Captured { id, event: name },
+            None => Replayed::Nothing { id, event: name },
+        });
+    }
+    Ok(out)
+}
+
 fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i64) -> Stored {
     match spool::write(dir, item, now) {
         Ok(path) => {
@@ -604,6 +693,63 @@ mod tests {
 
     fn q(conn: &Connection, sql: &str) -> i64 {
         conn.query_row(sql, [], |r| r.get(0)).expect(sql)
+    }
+
+    #[test]
+    fn quarantined_inputs_are_replayed_once_understood() {
+        let (_t, dd) = env();
+        let s = settings();
+        let mut conn = open_for_hook(&dd, &s).expect("open");
+        let add = |conn: &mut Connection, raw: &str, raw_len: u64, at: i64| {
+            let e = quarantine::Entry::new(None, "old reason", raw.as_bytes(), raw_len, true);
+            db::write(conn, |tx| quarantine::add(tx, &e, at)).expect("add")
+        };
+        // What an older cairn refused: a numeric prompt_id.
+        let tool = r#"{"hook_event_name":"PostToolUse","session_id":"s1","cwd":"/tmp/acme","tool_name":"Bash","tool_use_id":"t1","prompt_id":7,"tool_input":{"command":"ls","password":"hunter2"}}"#;
+        let ok = add(&mut conn, tool, tool.len() as u64, 1_000);
+        let still_bad = add(&mut conn, "{nope", 5, 2_000);
+        let cut = add(&mut conn, tool, 10 << 20, 3_000);
+        let no_cwd = add(
+            &mut conn,
+            r#"{"hook_event_name":"Stop","session_id":"s1"}"#,
+            10,
+            4_000,
+        );
+        let got = replay(&mut conn, &s, &[]).expect("replay");
+        assert_eq!(
+            got,
+            vec![
+                Replayed::Captured {
+                    id: ok,
+                    event: "PostToolUse".into()
+                },
+                Replayed::Rejected {
+                    id: still_bad,
+                    reason: "input is not valid JSON: key must be a string at line 1 column 2"
+                        .into()
+                },
+                Replayed::Cut { id: cut },
+                Replayed::Rejected {
+                    id: no_cwd,
+                    reason: "missing field cwd".into()
+                },
+            ]
+        );
+        let (payload, at): (String, i64) = conn
+            .query_row(
+                "SELECT payload, created_at FROM pending_messages",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("job");
+        assert_eq!(at, 1_000);
+        assert!(payload.contains("[REDACTED]") && !payload.contains("hunter2"));
+        assert_eq!(q(&conn, "SELECT count(*) FROM quarantine"), 3);
+        // By id; a second replay of the same input finds it gone.
+        assert_eq!(
+            replay(&mut conn, &s, &[ok, cut]).expect("replay"),
+            vec![Replayed::Unknown { id: ok }, Replayed::Cut { id: cut }]
+        );
     }
 
     const SID: &str = "s1";

@@ -75,33 +75,143 @@ impl EventName {
     }
 }
 
-/// The payload as Claude Code sends it. Every field is optional here; [`decode`] decides
-/// which ones an event needs.
+/// The payload as Claude Code sends it. Every field is optional and of any JSON type here;
+/// [`decode`] decides which ones an event needs and what a field of the wrong type means.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Wire {
-    pub hook_event_name: Option<String>,
-    pub session_id: Option<String>,
-    pub cwd: Option<String>,
-    pub prompt_id: Option<String>,
+    pub hook_event_name: Option<Value>,
+    pub session_id: Option<Value>,
+    pub cwd: Option<Value>,
+    pub prompt_id: Option<Value>,
     /// SessionStart: `startup`, `resume`, `compact`, `clear`.
-    pub source: Option<String>,
+    pub source: Option<Value>,
     /// UserPromptSubmit.
-    pub prompt: Option<String>,
-    pub tool_name: Option<String>,
-    pub tool_use_id: Option<String>,
+    pub prompt: Option<Value>,
+    pub tool_name: Option<Value>,
+    pub tool_use_id: Option<Value>,
     pub tool_input: Option<Value>,
     pub tool_response: Option<Value>,
     /// PostToolUseFailure.
     pub error: Option<Value>,
-    pub is_interrupt: Option<bool>,
+    pub is_interrupt: Option<Value>,
     pub duration_ms: Option<Value>,
-    pub agent_id: Option<String>,
-    pub agent_type: Option<String>,
+    pub agent_id: Option<Value>,
+    pub agent_type: Option<Value>,
     /// Stop, SubagentStop.
-    pub last_assistant_message: Option<String>,
+    pub last_assistant_message: Option<Value>,
     /// SessionEnd.
-    pub reason: Option<String>,
+    pub reason: Option<Value>,
+}
+
+/// Longest identifier kept (`session_id`, `tool_use_id`, `prompt_id`, `agent_id`, and
+/// names: event, tool, agent type, start source, end reason), in bytes. Claude Code's are
+/// UUIDs or `toolu_…` ids of a few dozen bytes.
+pub const MAX_ID_BYTES: usize = 256;
+/// Longest `cwd` kept, in bytes (Linux's `PATH_MAX`).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// `s` when it fits in `max` bytes, else its head and a hash of the whole, `max` bytes
+/// long: two long ids that differ only past the cut stay distinct.
+pub fn cap_id(s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    // FNV-1a: stable across builds and versions (a spooled id must hash the same later).
+    let hash = s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut head = max.saturating_sub(17);
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    format!("{}~{hash:016x}", &s[..head])
+}
+
+/// Reads the wire fields, coercing where the meaning is clear and noting every field of
+/// the wrong type that is dropped instead.
+struct Fields {
+    ignored: Vec<&'static str>,
+}
+
+impl Fields {
+    fn ignore<T>(&mut self, name: &'static str) -> Option<T> {
+        self.ignored.push(name);
+        None
+    }
+
+    /// A name or free text: strings only.
+    fn text(&mut self, name: &'static str, v: Option<Value>) -> Option<String> {
+        match v {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => self.ignore(name),
+        }
+    }
+
+    /// An identifier: a string, or an integer written as a number.
+    fn id(&mut self, name: &'static str, v: Option<Value>) -> Option<String> {
+        match v {
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+            other => self.text(name, other),
+        }
+    }
+
+    /// A message: a string, or content blocks (`[{"type":"text","text":…}, "…"]`) joined.
+    fn message(&mut self, name: &'static str, v: Option<Value>) -> Option<String> {
+        match v {
+            Some(Value::Array(items)) => {
+                let parts: Vec<String> = items
+                    .into_iter()
+                    .filter_map(|i| match i {
+                        Value::String(s) => Some(s),
+                        Value::Object(mut o) => match o.remove("text") {
+                            Some(Value::String(s)) => Some(s),
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
+                if parts.is_empty() {
+                    self.ignore(name)
+                } else {
+                    Some(parts.join("\n"))
+                }
+            }
+            other => self.text(name, other),
+        }
+    }
+
+    fn flag(&mut self, name: &'static str, v: Option<Value>) -> Option<bool> {
+        match v {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(b),
+            Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Some(true),
+            Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Some(false),
+            Some(Value::Number(n)) if n.as_u64() == Some(0) => Some(false),
+            Some(Value::Number(n)) if n.as_u64() == Some(1) => Some(true),
+            Some(_) => self.ignore(name),
+        }
+    }
+
+    fn count(&mut self, name: &'static str, v: Option<Value>) -> Option<u64> {
+        match v {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => match n.as_u64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.is_finite() && *f >= 0.0)
+                    .map(|f| f as u64)
+            }) {
+                Some(n) => Some(n),
+                None => self.ignore(name),
+            },
+            Some(Value::String(s)) => match s.trim().parse() {
+                Ok(n) => Some(n),
+                Err(_) => self.ignore(name),
+            },
+            Some(_) => self.ignore(name),
+        }
+    }
 }
 
 /// Fields every event carries.
@@ -111,6 +221,8 @@ pub struct Common {
     /// Empty when the payload had none (the caller may fall back to `CLAUDE_PROJECT_DIR`).
     pub cwd: String,
     pub prompt_id: Option<String>,
+    /// Fields of the wrong type that were dropped (the event did without them).
+    pub ignored: Vec<&'static str>,
 }
 
 /// Why a session started.
@@ -182,6 +294,16 @@ impl Event {
         }
     }
 
+    fn common_mut(&mut self) -> &mut Common {
+        match self {
+            Event::SessionStart { common, .. }
+            | Event::UserPrompt { common, .. }
+            | Event::Tool { common, .. }
+            | Event::Stop { common, .. }
+            | Event::SessionEnd { common, .. } => common,
+        }
+    }
+
     /// The `hook_event_name` this event came from.
     pub fn name(&self) -> &'static str {
         match self {
@@ -208,19 +330,30 @@ pub enum DecodeError {
     NotAnObject,
     #[error("missing field {0}")]
     Missing(&'static str),
+    #[error("field {0} has the wrong type")]
+    WrongType(&'static str),
     #[error("event {0} is not captured by cairn")]
     NotCaptured(String),
 }
 
 /// The `hook_event_name` of an input, when it can be found cheaply (for the quarantine).
 pub fn sniff_name(input: &[u8]) -> Option<String> {
-    let wire: Wire = serde_json::from_slice(input).ok()?;
-    wire.hook_event_name
+    let wire: Wire = serde_json::from_slice(without_bom(input)).ok()?;
+    match wire.hook_event_name? {
+        Value::String(s) => Some(cap_id(s, MAX_ID_BYTES)),
+        _ => None,
+    }
+}
+
+/// The input without a leading UTF-8 byte-order mark.
+pub fn without_bom(input: &[u8]) -> &[u8] {
+    input.strip_prefix(b"\xef\xbb\xbf").unwrap_or(input)
 }
 
 /// Decodes one payload. `explicit` is an event name given on the command line, used when
 /// the payload has none.
 pub fn decode(input: &[u8], explicit: Option<&str>) -> Result<Event, DecodeError> {
+    let input = without_bom(input);
     if input.iter().all(u8::is_ascii_whitespace) {
         return Err(DecodeError::Empty);
     }
@@ -238,36 +371,55 @@ pub fn decode(input: &[u8], explicit: Option<&str>) -> Result<Event, DecodeError
     from_wire(wire, explicit)
 }
 
-/// Maps a wire payload to an event.
+/// Maps a wire payload to an event. A field of the wrong type that the event can do
+/// without is dropped and named in [`Common::ignored`]; one it needs is a
+/// [`DecodeError::WrongType`]. Identifiers and names are capped at [`MAX_ID_BYTES`], the
+/// `cwd` at [`MAX_PATH_BYTES`].
 pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeError> {
-    let raw_name = wire
-        .hook_event_name
-        .clone()
-        .or_else(|| explicit.map(str::to_string))
-        .ok_or(DecodeError::Missing("hook_event_name"))?;
+    let mut f = Fields {
+        ignored: Vec::new(),
+    };
+    let id = |s: String| cap_id(s, MAX_ID_BYTES);
+    let raw_name = match wire.hook_event_name {
+        Some(Value::String(s)) => s,
+        None | Some(Value::Null) => explicit
+            .map(str::to_string)
+            .ok_or(DecodeError::Missing("hook_event_name"))?,
+        Some(_) => return Err(DecodeError::WrongType("hook_event_name")),
+    };
+    let raw_name = id(raw_name);
     let name = EventName::parse(&raw_name);
     if !EventName::CAPTURED.contains(&name) {
         return Err(DecodeError::NotCaptured(raw_name));
     }
-    let session_id = nonempty(wire.session_id).ok_or(DecodeError::Missing("session_id"))?;
+    let session_id = required(&mut f, "session_id", wire.session_id, Fields::id)?;
     let common = Common {
-        session_id,
-        cwd: wire.cwd.unwrap_or_default(),
-        prompt_id: nonempty(wire.prompt_id),
+        session_id: id(session_id),
+        cwd: f
+            .text("cwd", wire.cwd)
+            .map(|c| cap_id(c, MAX_PATH_BYTES))
+            .unwrap_or_default(),
+        prompt_id: nonempty(f.id("prompt_id", wire.prompt_id)).map(id),
+        ignored: Vec::new(),
     };
-    Ok(match name {
+    let mut event = match name {
         EventName::SessionStart => Event::SessionStart {
-            common,
-            source: match wire.source.as_deref() {
+            source: match f.text("source", wire.source).as_deref() {
                 Some("startup") | None => StartSource::Startup,
                 Some("resume") => StartSource::Resume,
                 Some("compact") => StartSource::Compact,
                 Some("clear") => StartSource::Clear,
                 Some(_) => StartSource::Other,
             },
+            common,
         },
         EventName::UserPromptSubmit => {
-            let prompt = wire.prompt.ok_or(DecodeError::Missing("prompt"))?;
+            let prompt = match wire.prompt {
+                None | Some(Value::Null) => return Err(DecodeError::Missing("prompt")),
+                v => f
+                    .message("prompt", v)
+                    .ok_or(DecodeError::WrongType("prompt"))?,
+            };
             let synthetic = prompt.trim_start().starts_with("<task-notification>");
             Event::UserPrompt {
                 common,
@@ -277,40 +429,62 @@ pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeErro
         }
         EventName::PostToolUse | EventName::PostToolUseFailure => {
             let failed = name == EventName::PostToolUseFailure;
-            let tool_name = nonempty(wire.tool_name).ok_or(DecodeError::Missing("tool_name"))?;
-            let tool_use_id =
-                nonempty(wire.tool_use_id).ok_or(DecodeError::Missing("tool_use_id"))?;
+            let tool_name = id(required(&mut f, "tool_name", wire.tool_name, Fields::text)?);
+            let tool_use_id = id(required(
+                &mut f,
+                "tool_use_id",
+                wire.tool_use_id,
+                Fields::id,
+            )?);
             let error = match wire.error {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) => Some(s),
                 Some(other) => Some(other.to_string()),
             };
-            Event::Tool {
-                common,
-                call: ToolCall {
-                    tool_name,
-                    tool_use_id,
-                    tool_input: wire.tool_input.unwrap_or(Value::Null),
-                    tool_response: wire.tool_response.unwrap_or(Value::Null),
-                    error,
-                    failed,
-                    is_interrupt: wire.is_interrupt.unwrap_or(false),
-                    duration_ms: wire.duration_ms.as_ref().and_then(Value::as_u64),
-                    agent_id: nonempty(wire.agent_id),
-                    agent_type: nonempty(wire.agent_type),
-                },
-            }
+            let call = ToolCall {
+                tool_name,
+                tool_use_id,
+                tool_input: wire.tool_input.unwrap_or(Value::Null),
+                tool_response: wire.tool_response.unwrap_or(Value::Null),
+                error,
+                failed,
+                is_interrupt: f.flag("is_interrupt", wire.is_interrupt).unwrap_or(false),
+                duration_ms: f.count("duration_ms", wire.duration_ms),
+                agent_id: nonempty(f.id("agent_id", wire.agent_id)).map(id),
+                agent_type: nonempty(f.text("agent_type", wire.agent_type)).map(id),
+            };
+            Event::Tool { common, call }
         }
         EventName::Stop => Event::Stop {
+            last_assistant_message: f
+                .message("last_assistant_message", wire.last_assistant_message)
+                .unwrap_or_default(),
             common,
-            last_assistant_message: wire.last_assistant_message.unwrap_or_default(),
         },
         EventName::SessionEnd => Event::SessionEnd {
+            reason: f.text("reason", wire.reason).map(id).unwrap_or_default(),
             common,
-            reason: wire.reason.unwrap_or_default(),
         },
         _ => return Err(DecodeError::NotCaptured(raw_name)),
-    })
+    };
+    event.common_mut().ignored = f.ignored;
+    Ok(event)
+}
+
+/// A field the event cannot do without: absent, empty or of a type with no clear meaning
+/// is an error.
+fn required(
+    f: &mut Fields,
+    name: &'static str,
+    v: Option<Value>,
+    read: fn(&mut Fields, &'static str, Option<Value>) -> Option<String>,
+) -> Result<String, DecodeError> {
+    let present = !matches!(v, None | Some(Value::Null));
+    match nonempty(read(f, name, v)) {
+        Some(s) => Ok(s),
+        None if present && f.ignored.last() == Some(&name) => Err(DecodeError::WrongType(name)),
+        None => Err(DecodeError::Missing(name)),
+    }
 }
 
 fn nonempty(s: Option<String>) -> Option<String> {
@@ -389,11 +563,106 @@ mod tests {
             decode(b"{\"a\":\"\xff\"}", None),
             Err(DecodeError::InvalidUtf8)
         );
-        // A wrong type for a known field is bad JSON for us, not a panic.
+        // A required field of a type with no clear meaning says so.
+        check(
+            r#"{"hook_event_name":"Stop","session_id":{"a":1}}"#,
+            Err(DecodeError::WrongType("session_id")),
+        );
+        check(
+            r#"{"hook_event_name":"PostToolUse","session_id":"s","tool_name":7,"tool_use_id":"t"}"#,
+            Err(DecodeError::WrongType("tool_name")),
+        );
+    }
+
+    #[test]
+    fn fields_of_the_wrong_type_are_coerced_or_dropped_not_fatal() {
+        let tool = |extra: &str| {
+            let s = format!(
+                r#"{{"hook_event_name":"PostToolUse","session_id":"s","cwd":"/x","tool_name":"Bash","tool_use_id":"t"{extra}}}"#
+            );
+            match decode(s.as_bytes(), None) {
+                Ok(Event::Tool { common, call }) => (common, call),
+                other => panic!("{extra}: {other:?}"),
+            }
+        };
+        let (c, call) =
+            tool(r#","prompt_id":7,"agent_id":1,"agent_type":true,"is_interrupt":"false""#);
+        assert_eq!(c.prompt_id.as_deref(), Some("7"));
+        assert_eq!(call.agent_id.as_deref(), Some("1"));
+        assert_eq!(call.agent_type, None);
+        assert!(!call.is_interrupt);
+        assert_eq!(c.ignored, vec!["agent_type"]);
+        let (c, call) = tool(r#","is_interrupt":"true","duration_ms":"12""#);
+        assert!(call.is_interrupt);
+        assert_eq!(call.duration_ms, Some(12));
+        assert!(c.ignored.is_empty());
+        let e = decode(br#"{"hook_event_name":"Stop","session_id":42}"#, None).expect("stop");
+        assert_eq!(e.common().session_id, "42");
+
+        let e = decode(
+            br#"{"hook_event_name":"Stop","session_id":"s","last_assistant_message":[{"type":"text","text":"done"},"more"]}"#,
+            None,
+        );
+        assert!(
+            matches!(e, Ok(Event::Stop { ref last_assistant_message, .. }) if last_assistant_message == "done\nmore")
+        );
+        let e = decode(
+            br#"{"hook_event_name":"Stop","session_id":"s","last_assistant_message":[1,2]}"#,
+            None,
+        )
+        .expect("stop");
+        assert_eq!(e.common().ignored, vec!["last_assistant_message"]);
+        let e = decode(
+            br#"{"hook_event_name":"SessionEnd","session_id":"s","reason":{}}"#,
+            None,
+        )
+        .expect("end");
+        assert!(matches!(e, Event::SessionEnd { ref reason, .. } if reason.is_empty()));
+        assert_eq!(e.common().ignored, vec!["reason"]);
+        let e = decode(
+            br#"{"hook_event_name":"SessionStart","session_id":"s","source":1}"#,
+            None,
+        )
+        .expect("start");
         assert!(matches!(
-            decode(br#"{"hook_event_name":"Stop","session_id":5}"#, None),
-            Err(DecodeError::InvalidJson(_))
+            e,
+            Event::SessionStart {
+                source: StartSource::Startup,
+                ..
+            }
         ));
+        // A byte-order mark before the object.
+        let e = decode(
+            b"\xef\xbb\xbf{\"hook_event_name\":\"Stop\",\"session_id\":\"s\"}",
+            None,
+        );
+        assert_eq!(e.map(|e| e.name()), Ok("Stop"));
+    }
+
+    #[test]
+    fn identifiers_and_paths_are_capped() {
+        let long = "a".repeat(1 << 20);
+        let s = format!(
+            r#"{{"hook_event_name":"PostToolUse","session_id":"{long}","cwd":"/{long}","tool_name":"{long}","tool_use_id":"{long}b","prompt_id":"{long}","agent_id":"{long}","agent_type":"{long}"}}"#
+        );
+        let Ok(Event::Tool { common, call }) = decode(s.as_bytes(), None) else {
+            panic!("tool")
+        };
+        for id in [
+            &common.session_id,
+            &call.tool_name,
+            &call.tool_use_id,
+            common.prompt_id.as_ref().expect("prompt id"),
+            call.agent_id.as_ref().expect("agent id"),
+            call.agent_type.as_ref().expect("agent type"),
+        ] {
+            assert_eq!(id.len(), MAX_ID_BYTES);
+        }
+        assert_eq!(common.cwd.len(), MAX_PATH_BYTES);
+        // Distinct long ids stay distinct.
+        assert_ne!(call.tool_use_id, common.session_id);
+        assert_eq!(cap_id("short".into(), MAX_ID_BYTES), "short");
+        assert_eq!(cap_id("é".repeat(300), 256).len(), 256 - 1);
     }
 
     #[test]

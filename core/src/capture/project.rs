@@ -12,7 +12,15 @@ pub fn detect(cwd: &Path) -> String {
     }
 }
 
+/// Most bytes read from a `.git` file (`gitdir: <path>`; a path is at most 4 KiB).
+pub const MAX_DOT_GIT_FILE: u64 = 8 * 1024;
+
 /// The main repository's working directory for `cwd`, if it is inside one.
+///
+/// Only a `.git` directory or a small regular `.git` file counts; anything else (a FIFO, a
+/// device, a symlink to `/dev/zero`) is passed over without being opened for reading
+/// beyond a non-blocking open and a bounded read, so a hostile tree can neither block the
+/// hook nor make it read without end.
 pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
     for dir in cwd.ancestors() {
         let dot_git = dir.join(".git");
@@ -22,8 +30,11 @@ pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
         if meta.is_dir() {
             return Some(dir.to_path_buf());
         }
+        if !meta.is_file() || meta.len() > MAX_DOT_GIT_FILE {
+            continue;
+        }
         // A worktree or submodule: `.git` is a file `gitdir: <path>`.
-        if let Ok(text) = std::fs::read_to_string(&dot_git)
+        if let Some(text) = read_small(&dot_git)
             && let Some(gitdir) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
         {
             let gitdir = dir.join(gitdir.trim());
@@ -32,6 +43,24 @@ pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
         return Some(dir.to_path_buf());
     }
     None
+}
+
+/// A regular file's text, at most [`MAX_DOT_GIT_FILE`] bytes. Opened non-blocking (the
+/// path may have become a FIFO since it was looked at), and checked again once open.
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut buf = Vec::new();
+    file.take(MAX_DOT_GIT_FILE).read_to_end(&mut buf).ok()?;
+    String::from_utf8(buf).ok()
 }
 
 /// `<main>/.git/worktrees/<name>` → `<main>`.
@@ -117,6 +146,30 @@ mod tests {
             detect(Path::new("/home/dev/does-not-exist-acme")),
             "does-not-exist-acme"
         );
+    }
+
+    #[test]
+    fn fifos_devices_and_huge_files_named_dot_git_are_passed_over() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let repo = tmp.path().join("outer");
+        std::fs::create_dir_all(repo.join(".git")).expect("mkdir");
+        let fifo = repo.join("fifo/inner");
+        std::fs::create_dir_all(&fifo).expect("mkdir");
+        let status = std::process::Command::new("mkfifo")
+            .arg(repo.join("fifo/.git"))
+            .status()
+            .expect("mkfifo");
+        assert!(status.success());
+        let zero = repo.join("zero/inner");
+        std::fs::create_dir_all(&zero).expect("mkdir");
+        std::os::unix::fs::symlink("/dev/zero", repo.join("zero/.git")).expect("symlink");
+        let big = repo.join("big/inner");
+        std::fs::create_dir_all(&big).expect("mkdir");
+        std::fs::write(repo.join("big/.git"), vec![b'x'; 1 << 20]).expect("write");
+        // Each finishes at once and finds the real repository above.
+        for cwd in [&fifo, &zero, &big] {
+            assert_eq!(detect(cwd), "outer", "{}", cwd.display());
+        }
     }
 
     #[test]

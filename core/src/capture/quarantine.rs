@@ -53,10 +53,100 @@ impl Entry {
             event: event.map(|e| p.text(&e)),
             uncaptured: false,
             reason: p.text(&reason.into()),
-            raw: p.text(&String::from_utf8_lossy(input)),
+            raw: clean_copy(&p, input),
             raw_len,
         }
     }
+}
+
+/// The copy of an input that is kept: cleaned as decoded text, so that a secret or a
+/// `<private>` tag written with JSON escapes (`\u003cprivate\u003e`, `\"password\"`) is
+/// seen for what it is. A JSON input is cleaned value by value and written back as JSON
+/// (so that it can be replayed); anything else has its JSON string escapes decoded first.
+/// Capped to [`MAX_RAW_BYTES`] with a marker saying how much was cut.
+fn clean_copy(p: &Privacy, input: &[u8]) -> String {
+    let text = String::from_utf8_lossy(crate::capture::hook::without_bom(input));
+    let cleaned = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => p.tree(&v).to_string(),
+        Err(_) => p.text(&unescape(&text)),
+    };
+    crate::privacy::cap(&cleaned, MAX_RAW_BYTES).into_owned()
+}
+
+/// `s` with JSON string escapes (`\uXXXX`, surrogate pairs, `\n`, `\"`, …) decoded
+/// wherever they appear; anything malformed is left as it is.
+fn unescape(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains('\\') {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.char_indices().peekable();
+    let hex4 = |at: usize| {
+        s.get(at..at + 4)
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
+    while let Some((i, c)) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(&(_, e)) = chars.peek() else {
+            out.push(c);
+            break;
+        };
+        let simple = match e {
+            'n' => Some('\n'),
+            't' => Some('\t'),
+            'r' => Some('\r'),
+            'b' => Some('\u{8}'),
+            'f' => Some('\u{c}'),
+            '"' | '\\' | '/' => Some(e),
+            _ => None,
+        };
+        if let Some(d) = simple {
+            out.push(d);
+            chars.next();
+            continue;
+        }
+        if e == 'u'
+            && let Some(hi) = hex4(i + 2)
+        {
+            let (code, used) = if (0xd800..0xdc00).contains(&hi)
+                && s.get(i + 6..i + 8) == Some("\\u")
+                && let Some(lo) = hex4(i + 8).filter(|lo| (0xdc00..0xe000).contains(lo))
+            {
+                (0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00), 12)
+            } else {
+                (hi, 6)
+            };
+            if let Some(d) = char::from_u32(code) {
+                out.push(d);
+                // Skip the rest of the escape (its characters are all ASCII).
+                for _ in 1..used {
+                    chars.next();
+                }
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// True when a stored copy is not the whole input: it was cut to [`MAX_RAW_BYTES`] (or a
+/// field of it was), or the input itself was only partly read.
+pub fn is_cut(row: &Row) -> bool {
+    row.raw_len > MAX_RAW_BYTES as i64 || row.raw.contains(" bytes cut by cairn ...]")
+}
+
+/// Deletes one entry in the caller's transaction (a replayed input); returns whether it
+/// was there.
+pub fn remove(tx: &Transaction, id: i64) -> Result<bool> {
+    Ok(tx
+        .prepare_cached("DELETE FROM quarantine WHERE id = ?1")?
+        .execute([id])?
+        > 0)
 }
 
 /// Stores an entry in the caller's transaction and trims the table to [`MAX_ROWS`].
@@ -254,6 +344,24 @@ mod tests {
         assert_eq!(clear(&mut conn, &Clear::All).expect("all"), 2);
         assert!(list(&conn, 0).expect("list").is_empty());
         assert_eq!(clear(&mut conn, &Clear::All).expect("none"), 0);
+    }
+
+    #[test]
+    fn escaped_secrets_and_tags_are_cleaned_as_decoded_text() {
+        // Invalid JSON: escapes decoded before cleaning.
+        let input = br#"{"prompt": "a \u003cprivate\u003ehush\u003c/private\u003e b \"password\": \"hunter2\" AKIA\u0049OSFODNN7EXAMPLE"#;
+        let e = Entry::new(None, "input is not valid JSON", input, 1, true);
+        assert!(!e.raw.contains("hush"), "{}", e.raw);
+        assert!(!e.raw.contains("hunter2"), "{}", e.raw);
+        assert!(!e.raw.contains("OSFODNN7EXAMPLE"), "{}", e.raw);
+        // Valid JSON: cleaned value by value, still JSON.
+        let input = br#"{"hook_event_name":"Stop","x":"<private>hush</private>","password":"hunter2","s":"tok AKIAIOSFODNN7EXAMPLE"}"#;
+        let e = Entry::new(None, "x", input, 1, true);
+        let v: serde_json::Value = serde_json::from_str(&e.raw).expect("still JSON");
+        assert_eq!(v["x"], "");
+        assert_eq!(v["password"], "[REDACTED]");
+        assert!(!e.raw.contains("OSFODNN7EXAMPLE"), "{}", e.raw);
+        assert_eq!(unescape(r"a\u00e9\ud83d\ude00\n\q\u12"), "aé😀\n\\q\\u12");
     }
 
     #[test]

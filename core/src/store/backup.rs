@@ -115,6 +115,10 @@ pub fn online(conn: &Connection, dest: &Path) -> Result<BackupInfo> {
     let tmp = temp_beside(dest);
     remove_quietly(&tmp);
     let result = (|| {
+        // Created 0600 before SQLite opens it (SQLite would create it 0644 less the umask,
+        // readable while the copy is written); its journal takes the same mode.
+        crate::store::paths::create_private(&tmp)
+            .map_err(|e| Error::io("cannot create backup", &tmp, e))?;
         let mut out = Connection::open(&tmp)?;
         db::trace_if_asked(&mut out);
         copy(
@@ -319,7 +323,7 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
     let staged = temp_beside(&dir.root().join("restore.db"));
     remove_quietly(&staged);
     let result = (|| {
-        std::fs::copy(source, &staged)
+        crate::store::paths::copy_private(source, &staged)
             .map_err(|e| Error::io("cannot copy backup from", source, e))?;
         // A backup copied while its database was open may carry committed pages in -wal.
         let mut side = source.as_os_str().to_os_string();
@@ -328,7 +332,7 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
         if side.is_file() {
             let mut to = staged.as_os_str().to_os_string();
             to.push("-wal");
-            std::fs::copy(&side, PathBuf::from(to))
+            crate::store::paths::copy_private(&side, &PathBuf::from(to))
                 .map_err(|e| Error::io("cannot copy backup from", &side, e))?;
         }
         let staged_conn = match db::open(

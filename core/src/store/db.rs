@@ -152,10 +152,7 @@ pub fn trace_if_asked(conn: &mut Connection) {
         let line = sql.split_whitespace().collect::<Vec<_>>().join(" ");
         if seen.insert(line.clone()) {
             // One write per line: processes and connections append to their files at once.
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
+            let _ = crate::store::paths::append_private(&path)
                 .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
         }
     };

@@ -157,6 +157,37 @@ pub fn ensure_private_file(file: &Path) -> Result<()> {
         .map_err(|e| Error::io("cannot create", file, e))
 }
 
+/// Creates (or truncates) `file` for writing, mode 0600 from the start whatever the umask:
+/// every file cairn writes holds captured text or may, so none is ever readable by others,
+/// not even for the moment between creating it and narrowing its mode.
+pub fn create_private(file: &Path) -> std::io::Result<std::fs::File> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)?;
+    // An existing file keeps its mode through open(2): narrow it too.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(f)
+}
+
+/// Appends to `file`, created mode 0600 when missing (log files).
+pub fn append_private(file: &Path) -> std::io::Result<std::fs::File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(file)
+}
+
+/// Copies `from` to `to` (created or truncated, mode 0600 from the start).
+pub fn copy_private(from: &Path, to: &Path) -> std::io::Result<u64> {
+    let mut src = std::fs::File::open(from)?;
+    let mut dst = create_private(to)?;
+    std::io::copy(&mut src, &mut dst)
+}
+
 /// The permission bits of a path (for `cairn doctor`).
 pub fn mode_of(path: &Path) -> Option<u32> {
     std::fs::metadata(path)

@@ -48,11 +48,14 @@ pub fn run(args: &DemoArgs, data_dir: Option<&Path>, verbose: u8) -> anyhow::Res
         "model": {"provider": args.provider},
         "worker": {"autostart": false},
     });
-    std::fs::write(
-        data.settings(),
-        serde_json::to_string_pretty(&settings)? + "\n",
-    )
-    .with_context(|| format!("cannot write {}", data.settings().display()))?;
+    cairn_core::store::paths::create_private(&data.settings())
+        .and_then(|mut f| {
+            std::io::Write::write_all(
+                &mut f,
+                (serde_json::to_string_pretty(&settings)? + "\n").as_bytes(),
+            )
+        })
+        .with_context(|| format!("cannot write {}", data.settings().display()))?;
 
     let events: Vec<&str> = SESSION.lines().filter(|l| !l.trim().is_empty()).collect();
     let (next_session_start, recorded) =

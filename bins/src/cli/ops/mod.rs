@@ -174,6 +174,22 @@ pub enum QuarantineCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Give quarantined inputs another try through the capture path (after an upgrade
+    /// that understands them): each one now usable is written as the event it was, at the
+    /// time it arrived, and leaves the quarantine; the others stay. A copy that was cut to
+    /// its bound cannot be replayed. Exits 1 when nothing was replayed.
+    #[command(group(ArgGroup::new("which").required(true).args(["id", "all"])))]
+    Replay {
+        /// These ids.
+        #[arg(long, num_args = 1.., value_name = "N")]
+        id: Vec<i64>,
+        /// All of them, oldest first.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,6 @@
-//! `cairn quarantine list | show | clear`: the hook inputs cairn could not use.
+//! `cairn quarantine list | show | clear | replay`: the hook inputs cairn could not use.
 
+use cairn_core::capture::handle::{self, Replayed};
 use cairn_core::capture::quarantine::{self, Clear};
 use cairn_core::clock;
 
@@ -44,7 +45,8 @@ pub fn quarantine(ctx: &Ctx, cmd: &QuarantineCommand) -> anyhow::Result<u8> {
                 }
                 outln!(
                     o,
-                    "\n`cairn quarantine show ID` prints an input; `cairn quarantine clear` removes them."
+                    "\n`cairn quarantine show ID` prints an input; `cairn quarantine replay` tries them \
+                     again; `cairn quarantine clear` removes them."
                 );
                 emit(&o)?;
             }
@@ -84,6 +86,53 @@ pub fn quarantine(ctx: &Ctx, cmd: &QuarantineCommand) -> anyhow::Result<u8> {
             outln!(o, "\n{}", row.raw);
             emit(&o)?;
             Ok(exit::OK)
+        }
+        QuarantineCommand::Replay { id, all, json } => {
+            let ids: &[i64] = if *all { &[] } else { id };
+            let mut conn = open(ctx)?;
+            let results = handle::replay(&mut conn, ctx.settings(), ids).map_err(super::explain)?;
+            let replayed = results
+                .iter()
+                .filter(|r| matches!(r, Replayed::Captured { .. } | Replayed::Nothing { .. }))
+                .count();
+            if *json {
+                print_json(&results)?;
+            } else {
+                let mut o = String::new();
+                for r in &results {
+                    match r {
+                        Replayed::Captured { id, event } => {
+                            outln!(o, "{id:>6}  captured ({event})")
+                        }
+                        Replayed::Nothing { id, event } => {
+                            outln!(
+                                o,
+                                "{id:>6}  understood, nothing to store ({event}); removed"
+                            )
+                        }
+                        Replayed::Rejected { id, reason } => {
+                            outln!(o, "{id:>6}  still not usable: {}", one_line(reason, 70))
+                        }
+                        Replayed::Cut { id } => outln!(
+                            o,
+                            "{id:>6}  cannot be replayed: the stored copy is not the whole input"
+                        ),
+                        Replayed::Unknown { id } => outln!(o, "{id:>6}  no such input"),
+                    }
+                }
+                outln!(
+                    o,
+                    "replayed {replayed} of {} quarantined input{}",
+                    results.len(),
+                    if results.len() == 1 { "" } else { "s" }
+                );
+                emit(&o)?;
+            }
+            Ok(if replayed == 0 {
+                exit::NEGATIVE
+            } else {
+                exit::OK
+            })
         }
         QuarantineCommand::Clear {
             id,

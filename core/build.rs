@@ -1,0 +1,113 @@
+//! Turns gitleaks' rule file (`src/privacy/gitleaks.toml`, kept as data with its licence
+//! beside it) into static tables the redactor reads: no parsing at run time, so a hook pays
+//! nothing for rules whose keywords do not occur in what it captures.
+//!
+//! Kept from each rule: id, pattern, secret group, entropy threshold, keywords (lowercased,
+//! as gitleaks matches them) and allowlists (regexes with their target, stopwords, the
+//! AND/OR condition). Path-only rules (no pattern) and path allowlists do not apply to
+//! captured text and are dropped.
+
+use std::fmt::Write as _;
+
+fn strings(v: Option<&toml::Value>, lower: bool) -> Vec<String> {
+    v.and_then(toml::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(toml::Value::as_str)
+                .map(|s| {
+                    if lower {
+                        s.to_lowercase()
+                    } else {
+                        s.to_string()
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn allow(t: &toml::Table) -> String {
+    let target = match t.get("regexTarget").and_then(toml::Value::as_str) {
+        Some("match") => "Target::Match",
+        Some("line") => "Target::Line",
+        _ => "Target::Secret",
+    };
+    let and = t.get("condition").and_then(toml::Value::as_str) == Some("AND");
+    format!(
+        "Allow {{ target: {target}, and: {and}, regexes: &{:?}, stopwords: {:?} }}",
+        strings(t.get("regexes"), false),
+        // One string, a word a line: a thousand slices would be a thousand pointers for the
+        // loader to relocate at every start of the hook.
+        strings(t.get("stopwords"), true).join("\n"),
+    )
+}
+
+fn main() {
+    let src = "src/privacy/gitleaks.toml";
+    println!("cargo::rerun-if-changed={src}");
+    let text = std::fs::read_to_string(src).expect("read gitleaks.toml");
+    let doc: toml::Table = toml::from_str(&text).expect("parse gitleaks.toml");
+    let mut out = String::new();
+    let global = doc
+        .get("allowlist")
+        .and_then(toml::Value::as_table)
+        .map(allow)
+        .expect("global allowlist");
+    writeln!(out, "pub static GLOBAL_ALLOW: Allow = {global};").expect("fmt");
+    let mut rules = Vec::new();
+    for r in doc
+        .get("rules")
+        .and_then(toml::Value::as_array)
+        .expect("rules")
+    {
+        let r = r.as_table().expect("rule table");
+        let Some(regex) = r.get("regex").and_then(toml::Value::as_str) else {
+            continue;
+        };
+        let id = r.get("id").and_then(toml::Value::as_str).expect("id");
+        let entropy = r
+            .get("entropy")
+            .and_then(|e| e.as_float().or_else(|| e.as_integer().map(|i| i as f64)))
+            .unwrap_or(0.0);
+        let group = r
+            .get("secretGroup")
+            .and_then(toml::Value::as_integer)
+            .unwrap_or(0);
+        let allows: Vec<String> = r
+            .get("allowlists")
+            .and_then(toml::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(toml::Value::as_table)
+                    .map(allow)
+                    .collect()
+            })
+            .unwrap_or_default();
+        // gitleaks' semi-generic form: `<keyword>` then, within a few characters, one of
+        // these assignment operators, then the secret. Not when a keyword is part of the
+        // secret itself (`live_…`, `NRAK-…`): it need not be followed by an operator.
+        const OPERATORS: &str = r#"(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"#;
+        let keywords = strings(r.get("keywords"), true);
+        let assignment = regex.split_once(OPERATORS).is_some_and(|(_, secret)| {
+            let secret = secret.to_lowercase();
+            !keywords.iter().any(|k| {
+                let stem = k.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+                !stem.is_empty() && secret.contains(stem)
+            })
+        });
+        rules.push(format!(
+            "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, assignment: {assignment}, keywords: &{:?}, allowlists: &[{}] }}",
+            keywords,
+            allows.join(", "),
+        ));
+    }
+    writeln!(out, "pub const RULE_COUNT: usize = {};", rules.len()).expect("fmt");
+    writeln!(out, "pub static RULES: [Rule; RULE_COUNT] = [").expect("fmt");
+    for r in &rules {
+        writeln!(out, "    {r},").expect("fmt");
+    }
+    writeln!(out, "];").expect("fmt");
+    let dest =
+        std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("gitleaks.rs");
+    std::fs::write(dest, out).expect("write rules");
+}

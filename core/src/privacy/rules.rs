@@ -1,0 +1,624 @@
+//! Secret detection by rule set: gitleaks' default rules (`gitleaks.toml`, turned into
+//! [`RULES`] by the build script) plus cairn's own [`EXTRA`] rules for generic forms no
+//! single service owns (credentials in URLs, `curl -u`, `--password`, `-pPASS`,
+//! `?token=`, `token: …`).
+//!
+//! A rule is tried only when one of its keywords occurs in the text (ignoring ASCII case, as
+//! gitleaks does; one pass over the text with a table of the keywords' first two bytes,
+//! which costs nothing to build), and is compiled only when tried, in two steps: a
+//! forward-only lazy DFA first says whether the pattern matches anywhere (cheap to build),
+//! and only then is the full regex with its capture groups compiled, and the rule's
+//! allowlists only when there is a finding to excuse. A hook whose input names no service
+//! compiles nothing; one whose path contains `api` builds one small automaton.
+//! A match counts when its secret (the rule's secret group, else the first non-empty
+//! group, else the whole match) passes the rule's entropy threshold and no allowlist (the
+//! file's global one, the rule's own) excuses it, as in gitleaks.
+//!
+//! Invariants: pure; never panics (a pattern this regex engine cannot compile is skipped,
+//! and [`uncompilable`] lists them for the tests); returned spans are sorted, disjoint and
+//! on character boundaries.
+
+use std::sync::OnceLock;
+
+use regex::bytes::{Regex, RegexBuilder};
+use regex_automata::hybrid::dfa::DFA;
+use regex_automata::{Input, nfa::thompson};
+
+/// Which text an allowlist regex is matched against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Secret,
+    Match,
+    Line,
+}
+
+/// An allowlist: a finding is excused when its regexes or stopwords say so (both, when
+/// `and`).
+#[derive(Debug)]
+pub struct Allow {
+    pub target: Target,
+    pub and: bool,
+    pub regexes: &'static [&'static str],
+    /// Lowercase, one a line; a secret containing one is excused.
+    pub stopwords: &'static str,
+}
+
+/// One detection rule.
+#[derive(Debug)]
+pub struct Rule {
+    pub id: &'static str,
+    /// Go RE2 syntax, which the `regex` crate reads.
+    pub regex: &'static str,
+    /// Minimum Shannon entropy of the secret (0: none).
+    pub entropy: f64,
+    /// The capture group holding the secret (0: the first non-empty group).
+    pub secret_group: usize,
+    /// gitleaks' semi-generic form: a keyword, then within a few characters an assignment
+    /// operator (`=`, `:`, `>`, `|`, `,`), then the secret. Such a rule is only tried where
+    /// a keyword is followed by one within [`ASSIGNMENT_WINDOW`] bytes.
+    pub assignment: bool,
+    /// Lowercase; the rule is tried only when one occurs (none: always tried).
+    pub keywords: &'static [&'static str],
+    pub allowlists: &'static [Allow],
+}
+
+include!(concat!(env!("OUT_DIR"), "/gitleaks.rs"));
+
+/// The gitleaks release the rule file comes from.
+pub const GITLEAKS_VERSION: &str = "v8.30.0-27-gb58d3f10";
+
+const NO_ALLOW: &[Allow] = &[];
+
+/// cairn's own rules: generic credential forms.
+pub static EXTRA: [Rule; 10] = [
+    Rule {
+        id: "url-credentials",
+        // scheme://user:password@host, scheme://:password@host
+        regex: r"(?i)\b[a-z][a-z0-9+.-]{1,30}://[^\s:/@'`]{0,128}:([^\s@/'`]{1,256})@[^\s@/'`]",
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &["://"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "cli-user-password",
+        // curl -u user:pw, --user user:pw, --user=user:pw
+        regex: r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)?['"]?[^\s:'"]{0,128}:([^\s'"]{1,256})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &["-u", "--user", "--proxy-user"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "cli-password-flag",
+        // mysql --password pw, --password=pw, --token xyz, --api-key=…
+        regex: r#"(?i)(?:^|\s)--(?:password|passwd|pass|token|secret|api-?key|access-token|auth-token|client-secret)(?:\s+|=)['"]?([^\s'"-][^\s'"]{0,255})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &[
+            "--pass", "--token", "--secret", "--api", "--access", "--auth", "--client",
+        ],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "mysql-password",
+        // mysql -uroot -pPASS (a bare -p asks for the password: nothing to hide)
+        regex: r#"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlsh)\b[^\n|;&]{0,256}?\s-p['"]?([^\s'"]{1,256})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &["mysql", "mariadb"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "registry-login-password",
+        // docker login -u ci -p PASS, podman login --password PASS
+        regex: r#"\b(?:docker|podman|buildah|skopeo|nerdctl|helm|oras)\b[^\n|;&]{0,128}?\blogin\b[^\n|;&]{0,256}?\s(?:-p|--password)(?:\s+|=)['"]?([^\s'"]{1,256})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &["login"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "connection-string-key",
+        // Azure and .NET connection strings: AccountKey=…; SharedAccessKey=…;
+        regex: r#"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|SharedSecret)\s*=\s*([^;\s'"]{8,})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &["accountkey", "sharedaccess", "sharedsecret"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "url-query-secret",
+        // ?token=…, &api_key=…, ?sig=…
+        regex: r#"(?i)[?&;](?:token|access_token|auth_token|id_token|refresh_token|api_?key|key|secret|client_secret|password|passwd|pwd|sig|signature|auth|x-amz-signature|x-amz-credential|x-goog-signature)=([^&\s#'"<>]{4,})"#,
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &[
+            "token=",
+            "key=",
+            "secret=",
+            "password=",
+            "passwd=",
+            "pwd=",
+            "sig=",
+            "signature=",
+            "auth=",
+            "credential=",
+        ],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "token-assignment",
+        // token: …, TOKEN=…, "token": "…", github_token = …
+        regex: r#"(?i)(?:^|[^a-z0-9])(?:[a-z0-9]+[_.-])?(?:token|pat|secret|credential|cred|creds|pass|pwd|api_?key|private_?key|auth)["']?\s*(?::|=|:=|=>)\s*["']?([^\s"'`,;)]{8,})"#,
+        entropy: 2.5,
+        secret_group: 1,
+        assignment: false,
+        keywords: &[
+            "token", "pat", "secret", "cred", "pass", "pwd", "key", "auth",
+        ],
+        allowlists: &[Allow {
+            target: Target::Secret,
+            and: false,
+            // Not secrets: plain words, paths, numbers, placeholders, variables.
+            regexes: &[
+                r"^[a-zA-Z_.-]+$",
+                r"^[0-9._-]+$",
+                r"^(?:[a-zA-Z]:)?[/\\~.][^\s]*$",
+                r"^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$",
+                r"^<[^>]*>$",
+                r"^\[REDACTED",
+                r"^(?:true|false|null|none|undefined)$",
+            ],
+            stopwords: "",
+        }],
+    },
+    Rule {
+        id: "gcp-api-key",
+        regex: r"\b(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)",
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &["aiza"],
+        allowlists: NO_ALLOW,
+    },
+    Rule {
+        id: "npm-access-token",
+        regex: r"\b(npm_[A-Za-z0-9]{36})(?:[^A-Za-z0-9]|$)",
+        entropy: 0.0,
+        secret_group: 1,
+        assignment: false,
+        keywords: &["npm_"],
+        allowlists: NO_ALLOW,
+    },
+];
+
+const TOTAL: usize = RULE_COUNT + EXTRA.len();
+
+fn rule(i: usize) -> &'static Rule {
+    if i < RULE_COUNT {
+        &RULES[i]
+    } else {
+        &EXTRA[i - RULE_COUNT]
+    }
+}
+
+/// Every rule, gitleaks' then cairn's.
+pub fn all() -> impl Iterator<Item = &'static Rule> {
+    (0..TOTAL).map(rule)
+}
+
+/// Bytes after a keyword in which a semi-generic rule's assignment operator must occur:
+/// the rest of the identifier, up to 20 name characters and 3 spaces or quotes (gitleaks'
+/// form), with room to spare.
+pub const ASSIGNMENT_WINDOW: usize = 64;
+
+struct Prefilter {
+    /// One bit per (lowercased) byte pair that starts a keyword.
+    pairs: Box<[u64; 1024]>,
+    /// (pair, keyword), sorted by pair.
+    by_pair: Vec<(u16, u16)>,
+    /// Each keyword (lowercase) and the rules it triggers.
+    keywords: Vec<(&'static [u8], Vec<u16>)>,
+    /// Rules with no keyword (or a one-byte one): always tried.
+    always: Vec<u16>,
+}
+
+fn pair(a: u8, b: u8) -> u16 {
+    (u16::from(a.to_ascii_lowercase()) << 8) | u16::from(b.to_ascii_lowercase())
+}
+
+fn prefilter() -> &'static Prefilter {
+    static P: OnceLock<Prefilter> = OnceLock::new();
+    P.get_or_init(|| {
+        let mut p = Prefilter {
+            pairs: Box::new([0; 1024]),
+            by_pair: Vec::new(),
+            keywords: Vec::new(),
+            always: Vec::new(),
+        };
+        for i in 0..TOTAL {
+            let r = rule(i);
+            if r.keywords.is_empty() || r.keywords.iter().any(|k| k.len() < 2) {
+                p.always.push(i as u16);
+                continue;
+            }
+            for k in r.keywords {
+                match p.keywords.iter().position(|(w, _)| *w == k.as_bytes()) {
+                    Some(at) => p.keywords[at].1.push(i as u16),
+                    None => p.keywords.push((k.as_bytes(), vec![i as u16])),
+                }
+            }
+        }
+        for (k, (w, _)) in p.keywords.iter().enumerate() {
+            let key = pair(w[0], w[1]);
+            p.pairs[usize::from(key >> 6)] |= 1 << (key & 63);
+            p.by_pair.push((key, k as u16));
+        }
+        p.by_pair.sort_unstable();
+        p
+    })
+}
+
+impl Prefilter {
+    /// Marks in `tried` the rules whose keywords occur in `b` (for a semi-generic rule:
+    /// followed by an assignment operator).
+    fn mark(&self, b: &[u8], tried: &mut [bool; TOTAL]) {
+        for &i in &self.always {
+            tried[usize::from(i)] = true;
+        }
+        // Per keyword: 1 seen, 2 seen followed by an assignment operator.
+        let mut seen = vec![0u8; self.keywords.len()];
+        for at in 0..b.len().saturating_sub(1) {
+            let key = pair(b[at], b[at + 1]);
+            if self.pairs[usize::from(key >> 6)] & (1 << (key & 63)) == 0 {
+                continue;
+            }
+            let from = self.by_pair.partition_point(|&(p, _)| p < key);
+            for &(p, k) in &self.by_pair[from..] {
+                if p != key {
+                    break;
+                }
+                let (word, rules) = &self.keywords[usize::from(k)];
+                let state = &mut seen[usize::from(k)];
+                if *state == 2
+                    || !b
+                        .get(at..at + word.len())
+                        .is_some_and(|s| s.eq_ignore_ascii_case(word))
+                {
+                    continue;
+                }
+                let after = &b[at + word.len()..b.len().min(at + word.len() + ASSIGNMENT_WINDOW)];
+                let assigned = after
+                    .iter()
+                    .any(|c| matches!(c, b'=' | b':' | b'>' | b'|' | b','));
+                let new = if assigned { 2 } else { 1 };
+                if new > *state {
+                    for &r in rules {
+                        if assigned || !rule(usize::from(r)).assignment {
+                            tried[usize::from(r)] = true;
+                        }
+                    }
+                    *state = new;
+                }
+            }
+        }
+    }
+}
+
+fn build(pattern: &str) -> Option<Regex> {
+    // ASCII classes, as in Go; a pattern that needs Unicode gets it.
+    RegexBuilder::new(pattern)
+        .unicode(false)
+        .size_limit(32 << 20)
+        .build()
+        .or_else(|_| RegexBuilder::new(pattern).size_limit(32 << 20).build())
+        .ok()
+}
+
+struct CompiledAllow {
+    target: Target,
+    and: bool,
+    regexes: Vec<Regex>,
+    stopwords: &'static str,
+}
+
+impl CompiledAllow {
+    fn new(a: &Allow) -> Self {
+        CompiledAllow {
+            target: a.target,
+            and: a.and,
+            regexes: a.regexes.iter().filter_map(|r| build(r)).collect(),
+            stopwords: a.stopwords,
+        }
+    }
+
+    fn excuses(&self, secret: &[u8], whole: &[u8], line: &[u8]) -> bool {
+        let target = match self.target {
+            Target::Secret => secret,
+            Target::Match => whole,
+            Target::Line => line,
+        };
+        let by_regex =
+            (!self.regexes.is_empty()).then(|| self.regexes.iter().any(|r| r.is_match(target)));
+        let by_word = (!self.stopwords.is_empty()).then(|| {
+            let lower = secret.to_ascii_lowercase();
+            self.stopwords
+                .lines()
+                .filter(|w| !w.is_empty())
+                .any(|w| memchr_find(&lower, w.as_bytes()))
+        });
+        match (by_regex, by_word) {
+            (Some(a), Some(b)) if self.and => a && b,
+            (a, b) => a.unwrap_or(false) || b.unwrap_or(false),
+        }
+    }
+}
+
+fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
+
+struct Compiled {
+    re: Regex,
+    /// The rule's allowlists, compiled when the first finding needs them.
+    allow: OnceLock<Vec<CompiledAllow>>,
+}
+
+/// A forward-only lazy DFA of a loosened form of a rule's pattern (see [`loosen`]):
+/// whether it may match anywhere. Cheap to build: no reverse automaton, no capture groups,
+/// and long counted repetitions become open ones.
+fn gate(i: usize) -> Option<&'static DFA> {
+    static G: [OnceLock<Option<DFA>>; TOTAL] = [const { OnceLock::new() }; TOTAL];
+    G[i].get_or_init(|| {
+        let hir = regex_syntax::ParserBuilder::new()
+            .unicode(false)
+            .utf8(false)
+            .build()
+            .parse(rule(i).regex)
+            .ok()?;
+        let nfa = thompson::Compiler::new()
+            .configure(
+                thompson::Config::new()
+                    .nfa_size_limit(Some(32 << 20))
+                    .which_captures(thompson::WhichCaptures::None),
+            )
+            .build_from_hir(&loosen(&hir))
+            .ok()?;
+        DFA::builder().build_from_nfa(nfa).ok()
+    })
+    .as_ref()
+}
+
+/// A pattern matching everything `hir` matches (and more): a repetition counted past a
+/// few copies (`{10,150}`, `{0,50}?`) becomes at least a few copies and then any number,
+/// which keeps the automaton small. Only a gate: a match is confirmed by the real pattern.
+fn loosen(hir: &regex_syntax::hir::Hir) -> regex_syntax::hir::Hir {
+    use regex_syntax::hir::{Capture, Hir, HirKind, Repetition};
+    const FEW: u32 = 4;
+    match hir.kind() {
+        HirKind::Repetition(r) => {
+            let sub = Box::new(loosen(&r.sub));
+            let long = r.max.is_none_or(|m| m > FEW);
+            Hir::repetition(Repetition {
+                min: if long { r.min.min(FEW) } else { r.min },
+                max: if long { None } else { r.max },
+                greedy: true,
+                sub,
+            })
+        }
+        HirKind::Capture(c) => Hir::capture(Capture {
+            index: c.index,
+            name: c.name.clone(),
+            sub: Box::new(loosen(&c.sub)),
+        }),
+        HirKind::Concat(parts) => Hir::concat(parts.iter().map(loosen).collect()),
+        HirKind::Alternation(alts) => Hir::alternation(alts.iter().map(loosen).collect()),
+        _ => hir.clone(),
+    }
+}
+
+/// False only when the rule's pattern surely matches nowhere in `b`.
+fn may_match(i: usize, b: &[u8]) -> bool {
+    let Some(dfa) = gate(i) else {
+        return true;
+    };
+    let mut cache = dfa.create_cache();
+    !matches!(
+        dfa.try_search_fwd(&mut cache, &Input::new(b).earliest(true)),
+        Ok(None)
+    )
+}
+
+fn compiled(i: usize) -> Option<&'static Compiled> {
+    static C: [OnceLock<Option<Compiled>>; TOTAL] = [const { OnceLock::new() }; TOTAL];
+    C[i].get_or_init(|| {
+        Some(Compiled {
+            re: build(rule(i).regex)?,
+            allow: OnceLock::new(),
+        })
+    })
+    .as_ref()
+}
+
+impl Compiled {
+    fn allow(&self, i: usize) -> &[CompiledAllow] {
+        self.allow
+            .get_or_init(|| rule(i).allowlists.iter().map(CompiledAllow::new).collect())
+    }
+}
+
+fn global_allow() -> &'static CompiledAllow {
+    static G: OnceLock<CompiledAllow> = OnceLock::new();
+    G.get_or_init(|| CompiledAllow::new(&GLOBAL_ALLOW))
+}
+
+/// Rules whose pattern this regex engine cannot compile (expected: none).
+pub fn uncompilable() -> Vec<&'static str> {
+    (0..TOTAL)
+        .filter(|&i| compiled(i).is_none())
+        .map(|i| rule(i).id)
+        .collect()
+}
+
+/// Shannon entropy in bits per byte, as gitleaks computes it.
+pub fn entropy(s: &[u8]) -> f64 {
+    if s.is_empty() {
+        return 0.0;
+    }
+    let mut counts = [0u32; 256];
+    for &b in s {
+        counts[b as usize] += 1;
+    }
+    let n = s.len() as f64;
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = f64::from(c) / n;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// A secret found in a text: its byte span and the rule that found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finding {
+    pub start: usize,
+    pub end: usize,
+    pub rule: &'static str,
+}
+
+/// Every secret in `s`, sorted and merged where they overlap.
+pub fn find(s: &str) -> Vec<Finding> {
+    let b = s.as_bytes();
+    let mut tried = [false; TOTAL];
+    prefilter().mark(b, &mut tried);
+    let mut found = Vec::new();
+    for (i, _) in tried.iter().enumerate().filter(|(_, t)| **t) {
+        if !may_match(i, b) {
+            continue;
+        }
+        let Some(c) = compiled(i) else { continue };
+        let r = rule(i);
+        for caps in c.re.captures_iter(b) {
+            let Some(whole) = caps.get(0) else { continue };
+            let secret = if r.secret_group > 0 {
+                caps.get(r.secret_group)
+            } else {
+                caps.iter()
+                    .skip(1)
+                    .flatten()
+                    .find(|m| !m.is_empty())
+                    .or(Some(whole))
+            };
+            let Some(secret) = secret.filter(|m| !m.is_empty()) else {
+                continue;
+            };
+            let sb = secret.as_bytes();
+            if r.entropy > 0.0 && entropy(sb) <= r.entropy {
+                continue;
+            }
+            let line_start = b[..whole.start()]
+                .iter()
+                .rposition(|&c| c == b'\n')
+                .map_or(0, |p| p + 1);
+            let line_end = b[whole.end()..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |p| whole.end() + p);
+            let line = &b[line_start..line_end];
+            if global_allow().excuses(sb, whole.as_bytes(), line)
+                || c.allow(i)
+                    .iter()
+                    .any(|a| a.excuses(sb, whole.as_bytes(), line))
+            {
+                continue;
+            }
+            found.push(Finding {
+                start: floor(s, secret.start()),
+                end: ceil(s, secret.end()),
+                rule: r.id,
+            });
+        }
+    }
+    found.sort_by_key(|f| (f.start, std::cmp::Reverse(f.end)));
+    let mut merged: Vec<Finding> = Vec::with_capacity(found.len());
+    for f in found {
+        match merged.last_mut() {
+            Some(last) if f.start < last.end => last.end = last.end.max(f.end),
+            _ => merged.push(f),
+        }
+    }
+    merged
+}
+
+fn floor(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_compiles() {
+        const { assert!(RULE_COUNT >= 200, "gitleaks' rule set is read whole") };
+        assert_eq!(uncompilable(), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn gates_build_and_only_loosen() {
+        let no_gate: Vec<&str> = (0..TOTAL)
+            .filter(|&i| gate(i).is_none())
+            .map(|i| rule(i).id)
+            .collect();
+        assert_eq!(no_gate, Vec::<&str>::new());
+        let i = (0..TOTAL)
+            .find(|&i| rule(i).id == "generic-api-key")
+            .expect("rule");
+        let hit = b"config: api_key = 'Zx8Qw2Lm4Kp6Vb8Nt3Hy5Jd1'";
+        assert!(compiled(i).expect("compiles").re.is_match(hit));
+        assert!(may_match(i, hit));
+        assert!(!may_match(i, b"echo hello > /home/dev/acme-api/out.txt"));
+        assert!(RULES[i].assignment);
+        // Not even tried: no assignment operator after the keyword.
+        let mut tried = [false; TOTAL];
+        prefilter().mark(b"echo hello > /home/dev/acme-api/out.txt", &mut tried);
+        assert!(!tried[i]);
+        prefilter().mark(hit, &mut tried);
+        assert!(tried[i]);
+    }
+
+    #[test]
+    fn finds_with_keywords_entropy_and_allowlists() {
+        let ids = |s: &str| find(s).iter().map(|f| f.rule).collect::<Vec<_>>();
+        assert_eq!(ids("nothing to see here"), Vec::<&str>::new());
+        let s = "curl -u bob:hunter2pw https://x";
+        let f = find(s);
+        assert_eq!(f.len(), 1);
+        assert!(s[f[0].start..f[0].end].contains("hunter2pw"));
+        assert!(!s[f[0].start..f[0].end].contains("curl"));
+        let s = "postgres://admin:s3cretpw@db.internal:5432/app";
+        let f = find(s);
+        assert_eq!(&s[f[0].start..f[0].end], "s3cretpw");
+        assert!(entropy(b"aaaa") < 0.01 && entropy(b"abcd") > 1.99);
+    }
+}

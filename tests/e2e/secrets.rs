@@ -1,0 +1,262 @@
+//! Secret redaction measured from the outside: a sample generated from each rule of the
+//! shipped gitleaks rule set, put through the real hook as a Bash command and its output,
+//! must stay out of the data dir (at least 95% of them); and ordinary engineering text
+//! (the commit messages of the recall-eval corpus) must be left alone (at most 0.5% of the
+//! memories changed).
+
+use regex_syntax::hir::{Class, Hir, HirKind};
+use serde_json::Value;
+
+use crate::support::{TestEnv, hook_fixture, run_with_stdin};
+use cairn_core::privacy::{Privacy, rules};
+
+/// A small deterministic generator (xorshift), so a failure reproduces.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+
+    /// A string matching `hir` (anchors and word boundaries are left to the caller's check).
+    fn sample(&mut self, hir: &Hir, out: &mut Vec<u8>) {
+        match hir.kind() {
+            HirKind::Empty | HirKind::Look(_) => {}
+            HirKind::Literal(l) => out.extend_from_slice(&l.0),
+            HirKind::Class(Class::Unicode(c)) => {
+                // Printable ASCII where the class allows it, so the sample survives JSON.
+                let ranges: Vec<(u32, u32)> = c
+                    .ranges()
+                    .iter()
+                    .map(|r| (r.start() as u32, r.end() as u32))
+                    .filter_map(|(a, b)| {
+                        let (a, b) = (a.max(0x20), b.min(0x7e));
+                        (a <= b).then_some((a, b))
+                    })
+                    .collect();
+                let pick = if ranges.is_empty() {
+                    c.ranges().first().map_or('x', |r| r.start())
+                } else {
+                    let (a, b) = ranges[self.below(ranges.len() as u64) as usize];
+                    char::from_u32(a + self.below(u64::from(b - a + 1)) as u32).unwrap_or('x')
+                };
+                let mut buf = [0; 4];
+                out.extend_from_slice(pick.encode_utf8(&mut buf).as_bytes());
+            }
+            HirKind::Class(Class::Bytes(c)) => {
+                let ranges: Vec<(u8, u8)> = c
+                    .ranges()
+                    .iter()
+                    .filter_map(|r| {
+                        let (a, b) = (r.start().max(0x20), r.end().min(0x7e));
+                        (a <= b).then_some((a, b))
+                    })
+                    .collect();
+                let (a, b) = ranges
+                    .get(self.below(ranges.len() as u64) as usize)
+                    .copied()
+                    .or_else(|| c.ranges().first().map(|r| (r.start(), r.start())))
+                    .unwrap_or((b'x', b'x'));
+                out.push(a + self.below(u64::from(b - a) + 1) as u8);
+            }
+            HirKind::Repetition(r) => {
+                let max = r.max.unwrap_or(r.min + 8).min(r.min + 24);
+                let n = r.min + self.below(u64::from(max - r.min) + 1) as u32;
+                for _ in 0..n {
+                    self.sample(&r.sub, out);
+                }
+            }
+            HirKind::Capture(c) => self.sample(&c.sub, out),
+            HirKind::Concat(parts) => {
+                for p in parts {
+                    self.sample(p, out);
+                }
+            }
+            HirKind::Alternation(alts) => {
+                let i = self.below(alts.len() as u64) as usize;
+                self.sample(&alts[i], out);
+            }
+        }
+    }
+}
+
+/// A sample of `rule` that the rule itself finds, and its secret part.
+fn sample_for(rule: &rules::Rule, g: &mut Gen) -> Option<(String, String)> {
+    let hir = match regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(rule.regex)
+    {
+        Ok(h) => h,
+        Err(_) => regex_syntax::Parser::new().parse(rule.regex).ok()?,
+    };
+    // As the redactor compiles it: ASCII classes (as in Go), a larger size limit.
+    let re = regex::bytes::RegexBuilder::new(rule.regex)
+        .unicode(false)
+        .size_limit(32 << 20)
+        .build()
+        .or_else(|_| {
+            regex::bytes::RegexBuilder::new(rule.regex)
+                .size_limit(32 << 20)
+                .build()
+        })
+        .ok()?;
+    for _ in 0..200 {
+        let mut out = Vec::new();
+        g.sample(&hir, &mut out);
+        let Ok(s) = String::from_utf8(out) else {
+            continue;
+        };
+        // Surrounded by spaces, as in a command line; the rule must really find it. A rule
+        // is only tried where one of its keywords occurs (in gitleaks too): a sample whose
+        // pattern does not spell one gets the first keyword before it, as in a real
+        // config line naming the service.
+        let lower = s.to_ascii_lowercase();
+        let s = match rule.keywords.first() {
+            Some(k) if !rule.keywords.iter().any(|k| lower.contains(k)) => format!(" {k} {s} "),
+            _ => format!(" {s} "),
+        };
+        let Some(caps) = re.captures(s.as_bytes()) else {
+            continue;
+        };
+        let secret = if rule.secret_group > 0 {
+            caps.get(rule.secret_group)
+        } else {
+            caps.iter().skip(1).flatten().find(|m| !m.is_empty())
+        }
+        .or(caps.get(0))?
+        .as_bytes();
+        let Ok(secret) = String::from_utf8(secret.to_vec()) else {
+            continue;
+        };
+        if secret.len() < 6
+            || (rule.entropy > 0.0 && rules::entropy(secret.as_bytes()) <= rule.entropy)
+        {
+            continue;
+        }
+        return Some((s, secret));
+    }
+    None
+}
+
+fn all_bytes_under(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(all_bytes_under(&p));
+            } else {
+                out.extend(std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn generated_samples_of_every_gitleaks_rule_stay_out_of_the_data_dir() {
+    let env = TestEnv::new();
+    let mut g = Gen(0x9e37_79b9_7f4a_7c15);
+    let base: Value = serde_json::from_str(&hook_fixture("PostToolUse.json")).expect("json");
+    let mut samples = Vec::new();
+    let mut no_sample = Vec::new();
+    let mut texts = Vec::new();
+    for rule in &rules::RULES {
+        let Some((text, secret)) = sample_for(rule, &mut g) else {
+            no_sample.push(rule.id);
+            continue;
+        };
+        texts.push(text);
+        samples.push((rule.id, secret));
+    }
+    // Eight samples per event, one a line, so the suite stays quick.
+    for (i, chunk) in texts.chunks(8).enumerate() {
+        let mut ev = base.clone();
+        ev["tool_use_id"] = format!("toolu_sample_{i}").into();
+        let command: Vec<String> = chunk.iter().map(|t| format!("echo{t}")).collect();
+        let output: Vec<String> = chunk.iter().map(|t| format!("value:{t}")).collect();
+        ev["tool_input"]["command"] = command.join("\n").into();
+        ev["tool_response"]["stdout"] = output.join("\n").into();
+        let mut c = env.cmd("cairn-hook");
+        c.env("CAIRN_LOG__LEVEL", "trace");
+        let out = run_with_stdin(c, ev.to_string().as_bytes());
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let everything = all_bytes_under(&env.data_dir);
+    let escaped = |s: &str| Value::from(s).to_string().trim_matches('"').to_string();
+    let leaked: Vec<(&str, &str)> = samples
+        .iter()
+        .filter(|(_, s)| contains(&everything, s) || contains(&everything, &escaped(s)))
+        .map(|(id, s)| (*id, s.as_str()))
+        .collect();
+    let kept = samples.len() - leaked.len();
+    let share = kept as f64 / samples.len() as f64;
+    eprintln!(
+        "generated samples: {} of {} rules; kept out {kept} of {} ({:.1}%); no sample for {:?}; leaked: {leaked:?}",
+        samples.len(),
+        rules::RULES.len(),
+        samples.len(),
+        share * 100.0,
+        no_sample
+    );
+    assert!(
+        samples.len() * 100 >= rules::RULES.len() * 90,
+        "too few samples"
+    );
+    assert!(
+        share >= 0.95,
+        "only {:.1}% kept out; leaked: {leaked:?}",
+        share * 100.0
+    );
+}
+
+#[test]
+fn commit_messages_are_not_mistaken_for_secrets() {
+    let path = crate::support::fixtures().join("recall-eval/bat/corpus.jsonl");
+    let text = std::fs::read_to_string(&path).expect("corpus");
+    let p = Privacy {
+        redact_secrets: true,
+        max_field_bytes: 1 << 20,
+    };
+    let (mut memories, mut changed) = (0usize, Vec::new());
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("jsonl");
+        if v["record"] != "observation" {
+            continue;
+        }
+        memories += 1;
+        let mut fields: Vec<String> = ["title", "subtitle", "narrative"]
+            .iter()
+            .filter_map(|k| v[*k].as_str().map(str::to_string))
+            .collect();
+        for k in ["facts", "concepts", "files_read", "files_modified"] {
+            for item in v[k].as_array().into_iter().flatten() {
+                fields.extend(item.as_str().map(str::to_string));
+            }
+        }
+        if let Some(f) = fields.iter().find(|f| p.text(f) != **f) {
+            changed.push((f.clone(), p.text(f)));
+        }
+    }
+    let rate = changed.len() as f64 / memories as f64;
+    eprintln!(
+        "memories changed by redaction: {} of {memories} ({:.2}%): {changed:#?}",
+        changed.len(),
+        rate * 100.0
+    );
+    assert!(memories > 1000);
+    assert!(rate <= 0.005, "{:.2}% changed", rate * 100.0);
+}
