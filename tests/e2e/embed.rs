@@ -133,6 +133,17 @@ fn titles(o: &std::process::Output) -> Vec<String> {
         .collect()
 }
 
+/// Searches with `args` (plus `--json`) and asserts no hit's title contains `absent`.
+fn never_shows(env: &TestEnv, args: &[&str], absent: &str) {
+    let mut all = args.to_vec();
+    all.insert(1, "--json");
+    let found = titles(&cairn(env, &all));
+    assert!(
+        !found.iter().any(|t| t.contains(absent)),
+        "{args:?}: {found:?}"
+    );
+}
+
 #[test]
 fn questions_in_other_words_find_their_memory() {
     let env = TestEnv::new();
@@ -216,32 +227,20 @@ fn questions_in_other_words_find_their_memory() {
         "{:?}",
         titles(&o)
     );
-    let o = cairn(&env, &["search", "throttle", "--type", "bugfix", "--json"]);
-    assert!(
-        !titles(&o).iter().any(|t| t.contains("rate limiter")),
-        "{:?}",
-        titles(&o)
-    );
-    let o = cairn(
+    never_shows(
         &env,
-        &[
-            "search",
-            "throttle",
-            "--until",
-            "2026-09-21T14:13",
-            "--json",
-        ],
+        &["search", "throttle", "--type", "bugfix"],
+        "rate limiter",
     );
-    assert!(
-        !titles(&o).iter().any(|t| t.contains("rate limiter")),
-        "{:?}",
-        titles(&o)
+    never_shows(
+        &env,
+        &["search", "throttle", "--until", "2026-09-21T14:13"],
+        "rate limiter",
     );
-    let o = cairn(&env, &["search", "--json", "--", "throttle", "-minute"]);
-    assert!(
-        !titles(&o).iter().any(|t| t.contains("rate limiter")),
-        "{:?}",
-        titles(&o)
+    never_shows(
+        &env,
+        &["search", "--", "throttle", "-minute"],
+        "rate limiter",
     );
 
     // The timeline's query anchor is found by meaning too.
@@ -384,6 +383,14 @@ fn serve_model(dir: &Path, bad_tokenizer: Option<Vec<u8>>) -> String {
     url
 }
 
+/// `cairn embed --fetch` from `url`.
+fn fetch_from(env: &TestEnv, url: &str) -> std::process::Output {
+    let mut c = env.cmd("cairn");
+    c.env("CAIRN_EMBED__FETCH_URL", url)
+        .args(["embed", "--fetch"]);
+    crate::support::run_with_stdin(c, b"")
+}
+
 #[test]
 fn fetch_checks_every_file_and_keeps_nothing_bad() {
     let env = TestEnv::new();
@@ -392,10 +399,7 @@ fn fetch_checks_every_file_and_keeps_nothing_bad() {
 
     // A tampered tokenizer: refused by its checksum, nothing installed.
     let url = serve_model(&model, Some(b"{\"tampered\": true}".to_vec()));
-    let mut c = env.cmd("cairn");
-    c.env("CAIRN_EMBED__FETCH_URL", &url)
-        .args(["embed", "--fetch"]);
-    let o = crate::support::run_with_stdin(c, b"");
+    let o = fetch_from(&env, &url);
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
     assert!(stderr(&o).contains("SHA-256"), "{}", stderr(&o));
     let installed = env.data_dir.join("models/all-MiniLM-L6-v2");
@@ -404,19 +408,13 @@ fn fetch_checks_every_file_and_keeps_nothing_bad() {
     assert_eq!(status_json(&env)["model"], Value::Null);
 
     // No server at all: a clear error, nothing installed.
-    let mut c = env.cmd("cairn");
-    c.env("CAIRN_EMBED__FETCH_URL", "http://127.0.0.1:9")
-        .args(["embed", "--fetch"]);
-    let o = crate::support::run_with_stdin(c, b"");
+    let o = fetch_from(&env, "http://127.0.0.1:9");
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("cannot download"), "{}", stderr(&o));
 
     // The real files: installed, checked, and every memory embedded.
     let url = serve_model(&model, None);
-    let mut c = env.cmd("cairn");
-    c.env("CAIRN_EMBED__FETCH_URL", &url)
-        .args(["embed", "--fetch"]);
-    let o = crate::support::run_with_stdin(c, b"");
+    let o = fetch_from(&env, &url);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(installed.join("cairn-model.json").is_file());
     assert_eq!(status_json(&env)["embedded"], 5);
