@@ -266,11 +266,19 @@ impl Default for ContextSettings {
 #[serde(default)]
 pub struct EmbedSettings {
     /// `auto` (the local model when its files are there, else full-text search only),
-    /// `local` (the same, but its absence is reported as a problem) or `off`.
+    /// `local` (the same, but its absence is reported as a problem), `openai` (an
+    /// OpenAI-compatible `/embeddings` endpoint) or `off`.
     pub provider: String,
     /// Directory holding the model's files; empty is `models/all-MiniLM-L6-v2` in the data
     /// dir.
     pub model_dir: String,
+    /// For `openai`: the endpoint's base URL (empty: OpenAI's), e.g.
+    /// `http://localhost:11434/v1`.
+    pub base_url: String,
+    /// For `openai`: the embedding model's name, e.g. `nomic-embed-text`.
+    pub model: String,
+    /// For `openai`: the environment variable holding the key (none needed locally).
+    pub api_key_env: String,
     /// Where `cairn embed --fetch` downloads the model's files from (`<url>/<file>`).
     pub fetch_url: String,
     /// Texts embedded together by the worker and `cairn embed`.
@@ -285,6 +293,9 @@ impl Default for EmbedSettings {
         Self {
             provider: "auto".into(),
             model_dir: String::new(),
+            base_url: String::new(),
+            model: String::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
             fetch_url: "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main"
                 .into(),
             batch_size: 16,
@@ -449,8 +460,8 @@ impl Settings {
         if self.batch.max_size == 0 {
             return bad("batch.max_size", "must be at least 1");
         }
-        if !["auto", "local", "off"].contains(&self.embed.provider.as_str()) {
-            return bad("embed.provider", "must be auto, local or off");
+        if !["auto", "local", "openai", "off"].contains(&self.embed.provider.as_str()) {
+            return bad("embed.provider", "must be auto, local, openai or off");
         }
         if self.embed.batch_size == 0 {
             return bad("embed.batch_size", "must be at least 1");

@@ -419,3 +419,125 @@ fn fetch_checks_every_file_and_keeps_nothing_bad() {
     assert!(installed.join("cairn-model.json").is_file());
     assert_eq!(status_json(&env)["embedded"], 5);
 }
+
+/// A stand-in for an OpenAI-compatible `/v1/embeddings` endpoint: each text's vector
+/// counts words of a few topics (so texts on one topic are near), in the reply order the
+/// API documents; every request body and its authorization header are kept.
+fn serve_embeddings(status: u16) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        const TOPICS: [&[&str]; 4] = [
+            &["limit", "throttl", "brute", "429", "attempt"],
+            &["flaky", "failing", "test"],
+            &["sqlite", "transaction", "busy"],
+            &["font", "pdf", "render"],
+        ];
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut head = String::new();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).map_or(true, |n| n == 0) || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            let body = String::from_utf8_lossy(&body).into_owned();
+            log.lock().expect("log").push(format!("{head}\n{body}"));
+            let reply = if status == 200 {
+                let req: Value = serde_json::from_str(&body).expect("request json");
+                let data: Vec<Value> = req["input"]
+                    .as_array()
+                    .expect("input list")
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let t = t.as_str().expect("text").to_lowercase();
+                        let mut v: Vec<f64> = TOPICS
+                            .iter()
+                            .map(|words| words.iter().filter(|w| t.contains(*w)).count() as f64)
+                            .collect();
+                        v.push(0.1);
+                        serde_json::json!({"object": "embedding", "index": i, "embedding": v})
+                    })
+                    .rev()
+                    .collect();
+                serde_json::json!({"object": "list", "data": data, "model": req["model"]})
+                    .to_string()
+            } else {
+                r#"{"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}"#.to_string()
+            };
+            let _ = stream.write_all(
+                format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                    reply.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn an_openai_compatible_endpoint_embeds_instead_of_the_local_model() {
+    let env = TestEnv::new();
+    import_memories(&env);
+    let (url, seen) = serve_embeddings(200);
+    let with_endpoint = |args: &[&str]| {
+        let mut c = env.cmd("cairn");
+        c.current_dir(project_dir(&env))
+            .env("CAIRN_EMBED__PROVIDER", "openai")
+            .env("CAIRN_EMBED__BASE_URL", &url)
+            .env("CAIRN_EMBED__MODEL", "topic-embed")
+            .env("OPENAI_API_KEY", "sk-test-key")
+            .args(args);
+        crate::support::run_with_stdin(c, b"")
+    };
+    let o = with_endpoint(&["embed"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("embedded 5 memories with openai:topic-embed"),
+        "{}",
+        stdout(&o)
+    );
+    let first = seen.lock().expect("log")[0].clone();
+    assert!(first.starts_with("POST /v1/embeddings"), "{first}");
+    assert!(
+        first
+            .to_lowercase()
+            .contains("authorization: bearer sk-test-key"),
+        "{first}"
+    );
+    assert!(first.contains("\"model\":\"topic-embed\""), "{first}");
+    let o = with_endpoint(&["search", "throttle", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        titles(&o)[0],
+        "Added a sliding-window rate limiter to POST /login"
+    );
+
+    // A refused key is an error that says what the endpoint said.
+    let env = TestEnv::new();
+    import_memories(&env);
+    let (url, _) = serve_embeddings(401);
+    let mut c = env.cmd("cairn");
+    c.env("CAIRN_EMBED__PROVIDER", "openai")
+        .env("CAIRN_EMBED__BASE_URL", &url)
+        .env("CAIRN_EMBED__MODEL", "topic-embed")
+        .args(["embed"]);
+    let o = crate::support::run_with_stdin(c, b"");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("HTTP 401"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Incorrect API key"), "{}", stderr(&o));
+}

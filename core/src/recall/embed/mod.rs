@@ -6,6 +6,7 @@
 //! (migration 0003); deleting a memory deletes its vector in the same statement.
 //!
 //! - `bert`: the local encoder (candle, CPU), pure computation after loading.
+//! - `remote`: the alternative, any OpenAI-compatible `/embeddings` endpoint.
 //! - `model`: where the model comes from (settings, the data dir's `models/`), its
 //!   identity, and `fetch` / `install_from` (downloads checked by SHA-256).
 //! - `store`: the queue → vector writes (`backfill`), progress counts.
@@ -18,6 +19,7 @@
 pub mod bert;
 pub mod index;
 pub mod model;
+pub mod remote;
 pub mod store;
 
 use rusqlite::Connection;
@@ -41,7 +43,7 @@ pub struct Searcher {
 
 #[derive(Debug)]
 struct Loaded {
-    bert: bert::Bert,
+    bert: model::Embedder,
     index: index::VectorIndex,
     model: String,
 }

@@ -53,6 +53,8 @@ struct Manifest {
 pub enum Unavailable {
     /// `embed.provider` is `off`.
     Off,
+    /// `embed.provider` is `openai` but `embed.model` names no model.
+    NoRemoteModel,
     /// The model directory lacks a file.
     Missing { dir: PathBuf, file: &'static str },
 }
@@ -61,6 +63,10 @@ impl std::fmt::Display for Unavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Unavailable::Off => write!(f, "embed.provider is off"),
+            Unavailable::NoRemoteModel => write!(
+                f,
+                "embed.provider is openai but embed.model names no embedding model"
+            ),
             Unavailable::Missing { dir, file } => write!(
                 f,
                 "no sentence model: {} has no {file}; run `cairn embed --fetch`",
@@ -70,12 +76,41 @@ impl std::fmt::Display for Unavailable {
     }
 }
 
-/// A model found on disk, not yet loaded.
+/// A model found (on disk, or an endpoint named in the settings), not yet loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelSource {
+    /// The local model's directory (empty for an endpoint).
     pub dir: PathBuf,
     /// What the `embeddings.model` column says for vectors of this model.
     pub id: String,
+    /// The endpoint, for `embed.provider` `openai`.
+    pub remote: Option<RemoteSource>,
+}
+
+/// An OpenAI-compatible embeddings endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSource {
+    pub base_url: String,
+    pub model: String,
+    /// The key, read from the variable `embed.api_key_env` names.
+    pub key: Option<String>,
+}
+
+/// What embeds: the local model or an endpoint.
+#[derive(Debug)]
+pub enum Embedder {
+    Local(Bert),
+    Remote(super::remote::Remote),
+}
+
+impl Embedder {
+    /// One unit vector per text, in order.
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            Embedder::Local(b) => b.embed(texts),
+            Embedder::Remote(r) => r.embed(texts),
+        }
+    }
 }
 
 /// The model directory the settings name.
@@ -95,6 +130,27 @@ pub fn locate(
     if settings.provider.trim().eq_ignore_ascii_case("off") {
         return Err(Unavailable::Off);
     }
+    if settings.provider.trim().eq_ignore_ascii_case("openai") {
+        let model = settings.model.trim();
+        if model.is_empty() {
+            return Err(Unavailable::NoRemoteModel);
+        }
+        let base_url = match settings.base_url.trim() {
+            "" => "https://api.openai.com/v1".to_string(),
+            url => url.to_string(),
+        };
+        return Ok(ModelSource {
+            dir: PathBuf::new(),
+            id: format!("openai:{model}"),
+            remote: Some(RemoteSource {
+                base_url,
+                model: model.to_string(),
+                key: std::env::var(settings.api_key_env.trim())
+                    .ok()
+                    .filter(|k| !k.is_empty()),
+            }),
+        });
+    }
     let dir = model_dir(settings, data);
     for file in REQUIRED_FILES {
         if !dir.join(file).is_file() {
@@ -102,7 +158,11 @@ pub fn locate(
         }
     }
     let id = model_id(&dir);
-    Ok(ModelSource { dir, id })
+    Ok(ModelSource {
+        dir,
+        id,
+        remote: None,
+    })
 }
 
 /// `<name>:<first 12 hex of the weights' SHA-256>` from the manifest, else
@@ -123,9 +183,17 @@ fn model_id(dir: &Path) -> String {
 }
 
 impl ModelSource {
-    /// Loads the encoder.
-    pub fn load(&self) -> Result<Bert> {
-        Bert::load(&self.dir)
+    /// Loads the encoder (or readies the endpoint's client).
+    pub fn load(&self) -> Result<Embedder> {
+        match &self.remote {
+            Some(r) => Ok(Embedder::Remote(super::remote::Remote::new(
+                &r.base_url,
+                &r.model,
+                r.key.clone(),
+                Duration::from_secs(60),
+            ))),
+            None => Bert::load(&self.dir).map(Embedder::Local),
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::bert::Bert;
+use super::model::Embedder;
 use super::{bits_of, quantize, text_of};
 use crate::error::Result;
 use crate::recall::search::Kind;
@@ -125,7 +125,12 @@ pub fn store(conn: &mut Connection, model: &str, items: &[(Queued, Vec<f32>)]) -
 
 /// Embeds and stores up to `batch` queued memories; returns how many were stored (0 when
 /// the queue is empty).
-pub fn backfill(conn: &mut Connection, bert: &Bert, model: &str, batch: usize) -> Result<usize> {
+pub fn backfill(
+    conn: &mut Connection,
+    bert: &Embedder,
+    model: &str,
+    batch: usize,
+) -> Result<usize> {
     let mut items = queued(conn, batch.max(1))?;
     if items.is_empty() {
         return Ok(0);
