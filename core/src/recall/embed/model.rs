@@ -99,7 +99,7 @@ pub struct RemoteSource {
 /// What embeds: the local model or an endpoint.
 #[derive(Debug)]
 pub enum Embedder {
-    Local(Bert),
+    Local(Box<Bert>),
     Remote(super::remote::Remote),
 }
 
@@ -192,7 +192,7 @@ impl ModelSource {
                 r.key.clone(),
                 Duration::from_secs(60),
             ))),
-            None => Bert::load(&self.dir).map(Embedder::Local),
+            None => Bert::load(&self.dir).map(|b| Embedder::Local(Box::new(b))),
         }
     }
 }
