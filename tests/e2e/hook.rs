@@ -564,7 +564,18 @@ fn the_worker_is_autostarted_once_detached() {
             .env("CAIRN_WORKER__AUTOSTART", "true")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
-        let mut child = c.spawn().expect("spawn");
+        // A binary just written can be briefly "busy" (ETXTBSY) while another test
+        // thread's fork still holds the write descriptor the copy used: try again.
+        let mut tries = 0;
+        let mut child = loop {
+            match c.spawn() {
+                Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other.expect("spawn"),
+            }
+        };
         let mut stdin = child.stdin.take().expect("stdin");
         stdin.write_all(tool_event(i).as_bytes()).expect("write");
         drop(stdin);
