@@ -1,6 +1,7 @@
 //! End-to-end tests: the real binaries on temp data dirs. One test binary; each area in a
 //! module of its own.
 
+mod browser;
 mod demo;
 mod embed;
 mod faults;
@@ -12,4 +13,5 @@ mod pipeline;
 mod recall;
 mod support;
 mod terminal;
+mod ui;
 mod worker;

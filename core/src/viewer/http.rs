@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::io::Read;
 
 /// Every answer's security headers: no inline script or style, nothing from elsewhere, no
-/// framing, no caching, no referrer (the URL the person opened carries the token).
+/// framing, no caching, no referrer to other sites (`same-origin`, not `no-referrer`: under
+/// `no-referrer` a browser sends `Origin: null` with its own form posts).
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
                        connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
@@ -15,7 +16,7 @@ pub fn security_headers() -> Vec<(&'static str, &'static str)> {
         ("Content-Security-Policy", CSP),
         ("X-Content-Type-Options", "nosniff"),
         ("X-Frame-Options", "DENY"),
-        ("Referrer-Policy", "no-referrer"),
+        ("Referrer-Policy", "same-origin"),
         ("Cache-Control", "no-store"),
         ("Cross-Origin-Opener-Policy", "same-origin"),
         ("Cross-Origin-Resource-Policy", "same-origin"),
