@@ -123,7 +123,12 @@ impl Driver {
     }
 
     fn go(&self, url: &str) {
-        call(&self.agent, "POST", &self.url("/url"), Some(json!({"url": url})));
+        call(
+            &self.agent,
+            "POST",
+            &self.url("/url"),
+            Some(json!({"url": url})),
+        );
     }
 
     fn find(&self, css: &str) -> Option<String> {
@@ -149,12 +154,22 @@ impl Driver {
     }
 
     fn text(&self, element: &str) -> String {
-        let v = call(&self.agent, "GET", &self.url(&format!("/element/{element}/text")), None);
+        let v = call(
+            &self.agent,
+            "GET",
+            &self.url(&format!("/element/{element}/text")),
+            None,
+        );
         v["value"].as_str().unwrap_or_default().to_string()
     }
 
     fn click(&self, element: &str) {
-        call(&self.agent, "POST", &self.url(&format!("/element/{element}/click")), None);
+        call(
+            &self.agent,
+            "POST",
+            &self.url(&format!("/element/{element}/click")),
+            None,
+        );
     }
 
     fn type_in(&self, element: &str, text: &str) {
@@ -242,7 +257,11 @@ fn the_viewer_works_in_a_real_browser() {
                 "INSERT INTO model_calls (provider, model, purpose, input_tokens, output_tokens,
                      latency_ms, outcome, created_at)
                  VALUES ('anthropic', 'claude-haiku', 'observation', ?1, ?2, 900, 'ok', ?3)",
-                [2_000 + (day * 7_919) % 9_000, 400 + (day * 31) % 700, now - day * 86_400_000],
+                [
+                    2_000 + (day * 7_919) % 9_000,
+                    400 + (day * 31) % 700,
+                    now - day * 86_400_000,
+                ],
             )
             .expect("model call");
     }
@@ -257,11 +276,24 @@ fn the_viewer_works_in_a_real_browser() {
         assert!(Instant::now() < deadline, "the live feed never connected");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = cairn(&env, &["save", HOSTILE, "--project", "acme", "--text", "from the browser test"]);
+    let out = cairn(
+        &env,
+        &[
+            "save",
+            HOSTILE,
+            "--project",
+            "acme",
+            "--text",
+            "from the browser test",
+        ],
+    );
     assert!(out.status.success(), "{out:?}");
     let fresh = d.wait("#feed li.fresh .title");
     assert_eq!(d.text(&fresh), HOSTILE);
-    assert_eq!(d.script("return document.querySelectorAll('#feed img, #feed script').length"), json!(0));
+    assert_eq!(
+        d.script("return document.querySelectorAll('#feed img, #feed script').length"),
+        json!(0)
+    );
     d.screenshot("feed");
 
     // Search, with highlighted matches.
@@ -275,7 +307,12 @@ fn the_viewer_works_in_a_real_browser() {
     let link = d.wait(&format!(".hits a[href='/memory/{}']", s.title_hit));
     d.click(&link);
     let h1 = d.wait("h1");
-    assert!(d.text(&h1).contains("Lease rescue counts as a failed attempt"), "{}", d.text(&h1));
+    assert!(
+        d.text(&h1)
+            .contains("Lease rescue counts as a failed attempt"),
+        "{}",
+        d.text(&h1)
+    );
     d.screenshot("memory");
 
     // Replay a skipped job from the health page.
@@ -287,7 +324,9 @@ fn the_viewer_works_in_a_real_browser() {
     let notice = d.wait("#notice");
     assert_eq!(d.text(&notice), format!("job {job} replayed"));
     assert_eq!(
-        env.count(&format!("SELECT count(*) FROM pending_messages WHERE id = {job} AND status = 'pending'")),
+        env.count(&format!(
+            "SELECT count(*) FROM pending_messages WHERE id = {job} AND status = 'pending'"
+        )),
         1
     );
     d.go(&format!("http://127.0.0.1:{}/session/s2", ui.port));

@@ -150,7 +150,11 @@ fn every_page_answers_only_with_the_token_from_this_host() {
     for p in &pages {
         let a = ui.get(p);
         assert_eq!(a.status, 200, "{p}: {a:?}");
-        assert!(a.head.contains("Content-Security-Policy: default-src 'none'; script-src 'self'"), "{p}");
+        assert!(
+            a.head
+                .contains("Content-Security-Policy: default-src 'none'; script-src 'self'"),
+            "{p}"
+        );
         assert!(a.head.contains("Server-Timing: app;dur="), "{p}");
         // No token: refused, whatever the page.
         let none = raw(ui.port, "GET", p, &[("Host", &host)], "");
@@ -159,7 +163,13 @@ fn every_page_answers_only_with_the_token_from_this_host() {
             ui.port,
             "GET",
             p,
-            &[("Host", &host), ("Cookie", &format!("cairn_{}=00000000000000000000000000000000", ui.port))],
+            &[
+                ("Host", &host),
+                (
+                    "Cookie",
+                    &format!("cairn_{}=00000000000000000000000000000000", ui.port),
+                ),
+            ],
             "",
         );
         assert_eq!(wrong.status, 403, "{p} with a wrong token");
@@ -176,7 +186,11 @@ fn every_page_answers_only_with_the_token_from_this_host() {
             ui.port,
             "GET",
             p,
-            &[("Host", &host), ("Cookie", &ui.cookie()), ("Origin", "http://attacker.example")],
+            &[
+                ("Host", &host),
+                ("Cookie", &ui.cookie()),
+                ("Origin", "http://attacker.example"),
+            ],
             "",
         );
         assert_eq!(cross.status, 403, "{p} from another origin");
@@ -184,18 +198,30 @@ fn every_page_answers_only_with_the_token_from_this_host() {
             ui.port,
             "GET",
             p,
-            &[("Host", &host), ("Cookie", &ui.cookie()), ("Sec-Fetch-Site", "cross-site")],
+            &[
+                ("Host", &host),
+                ("Cookie", &ui.cookie()),
+                ("Sec-Fetch-Site", "cross-site"),
+            ],
             "",
         );
         assert_eq!(site.status, 403, "{p} from another site");
     }
     assert!(ui.get("/search?q=lease").body.contains("<mark>"));
-    assert!(ui.get("/session/s2").body.contains("Find why the worker loses its lease"));
+    assert!(
+        ui.get("/session/s2")
+            .body
+            .contains("Find why the worker loses its lease")
+    );
     assert_eq!(ui.get("/nowhere").status, 404);
     assert_eq!(ui.get("/memory/99999").status, 404);
     assert_eq!(ui.get("/timeline/99999").status, 404);
     assert_eq!(ui.get("/session/nope").status, 404);
-    assert!(ui.get("/search?q=x&type=nonsense").body.contains("unknown type"));
+    assert!(
+        ui.get("/search?q=x&type=nonsense")
+            .body
+            .contains("unknown type")
+    );
     // The first visit trades the token in the URL for a cookie.
     let first = raw(
         ui.port,
@@ -207,7 +233,10 @@ fn every_page_answers_only_with_the_token_from_this_host() {
     assert_eq!(first.status, 303, "{first:?}");
     assert!(first.head.contains("Location: /sessions"), "{}", first.head);
     assert!(
-        first.head.contains(&format!("Set-Cookie: {}; Path=/; HttpOnly; SameSite=Strict", ui.cookie())),
+        first.head.contains(&format!(
+            "Set-Cookie: {}; Path=/; HttpOnly; SameSite=Strict",
+            ui.cookie()
+        )),
         "{}",
         first.head
     );
@@ -219,7 +248,11 @@ fn every_page_answers_only_with_the_token_from_this_host() {
         ui.port,
         "POST",
         "/queue/replay",
-        &[("Host", &host), ("Cookie", &ui.cookie()), ("Origin", "http://attacker.example")],
+        &[
+            ("Host", &host),
+            ("Cookie", &ui.cookie()),
+            ("Origin", "http://attacker.example"),
+        ],
         &id,
     );
     assert_eq!(cross.status, 403);
@@ -231,11 +264,23 @@ fn every_page_answers_only_with_the_token_from_this_host() {
 fn hostile_memory_text_shows_as_text() {
     let env = TestEnv::new();
     seed(&env);
-    let out = cairn(&env, &["save", HOSTILE, "--text", HOSTILE, "--project", "acme", "--json"]);
+    let out = cairn(
+        &env,
+        &[
+            "save",
+            HOSTILE,
+            "--text",
+            HOSTILE,
+            "--project",
+            "acme",
+            "--json",
+        ],
+    );
     assert!(out.status.success(), "{out:?}");
     let id: i64 = env.count("SELECT max(id) FROM observations");
     let ui = Ui::start(&env);
-    let escaped = "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;";
+    let escaped =
+        "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;";
     for p in [
         "/".to_string(),
         "/search?q=pwned".into(),
@@ -259,7 +304,8 @@ fn the_live_feed_delivers_a_memory_written_by_another_process() {
     let ui = Ui::start(&env);
     let seen = env.count("SELECT max(id) FROM observations");
     let mut s = TcpStream::connect(("127.0.0.1", ui.port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(1)))
+        .expect("timeout");
     write!(
         s,
         "GET /events?project=acme&o={seen}&s=999999&p=999999 HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nCookie: {}\r\n\r\n",
@@ -280,10 +326,16 @@ fn the_live_feed_delivers_a_memory_written_by_another_process() {
             got.push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     }
-    assert!(got.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream"), "{got}");
+    assert!(
+        got.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream"),
+        "{got}"
+    );
     assert!(got.contains("event: memory\ndata: {"), "{got}");
     // JSON-encoded, for the page to put in with textContent.
-    assert!(got.contains(r#""title":"<script>alert('pwned')</script><img src=x onerror=alert(1)>""#), "{got}");
+    assert!(
+        got.contains(r#""title":"<script>alert('pwned')</script><img src=x onerror=alert(1)>""#),
+        "{got}"
+    );
     assert!(!got.contains("not this one"), "{got}");
 }
 
@@ -308,33 +360,83 @@ fn replay_discard_and_forget_from_the_page() {
     let csrf = ui.csrf();
     let replay = ui.post("/queue/replay", &format!("id=1&csrf={csrf}"));
     assert_eq!(replay.status, 303, "{replay:?}");
-    assert!(replay.head.contains("Location: /health?done=job%201%20replayed"), "{}", replay.head);
-    assert_eq!(env.count("SELECT count(*) FROM pending_messages WHERE id = 1 AND status = 'pending'"), 1);
-    assert_eq!(ui.post("/queue/discard", &format!("id=2&csrf={csrf}")).status, 303);
-    assert_eq!(env.count("SELECT count(*) FROM pending_messages WHERE id = 2"), 0);
+    assert!(
+        replay
+            .head
+            .contains("Location: /health?done=job%201%20replayed"),
+        "{}",
+        replay.head
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE id = 1 AND status = 'pending'"),
+        1
+    );
+    assert_eq!(
+        ui.post("/queue/discard", &format!("id=2&csrf={csrf}"))
+            .status,
+        303
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE id = 2"),
+        0
+    );
     let again = ui.post("/queue/replay", &format!("id=2&csrf={csrf}"));
     assert!(again.head.contains("nothing%20replayed"), "{}", again.head);
-    assert_eq!(ui.post("/queue/replay", &format!("csrf={csrf}")).status, 400);
-    assert!(ui.get("/health?done=job%201%20replayed").body.contains("id=\"notice\">job 1 replayed"));
+    assert_eq!(
+        ui.post("/queue/replay", &format!("csrf={csrf}")).status,
+        400
+    );
+    assert!(
+        ui.get("/health?done=job%201%20replayed")
+            .body
+            .contains("id=\"notice\">job 1 replayed")
+    );
 
     // Forget one memory: asked first, then gone from search.
     let ask = ui.post("/forget", &format!("ref={}&csrf={csrf}", s.title_hit));
     assert!(ask.body.contains("Forget memory"), "{}", ask.body);
     assert_eq!(env.count("SELECT count(*) FROM observations"), 5);
-    let done = ui.post("/forget", &format!("ref={}&confirm=yes&csrf={csrf}", s.title_hit));
+    let done = ui.post(
+        "/forget",
+        &format!("ref={}&confirm=yes&csrf={csrf}", s.title_hit),
+    );
     assert!(done.body.contains("1 memory deleted"), "{}", done.body);
     assert_eq!(ui.get(&format!("/memory/{}", s.title_hit)).status, 404);
-    assert!(!ui.get("/search?q=rescue+counts").body.contains(&format!("/memory/{}\"", s.title_hit)));
-    assert_eq!(ui.post("/forget", &format!("ref=999999&csrf={csrf}")).status, 404);
-    assert_eq!(ui.post("/forget", &format!("ref=zz&csrf={csrf}")).status, 400);
+    assert!(
+        !ui.get("/search?q=rescue+counts")
+            .body
+            .contains(&format!("/memory/{}\"", s.title_hit))
+    );
+    assert_eq!(
+        ui.post("/forget", &format!("ref=999999&csrf={csrf}"))
+            .status,
+        404
+    );
+    assert_eq!(
+        ui.post("/forget", &format!("ref=zz&csrf={csrf}")).status,
+        400
+    );
     // A whole session.
     let ask = ui.post("/forget", &format!("session=s2&csrf={csrf}"));
-    assert!(ask.body.contains("the memories of session s2"), "{}", ask.body);
+    assert!(
+        ask.body.contains("the memories of session s2"),
+        "{}",
+        ask.body
+    );
     let done = ui.post("/forget", &format!("session=s2&confirm=yes&csrf={csrf}"));
     assert!(done.body.contains("memories deleted"), "{}", done.body);
-    assert_eq!(env.count("SELECT count(*) FROM observations WHERE session_id = 's2'"), 0);
-    assert_eq!(env.count("SELECT count(*) FROM user_prompts WHERE session_id = 's2'"), 0);
-    assert_eq!(env.count("SELECT count(*) FROM session_summaries WHERE session_id = 's2'"), 0);
+    assert_eq!(
+        env.count("SELECT count(*) FROM observations WHERE session_id = 's2'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM user_prompts WHERE session_id = 's2'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM session_summaries WHERE session_id = 's2'"),
+        0
+    );
 }
 
 #[test]
@@ -342,7 +444,10 @@ fn forget_on_the_cli_leaves_no_hit_and_no_reimport() {
     let env = TestEnv::new();
     let s = seed(&env);
     let export = env.tmp.path().join("all.jsonl");
-    let out = cairn(&env, &["export", "--output", export.to_str().expect("path")]);
+    let out = cairn(
+        &env,
+        &["export", "--output", export.to_str().expect("path")],
+    );
     assert!(out.status.success(), "{out:?}");
     // Not on a terminal and no --yes: refused, nothing deleted.
     let refused = cairn(&env, &["forget", &s.title_hit.to_string()]);
@@ -353,13 +458,22 @@ fn forget_on_the_cli_leaves_no_hit_and_no_reimport() {
     let prompt = format!("P{}", s.prompt);
     let out = cairn(&env, &["forget", &id, &sum, &prompt, "--yes"]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(stdout(&out), "forgotten: 1 observations, 1 summaries, 1 prompts\n");
     assert_eq!(
-        env.count(&format!("SELECT count(*) FROM embedding_queue WHERE kind = 0 AND ref_id = {id}")),
+        stdout(&out),
+        "forgotten: 1 observations, 1 summaries, 1 prompts\n"
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM embedding_queue WHERE kind = 0 AND ref_id = {id}"
+        )),
         0
     );
     let search = cairn(&env, &["search", "rescue", "counts", "--json"]);
-    assert!(!stdout(&search).contains(&format!("\"id\": {id},")), "{}", stdout(&search));
+    assert!(
+        !stdout(&search).contains(&format!("\"id\": {id},")),
+        "{}",
+        stdout(&search)
+    );
     // The export still holds them; importing it brings none back.
     let out = cairn(&env, &["import", "jsonl", export.to_str().expect("path")]);
     assert!(out.status.success(), "{out:?}");
@@ -369,7 +483,12 @@ fn forget_on_the_cli_leaves_no_hit_and_no_reimport() {
         "{}",
         stdout(&out)
     );
-    assert_eq!(env.count(&format!("SELECT count(*) FROM observations WHERE id = {id}")), 0);
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM observations WHERE id = {id}"
+        )),
+        0
+    );
     assert_eq!(env.count("SELECT count(*) FROM observations"), 4);
     assert_eq!(env.count("SELECT count(*) FROM session_summaries"), 0);
     // A whole session; then nothing left to forget.
