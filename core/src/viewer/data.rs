@@ -136,7 +136,7 @@ pub fn latest(conn: &Connection, project: Option<&str>, limit: usize) -> Result<
         .collect::<rusqlite::Result<Vec<_>>>()?,
     );
     let seen = last_ids(conn)?;
-    items.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+    items.sort_by_key(|i| std::cmp::Reverse((i.created_at, i.id)));
     items.truncate(limit as usize);
     Ok((items, seen))
 }
