@@ -8,7 +8,7 @@
 //!   ← store (paths, db, lock, backup)
 //!   ← queue, memory
 //!   ← capture, worker, recall
-//!   ← mcp, ops
+//!   ← mcp, ops, viewer
 //!   ← the binaries
 //! ```
 //!
@@ -32,6 +32,7 @@ pub mod worker;
 
 pub mod mcp;
 pub mod ops;
+pub mod viewer;
 
 pub use error::{Error, Result};
 

@@ -2,6 +2,7 @@
 //! module of its own.
 
 mod canaries;
+mod browser;
 mod demo;
 mod embed;
 mod faults;
@@ -14,4 +15,5 @@ mod recall;
 mod secrets;
 mod support;
 mod terminal;
+mod ui;
 mod worker;

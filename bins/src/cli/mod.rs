@@ -18,6 +18,7 @@ pub mod embed;
 pub mod ops;
 pub mod out;
 pub mod recall;
+pub mod ui;
 
 /// cairn: a persistent memory for Claude Code.
 ///
@@ -92,6 +93,10 @@ pub enum Command {
     Save(recall::SaveArgs),
     /// Get the sentence model for search by meaning, and embed memories now.
     Embed(embed::EmbedArgs),
+    /// Open the memory in a local web viewer (127.0.0.1 only, with an access token).
+    Ui(ui::UiArgs),
+    /// Delete memories for good: no vector, no search hit, not brought back by an import.
+    Forget(ui::ForgetArgs),
     /// Run the MCP server on stdio (for `claude mcp add`).
     Mcp(recall::McpArgs),
     /// Add cairn's hooks to Claude Code's settings.
@@ -198,6 +203,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Save(a) => recall::save(&ctx, &a),
         Command::Embed(a) => embed::run(&ctx, &a),
         Command::Mcp(a) => recall::mcp(&ctx, &a),
+        Command::Ui(a) => ui::ui(&ctx, &a),
+        Command::Forget(a) => ui::forget(&ctx, &a),
         Command::Install(a) => capture::install(&ctx, &a),
         Command::Uninstall(a) => capture::uninstall(&ctx, &a),
     }

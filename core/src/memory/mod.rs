@@ -1,8 +1,8 @@
 //! Memory: what cairn remembers. Sessions and the user's prompts (`sessions`), the
 //! observations and turn summaries the worker distils from them (`observations`).
 //!
-//! Owns and is the only writer of `sessions`, `user_prompts`, `observations` and
-//! `session_summaries`; the full-text indexes follow those tables through the migration's
+//! Owns and is the only writer of `sessions`, `user_prompts`, `observations`,
+//! `session_summaries` and `forgotten` (tombstones of forgotten memories, `forget`); the full-text indexes follow those tables through the migration's
 //! triggers. Capture writes sessions and prompts through it, the worker observations and
 //! summaries (inside the queue's ack transaction), and `save_memory` and the importers
 //! both.
@@ -12,5 +12,6 @@
 //! stored is not stored or counted again; `facts_text`/`concepts_text` hold the plain text
 //! of the JSON lists so search sees words, not JSON. Reads the store only.
 
+pub mod forget;
 pub mod observations;
 pub mod sessions;

@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::memory;
+use crate::memory::forget;
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 use crate::ops::exchange::Counts;
@@ -113,6 +114,8 @@ pub struct Report {
     pub added: Counts,
     /// Rows cairn already had (from an earlier import).
     pub existing: Counts,
+    /// Rows someone chose to forget (`cairn forget`): not brought back.
+    pub forgotten: Counts,
     /// Source rows not imported, by reason.
     pub skipped_rows: BTreeMap<String, usize>,
     /// Source columns cairn has no place for, by table.
@@ -527,6 +530,10 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in observations.chunks(CHUNK) {
         db::write(conn, |tx| {
             for o in chunk {
+                if forget::observation_forgotten(tx, o)? {
+                    report.forgotten.observations += 1;
+                    continue;
+                }
                 match memory::observations::insert_observation(tx, o)? {
                     memory::observations::Stored::Added(_) => report.added.observations += 1,
                     memory::observations::Stored::Duplicate(_) => report.existing.observations += 1,
@@ -539,6 +546,10 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in summaries_vec.chunks(CHUNK) {
         db::write(conn, |tx| {
             for s in chunk {
+                if forget::summary_forgotten(tx, s)? {
+                    report.forgotten.summaries += 1;
+                    continue;
+                }
                 match memory::observations::upsert_summary(tx, s)? {
                     memory::observations::Stored::Added(_) => report.added.summaries += 1,
                     memory::observations::Stored::Duplicate(_) => report.existing.summaries += 1,
@@ -550,6 +561,10 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in prompts.chunks(CHUNK) {
         db::write(conn, |tx| {
             for p in chunk {
+                if forget::prompt_forgotten(tx, p)? {
+                    report.forgotten.prompts += 1;
+                    continue;
+                }
                 match sessions::import_prompt(tx, p)? {
                     true => report.added.prompts += 1,
                     false => report.existing.prompts += 1,
@@ -587,6 +602,32 @@ mod tests {
         let conn = db::open_data_dir(&DataDir::new(tmp.path().join("d")), OpenOptions::default())
             .expect("open");
         (tmp, conn)
+    }
+
+    #[test]
+    fn forgotten_memories_are_not_imported_again() {
+        let (_t, mut conn) = fresh();
+        import(&mut conn, &fixture(), 1).expect("import");
+        let session: String = conn
+            .query_row(
+                "SELECT session_id FROM session_summaries ORDER BY id LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .expect("session");
+        let gone = db::write(&mut conn, |tx| {
+            memory::forget::forget_session(tx, &session, 2)
+        })
+        .expect("forget");
+        assert!(
+            gone.observations > 0 && gone.summaries > 0 && gone.prompts > 0,
+            "{gone:?}"
+        );
+        let again = import(&mut conn, &fixture(), 3).expect("again");
+        assert_eq!(again.added.total(), 0, "{again:?}");
+        assert_eq!(again.forgotten.observations, gone.observations);
+        assert_eq!(again.forgotten.summaries, gone.summaries);
+        assert_eq!(again.forgotten.prompts, gone.prompts);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::memory;
+use crate::memory::forget;
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 use crate::store::db;
@@ -74,6 +75,8 @@ pub struct ImportReport {
     pub added: Counts,
     /// Records the database already had (left as they were).
     pub existing: Counts,
+    /// Records someone chose to forget (`cairn forget`): not brought back.
+    pub forgotten: Counts,
 }
 
 /// Output formats of `cairn export`.
@@ -442,6 +445,16 @@ pub fn import_records(conn: &mut Connection, records: &[(usize, Record)]) -> Res
     for chunk in records.chunks(CHUNK) {
         db::write(conn, |tx| {
             for (_, record) in chunk {
+                let forgotten = match record {
+                    Record::Header(_) | Record::Session(_) => false,
+                    Record::Prompt(p) => forget::prompt_forgotten(tx, p)?,
+                    Record::Observation(o) => forget::observation_forgotten(tx, o)?,
+                    Record::Summary(s) => forget::summary_forgotten(tx, s)?,
+                };
+                if forgotten {
+                    *slot(&mut report.forgotten, record) += 1;
+                    continue;
+                }
                 let added = match record {
                     Record::Header(_) => continue,
                     Record::Session(s) => sessions::import_session(tx, s)?,

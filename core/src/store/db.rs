@@ -34,6 +34,11 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0004_model_calls",
         include_str!("../../../migrations/0004_model_calls.sql"),
     ),
+    // 0005 belongs to another change.
+    (
+        "0006_forgotten",
+        include_str!("../../../migrations/0006_forgotten.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

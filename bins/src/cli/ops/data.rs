@@ -204,6 +204,9 @@ pub fn import(ctx: &Ctx, cmd: &ImportCommand) -> anyhow::Result<u8> {
                 if report.existing.total() > 0 {
                     outln!(o, "already there: {}", describe(&report.existing));
                 }
+                if report.forgotten.total() > 0 {
+                    outln!(o, "forgotten, left out: {}", describe(&report.forgotten));
+                }
                 emit(&o)?;
             }
             Ok(exit::OK)
@@ -239,6 +242,13 @@ pub fn import(ctx: &Ctx, cmd: &ImportCommand) -> anyhow::Result<u8> {
             outln!(o, "added          {}", describe(&report.added));
             if report.existing.total() > 0 {
                 outln!(o, "already there  {}", describe(&report.existing));
+            }
+            if report.forgotten.total() > 0 {
+                outln!(
+                    o,
+                    "forgotten      {} (left out)",
+                    describe(&report.forgotten)
+                );
             }
             for (reason, n) in &report.skipped_rows {
                 outln!(o, "skipped        {n} × {reason}");

@@ -1,0 +1,317 @@
+//! Forgetting: a memory a person decides should not have been kept is deleted, and a
+//! tombstone in `forgotten` keeps any later import from bringing it back. Only writer of
+//! `forgotten`.
+//!
+//! Deleting the row is the whole removal: the full-text indexes follow their tables through
+//! the schema's triggers, and so do the vectors (`embeddings` and `embedding_queue` rows of
+//! the memory are deleted by the `*_embed_delete` triggers of migration 0003).
+//!
+//! Tombstone keys, one per kind (see `migrations/0006_forgotten.sql`):
+//! `observation_hash` is `session_id:content_hash` (session empty for a memory saved by
+//! hand), `tool_use` the tool call's id an observation came from, `prompt`
+//! `session_id:prompt_id` (`session_id:#N` when the prompt has no `prompt_id`), `summary`
+//! `session_id:prompt_number`.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::memory::observations::{NewObservation, NewSummary};
+use crate::memory::sessions::PromptRecord;
+
+/// One memory, by its row id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    Observation(i64),
+    Summary(i64),
+    Prompt(i64),
+}
+
+/// What a forget deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Forgotten {
+    pub observations: usize,
+    pub summaries: usize,
+    pub prompts: usize,
+}
+
+impl Forgotten {
+    pub fn total(&self) -> usize {
+        self.observations + self.summaries + self.prompts
+    }
+}
+
+/// Tombstone kinds.
+pub const OBSERVATION_HASH: &str = "observation_hash";
+pub const TOOL_USE: &str = "tool_use";
+pub const PROMPT: &str = "prompt";
+pub const SUMMARY: &str = "summary";
+
+/// The `observation_hash` key of an observation.
+pub fn observation_key(session_id: Option<&str>, content_hash: &str) -> String {
+    format!("{}:{content_hash}", session_id.unwrap_or(""))
+}
+
+/// The `prompt` key of a prompt.
+pub fn prompt_key(session_id: &str, prompt_id: Option<&str>, prompt_number: i64) -> String {
+    match prompt_id {
+        Some(id) => format!("{session_id}:{id}"),
+        None => format!("{session_id}:#{prompt_number}"),
+    }
+}
+
+/// The `summary` key of a turn summary.
+pub fn summary_key(session_id: &str, prompt_number: i64) -> String {
+    format!("{session_id}:{prompt_number}")
+}
+
+/// True when a memory with this tombstone was forgotten.
+pub fn is_forgotten(tx: &Transaction, kind: &str, key: &str) -> Result<bool> {
+    Ok(tx
+        .prepare_cached("SELECT 1 FROM forgotten WHERE kind = ?1 AND key = ?2")?
+        .query_row(params![kind, key], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// True when this observation was forgotten (an importer then skips it).
+pub fn observation_forgotten(tx: &Transaction, o: &NewObservation) -> Result<bool> {
+    let key = observation_key(o.session_id.as_deref(), &o.content_hash());
+    is_forgotten(tx, OBSERVATION_HASH, &key)
+}
+
+/// True when this turn's summary was forgotten.
+pub fn summary_forgotten(tx: &Transaction, s: &NewSummary) -> Result<bool> {
+    is_forgotten(tx, SUMMARY, &summary_key(&s.session_id, s.prompt_number))
+}
+
+/// True when this prompt was forgotten.
+pub fn prompt_forgotten(tx: &Transaction, p: &PromptRecord) -> Result<bool> {
+    let key = prompt_key(&p.session_id, p.prompt_id.as_deref(), p.prompt_number);
+    is_forgotten(tx, PROMPT, &key)
+}
+
+/// Deletes these memories and leaves their tombstones; ids that do not exist are skipped.
+pub fn forget(tx: &Transaction, memories: &[Memory], now: i64) -> Result<Forgotten> {
+    let mut out = Forgotten::default();
+    for m in memories {
+        match *m {
+            Memory::Observation(id) => out.observations += forget_observation(tx, id, now)?,
+            Memory::Summary(id) => out.summaries += forget_summary(tx, id, now)?,
+            Memory::Prompt(id) => out.prompts += forget_prompt(tx, id, now)?,
+        }
+    }
+    Ok(out)
+}
+
+/// The memories of one session: its observations, turn summaries and prompts (the session
+/// row itself stays, as the parent of its queued jobs).
+pub fn session_memories(tx: &Transaction, session_id: &str) -> Result<Vec<Memory>> {
+    let ids = |sql: &str| -> Result<Vec<i64>> {
+        Ok(tx
+            .prepare_cached(sql)?
+            .query_map([session_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?)
+    };
+    let mut out = Vec::new();
+    out.extend(
+        ids("SELECT id FROM observations WHERE session_id = ?1 ORDER BY id")?
+            .into_iter()
+            .map(Memory::Observation),
+    );
+    out.extend(
+        ids("SELECT id FROM session_summaries WHERE session_id = ?1 ORDER BY id")?
+            .into_iter()
+            .map(Memory::Summary),
+    );
+    out.extend(
+        ids("SELECT id FROM user_prompts WHERE session_id = ?1 ORDER BY id")?
+            .into_iter()
+            .map(Memory::Prompt),
+    );
+    Ok(out)
+}
+
+/// Forgets every memory of one session.
+pub fn forget_session(tx: &Transaction, session_id: &str, now: i64) -> Result<Forgotten> {
+    let memories = session_memories(tx, session_id)?;
+    forget(tx, &memories, now)
+}
+
+fn forget_observation(tx: &Transaction, id: i64, now: i64) -> Result<usize> {
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
+         SELECT 'observation_hash', coalesce(session_id, '') || ':' || content_hash, ?2
+         FROM observations WHERE id = ?1",
+    )?
+    .execute(params![id, now])?;
+    // The tool calls it came from, as the jobs that carried them still name them.
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
+         SELECT 'tool_use', substr(p.dedupe_key, 6), ?2
+         FROM observations o, json_each(o.source_job_ids) j
+         JOIN pending_messages p ON p.id = j.value
+         WHERE o.id = ?1 AND p.dedupe_key LIKE 'tool:%'",
+    )?
+    .execute(params![id, now])?;
+    Ok(tx
+        .prepare_cached("DELETE FROM observations WHERE id = ?1")?
+        .execute([id])?)
+}
+
+fn forget_summary(tx: &Transaction, id: i64, now: i64) -> Result<usize> {
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
+         SELECT 'summary', session_id || ':' || prompt_number, ?2
+         FROM session_summaries WHERE id = ?1",
+    )?
+    .execute(params![id, now])?;
+    Ok(tx
+        .prepare_cached("DELETE FROM session_summaries WHERE id = ?1")?
+        .execute([id])?)
+}
+
+fn forget_prompt(tx: &Transaction, id: i64, now: i64) -> Result<usize> {
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
+         SELECT 'prompt', session_id || ':' || coalesce(prompt_id, '#' || prompt_number), ?2
+         FROM user_prompts WHERE id = ?1",
+    )?
+    .execute(params![id, now])?;
+    Ok(tx
+        .prepare_cached("DELETE FROM user_prompts WHERE id = ?1")?
+        .execute([id])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::observations::insert_observation;
+    use crate::store::db::{self, OpenOptions};
+
+    fn setup() -> (tempfile::TempDir, rusqlite::Connection) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conn = db::open(&dir.path().join("t.db"), OpenOptions::default()).expect("open");
+        (dir, conn)
+    }
+
+    fn count(conn: &rusqlite::Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).expect("count")
+    }
+
+    #[test]
+    fn forgetting_deletes_the_row_its_vector_and_leaves_a_tombstone() {
+        let (_d, mut conn) = setup();
+        let (obs, sum, prompt) = db::write(&mut conn, |tx| {
+            tx.execute(
+                "INSERT INTO sessions (session_id, project, started_at, updated_at) VALUES ('s1', 'p', 1, 1)",
+                [],
+            )?;
+            tx.execute(
+                "INSERT INTO pending_messages (session_id, project, kind, prompt_number, payload, dedupe_key, available_at, created_at, updated_at)
+                 VALUES ('s1', 'p', 'observation', 1, '{}', 'tool:toolu_1', 1, 1, 1)",
+                [],
+            )?;
+            let job: i64 = tx.query_row("SELECT id FROM pending_messages", [], |r| r.get(0))?;
+            let o = NewObservation {
+                session_id: Some("s1".into()),
+                project: "p".into(),
+                prompt_number: Some(1),
+                kind: "discovery".into(),
+                title: "secret thing".into(),
+                source_job_ids: vec![job],
+                created_at: 2,
+                ..Default::default()
+            };
+            let obs = insert_observation(tx, &o)?.id();
+            tx.execute(
+                "INSERT INTO session_summaries (session_id, project, prompt_number, request, content_hash, created_at)
+                 VALUES ('s1', 'p', 1, 'ask', 'h', 3)",
+                [],
+            )?;
+            tx.execute(
+                "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_id, prompt_text, created_at)
+                 VALUES ('s1', 'p', 1, 'pid-1', 'hello', 1)",
+                [],
+            )?;
+            let sum = tx.query_row("SELECT id FROM session_summaries", [], |r| r.get(0))?;
+            let prompt = tx.query_row("SELECT id FROM user_prompts", [], |r| r.get(0))?;
+            // A vector for the observation, as the embedder would store it.
+            tx.execute(
+                "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+                 VALUES (0, ?1, 'p', 2, 'm', x'00', x'00')",
+                [obs],
+            )?;
+            Ok((obs, sum, prompt))
+        })
+        .expect("setup");
+        let hash: String = conn
+            .query_row("SELECT content_hash FROM observations", [], |r| r.get(0))
+            .expect("hash");
+        let done = db::write(&mut conn, |tx| {
+            forget(
+                tx,
+                &[
+                    Memory::Observation(obs),
+                    Memory::Summary(sum),
+                    Memory::Prompt(prompt),
+                    Memory::Observation(9999),
+                ],
+                10,
+            )
+        })
+        .expect("forget");
+        assert_eq!(
+            done,
+            Forgotten {
+                observations: 1,
+                summaries: 1,
+                prompts: 1
+            }
+        );
+        assert_eq!(count(&conn, "SELECT count(*) FROM observations"), 0);
+        assert_eq!(count(&conn, "SELECT count(*) FROM embeddings"), 0);
+        assert_eq!(count(&conn, "SELECT count(*) FROM embedding_queue"), 0);
+        let keys: Vec<(String, String)> = conn
+            .prepare("SELECT kind, key FROM forgotten ORDER BY kind, key")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows");
+        assert_eq!(
+            keys,
+            vec![
+                (OBSERVATION_HASH.into(), observation_key(Some("s1"), &hash)),
+                (PROMPT.into(), prompt_key("s1", Some("pid-1"), 1)),
+                (SUMMARY.into(), summary_key("s1", 1)),
+                (TOOL_USE.into(), "toolu_1".into()),
+            ]
+        );
+        let tx = conn.transaction().expect("tx");
+        assert!(is_forgotten(&tx, SUMMARY, "s1:1").expect("check"));
+        assert!(!is_forgotten(&tx, SUMMARY, "s1:2").expect("check"));
+    }
+
+    #[test]
+    fn a_session_is_forgotten_whole() {
+        let (_d, mut conn) = setup();
+        db::write(&mut conn, |tx| {
+            tx.execute_batch(
+                "INSERT INTO sessions (session_id, project, started_at, updated_at) VALUES ('s1', 'p', 1, 1), ('s2', 'p', 1, 1);
+                 INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
+                     VALUES ('s1', 'p', 1, 'a', 1), ('s1', 'p', 2, 'b', 2), ('s2', 'p', 1, 'c', 3);",
+            )?;
+            Ok(())
+        })
+        .expect("setup");
+        let done = db::write(&mut conn, |tx| forget_session(tx, "s1", 5)).expect("forget");
+        assert_eq!(done.prompts, 2);
+        assert_eq!(done.total(), 2);
+        assert_eq!(count(&conn, "SELECT count(*) FROM user_prompts"), 1);
+        assert_eq!(
+            count(&conn, "SELECT count(*) FROM forgotten WHERE key = 's1:#2'"),
+            1
+        );
+    }
+}

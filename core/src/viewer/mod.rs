@@ -1,0 +1,646 @@
+//! The viewer: `cairn ui`, a local web page onto the memory. A live feed, search (the same
+//! engine as `cairn search`, by meaning too when a model is there), sessions and their
+//! turns, the timeline around a memory, one memory in full, health with replay and discard
+//! of skipped jobs, and forgetting.
+//!
+//! - `http`: who may ask (token, `Host`, `Origin`, the form token) and request decoding.
+//! - `data`: the reads only the viewer makes (feed, sessions, tokens per day).
+//! - `pages`: the HTML, pure; every memory text escaped.
+//! - `assets/`: the stylesheet and the script, embedded in the binary.
+//!
+//! Writes nothing itself: replay and discard go through `queue::admin`, forgetting through
+//! `memory::forget`.
+//!
+//! Invariants: it listens on 127.0.0.1 only, and only while `cairn ui` runs; every request
+//! carries the access token (`?token=` once, then an HttpOnly, SameSite=Strict cookie);
+//! `Host` must name the loopback address and port (DNS rebinding), `Origin` and
+//! `Sec-Fetch-Site` must not name another site; changes are POSTs carrying the form token;
+//! every answer has a strict Content-Security-Policy (no inline script or style); each
+//! request opens its own connection and reads in autocommit, so no read transaction
+//! outlives a statement and the WAL checkpoint is never held back.
+
+pub mod data;
+pub mod http;
+pub mod pages;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::memory::forget::{self, Memory};
+use crate::ops::status;
+use crate::queue::admin::{self, Selector};
+use crate::queue::claim::JobStatus;
+use crate::queue::stats::{self, ListFilter};
+use crate::recall::embed::Searcher;
+use crate::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use crate::recall::timeline::{self, Anchor, TimelineRequest};
+use crate::settings::Settings;
+use crate::store::db::{self, OpenOptions};
+use crate::store::paths::DataDir;
+use http::{Refusal, percent_encode};
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/app.js");
+
+/// How often the live feed looks for new rows.
+pub const FEED_POLL: Duration = Duration::from_millis(500);
+/// Memories the feed page starts with.
+pub const FEED_ITEMS: usize = 50;
+/// Search results on a page.
+pub const SEARCH_LIMIT: usize = 50;
+
+/// A running viewer's shared state.
+#[derive(Debug)]
+struct App {
+    dir: DataDir,
+    settings: Settings,
+    port: u16,
+    token: String,
+    csrf: String,
+    searcher: Mutex<Searcher>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The viewer's server, bound and ready.
+pub struct Viewer {
+    server: Arc<tiny_http::Server>,
+    app: Arc<App>,
+}
+
+impl std::fmt::Debug for Viewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Viewer")
+            .field("port", &self.app.port)
+            .finish()
+    }
+}
+
+impl Viewer {
+    /// Binds 127.0.0.1 (`port` 0: a free one) for the data dir's existing database.
+    pub fn bind(dir: DataDir, settings: Settings, port: u16, searcher: Searcher) -> Result<Viewer> {
+        // Fail now, not at the first page, when there is no database.
+        drop(open(&dir)?);
+        let server = tiny_http::Server::http(("127.0.0.1", port))
+            .map_err(|e| Error::Invalid(format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
+        let port = server
+            .server_addr()
+            .to_ip()
+            .map(|a: SocketAddr| a.port())
+            .ok_or_else(|| Error::Invalid("the server has no IP address".into()))?;
+        let app = App {
+            dir,
+            settings,
+            port,
+            token: http::secret().map_err(io)?,
+            csrf: http::secret().map_err(io)?,
+            searcher: Mutex::new(searcher),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        Ok(Viewer {
+            server: Arc::new(server),
+            app: Arc::new(app),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.app.port
+    }
+
+    /// The URL to open: it carries the access token.
+    pub fn url(&self) -> String {
+        format!(
+            "http://127.0.0.1:{}/?token={}",
+            self.app.port, self.app.token
+        )
+    }
+
+    /// Answers requests, each on its own thread, until `stop` is set.
+    pub fn run(&self, stop: &AtomicBool) -> Result<()> {
+        while !stop.load(Ordering::Relaxed) {
+            let request = match self.server.recv_timeout(Duration::from_millis(200)) {
+                Ok(Some(r)) => r,
+                Ok(None) => continue,
+                Err(e) => return Err(io(e)),
+            };
+            let app = Arc::clone(&self.app);
+            std::thread::spawn(move || handle(&app, request));
+        }
+        self.app.stop.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::Invalid(format!("viewer: {e}"))
+}
+
+fn open(dir: &DataDir) -> Result<Connection> {
+    let conn = db::open_data_dir(
+        dir,
+        OpenOptions {
+            busy_timeout: Duration::from_secs(3),
+            create: false,
+        },
+    )?;
+    search::tune_for_reading(&conn)?;
+    Ok(conn)
+}
+
+/// An answer: status, content type, body, extra headers.
+struct Answer {
+    status: u16,
+    kind: &'static str,
+    body: Vec<u8>,
+    headers: Vec<(String, String)>,
+}
+
+const HTML: &str = "text/html; charset=utf-8";
+
+impl Answer {
+    fn html(status: u16, body: String) -> Answer {
+        Answer {
+            status,
+            kind: HTML,
+            body: body.into_bytes(),
+            headers: Vec::new(),
+        }
+    }
+
+    fn redirect(to: &str) -> Answer {
+        Answer {
+            status: 303,
+            kind: HTML,
+            body: Vec::new(),
+            headers: vec![("Location".into(), to.into())],
+        }
+    }
+
+    fn refused(r: Refusal) -> Answer {
+        let status = match r {
+            Refusal::Host => 421,
+            _ => 403,
+        };
+        Answer::html(status, pages::message("Refused", r.message()))
+    }
+
+    fn not_found(what: &str) -> Answer {
+        Answer::html(404, pages::message("Not found", what))
+    }
+}
+
+/// What a page handler sees of a request.
+struct Req {
+    method: String,
+    path: String,
+    query: HashMap<String, String>,
+    form: HashMap<String, String>,
+}
+
+fn header<'a>(r: &'a tiny_http::Request, name: &'static str) -> Option<&'a str> {
+    r.headers()
+        .iter()
+        .find(|h| h.field.equiv(name))
+        .map(|h| h.value.as_str())
+}
+
+fn handle(app: &App, mut request: tiny_http::Request) {
+    let started = Instant::now();
+    let method = request.method().as_str().to_ascii_uppercase();
+    let (path, query) = http::split_url(request.url());
+    let cookie_name = format!("cairn_{}", app.port);
+    // Who is asking, before anything else is read.
+    let refusal = if !http::allowed_host(header(&request, "Host"), app.port) {
+        Some(Refusal::Host)
+    } else if !http::allowed_origin(
+        header(&request, "Origin"),
+        header(&request, "Sec-Fetch-Site"),
+        app.port,
+    ) {
+        Some(Refusal::Origin)
+    } else {
+        None
+    };
+    let from_cookie = header(&request, "Cookie")
+        .and_then(|c| http::cookie(c, &cookie_name))
+        .is_some_and(|t| http::same_secret(t, &app.token));
+    let from_query = method == "GET"
+        && query
+            .get("token")
+            .is_some_and(|t| http::same_secret(t, &app.token));
+    let mut answer = if let Some(r) = refusal {
+        Answer::refused(r)
+    } else if from_query {
+        // The first visit: keep the token in a cookie and drop it from the address bar.
+        let mut a = Answer::redirect(&path);
+        a.headers.push((
+            "Set-Cookie".into(),
+            format!(
+                "{cookie_name}={}; Path=/; HttpOnly; SameSite=Strict",
+                app.token
+            ),
+        ));
+        a
+    } else if !from_cookie {
+        Answer::refused(Refusal::Token)
+    } else if method == "GET" && path == "/events" {
+        return events(app, request, &query);
+    } else {
+        let mut body = String::new();
+        let form = if method == "POST" {
+            let mut limited = request.as_reader().take(64 * 1024);
+            if limited.read_to_string(&mut body).is_err() {
+                body.clear();
+            }
+            http::parse_form(&body)
+        } else {
+            HashMap::new()
+        };
+        let req = Req {
+            method: method.clone(),
+            path: path.clone(),
+            query,
+            form,
+        };
+        if req.method == "POST"
+            && !req
+                .form
+                .get("csrf")
+                .is_some_and(|c| http::same_secret(c, &app.csrf))
+        {
+            Answer::refused(Refusal::Csrf)
+        } else {
+            match route(app, &req) {
+                Ok(a) => a,
+                Err(e) => Answer::html(500, pages::message("Error", &e.to_string())),
+            }
+        }
+    };
+    let elapsed = started.elapsed();
+    log::debug!("{method} {path} {} in {elapsed:?}", answer.status);
+    answer.headers.push((
+        "Server-Timing".into(),
+        format!("app;dur={:.1}", elapsed.as_secs_f64() * 1000.0),
+    ));
+    let mut response = tiny_http::Response::from_data(answer.body).with_status_code(answer.status);
+    let mut headers: Vec<(String, String)> = http::security_headers()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    headers.push(("Content-Type".into(), answer.kind.into()));
+    headers.extend(answer.headers);
+    for (k, v) in headers {
+        if let Ok(h) = tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()) {
+            response.add_header(h);
+        }
+    }
+    if let Err(e) = request.respond(response) {
+        log::debug!("answering {path}: {e}");
+    }
+}
+
+fn project_of(q: &HashMap<String, String>) -> Option<String> {
+    q.get("project").filter(|p| !p.is_empty()).cloned()
+}
+
+fn route(app: &App, req: &Req) -> Result<Answer> {
+    let get = req.method == "GET";
+    let post = req.method == "POST";
+    let path = req.path.as_str();
+    Ok(match path {
+        "/style.css" if get => Answer {
+            status: 200,
+            kind: "text/css; charset=utf-8",
+            body: STYLE.as_bytes().to_vec(),
+            headers: Vec::new(),
+        },
+        "/app.js" if get => Answer {
+            status: 200,
+            kind: "text/javascript; charset=utf-8",
+            body: SCRIPT.as_bytes().to_vec(),
+            headers: Vec::new(),
+        },
+        "/" if get => {
+            let conn = open(&app.dir)?;
+            let project = project_of(&req.query);
+            let (items, seen) = data::latest(&conn, project.as_deref(), FEED_ITEMS)?;
+            let projects = data::projects(&conn)?;
+            Answer::html(
+                200,
+                pages::feed(&items, seen, &projects, project.as_deref()),
+            )
+        }
+        "/search" if get => search_page(app, req)?,
+        "/sessions" if get => {
+            let conn = open(&app.dir)?;
+            let project = project_of(&req.query);
+            let rows = data::sessions(&conn, project.as_deref(), 100)?;
+            let projects = data::projects(&conn)?;
+            Answer::html(200, pages::sessions(&rows, &projects, project.as_deref()))
+        }
+        "/health" if get => health_page(app, req.query.get("done").map(String::as_str))?,
+        "/queue/replay" | "/queue/discard" if post => {
+            let Some(id) = req.form.get("id").and_then(|i| i.parse::<i64>().ok()) else {
+                return Ok(Answer::html(
+                    400,
+                    pages::message("Bad request", "no job id"),
+                ));
+            };
+            let mut conn = open(&app.dir)?;
+            let selector = Selector::Ids(vec![id]);
+            let now = clock::now_ms();
+            let (n, verb) = if path == "/queue/replay" {
+                (admin::replay(&mut conn, &selector, now)?, "replayed")
+            } else {
+                (admin::discard(&mut conn, &selector, now)?, "discarded")
+            };
+            let done = if n == 1 {
+                format!("job {id} {verb}")
+            } else {
+                format!("job {id} was not skipped: nothing {verb}")
+            };
+            Answer::redirect(&format!("/health?done={}", percent_encode(&done)))
+        }
+        "/forget" if post => forget_action(app, req)?,
+        _ if get && path.starts_with("/memory/") => {
+            let Some((kind, id)) = Kind::parse_reference(&path["/memory/".len()..]) else {
+                return Ok(Answer::not_found("no such memory"));
+            };
+            let conn = open(&app.dir)?;
+            let fetched = timeline::get_records(&conn, &[(kind, id)])?;
+            match fetched.found.first() {
+                Some(r) => Answer::html(200, pages::memory(r, &app.csrf)),
+                None => Answer::not_found(&format!("memory {} does not exist", kind.reference(id))),
+            }
+        }
+        _ if get && path.starts_with("/timeline/") => {
+            let reference = &path["/timeline/".len()..];
+            let Some((kind, id)) = Kind::parse_reference(reference) else {
+                return Ok(Answer::not_found("no such memory"));
+            };
+            let conn = open(&app.dir)?;
+            let req = TimelineRequest {
+                anchor: Anchor::Record(kind, id),
+                before: 10,
+                after: 10,
+                project: None,
+            };
+            let t = lock(&app.searcher).timeline(&conn, &req)?;
+            if t.anchor.is_none() {
+                return Ok(Answer::not_found(&format!(
+                    "memory {} does not exist",
+                    kind.reference(id)
+                )));
+            }
+            Answer::html(200, pages::timeline(&kind.reference(id), &t))
+        }
+        _ if get && path.starts_with("/session/") => {
+            let sid = &path["/session/".len()..];
+            let conn = open(&app.dir)?;
+            match data::session(&conn, sid)? {
+                Some((row, turns)) => Answer::html(200, pages::session(&row, &turns, &app.csrf)),
+                None => Answer::not_found("no such session"),
+            }
+        }
+        _ => Answer::not_found("no such page"),
+    })
+}
+
+fn lock(m: &Mutex<Searcher>) -> std::sync::MutexGuard<'_, Searcher> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn search_page(app: &App, req: &Req) -> Result<Answer> {
+    let q = |k: &str| req.query.get(k).cloned().unwrap_or_default();
+    let form = pages::SearchForm {
+        q: q("q"),
+        project: q("project"),
+        types: q("type"),
+        kind: if q("kind").is_empty() {
+            "all".into()
+        } else {
+            q("kind")
+        },
+        order: if q("order").is_empty() {
+            "relevance".into()
+        } else {
+            q("order")
+        },
+        concept: q("concept"),
+        file: q("file"),
+        since: q("since"),
+        until: q("until"),
+    };
+    let conn = open(&app.dir)?;
+    let projects = data::projects(&conn)?;
+    let mut searcher = lock(&app.searcher);
+    let by_meaning = searcher.unavailable().is_none();
+    let asked = req.query.contains_key("q");
+    let hits = if asked {
+        Some(match search_request(&form) {
+            Ok(sr) => searcher.search(&conn, &sr).map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        })
+    } else {
+        None
+    };
+    drop(searcher);
+    let hits_ref = hits.as_ref().map(|r| r.as_deref().map_err(Clone::clone));
+    Ok(Answer::html(
+        200,
+        pages::search(&form, &projects, hits_ref, by_meaning),
+    ))
+}
+
+/// The search form as `cairn search` would take it: same filters, same words.
+fn search_request(f: &pages::SearchForm) -> std::result::Result<SearchRequest, String> {
+    let now = clock::now_ms();
+    let time = |name: &str, v: &str| -> std::result::Result<Option<i64>, String> {
+        if v.trim().is_empty() {
+            return Ok(None);
+        }
+        search::parse_time(v.trim(), now).map(Some).ok_or_else(|| {
+            format!("{name} '{v}' is not a date (YYYY-MM-DD) or an age (7d, 12h, 2w)")
+        })
+    };
+    let types: Vec<String> = f
+        .types
+        .split(',')
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if let Some(bad) = types
+        .iter()
+        .find(|t| !crate::memory::observations::OBSERVATION_TYPES.contains(&t.as_str()))
+    {
+        return Err(format!(
+            "unknown type '{bad}' (use one of {})",
+            crate::memory::observations::OBSERVATION_TYPES.join(", ")
+        ));
+    }
+    let nonempty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
+    Ok(SearchRequest {
+        query: f.q.clone(),
+        filters: Filters {
+            project: nonempty(&f.project),
+            types,
+            concept: nonempty(&f.concept),
+            file: nonempty(&f.file),
+            since: time("since", &f.since)?,
+            until: time("until", &f.until)?,
+        },
+        kinds: Kind::parse_list(&f.kind).ok_or_else(|| format!("unknown kind '{}'", f.kind))?,
+        order: Order::parse(&f.order).ok_or_else(|| format!("unknown order '{}'", f.order))?,
+        limit: SEARCH_LIMIT,
+        offset: 0,
+        asking_session: None,
+    })
+}
+
+/// Days the token chart covers.
+pub const CHART_DAYS: usize = 30;
+
+fn health_page(app: &App, notice: Option<&str>) -> Result<Answer> {
+    let conn = open(&app.dir)?;
+    let now = clock::now_ms();
+    let status = status::gather(&app.dir, &conn, &app.settings, now)?;
+    let skipped = stats::list(
+        &conn,
+        &ListFilter {
+            status: Some(JobStatus::Skipped),
+            session_id: None,
+            limit: 100,
+        },
+    )?;
+    let today = now.div_euclid(86_400_000) * 86_400_000;
+    let from = today - (CHART_DAYS as i64 - 1) * 86_400_000;
+    let days = data::tokens_per_day(&conn, from)?;
+    let chart = pages::chart(&days, from, CHART_DAYS);
+    Ok(Answer::html(
+        200,
+        pages::health(&status, &skipped, &chart, &app.csrf, notice),
+    ))
+}
+
+fn forget_action(app: &App, req: &Req) -> Result<Answer> {
+    let confirmed = req.form.get("confirm").map(String::as_str) == Some("yes");
+    let mut conn = open(&app.dir)?;
+    if let Some(sid) = req.form.get("session").filter(|s| !s.is_empty()) {
+        let what = format!("the memories of session {sid}");
+        if !confirmed {
+            let n = db::write(&mut conn, |tx| forget::session_memories(tx, sid))?.len();
+            return Ok(Answer::html(
+                200,
+                pages::confirm_forget(&what, n, ("session", sid), &app.csrf),
+            ));
+        }
+        let done = db::write(&mut conn, |tx| {
+            forget::forget_session(tx, sid, clock::now_ms())
+        })?;
+        return Ok(Answer::html(200, pages::forgotten(&what, done.total())));
+    }
+    let reference = req.form.get("ref").cloned().unwrap_or_default();
+    let Some((kind, id)) = Kind::parse_reference(&reference) else {
+        return Ok(Answer::html(
+            400,
+            pages::message("Bad request", "nothing to forget"),
+        ));
+    };
+    let memory = match kind {
+        Kind::Observation => Memory::Observation(id),
+        Kind::Summary => Memory::Summary(id),
+        Kind::Prompt => Memory::Prompt(id),
+    };
+    let what = format!("memory {}", kind.reference(id));
+    if !confirmed {
+        let exists = !timeline::get_records(&conn, &[(kind, id)])?
+            .found
+            .is_empty();
+        if !exists {
+            return Ok(Answer::not_found(&format!("{what} does not exist")));
+        }
+        return Ok(Answer::html(
+            200,
+            pages::confirm_forget(&what, 1, ("ref", &kind.reference(id)), &app.csrf),
+        ));
+    }
+    let done = db::write(&mut conn, |tx| {
+        forget::forget(tx, &[memory], clock::now_ms())
+    })?;
+    Ok(Answer::html(200, pages::forgotten(&what, done.total())))
+}
+
+/// The live feed: server-sent events, one `memory` event per new row (JSON), polling the
+/// database for rows past the last ids seen. Ends when the client goes or the viewer stops.
+fn events(app: &App, request: tiny_http::Request, query: &HashMap<String, String>) {
+    let id = |k: &str| {
+        query
+            .get(k)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let project = project_of(query);
+    let mut seen = data::Seen {
+        observation: id("o"),
+        summary: id("s"),
+        prompt: id("p"),
+    };
+    let mut out = request.into_writer();
+    let mut head = String::from("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n");
+    for (k, v) in http::security_headers() {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("Connection: close\r\n\r\n: cairn live feed\n\n");
+    if out
+        .write_all(head.as_bytes())
+        .and_then(|_| out.flush())
+        .is_err()
+    {
+        return;
+    }
+    let conn = match open(&app.dir) {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("live feed: {e}");
+            return;
+        }
+    };
+    let mut quiet = 0u32;
+    while !app.stop.load(Ordering::Relaxed) {
+        let mut text = String::new();
+        match data::since(&conn, project.as_deref(), seen, 100) {
+            Ok((items, next)) => {
+                for i in &items {
+                    if let Ok(json) = serde_json::to_string(i) {
+                        text.push_str(&format!("event: memory\ndata: {json}\n\n"));
+                    }
+                }
+                seen = next;
+            }
+            Err(e) => log::warn!("live feed: {e}"),
+        }
+        quiet += 1;
+        // A comment now and then finds a client that has gone.
+        if text.is_empty() && quiet >= 30 {
+            text.push_str(": still here\n\n");
+        }
+        if !text.is_empty() {
+            quiet = 0;
+            if out
+                .write_all(text.as_bytes())
+                .and_then(|_| out.flush())
+                .is_err()
+            {
+                return;
+            }
+        }
+        std::thread::sleep(FEED_POLL);
+    }
+}

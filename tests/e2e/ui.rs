@@ -1,0 +1,499 @@
+//! `cairn ui` over HTTP (every page and endpoint, the token, Host and Origin checks,
+//! escaping, the live feed across processes) and `cairn forget`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::recall::{cairn, seed};
+use crate::support::{TestEnv, stdout};
+
+/// A running `cairn ui`, killed on drop.
+pub struct Ui {
+    child: Child,
+    pub port: u16,
+    pub token: String,
+}
+
+impl Ui {
+    pub fn start(env: &TestEnv) -> Ui {
+        let mut c = env.cmd("cairn");
+        c.args(["ui", "--no-open"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("spawn cairn ui");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read url");
+        let url = line.trim().trim_start_matches("cairn ui: ").to_string();
+        let rest = url.strip_prefix("http://127.0.0.1:").expect(&url);
+        let (port, token) = rest.split_once("/?token=").expect(&url);
+        Ui {
+            child,
+            port: port.parse().expect("port"),
+            token: token.to_string(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/?token={}", self.port, self.token)
+    }
+
+    pub fn cookie(&self) -> String {
+        format!("cairn_{}={}", self.port, self.token)
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A request with the cookie and the right Host.
+    pub fn get(&self, path: &str) -> Answer {
+        raw(
+            self.port,
+            "GET",
+            path,
+            &[("Host", &self.host()), ("Cookie", &self.cookie())],
+            "",
+        )
+    }
+
+    pub fn post(&self, path: &str, form: &str) -> Answer {
+        raw(
+            self.port,
+            "POST",
+            path,
+            &[
+                ("Host", &self.host()),
+                ("Cookie", &self.cookie()),
+                ("Origin", &format!("http://{}", self.host())),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+            ],
+            form,
+        )
+    }
+
+    /// The form token in a page.
+    pub fn csrf(&self) -> String {
+        let page = self.get("/session/s2").body;
+        let at = page.find("name=\"csrf\" value=\"").expect("csrf field") + 19;
+        page[at..at + 32].to_string()
+    }
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+/// One HTTP/1.1 request on its own connection, exactly as given (any Host, any Origin).
+pub fn raw(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes()).expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+pub const HOSTILE: &str = "<script>alert('pwned')</script><img src=x onerror=alert(1)>";
+
+#[test]
+fn every_page_answers_only_with_the_token_from_this_host() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let ui = Ui::start(&env);
+    let host = format!("127.0.0.1:{}", ui.port);
+    let pages = [
+        "/".to_string(),
+        "/?project=acme".into(),
+        "/search".into(),
+        "/search?q=lease&project=acme&type=bugfix&kind=all&order=newest&since=3650d&until=&concept=&file=".into(),
+        "/sessions".into(),
+        "/sessions?project=acme".into(),
+        "/session/s2".into(),
+        "/health".into(),
+        format!("/memory/{}", s.title_hit),
+        format!("/memory/S{}", s.summary),
+        format!("/memory/P{}", s.prompt),
+        format!("/timeline/{}", s.title_hit),
+        "/app.js".into(),
+        "/style.css".into(),
+    ];
+    for p in &pages {
+        let a = ui.get(p);
+        assert_eq!(a.status, 200, "{p}: {a:?}");
+        assert!(
+            a.head
+                .contains("Content-Security-Policy: default-src 'none'; script-src 'self'"),
+            "{p}"
+        );
+        assert!(a.head.contains("Server-Timing: app;dur="), "{p}");
+        // No token: refused, whatever the page.
+        let none = raw(ui.port, "GET", p, &[("Host", &host)], "");
+        assert_eq!(none.status, 403, "{p} without a token");
+        let wrong = raw(
+            ui.port,
+            "GET",
+            p,
+            &[
+                ("Host", &host),
+                (
+                    "Cookie",
+                    &format!("cairn_{}=00000000000000000000000000000000", ui.port),
+                ),
+            ],
+            "",
+        );
+        assert_eq!(wrong.status, 403, "{p} with a wrong token");
+        // DNS rebinding: the right token under another name is still refused.
+        let rebound = raw(
+            ui.port,
+            "GET",
+            p,
+            &[("Host", "attacker.example"), ("Cookie", &ui.cookie())],
+            "",
+        );
+        assert_eq!(rebound.status, 421, "{p} under another Host");
+        let cross = raw(
+            ui.port,
+            "GET",
+            p,
+            &[
+                ("Host", &host),
+                ("Cookie", &ui.cookie()),
+                ("Origin", "http://attacker.example"),
+            ],
+            "",
+        );
+        assert_eq!(cross.status, 403, "{p} from another origin");
+        let site = raw(
+            ui.port,
+            "GET",
+            p,
+            &[
+                ("Host", &host),
+                ("Cookie", &ui.cookie()),
+                ("Sec-Fetch-Site", "cross-site"),
+            ],
+            "",
+        );
+        assert_eq!(site.status, 403, "{p} from another site");
+    }
+    assert!(ui.get("/search?q=lease").body.contains("<mark>"));
+    assert!(
+        ui.get("/session/s2")
+            .body
+            .contains("Find why the worker loses its lease")
+    );
+    assert_eq!(ui.get("/nowhere").status, 404);
+    assert_eq!(ui.get("/memory/99999").status, 404);
+    assert_eq!(ui.get("/timeline/99999").status, 404);
+    assert_eq!(ui.get("/session/nope").status, 404);
+    assert!(
+        ui.get("/search?q=x&type=nonsense")
+            .body
+            .contains("unknown type")
+    );
+    // The first visit trades the token in the URL for a cookie.
+    let first = raw(
+        ui.port,
+        "GET",
+        &format!("/sessions?token={}", ui.token),
+        &[("Host", &format!("localhost:{}", ui.port))],
+        "",
+    );
+    assert_eq!(first.status, 303, "{first:?}");
+    assert!(first.head.contains("Location: /sessions"), "{}", first.head);
+    assert!(
+        first.head.contains(&format!(
+            "Set-Cookie: {}; Path=/; HttpOnly; SameSite=Strict",
+            ui.cookie()
+        )),
+        "{}",
+        first.head
+    );
+    // Changes need the form token, and come only from this origin.
+    let id = format!("id=1&csrf={}", ui.csrf());
+    assert_eq!(ui.post("/queue/replay", "id=1").status, 403);
+    assert_eq!(ui.post("/queue/replay", "id=1&csrf=0000").status, 403);
+    let cross = raw(
+        ui.port,
+        "POST",
+        "/queue/replay",
+        &[
+            ("Host", &host),
+            ("Cookie", &ui.cookie()),
+            ("Origin", "http://attacker.example"),
+        ],
+        &id,
+    );
+    assert_eq!(cross.status, 403);
+    // A GET never changes anything.
+    assert_eq!(ui.get("/queue/replay?id=1").status, 404);
+}
+
+#[test]
+fn hostile_memory_text_shows_as_text() {
+    let env = TestEnv::new();
+    seed(&env);
+    let out = cairn(
+        &env,
+        &[
+            "save",
+            HOSTILE,
+            "--text",
+            HOSTILE,
+            "--project",
+            "acme",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let id: i64 = env.count("SELECT max(id) FROM observations");
+    let ui = Ui::start(&env);
+    let escaped =
+        "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;";
+    for p in [
+        "/".to_string(),
+        "/search?q=pwned".into(),
+        format!("/memory/{id}"),
+        format!("/timeline/{id}"),
+    ] {
+        let body = ui.get(&p).body;
+        assert!(body.contains("alert(&#39;pwned"), "{p}: {body}");
+        assert!(!body.contains("<script>alert"), "{p}");
+        assert!(!body.contains("<img src=x"), "{p}");
+        let _ = escaped;
+    }
+    let hit = ui.get("/search?q=pwned").body;
+    assert!(hit.contains("<mark>pwned</mark>"), "{hit}");
+}
+
+#[test]
+fn the_live_feed_delivers_a_memory_written_by_another_process() {
+    let env = TestEnv::new();
+    seed(&env);
+    let ui = Ui::start(&env);
+    let seen = env.count("SELECT max(id) FROM observations");
+    let mut s = TcpStream::connect(("127.0.0.1", ui.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(1)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET /events?project=acme&o={seen}&s=999999&p=999999 HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nCookie: {}\r\n\r\n",
+        ui.port,
+        ui.cookie()
+    )
+    .expect("write");
+    // Written by another process: `cairn save`, then one in another project.
+    let other = cairn(&env, &["save", "not this one", "--project", "globex"]);
+    assert!(other.status.success(), "{other:?}");
+    let out = cairn(&env, &["save", HOSTILE, "--project", "acme"]);
+    assert!(out.status.success(), "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline && !got.contains("pwned") {
+        if let Ok(n) = s.read(&mut buf) {
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    assert!(
+        got.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream"),
+        "{got}"
+    );
+    assert!(got.contains("event: memory\ndata: {"), "{got}");
+    // JSON-encoded, for the page to put in with textContent.
+    assert!(
+        got.contains(r#""title":"<script>alert('pwned')</script><img src=x onerror=alert(1)>""#),
+        "{got}"
+    );
+    assert!(!got.contains("not this one"), "{got}");
+}
+
+#[test]
+fn replay_discard_and_forget_from_the_page() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let db = env.db();
+    for key in ["tool:a", "tool:b"] {
+        db.execute(
+            "INSERT INTO pending_messages (session_id, project, kind, prompt_number, payload, dedupe_key,
+                 status, attempts, last_error, available_at, created_at, updated_at)
+             VALUES ('s2', 'acme', 'observation', 1, '{}', ?1, 'skipped', 3, 'model said <no>', 1, 1, 1)",
+            [key],
+        )
+        .expect("job");
+    }
+    let ui = Ui::start(&env);
+    let health = ui.get("/health").body;
+    assert!(health.contains("model said &lt;no&gt;"), "{health}");
+    assert!(health.contains("<svg class=\"chart\""));
+    let csrf = ui.csrf();
+    let replay = ui.post("/queue/replay", &format!("id=1&csrf={csrf}"));
+    assert_eq!(replay.status, 303, "{replay:?}");
+    assert!(
+        replay
+            .head
+            .contains("Location: /health?done=job%201%20replayed"),
+        "{}",
+        replay.head
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE id = 1 AND status = 'pending'"),
+        1
+    );
+    assert_eq!(
+        ui.post("/queue/discard", &format!("id=2&csrf={csrf}"))
+            .status,
+        303
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages WHERE id = 2"),
+        0
+    );
+    let again = ui.post("/queue/replay", &format!("id=2&csrf={csrf}"));
+    assert!(again.head.contains("nothing%20replayed"), "{}", again.head);
+    assert_eq!(
+        ui.post("/queue/replay", &format!("csrf={csrf}")).status,
+        400
+    );
+    assert!(
+        ui.get("/health?done=job%201%20replayed")
+            .body
+            .contains("id=\"notice\">job 1 replayed")
+    );
+
+    // Forget one memory: asked first, then gone from search.
+    let ask = ui.post("/forget", &format!("ref={}&csrf={csrf}", s.title_hit));
+    assert!(ask.body.contains("Forget memory"), "{}", ask.body);
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 5);
+    let done = ui.post(
+        "/forget",
+        &format!("ref={}&confirm=yes&csrf={csrf}", s.title_hit),
+    );
+    assert!(done.body.contains("1 memory deleted"), "{}", done.body);
+    assert_eq!(ui.get(&format!("/memory/{}", s.title_hit)).status, 404);
+    assert!(
+        !ui.get("/search?q=rescue+counts")
+            .body
+            .contains(&format!("/memory/{}\"", s.title_hit))
+    );
+    assert_eq!(
+        ui.post("/forget", &format!("ref=999999&csrf={csrf}"))
+            .status,
+        404
+    );
+    assert_eq!(
+        ui.post("/forget", &format!("ref=zz&csrf={csrf}")).status,
+        400
+    );
+    // A whole session.
+    let ask = ui.post("/forget", &format!("session=s2&csrf={csrf}"));
+    assert!(
+        ask.body.contains("the memories of session s2"),
+        "{}",
+        ask.body
+    );
+    let done = ui.post("/forget", &format!("session=s2&confirm=yes&csrf={csrf}"));
+    assert!(done.body.contains("memories deleted"), "{}", done.body);
+    assert_eq!(
+        env.count("SELECT count(*) FROM observations WHERE session_id = 's2'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM user_prompts WHERE session_id = 's2'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM session_summaries WHERE session_id = 's2'"),
+        0
+    );
+}
+
+#[test]
+fn forget_on_the_cli_leaves_no_hit_and_no_reimport() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let export = env.tmp.path().join("all.jsonl");
+    let out = cairn(
+        &env,
+        &["export", "--output", export.to_str().expect("path")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    // Not on a terminal and no --yes: refused, nothing deleted.
+    let refused = cairn(&env, &["forget", &s.title_hit.to_string()]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 5);
+    let id = s.title_hit.to_string();
+    let sum = format!("S{}", s.summary);
+    let prompt = format!("P{}", s.prompt);
+    let out = cairn(&env, &["forget", &id, &sum, &prompt, "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout(&out),
+        "forgotten: 1 observations, 1 summaries, 1 prompts\n"
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM embedding_queue WHERE kind = 0 AND ref_id = {id}"
+        )),
+        0
+    );
+    let search = cairn(&env, &["search", "rescue", "counts", "--json"]);
+    assert!(
+        !stdout(&search).contains(&format!("\"id\": {id},")),
+        "{}",
+        stdout(&search)
+    );
+    // The export still holds them; importing it brings none back.
+    let out = cairn(&env, &["import", "jsonl", export.to_str().expect("path")]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains("forgotten, left out: 1 prompt, 1 observation, 1 summary")
+            || stdout(&out).contains("forgotten, left out:"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM observations WHERE id = {id}"
+        )),
+        0
+    );
+    assert_eq!(env.count("SELECT count(*) FROM observations"), 4);
+    assert_eq!(env.count("SELECT count(*) FROM session_summaries"), 0);
+    // A whole session; then nothing left to forget.
+    let out = cairn(&env, &["forget", "--session", "s1", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    let none = cairn(&env, &["forget", "--session", "s1", "--yes"]);
+    assert_eq!(none.status.code(), Some(1), "{none:?}");
+}
