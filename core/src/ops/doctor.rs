@@ -103,6 +103,23 @@ pub fn run(
     check_hooks(env, &mut out);
     check_worker(dir, settings, conn.as_ref(), now, &mut out);
     check_provider(settings, env, &mut out);
+    if let Some(n) = conn
+        .as_ref()
+        .and_then(|c| crate::worker::usage::not_logged_in(c).ok().flatten())
+    {
+        out.push(finding(
+            "provider",
+            Level::Fail,
+            format!(
+                "the worker's last {} call found it not logged in: {}",
+                n.provider, n.error
+            ),
+            Some(
+                "run `claude` and log in with /login (or `claude setup-token`); waiting jobs go on by themselves"
+                    .into(),
+            ),
+        ));
+    }
     check_disk(dir, &mut out);
     out
 }
@@ -500,19 +517,17 @@ fn check_worker(
     }
 }
 
-/// The provider `auto` resolves to.
-pub fn resolve_provider(settings: &Settings, env: &Env) -> String {
-    match settings.model.provider.as_str() {
-        "auto" if env.var(&settings.model.api_key_env).is_some() => "anthropic".into(),
-        "auto" => "offline".into(),
-        other => other.into(),
-    }
+/// The provider `settings` come to in `env`, and why (see `worker::model::resolve`).
+pub fn resolve_provider(settings: &Settings, env: &Env) -> crate::worker::model::Resolved {
+    let vars = |k: &str| env.var(k).map(str::to_string);
+    crate::worker::model::resolve(&settings.model, &vars)
 }
 
 fn check_provider(settings: &Settings, env: &Env, out: &mut Vec<Finding>) {
     let m = &settings.model;
-    let provider = resolve_provider(settings, env);
-    let problem = match provider.as_str() {
+    let resolved = resolve_provider(settings, env);
+    let provider = resolved.provider;
+    let problem = match provider {
         "anthropic" if env.var(&m.api_key_env).is_none() => Some((
             format!(
                 "provider anthropic needs an API key, but {} is not set",
@@ -547,18 +562,89 @@ fn check_provider(settings: &Settings, env: &Env, out: &mut Vec<Finding>) {
         }
         None => out.push(ok(
             "provider",
-            format!("provider {provider} ({})", m.provider),
+            format!("provider {provider} ({})", resolved.why),
         )),
+    }
+    if m.provider == "auto" && provider == "offline" {
+        out.push(finding(
+            "provider",
+            Level::Warn,
+            "memories come from the offline extractor, which only restates the tool calls".into(),
+            Some(format!(
+                "log in to Claude Code (`{}` then /login) to use your subscription, or export {}",
+                if m.claude_command.is_empty() {
+                    "claude"
+                } else {
+                    &m.claude_command
+                },
+                m.api_key_env
+            )),
+        ));
     }
     if !env.online {
         return;
     }
-    match provider.as_str() {
-        "anthropic" | "openai" => out.push(test_call(settings, &provider, env)),
+    match provider {
+        "anthropic" | "openai" => out.push(test_call(settings, provider, env)),
+        "claude-cli" => out.push(cli_test_call(settings, env)),
         other => out.push(ok(
             "online",
             format!("provider {other} makes no network calls; nothing to test"),
         )),
+    }
+}
+
+/// One tiny real call through the `claude` CLI, with the model cairn would use.
+fn cli_test_call(settings: &Settings, env: &Env) -> Finding {
+    use crate::worker::model::claude_cli;
+    let m = &settings.model;
+    let vars = |k: &str| env.var(k).map(str::to_string);
+    let command = claude_cli::locate(&m.claude_command, &vars)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| m.claude_command.clone());
+    let client = claude_cli::Client::new(
+        &command,
+        &m.model,
+        Duration::from_secs(m.timeout_secs.clamp(1, 120)),
+    );
+    let prompt = crate::worker::prompt::Prompt {
+        system: "Reply with the single word: ok".into(),
+        user: "ok?".into(),
+    };
+    let started = Instant::now();
+    match client.complete(&prompt) {
+        Ok(c) => ok(
+            "online",
+            format!(
+                "{} answered with model {} in {} ms ({} input + {} output tokens{})",
+                client.command(),
+                client.model(),
+                started.elapsed().as_millis(),
+                c.input_tokens,
+                c.output_tokens,
+                c.cost_usd
+                    .map(|usd| format!(", ${usd:.4}"))
+                    .unwrap_or_default()
+            ),
+        ),
+        Err(e @ crate::worker::model::ModelError::NotLoggedIn(_)) => finding(
+            "online",
+            Level::Fail,
+            e.to_string(),
+            Some(format!(
+                "run `{}` and log in with /login (or `claude setup-token`); waiting jobs go on by themselves",
+                client.command()
+            )),
+        ),
+        Err(e) => finding(
+            "online",
+            Level::Fail,
+            format!("{} failed: {e}", client.command()),
+            Some(
+                "check model.claude_command and model.model; run the command by hand to see more"
+                    .into(),
+            ),
+        ),
     }
 }
 
@@ -708,6 +794,65 @@ mod tests {
     }
 
     #[test]
+    fn the_subscription_provider_and_its_online_test() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin");
+        let mut e = env(tmp.path());
+        e.vars.insert("PATH".into(), bin.display().to_string());
+        let settings = Settings::default();
+        let messages = |f: &[Finding], check: &str| -> String {
+            f.iter()
+                .filter(|x| x.check == check)
+                .map(|x| {
+                    format!(
+                        "{:?} {} / {}",
+                        x.level,
+                        x.message,
+                        x.fix.clone().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        // No key, no CLI: offline, with a warning saying how to do better.
+        let mut out = Vec::new();
+        check_provider(&settings, &e, &mut out);
+        let said = messages(&out, "provider");
+        assert!(
+            said.contains("provider offline") && said.contains("/login"),
+            "{said}"
+        );
+        // A logged-in CLI: claude-cli, and --online makes one tiny real call.
+        crate::worker::model::claude_cli::tests::fake_claude(&bin, "ok");
+        e.online = true;
+        let mut out = Vec::new();
+        check_provider(&settings, &e, &mut out);
+        assert_eq!(levels(&out, "provider"), vec![Level::Ok], "{out:?}");
+        let said = messages(&out, "online");
+        assert!(
+            said.starts_with("Ok ") && said.contains("model haiku"),
+            "{said}"
+        );
+        // Logged out after the worker chose it: the online test says what to run.
+        std::fs::write(bin.join("mode"), "logged-out").expect("mode");
+        let fixed = Settings {
+            model: crate::settings::ModelSettings {
+                provider: "claude-cli".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        check_provider(&fixed, &e, &mut out);
+        let said = messages(&out, "online");
+        assert!(
+            said.starts_with("Fail ") && said.contains("/login"),
+            "{said}"
+        );
+    }
+
+    #[test]
     fn finds_hook_commands_and_their_programs() {
         let doc: serde_json::Value = serde_json::json!({
             "hooks": {
@@ -740,7 +885,8 @@ mod tests {
         assert_eq!(levels(&f, "schema"), vec![Level::Ok]);
         assert_eq!(levels(&f, "integrity"), vec![Level::Ok]);
         assert_eq!(levels(&f, "hooks"), vec![Level::Warn], "not installed");
-        assert_eq!(levels(&f, "provider"), vec![Level::Ok], "auto → offline");
+        // auto → offline, with a warning that the offline extractor is the weakest.
+        assert_eq!(levels(&f, "provider"), vec![Level::Ok, Level::Warn]);
 
         let claude = tmp.path().join("home/.claude");
         std::fs::create_dir_all(&claude).expect("dir");

@@ -81,6 +81,8 @@ pub struct Status {
     pub lost: Option<crate::store::incidents::Lost>,
     /// Repairs cairn made on its own, not yet acknowledged.
     pub notices: Vec<crate::store::incidents::Notice>,
+    /// The model provider is not logged in (its latest call said so): jobs wait.
+    pub not_logged_in: Option<crate::worker::usage::NotLoggedIn>,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -175,6 +177,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         settings_error: Settings::load(dir).err().map(|e| e.to_string()),
         lost: crate::store::incidents::lost(dir),
         notices: crate::store::incidents::notices(dir),
+        not_logged_in: crate::worker::usage::not_logged_in(conn)?,
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -199,6 +202,14 @@ pub fn attention(s: &Status) -> Vec<String> {
             "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard {}` for those that can never succeed)",
             plural(skipped, "job was", "jobs were"),
             discard_selector(s)
+        ));
+    }
+    if let Some(n) = &s.not_logged_in {
+        out.push(format!(
+            "the {} provider is not logged in (\"{}\", at {}): model jobs wait; run `claude` and log in with /login (or `claude setup-token`), and they go on within 5 minutes",
+            n.provider,
+            n.error,
+            crate::clock::minute_utc(n.at)
         ));
     }
     if let Some(e) = &s.settings_error {

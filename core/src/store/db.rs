@@ -34,6 +34,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0004_model_calls",
         include_str!("../../../migrations/0004_model_calls.sql"),
     ),
+    (
+        "0007_model_call_cost",
+        include_str!("../../../migrations/0007_model_call_cost.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.
