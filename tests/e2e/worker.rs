@@ -1302,10 +1302,15 @@ fn without_a_key_the_offline_extractor_does_the_work() {
     assert_eq!(
         rows,
         vec![
-            ("change".into(), "Edited lib.rs".into(), "offline".into()),
+            (
+                "change".into(),
+                "Changed \"a\" to \"b\" in lib.rs".into(),
+                "offline".into()
+            ),
             (
                 "discovery".into(),
-                "Bash failed: echo failing >&2; exit 3".into(),
+                // The fixture's own description of the command, and its message.
+                "Run a failing command failed: failing".into(),
                 "offline".into()
             ),
         ]
