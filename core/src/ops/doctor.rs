@@ -310,6 +310,19 @@ pub fn cairn_hooks(settings: &serde_json::Value) -> Vec<HookCommand> {
     out
 }
 
+/// The cairn plugins a Claude Code settings document enables (`enabledPlugins`, keys
+/// `cairn@<marketplace>` set to true).
+pub fn enabled_cairn_plugins(settings: &serde_json::Value) -> Vec<String> {
+    settings
+        .get("enabledPlugins")
+        .and_then(|p| p.as_object())
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| k.split('@').next() == Some("cairn") && v.as_bool() == Some(true))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
 /// The program a hook command runs: the first word that names `cairn-hook`, unquoted.
 pub fn hook_program(command: &str) -> Option<String> {
     command
@@ -355,6 +368,8 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
     files.push(env.cwd.join(".claude/settings.local.json"));
     files.dedup();
     let mut hooked: Vec<String> = Vec::new();
+    // Each way cairn is installed: a settings file with its hooks, or the plugin.
+    let mut ways: Vec<String> = Vec::new();
     for file in &files {
         let Ok(text) = std::fs::read_to_string(file) else {
             continue;
@@ -371,7 +386,18 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                 continue;
             }
         };
-        for hook in cairn_hooks(&doc) {
+        for plugin in enabled_cairn_plugins(&doc) {
+            out.push(ok(
+                "hooks",
+                format!("the cairn plugin {plugin} is enabled in {}", file.display()),
+            ));
+            ways.push(format!("the plugin {plugin}"));
+        }
+        let hooks = cairn_hooks(&doc);
+        if !hooks.is_empty() {
+            ways.push(format!("hooks in {}", file.display()));
+        }
+        for hook in hooks {
             hooked.push(hook.event.clone());
             let Some(program) = hook_program(&hook.command) else {
                 continue;
@@ -401,6 +427,26 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                 )),
             }
         }
+    }
+    ways.dedup();
+    if ways.len() > 1 {
+        out.push(finding(
+            "hooks",
+            Level::Warn,
+            format!(
+                "cairn is installed {} ways at once ({}): every event is handed to cairn more than once",
+                ways.len(),
+                ways.join("; ")
+            ),
+            Some(
+                "keep one: `cairn uninstall` (or `--project`) removes settings hooks; `claude plugin uninstall cairn` the plugin"
+                    .into(),
+            ),
+        ));
+    }
+    if hooked.is_empty() && !ways.is_empty() {
+        // The plugin brings its own hooks.
+        return;
     }
     if hooked.is_empty() {
         out.push(finding(
@@ -791,6 +837,58 @@ mod tests {
             .filter(|x| x.check == check)
             .map(|x| x.level)
             .collect()
+    }
+
+    #[test]
+    fn every_way_of_installing_is_recognised_and_two_at_once_warned() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let e = env(tmp.path());
+        let home = tmp.path().join("home/.claude");
+        let work = tmp.path().join("work/.claude");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::create_dir_all(&work).expect("work");
+        let hook = tmp.path().join("cairn-hook");
+        std::fs::write(&hook, "#!/bin/sh\n").expect("hook");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let hooks = |cmd: &str| {
+            let (doc, _) =
+                crate::ops::install::install(&serde_json::Value::Null, cmd).expect("install");
+            doc
+        };
+        let run_hooks = |e: &Env| {
+            let mut out = Vec::new();
+            check_hooks(e, &mut out);
+            out
+        };
+        // The plugin alone: installed, no "no cairn hooks".
+        std::fs::write(
+            home.join("settings.json"),
+            r#"{"enabledPlugins": {"cairn@cairn": true, "other@x": true}}"#,
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        assert_eq!(levels(&f, "hooks"), vec![Level::Ok], "{f:#?}");
+        // Plus project hooks in settings.local.json: two ways, warned.
+        std::fs::write(
+            work.join("settings.local.json"),
+            hooks(&hook.display().to_string()).to_string(),
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        let warn: Vec<&Finding> = f.iter().filter(|x| x.level == Level::Warn).collect();
+        assert_eq!(warn.len(), 1, "{f:#?}");
+        assert!(warn[0].message.contains("2 ways"), "{}", warn[0].message);
+        // A disabled plugin is not a way.
+        std::fs::write(
+            home.join("settings.json"),
+            r#"{"enabledPlugins": {"cairn@cairn": false}}"#,
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        assert!(f.iter().all(|x| x.level == Level::Ok), "{f:#?}");
     }
 
     #[test]
