@@ -298,15 +298,22 @@ fn the_shipped_snippet_and_plugin_match_what_install_writes() {
     assert_eq!(snippet, installed);
 
     let plugin_hooks = read(&ops.join("hooks/hooks.json"));
-    let command = "${CLAUDE_PLUGIN_ROOT}/bin/cairn-hook";
-    assert!(cairn_core::ops::install::detect(&plugin_hooks, command).complete());
+    // The same events and matchers, each running the plugin's launcher (quoted: the plugin
+    // root may hold a space).
+    let command = "\"${CLAUDE_PLUGIN_ROOT}/bin/cairn-run\" cairn-hook";
     let (installed, _) = cairn_core::ops::install::install(&json!({}), command).expect("install");
     assert_eq!(plugin_hooks["hooks"], installed["hooks"]);
 
     let manifest = read(&ops.join(".claude-plugin/plugin.json"));
     assert_eq!(manifest["name"], "cairn");
-    assert_eq!(manifest["mcpServers"]["cairn"]["command"], "cairn");
-    assert_eq!(manifest["mcpServers"]["cairn"]["args"], json!(["mcp"]));
+    assert_eq!(
+        manifest["mcpServers"]["cairn"]["command"],
+        "${CLAUDE_PLUGIN_ROOT}/bin/cairn-run"
+    );
+    assert_eq!(
+        manifest["mcpServers"]["cairn"]["args"],
+        json!(["cairn", "mcp"])
+    );
 }
 
 #[test]

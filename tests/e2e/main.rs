@@ -9,6 +9,7 @@ mod install;
 mod mcp;
 mod ops;
 mod pipeline;
+mod plugin;
 mod recall;
 mod support;
 mod terminal;
