@@ -16,10 +16,10 @@ fn the_demo_shows_observations_context_search_and_timeline() {
     assert!(text.contains("0 jobs not done"), "{text}");
     // The observations the offline extractor must find in this session.
     for title in [
-        "Edited session.py",
-        "Bash failed: pytest tests/test_login.py -x",
+        "Changed \"expires_at = now + ttl - 1\" to \"expires_at = now + ttl\" in session.py",
+        "test_session_expiry failed: AssertionError: session expires 1s before its TTL",
         "Wrote ratelimit.py",
-        "Edited login.py",
+        "Added \"@rate_limited(limit=5, window=60, key=client_ip)\" to login.py",
         "Wrote test_ratelimit.py",
     ] {
         assert!(text.contains(title), "missing {title}:\n{text}");

@@ -28,14 +28,24 @@ fn read(path: &std::path::Path) -> Value {
 }
 
 fn backups(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .expect("dir")
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<_> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| p.to_string_lossy().contains(".cairn-backup-"))
         .collect();
     v.sort();
     v
+}
+
+/// Backups of `settings.json` files, kept in the data dir.
+fn settings_backups(env: &TestEnv) -> Vec<std::path::PathBuf> {
+    backups(&env.data_dir.join("install-backups"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("settings.json.cairn-backup-"))
+        .collect()
 }
 
 #[test]
@@ -97,16 +107,26 @@ fn install_and_uninstall_keep_everything_else() {
         installed["hooks"]["PostToolUse"][0],
         original["hooks"]["PostToolUse"][0]
     );
-    let b = backups(&claude);
+    let b = settings_backups(&env);
     assert_eq!(b.len(), 1);
     assert_eq!(read(&b[0]), original);
+    assert!(backups(&claude).is_empty(), "no backup beside the file");
+    // The MCP server, user scope, by the absolute path of this cairn.
+    let cairn = bin("cairn").canonicalize().expect("cairn path");
+    let user = env.tmp.path().join(".claude.json");
+    assert_eq!(
+        read(&user)["mcpServers"]["cairn"],
+        json!({"type": "stdio", "command": cairn.display().to_string(), "args": ["mcp"]})
+    );
+    assert!(said.contains("registered the MCP server"), "{said}");
+    assert!(said.contains("model provider: offline"), "{said}");
 
     // Idempotent: nothing changes, no new backup.
     let out = env.run("cairn", &["install"], b"");
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("nothing changed"), "{}", stdout(&out));
     assert_eq!(read(&path), installed);
-    assert_eq!(backups(&claude).len(), 1);
+    assert_eq!(settings_backups(&env).len(), 1);
 
     let out = env.run("cairn", &["uninstall"], b"");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -116,7 +136,13 @@ fn install_and_uninstall_keep_everything_else() {
         stdout(&out)
     );
     assert_eq!(read(&path), original);
-    assert_eq!(backups(&claude).len(), 2);
+    assert_eq!(settings_backups(&env).len(), 2);
+    assert!(
+        stdout(&out).contains("removed the MCP server"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(read(&user), json!({}));
 
     let out = env.run("cairn", &["uninstall"], b"");
     assert_eq!(out.status.code(), Some(0));
@@ -135,7 +161,7 @@ fn project_install_creates_the_file_and_uninstall_empties_it() {
         b"",
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let path = project.join(".claude/settings.json");
+    let path = project.join(".claude/settings.local.json");
     let v = read(&path);
     assert_eq!(v["hooks"]["PostToolUse"][0]["matcher"], "*");
     assert!(
@@ -145,6 +171,8 @@ fn project_install_creates_the_file_and_uninstall_empties_it() {
             .ends_with("/cairn-hook")
     );
     assert!(!env.tmp.path().join(".claude/settings.json").exists());
+    assert!(!project.join(".claude/settings.json").exists());
+    assert!(!project.join(".mcp.json").exists());
     assert!(backups(&project.join(".claude")).is_empty());
 
     let out = env.run(
@@ -154,6 +182,92 @@ fn project_install_creates_the_file_and_uninstall_empties_it() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(read(&path), json!({}));
+    assert!(backups(&project.join(".claude")).is_empty());
+
+    // A directory that does not exist is refused, and not created.
+    let missing = env.tmp.path().join("no-such-project");
+    let out = env.run(
+        "cairn",
+        &["install", "--project", missing.to_str().expect("utf-8")],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    assert!(!missing.exists());
+}
+
+#[test]
+fn shared_project_install_names_no_path_of_this_machine() {
+    let env = TestEnv::new();
+    let project = env.tmp.path().join("acme-api");
+    std::fs::create_dir_all(&project).expect("mkdir");
+    let dir = project.to_str().expect("utf-8");
+    let out = env.run("cairn", &["install", "--project", dir, "--shared"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let settings = std::fs::read_to_string(project.join(".claude/settings.json")).expect("read");
+    let mcp = std::fs::read_to_string(project.join(".mcp.json")).expect("read");
+    let home = env.tmp.path().display().to_string();
+    for text in [&settings, &mcp] {
+        assert!(!text.contains(&home), "{text}");
+        assert!(!text.contains("/target/"), "{text}");
+    }
+    let v: Value = serde_json::from_str(&settings).expect("json");
+    assert_eq!(
+        v["hooks"]["Stop"][0]["hooks"][0]["command"],
+        json!("cairn-hook")
+    );
+    let m: Value = serde_json::from_str(&mcp).expect("json");
+    assert_eq!(
+        m["mcpServers"]["cairn"],
+        json!({"type": "stdio", "command": "cairn", "args": ["mcp"]})
+    );
+    assert!(!env.tmp.path().join(".claude.json").exists());
+    let out = env.run("cairn", &["uninstall", "--project", dir, "--shared"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(read(&project.join(".mcp.json")), json!({}));
+}
+
+#[test]
+fn a_symlinked_settings_file_is_written_through_and_stays_a_link() {
+    let env = TestEnv::new();
+    let dotfiles = env.tmp.path().join("dotfiles");
+    std::fs::create_dir_all(&dotfiles).expect("mkdir");
+    let real = dotfiles.join("claude-settings.json");
+    std::fs::write(&real, r#"{"model": "opus"}"#).expect("write");
+    let claude = env.tmp.path().join(".claude");
+    std::fs::create_dir_all(&claude).expect("mkdir");
+    let link = claude.join("settings.json");
+    std::os::unix::fs::symlink("../dotfiles/claude-settings.json", &link).expect("symlink");
+
+    let out = env.run("cairn", &["install", "--no-mcp"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink(),
+        "the link was replaced by a file"
+    );
+    let v = read(&real);
+    assert_eq!(v["model"], "opus");
+    assert!(v["hooks"]["Stop"].is_array(), "{v}");
+    assert!(
+        stdout(&out).contains(&real.display().to_string()),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!env.tmp.path().join(".claude.json").exists(), "--no-mcp");
+    assert!(backups(&dotfiles).is_empty() && backups(&claude).is_empty());
+
+    let out = env.run("cairn", &["uninstall", "--no-mcp"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(read(&real), json!({"model": "opus"}));
 }
 
 #[test]
@@ -184,15 +298,22 @@ fn the_shipped_snippet_and_plugin_match_what_install_writes() {
     assert_eq!(snippet, installed);
 
     let plugin_hooks = read(&ops.join("hooks/hooks.json"));
-    let command = "${CLAUDE_PLUGIN_ROOT}/bin/cairn-hook";
-    assert!(cairn_core::ops::install::detect(&plugin_hooks, command).complete());
+    // The same events and matchers, each running the plugin's launcher (quoted: the plugin
+    // root may hold a space).
+    let command = "\"${CLAUDE_PLUGIN_ROOT}/bin/cairn-run\" cairn-hook";
     let (installed, _) = cairn_core::ops::install::install(&json!({}), command).expect("install");
     assert_eq!(plugin_hooks["hooks"], installed["hooks"]);
 
     let manifest = read(&ops.join(".claude-plugin/plugin.json"));
     assert_eq!(manifest["name"], "cairn");
-    assert_eq!(manifest["mcpServers"]["cairn"]["command"], "cairn");
-    assert_eq!(manifest["mcpServers"]["cairn"]["args"], json!(["mcp"]));
+    assert_eq!(
+        manifest["mcpServers"]["cairn"]["command"],
+        "${CLAUDE_PLUGIN_ROOT}/bin/cairn-run"
+    );
+    assert_eq!(
+        manifest["mcpServers"]["cairn"]["args"],
+        json!(["cairn", "mcp"])
+    );
 }
 
 #[test]

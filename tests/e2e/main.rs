@@ -1,8 +1,8 @@
 //! End-to-end tests: the real binaries on temp data dirs. One test binary; each area in a
 //! module of its own.
 
-mod canaries;
 mod browser;
+mod canaries;
 mod demo;
 mod embed;
 mod faults;
@@ -11,6 +11,7 @@ mod install;
 mod mcp;
 mod ops;
 mod pipeline;
+mod plugin;
 mod recall;
 mod secrets;
 mod support;

@@ -860,7 +860,7 @@ fn doctor_reports_findings_and_tests_the_provider_online() {
         "{request}"
     );
     assert!(
-        stdout(&o).contains("provider anthropic (auto)"),
+        stdout(&o).contains("provider anthropic (ANTHROPIC_API_KEY is set)"),
         "{}",
         stdout(&o)
     );

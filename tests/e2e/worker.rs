@@ -20,7 +20,7 @@ use cairn_core::store::{db, lock, paths::DataDir};
 use cairn_core::worker::usage;
 use serde_json::{Value, json};
 
-use crate::support::{TestEnv, hook_fixture, stderr};
+use crate::support::{TestEnv, hook_fixture, stderr, stdout};
 
 // ---------------------------------------------------------------------------------------
 // The fake model server.
@@ -1090,7 +1090,10 @@ fn the_claude_cli_provider_runs_claude_with_hooks_suppressed() {
     run_once(&env, c);
     assert_eq!(status_of(&env, ids[0]).0, "done");
     let seen = std::fs::read_to_string(&seen).expect("seen");
-    assert!(seen.starts_with("args=-p suppress=1"), "{seen}");
+    assert!(
+        seen.starts_with("args=-p --output-format json --model haiku suppress=1"),
+        "{seen}"
+    );
     assert!(seen.contains("echo hello > /home/dev/acme-api/out.txt"));
     assert_eq!(
         env.count("SELECT count(*) FROM observations WHERE title = 'Seen by claude'"),
@@ -1098,6 +1101,102 @@ fn the_claude_cli_provider_runs_claude_with_hooks_suppressed() {
     );
     assert_eq!(
         env.count("SELECT count(*) FROM model_calls WHERE provider = 'claude-cli'"),
+        1
+    );
+}
+
+/// A `claude` that answers like the real one: `auth status --json`, and in print mode
+/// one JSON result object on stdout, errors included. `mode` beside it: `ok` or
+/// `logged-out`.
+const REAL_LIKE_CLAUDE: &str = r#"here=$(dirname "$0")
+mode=$(cat "$here/mode")
+if [ "$1" = auth ]; then
+  [ "$mode" = ok ] && { echo '{"loggedIn": true, "authMethod": "claude.ai"}'; exit 0; }
+  echo '{"loggedIn": false, "authMethod": "none"}'; exit 1
+fi
+cat > /dev/null
+if [ "$mode" = logged-out ]; then
+  printf '{"type":"result","subtype":"success","is_error":true,"result":"Not logged in \302\267 Please run /login","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0}}\n'
+  exit 1
+fi
+printf '{"type":"result","subtype":"success","is_error":false,"result":"<observation><type>discovery</type><title>Seen by the subscription</title></observation>","total_cost_usd":0.0042,"usage":{"input_tokens":9,"cache_creation_input_tokens":11000,"cache_read_input_tokens":2000,"output_tokens":35}}\n'
+"#;
+
+#[test]
+fn a_logged_out_claude_makes_jobs_wait_and_status_says_what_to_run() {
+    let env = TestEnv::new();
+    let bin = env.tmp.path().join("bin");
+    fake_claude(&bin, REAL_LIKE_CLAUDE);
+    std::fs::write(bin.join("mode"), "logged-out").expect("mode");
+    let ids = seed(
+        &env,
+        SESSION,
+        1,
+        &[tool_event("PostToolUse.json")],
+        false,
+        1,
+    );
+    let worker_cmd = || {
+        let mut c = env.cmd("cairn-worker");
+        with_path(&mut c, &bin);
+        c.env("CAIRN_MODEL__PROVIDER", "claude-cli")
+            .env("CAIRN_BATCH__ENABLED", "false")
+            .env("CAIRN_WORKER__POLL_MS", "20");
+        c
+    };
+    run_once(&env, worker_cmd());
+    // Waiting, not failing: with max_attempts 1 a counted attempt would have skipped it.
+    let (status, attempts, _) = status_of(&env, ids[0]);
+    assert_eq!((status.as_str(), attempts), ("pending", 0));
+    assert_eq!(
+        env.count("SELECT count(*) FROM model_calls WHERE outcome = 'not_logged_in' AND error LIKE '%Please run /login%'"),
+        1
+    );
+    let out = env.run("cairn", &["status"], b"");
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("not logged in") && stdout(&out).contains("/login"),
+        "{}",
+        stdout(&out)
+    );
+    // Logged in: the job goes on and the CLI's real usage and cost are recorded.
+    std::fs::write(bin.join("mode"), "ok").expect("mode");
+    env.db()
+        .execute("UPDATE pending_messages SET available_at = 0", [])
+        .expect("now");
+    run_once(&env, worker_cmd());
+    assert_eq!(status_of(&env, ids[0]).0, "done");
+    assert_eq!(
+        env.count("SELECT count(*) FROM model_calls WHERE outcome = 'ok' AND model = 'haiku' AND input_tokens = 13009 AND output_tokens = 35 AND tokens_estimated = 0 AND abs(cost_usd - 0.0042) < 1e-9"),
+        1
+    );
+    let out = env.run("cairn", &["status"], b"");
+    assert!(!stdout(&out).contains("not logged in"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("$0.0042"), "{}", stdout(&out));
+}
+
+#[test]
+fn auto_uses_a_logged_in_claude_when_no_key_is_set() {
+    let env = TestEnv::new();
+    let bin = env.tmp.path().join("bin");
+    fake_claude(&bin, REAL_LIKE_CLAUDE);
+    std::fs::write(bin.join("mode"), "ok").expect("mode");
+    let ids = seed(
+        &env,
+        SESSION,
+        1,
+        &[tool_event("PostToolUse.json")],
+        false,
+        3,
+    );
+    let mut c = env.cmd("cairn-worker");
+    with_path(&mut c, &bin);
+    c.env("CAIRN_BATCH__ENABLED", "false")
+        .env("CAIRN_WORKER__POLL_MS", "20");
+    run_once(&env, c);
+    assert_eq!(status_of(&env, ids[0]).0, "done");
+    assert_eq!(
+        env.count("SELECT count(*) FROM observations WHERE title = 'Seen by the subscription'"),
         1
     );
 }
@@ -1203,10 +1302,15 @@ fn without_a_key_the_offline_extractor_does_the_work() {
     assert_eq!(
         rows,
         vec![
-            ("change".into(), "Edited lib.rs".into(), "offline".into()),
+            (
+                "change".into(),
+                "Changed \"a\" to \"b\" in lib.rs".into(),
+                "offline".into()
+            ),
             (
                 "discovery".into(),
-                "Bash failed: echo failing >&2; exit 3".into(),
+                // The fixture's own description of the command, and its message.
+                "Run a failing command failed: failing".into(),
                 "offline".into()
             ),
         ]
@@ -1252,6 +1356,7 @@ fn a_spent_token_budget_makes_jobs_wait_not_fail() {
             input_tokens: 900,
             output_tokens: 100,
             tokens_estimated: false,
+            cost_usd: None,
             latency_ms: 1,
             outcome: usage::Outcome::Ok,
             error: None,

@@ -1,6 +1,7 @@
-//! `cairn install` / `cairn uninstall`: cairn's hooks in Claude Code's settings. The merge
-//! itself is `cairn_core::ops::install` (pure); this module reads and writes the file, keeps a
-//! backup of it, and says what it did.
+//! `cairn install` / `cairn uninstall`: cairn's hooks in Claude Code's settings and its MCP
+//! server in `~/.claude.json` (or a project's `.mcp.json`). The merges themselves are
+//! `cairn_core::ops::install` (pure); this module reads and writes the files (through
+//! symlinks), keeps backups of them in the data dir, and says what it did.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -16,38 +17,87 @@ use super::Ctx;
 
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// Change this project's `.claude/settings.json` instead of `~/.claude/settings.json`.
+    /// Change this project's `.claude/settings.local.json` (personal, git-ignored) instead
+    /// of `~/.claude/settings.json`. DIR must exist.
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = ".")]
     pub project: Option<PathBuf>,
+    /// With --project: the team-shared `.claude/settings.json` and `.mcp.json` instead,
+    /// naming `cairn-hook` and `cairn` without a path (each machine's PATH finds them).
+    #[arg(long, requires = "project")]
+    pub shared: bool,
+    /// Leave the MCP server's registration alone.
+    #[arg(long)]
+    pub no_mcp: bool,
 }
 
-/// `~/.claude/settings.json`.
-pub fn user_settings_path() -> anyhow::Result<PathBuf> {
+/// `~/<rest>`.
+fn home_path(rest: &str) -> anyhow::Result<PathBuf> {
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
-        .context("HOME is not set: cannot find ~/.claude/settings.json")?;
-    Ok(Path::new(&home).join(".claude").join("settings.json"))
+        .with_context(|| format!("HOME is not set: cannot find ~/{rest}"))?;
+    Ok(Path::new(&home).join(rest))
 }
 
-/// `<dir>/.claude/settings.json`, with `dir` made absolute.
-pub fn project_settings_path(dir: &Path) -> anyhow::Result<PathBuf> {
-    let dir = std::path::absolute(dir)
-        .with_context(|| format!("cannot resolve project directory {}", dir.display()))?;
-    Ok(dir.join(".claude").join("settings.json"))
+/// The settings file and the MCP file an install changes, and the commands it writes.
+struct Target {
+    settings: PathBuf,
+    mcp: PathBuf,
+    hook_command: String,
+    mcp_command: String,
 }
 
-fn target(args: &InstallArgs) -> anyhow::Result<PathBuf> {
-    match &args.project {
-        Some(dir) => project_settings_path(dir),
-        None => user_settings_path(),
-    }
+fn target(args: &InstallArgs) -> anyhow::Result<Target> {
+    let (settings, mcp) = match &args.project {
+        Some(dir) => {
+            let dir = std::path::absolute(dir)
+                .with_context(|| format!("cannot resolve project directory {}", dir.display()))?;
+            if !dir.is_dir() {
+                anyhow::bail!("project directory {} does not exist", dir.display());
+            }
+            let file = if args.shared {
+                "settings.json"
+            } else {
+                "settings.local.json"
+            };
+            let mcp = if args.shared {
+                dir.join(".mcp.json")
+            } else {
+                home_path(".claude.json")?
+            };
+            (dir.join(".claude").join(file), mcp)
+        }
+        None => (
+            home_path(".claude/settings.json")?,
+            home_path(".claude.json")?,
+        ),
+    };
+    let (hook_command, mcp_command) = if args.shared {
+        // Shared with the team: no path of this machine.
+        (install::HOOK_PROGRAM.to_string(), "cairn".to_string())
+    } else {
+        let cairn = current_cairn()?;
+        (
+            install::hook_command(&cairn.with_file_name(install::HOOK_PROGRAM)),
+            cairn.display().to_string(),
+        )
+    };
+    Ok(Target {
+        settings,
+        mcp,
+        hook_command,
+        mcp_command,
+    })
+}
+
+/// The running `cairn`, symlinks resolved.
+fn current_cairn() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the cairn executable")?;
+    Ok(exe.canonicalize().unwrap_or(exe))
 }
 
 /// The `cairn-hook` binary next to the running `cairn`.
 pub fn hook_program() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find the cairn executable")?;
-    let exe = exe.canonicalize().unwrap_or(exe);
-    Ok(exe.with_file_name(install::HOOK_PROGRAM))
+    Ok(current_cairn()?.with_file_name(install::HOOK_PROGRAM))
 }
 
 /// Reads a Claude Code settings file; `None` when it does not exist.
@@ -72,91 +122,141 @@ pub fn installed_hooks(path: &Path) -> anyhow::Result<Option<Detection>> {
     Ok(read_settings(path)?.map(|v| install::detect(&v, &command)))
 }
 
-pub fn install(_ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
-    let path = target(args)?;
+/// The model provider the worker will use, and why, for the install's last line.
+fn provider_line(ctx: &Ctx) -> String {
+    let env = |k: &str| std::env::var(k).ok();
+    let r = cairn_core::worker::model::resolve(&ctx.settings().model, &env);
+    format!("model provider: {} ({})", r.provider, r.why)
+}
+
+pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
+    let t = target(args)?;
     let program = hook_program()?;
-    if !program.is_file() {
+    if !args.shared && !program.is_file() {
         anyhow::bail!(
             "{} not found next to cairn; build or install cairn-hook first",
             program.display()
         );
     }
-    let command = install::hook_command(&program);
-    let current = read_settings(&path)?;
-    let (new, changes) = install::install(current.as_ref().unwrap_or(&Value::Null), &command)
+    let command = &t.hook_command;
+    let path = &t.settings;
+    let current = read_settings(path)?;
+    let (new, changes) = install::install(current.as_ref().unwrap_or(&Value::Null), command)
         .with_context(|| format!("cannot add hooks to {}", path.display()))?;
-    if !changes.changed() {
+    if changes.changed() {
+        let written = save(ctx, path, current.is_some(), &new)?;
+        let added = changes.with(EventChange::Added);
+        let updated = changes.with(EventChange::Updated);
+        if !added.is_empty() {
+            crate::cli::out::say!(
+                "added cairn hooks to {} for {}",
+                written.display(),
+                added.join(", ")
+            );
+        }
+        if !updated.is_empty() {
+            crate::cli::out::say!(
+                "updated cairn hooks in {} for {} (now {command})",
+                written.display(),
+                updated.join(", ")
+            );
+        }
+        crate::cli::out::say!("hook command: {command}");
+    } else {
         crate::cli::out::say!(
-            "cairn hooks are already in {}; nothing changed",
+            "cairn hooks are already in {}; nothing changed there",
             path.display()
         );
-        return Ok(crate::exit::OK);
     }
-    let backup = save(&path, current.is_some(), &new)?;
-    let added = changes.with(EventChange::Added);
-    let updated = changes.with(EventChange::Updated);
-    if !added.is_empty() {
-        crate::cli::out::say!(
-            "added cairn hooks to {} for {}",
-            path.display(),
-            added.join(", ")
-        );
+    if !args.no_mcp {
+        let current = read_settings(&t.mcp)?;
+        let (new, changed) =
+            install::add_mcp(current.as_ref().unwrap_or(&Value::Null), &t.mcp_command)
+                .with_context(|| format!("cannot add the MCP server to {}", t.mcp.display()))?;
+        if changed {
+            let written = save(ctx, &t.mcp, current.is_some(), &new)?;
+            crate::cli::out::say!(
+                "registered the MCP server \"{}\" ({} mcp) in {}",
+                install::MCP_NAME,
+                t.mcp_command,
+                written.display()
+            );
+        } else {
+            crate::cli::out::say!(
+                "the MCP server \"{}\" is already in {}; nothing changed there",
+                install::MCP_NAME,
+                t.mcp.display()
+            );
+        }
     }
-    if !updated.is_empty() {
-        crate::cli::out::say!(
-            "updated cairn hooks in {} for {} (now {command})",
-            path.display(),
-            updated.join(", ")
-        );
+    crate::cli::out::say!("{}", provider_line(ctx));
+    Ok(crate::exit::OK)
+}
+
+pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
+    let t = target(args)?;
+    let path = &t.settings;
+    match read_settings(path)? {
+        None => crate::cli::out::say!("no {}; no hooks to remove", path.display()),
+        Some(current) => {
+            let (new, changes) = install::uninstall(&current)
+                .with_context(|| format!("cannot remove hooks from {}", path.display()))?;
+            if changes.changed() {
+                let written = save(ctx, path, true, &new)?;
+                crate::cli::out::say!(
+                    "removed cairn hooks from {} for {}",
+                    written.display(),
+                    changes.with(EventChange::Removed).join(", ")
+                );
+            } else {
+                crate::cli::out::say!(
+                    "no cairn hooks in {}; nothing changed there",
+                    path.display()
+                );
+            }
+        }
     }
-    crate::cli::out::say!("hook command: {command}");
-    if let Some(b) = backup {
-        crate::cli::out::say!("backup of the previous file: {}", b.display());
+    if !args.no_mcp
+        && let Some(current) = read_settings(&t.mcp)?
+    {
+        let (new, changed) = install::remove_mcp(&current)
+            .with_context(|| format!("cannot remove the MCP server from {}", t.mcp.display()))?;
+        if changed {
+            let written = save(ctx, &t.mcp, true, &new)?;
+            crate::cli::out::say!(
+                "removed the MCP server \"{}\" from {}",
+                install::MCP_NAME,
+                written.display()
+            );
+        }
     }
     Ok(crate::exit::OK)
 }
 
-pub fn uninstall(_ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
-    let path = target(args)?;
-    let Some(current) = read_settings(&path)? else {
-        crate::cli::out::say!("no {}; nothing to remove", path.display());
-        return Ok(crate::exit::OK);
-    };
-    let (new, changes) = install::uninstall(&current)
-        .with_context(|| format!("cannot remove hooks from {}", path.display()))?;
-    if !changes.changed() {
-        crate::cli::out::say!("no cairn hooks in {}; nothing changed", path.display());
-        return Ok(crate::exit::OK);
-    }
-    let backup = save(&path, true, &new)?;
-    crate::cli::out::say!(
-        "removed cairn hooks from {} for {}",
-        path.display(),
-        changes.with(EventChange::Removed).join(", ")
-    );
-    if let Some(b) = backup {
-        crate::cli::out::say!("backup of the previous file: {}", b.display());
-    }
-    Ok(crate::exit::OK)
-}
-
-/// Writes the new settings atomically (temp file + rename, same permissions), after
-/// copying the old file to a timestamped backup beside it. Returns the backup's path.
-fn save(path: &Path, existed: bool, value: &Value) -> anyhow::Result<Option<PathBuf>> {
+/// Writes the new document atomically (temp file + rename, same permissions) to the file
+/// `path` names, following symlinks so a linked file (a dotfiles repository) stays linked
+/// and changes where it lives, after copying the old file to a timestamped backup in the
+/// data dir's `install-backups/` (never beside it: that may be a repository). Returns the
+/// path written and says where the backup is.
+fn save(ctx: &Ctx, path: &Path, existed: bool, value: &Value) -> anyhow::Result<PathBuf> {
+    let path = &real_path(path);
     let dir = path.parent().context("settings path has no parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut backup = None;
     let mut mode = 0o600;
     if existed {
         let stamp = cairn_core::clock::iso_utc(cairn_core::clock::now_ms()).replace([':', '-'], "");
+        let backups = ctx.data_dir.root().join("install-backups");
+        std::fs::create_dir_all(&backups)
+            .with_context(|| format!("cannot create {}", backups.display()))?;
         let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mut b = dir.join(format!("{name}.cairn-backup-{stamp}"));
+            .display()
+            .to_string()
+            .trim_start_matches('/')
+            .replace('/', "%");
+        let mut b = backups.join(format!("{name}.cairn-backup-{stamp}"));
         let mut n = 1;
         while b.exists() {
-            b = dir.join(format!("{name}.cairn-backup-{stamp}-{n}"));
+            b = backups.join(format!("{name}.cairn-backup-{stamp}-{n}"));
             n += 1;
         }
         cairn_core::store::paths::copy_private(path, &b)
@@ -164,7 +264,7 @@ fn save(path: &Path, existed: bool, value: &Value) -> anyhow::Result<Option<Path
         if let Ok(m) = std::fs::metadata(path) {
             mode = m.permissions().mode() & 0o777;
         }
-        backup = Some(b);
+        crate::cli::out::say!("backup of {}: {}", path.display(), b.display());
     }
     let mut text = serde_json::to_string_pretty(value).context("cannot encode settings")?;
     text.push('\n');
@@ -180,5 +280,30 @@ fn save(path: &Path, existed: bool, value: &Value) -> anyhow::Result<Option<Path
         let _ = std::fs::remove_file(&tmp);
         return Err(e).with_context(|| format!("cannot write {}", path.display()));
     }
-    Ok(backup)
+    Ok(path.clone())
+}
+
+/// The file `path` names, through any symlinks (also one whose target does not exist
+/// yet); `path` itself when it is no link.
+fn real_path(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(target) => {
+                p = match p.parent() {
+                    Some(parent) if target.is_relative() => parent.join(target),
+                    _ => target,
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    // Name it plainly (no `..`), for the messages and the backup's name.
+    match (
+        p.parent().and_then(|d| d.canonicalize().ok()),
+        p.file_name(),
+    ) {
+        (Some(dir), Some(name)) => dir.join(name),
+        _ => p,
+    }
 }

@@ -104,6 +104,23 @@ pub fn run(
     check_worker(dir, settings, conn.as_ref(), now, &mut out);
     check_provider(settings, env, &mut out);
     check_search(dir, settings, conn.as_ref(), &mut out);
+    if let Some(n) = conn
+        .as_ref()
+        .and_then(|c| crate::worker::usage::not_logged_in(c).ok().flatten())
+    {
+        out.push(finding(
+            "provider",
+            Level::Fail,
+            format!(
+                "the worker's last {} call found it not logged in: {}",
+                n.provider, n.error
+            ),
+            Some(
+                "run `claude` and log in with /login (or `claude setup-token`); waiting jobs go on by themselves"
+                    .into(),
+            ),
+        ));
+    }
     check_disk(dir, &mut out);
     out
 }
@@ -345,6 +362,19 @@ pub fn cairn_hooks(settings: &serde_json::Value) -> Vec<HookCommand> {
     out
 }
 
+/// The cairn plugins a Claude Code settings document enables (`enabledPlugins`, keys
+/// `cairn@<marketplace>` set to true).
+pub fn enabled_cairn_plugins(settings: &serde_json::Value) -> Vec<String> {
+    settings
+        .get("enabledPlugins")
+        .and_then(|p| p.as_object())
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| k.split('@').next() == Some("cairn") && v.as_bool() == Some(true))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
 /// The program a hook command runs: the first word that names `cairn-hook`, unquoted.
 pub fn hook_program(command: &str) -> Option<String> {
     command
@@ -390,6 +420,8 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
     files.push(env.cwd.join(".claude/settings.local.json"));
     files.dedup();
     let mut hooked: Vec<String> = Vec::new();
+    // Each way cairn is installed: a settings file with its hooks, or the plugin.
+    let mut ways: Vec<String> = Vec::new();
     for file in &files {
         let Ok(text) = std::fs::read_to_string(file) else {
             continue;
@@ -406,7 +438,18 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                 continue;
             }
         };
-        for hook in cairn_hooks(&doc) {
+        for plugin in enabled_cairn_plugins(&doc) {
+            out.push(ok(
+                "hooks",
+                format!("the cairn plugin {plugin} is enabled in {}", file.display()),
+            ));
+            ways.push(format!("the plugin {plugin}"));
+        }
+        let hooks = cairn_hooks(&doc);
+        if !hooks.is_empty() {
+            ways.push(format!("hooks in {}", file.display()));
+        }
+        for hook in hooks {
             hooked.push(hook.event.clone());
             let Some(program) = hook_program(&hook.command) else {
                 continue;
@@ -436,6 +479,26 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                 )),
             }
         }
+    }
+    ways.dedup();
+    if ways.len() > 1 {
+        out.push(finding(
+            "hooks",
+            Level::Warn,
+            format!(
+                "cairn is installed {} ways at once ({}): every event is handed to cairn more than once",
+                ways.len(),
+                ways.join("; ")
+            ),
+            Some(
+                "keep one: `cairn uninstall` (or `--project`) removes settings hooks; `claude plugin uninstall cairn` the plugin"
+                    .into(),
+            ),
+        ));
+    }
+    if hooked.is_empty() && !ways.is_empty() {
+        // The plugin brings its own hooks.
+        return;
     }
     if hooked.is_empty() {
         out.push(finding(
@@ -552,19 +615,17 @@ fn check_worker(
     }
 }
 
-/// The provider `auto` resolves to.
-pub fn resolve_provider(settings: &Settings, env: &Env) -> String {
-    match settings.model.provider.as_str() {
-        "auto" if env.var(&settings.model.api_key_env).is_some() => "anthropic".into(),
-        "auto" => "offline".into(),
-        other => other.into(),
-    }
+/// The provider `settings` come to in `env`, and why (see `worker::model::resolve`).
+pub fn resolve_provider(settings: &Settings, env: &Env) -> crate::worker::model::Resolved {
+    let vars = |k: &str| env.var(k).map(str::to_string);
+    crate::worker::model::resolve(&settings.model, &vars)
 }
 
 fn check_provider(settings: &Settings, env: &Env, out: &mut Vec<Finding>) {
     let m = &settings.model;
-    let provider = resolve_provider(settings, env);
-    let problem = match provider.as_str() {
+    let resolved = resolve_provider(settings, env);
+    let provider = resolved.provider;
+    let problem = match provider {
         "anthropic" if env.var(&m.api_key_env).is_none() => Some((
             format!(
                 "provider anthropic needs an API key, but {} is not set",
@@ -599,18 +660,89 @@ fn check_provider(settings: &Settings, env: &Env, out: &mut Vec<Finding>) {
         }
         None => out.push(ok(
             "provider",
-            format!("provider {provider} ({})", m.provider),
+            format!("provider {provider} ({})", resolved.why),
         )),
+    }
+    if m.provider == "auto" && provider == "offline" {
+        out.push(finding(
+            "provider",
+            Level::Warn,
+            "memories come from the offline extractor, which only restates the tool calls".into(),
+            Some(format!(
+                "log in to Claude Code (`{}` then /login) to use your subscription, or export {}",
+                if m.claude_command.is_empty() {
+                    "claude"
+                } else {
+                    &m.claude_command
+                },
+                m.api_key_env
+            )),
+        ));
     }
     if !env.online {
         return;
     }
-    match provider.as_str() {
-        "anthropic" | "openai" => out.push(test_call(settings, &provider, env)),
+    match provider {
+        "anthropic" | "openai" => out.push(test_call(settings, provider, env)),
+        "claude-cli" => out.push(cli_test_call(settings, env)),
         other => out.push(ok(
             "online",
             format!("provider {other} makes no network calls; nothing to test"),
         )),
+    }
+}
+
+/// One tiny real call through the `claude` CLI, with the model cairn would use.
+fn cli_test_call(settings: &Settings, env: &Env) -> Finding {
+    use crate::worker::model::claude_cli;
+    let m = &settings.model;
+    let vars = |k: &str| env.var(k).map(str::to_string);
+    let command = claude_cli::locate(&m.claude_command, &vars)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| m.claude_command.clone());
+    let client = claude_cli::Client::new(
+        &command,
+        &m.model,
+        Duration::from_secs(m.timeout_secs.clamp(1, 120)),
+    );
+    let prompt = crate::worker::prompt::Prompt {
+        system: "Reply with the single word: ok".into(),
+        user: "ok?".into(),
+    };
+    let started = Instant::now();
+    match client.complete(&prompt) {
+        Ok(c) => ok(
+            "online",
+            format!(
+                "{} answered with model {} in {} ms ({} input + {} output tokens{})",
+                client.command(),
+                client.model(),
+                started.elapsed().as_millis(),
+                c.input_tokens,
+                c.output_tokens,
+                c.cost_usd
+                    .map(|usd| format!(", ${usd:.4}"))
+                    .unwrap_or_default()
+            ),
+        ),
+        Err(e @ crate::worker::model::ModelError::NotLoggedIn(_)) => finding(
+            "online",
+            Level::Fail,
+            e.to_string(),
+            Some(format!(
+                "run `{}` and log in with /login (or `claude setup-token`); waiting jobs go on by themselves",
+                client.command()
+            )),
+        ),
+        Err(e) => finding(
+            "online",
+            Level::Fail,
+            format!("{} failed: {e}", client.command()),
+            Some(
+                "check model.claude_command and model.model; run the command by hand to see more"
+                    .into(),
+            ),
+        ),
     }
 }
 
@@ -760,6 +892,117 @@ mod tests {
     }
 
     #[test]
+    fn every_way_of_installing_is_recognised_and_two_at_once_warned() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let e = env(tmp.path());
+        let home = tmp.path().join("home/.claude");
+        let work = tmp.path().join("work/.claude");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::create_dir_all(&work).expect("work");
+        let hook = tmp.path().join("cairn-hook");
+        std::fs::write(&hook, "#!/bin/sh\n").expect("hook");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let hooks = |cmd: &str| {
+            let (doc, _) =
+                crate::ops::install::install(&serde_json::Value::Null, cmd).expect("install");
+            doc
+        };
+        let run_hooks = |e: &Env| {
+            let mut out = Vec::new();
+            check_hooks(e, &mut out);
+            out
+        };
+        // The plugin alone: installed, no "no cairn hooks".
+        std::fs::write(
+            home.join("settings.json"),
+            r#"{"enabledPlugins": {"cairn@cairn": true, "other@x": true}}"#,
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        assert_eq!(levels(&f, "hooks"), vec![Level::Ok], "{f:#?}");
+        // Plus project hooks in settings.local.json: two ways, warned.
+        std::fs::write(
+            work.join("settings.local.json"),
+            hooks(&hook.display().to_string()).to_string(),
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        let warn: Vec<&Finding> = f.iter().filter(|x| x.level == Level::Warn).collect();
+        assert_eq!(warn.len(), 1, "{f:#?}");
+        assert!(warn[0].message.contains("2 ways"), "{}", warn[0].message);
+        // A disabled plugin is not a way.
+        std::fs::write(
+            home.join("settings.json"),
+            r#"{"enabledPlugins": {"cairn@cairn": false}}"#,
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        assert!(f.iter().all(|x| x.level == Level::Ok), "{f:#?}");
+    }
+
+    #[test]
+    fn the_subscription_provider_and_its_online_test() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin");
+        let mut e = env(tmp.path());
+        e.vars.insert("PATH".into(), bin.display().to_string());
+        let settings = Settings::default();
+        let messages = |f: &[Finding], check: &str| -> String {
+            f.iter()
+                .filter(|x| x.check == check)
+                .map(|x| {
+                    format!(
+                        "{:?} {} / {}",
+                        x.level,
+                        x.message,
+                        x.fix.clone().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        // No key, no CLI: offline, with a warning saying how to do better.
+        let mut out = Vec::new();
+        check_provider(&settings, &e, &mut out);
+        let said = messages(&out, "provider");
+        assert!(
+            said.contains("provider offline") && said.contains("/login"),
+            "{said}"
+        );
+        // A logged-in CLI: claude-cli, and --online makes one tiny real call.
+        crate::worker::model::claude_cli::tests::fake_claude(&bin, "ok");
+        e.online = true;
+        let mut out = Vec::new();
+        check_provider(&settings, &e, &mut out);
+        assert_eq!(levels(&out, "provider"), vec![Level::Ok], "{out:?}");
+        let said = messages(&out, "online");
+        assert!(
+            said.starts_with("Ok ") && said.contains("model haiku"),
+            "{said}"
+        );
+        // Logged out after the worker chose it: the online test says what to run.
+        std::fs::write(bin.join("mode"), "logged-out").expect("mode");
+        let fixed = Settings {
+            model: crate::settings::ModelSettings {
+                provider: "claude-cli".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        check_provider(&fixed, &e, &mut out);
+        let said = messages(&out, "online");
+        assert!(
+            said.starts_with("Fail ") && said.contains("/login"),
+            "{said}"
+        );
+    }
+
+    #[test]
     fn finds_hook_commands_and_their_programs() {
         let doc: serde_json::Value = serde_json::json!({
             "hooks": {
@@ -792,7 +1035,8 @@ mod tests {
         assert_eq!(levels(&f, "schema"), vec![Level::Ok]);
         assert_eq!(levels(&f, "integrity"), vec![Level::Ok]);
         assert_eq!(levels(&f, "hooks"), vec![Level::Warn], "not installed");
-        assert_eq!(levels(&f, "provider"), vec![Level::Ok], "auto → offline");
+        // auto → offline, with a warning that the offline extractor is the weakest.
+        assert_eq!(levels(&f, "provider"), vec![Level::Ok, Level::Warn]);
 
         let claude = tmp.path().join("home/.claude");
         std::fs::create_dir_all(&claude).expect("dir");

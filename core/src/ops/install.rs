@@ -226,6 +226,52 @@ pub fn uninstall(settings: &Value) -> Result<(Value, Changes)> {
     Ok((out, changes))
 }
 
+/// The name cairn's MCP server is registered under.
+pub const MCP_NAME: &str = "cairn";
+
+/// Registers cairn's MCP server (`command mcp`, stdio) in a document holding
+/// `mcpServers` (`~/.claude.json` for the user scope, a project's `.mcp.json`). Returns the
+/// new document and whether it changed; every other server and key is kept.
+pub fn add_mcp(doc: &Value, command: &str) -> Result<(Value, bool)> {
+    let mut out = doc.clone();
+    if out.is_null() {
+        out = Value::Object(Map::new());
+    }
+    let Value::Object(root) = &mut out else {
+        return Err(Error::Invalid("the file is not a JSON object".into()));
+    };
+    let servers = root
+        .entry("mcpServers")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(servers) = servers else {
+        return Err(Error::Invalid("\"mcpServers\" is not an object".into()));
+    };
+    let want = json!({"type": "stdio", "command": command, "args": ["mcp"]});
+    if servers.get(MCP_NAME) == Some(&want) {
+        return Ok((doc.clone(), false));
+    }
+    servers.insert(MCP_NAME.into(), want);
+    Ok((out, true))
+}
+
+/// Removes cairn's MCP server, and `mcpServers` when that leaves it empty. Returns the new
+/// document and whether it changed.
+pub fn remove_mcp(doc: &Value) -> Result<(Value, bool)> {
+    let mut out = doc.clone();
+    let Some(Value::Object(servers)) = out.get_mut("mcpServers") else {
+        return Ok((out, false));
+    };
+    if servers.shift_remove(MCP_NAME).is_none() {
+        return Ok((doc.clone(), false));
+    }
+    if servers.is_empty()
+        && let Value::Object(root) = &mut out
+    {
+        root.shift_remove("mcpServers");
+    }
+    Ok((out, true))
+}
+
 /// Whether cairn's hook is set for one event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -292,6 +338,30 @@ pub fn detect(settings: &Value, command: &str) -> Detection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mcp_server_is_added_and_removed_keeping_the_rest() {
+        let doc = json!({"numStartups": 3, "mcpServers": {"other": {"command": "x"}}});
+        let (added, changed) = add_mcp(&doc, "cairn").expect("add");
+        assert!(changed);
+        assert_eq!(added["numStartups"], 3);
+        assert_eq!(added["mcpServers"]["other"], doc["mcpServers"]["other"]);
+        assert_eq!(
+            added["mcpServers"]["cairn"],
+            json!({"type": "stdio", "command": "cairn", "args": ["mcp"]})
+        );
+        assert_eq!(
+            add_mcp(&added, "cairn").expect("again"),
+            (added.clone(), false)
+        );
+        let (removed, changed) = remove_mcp(&added).expect("remove");
+        assert!(changed);
+        assert_eq!(removed, doc);
+        assert!(!remove_mcp(&removed).expect("again").1);
+        let (alone, _) = add_mcp(&Value::Null, "/opt/cairn").expect("new");
+        assert_eq!(remove_mcp(&alone).expect("remove").0, json!({}));
+        assert!(add_mcp(&json!({"mcpServers": []}), "c").is_err());
+    }
 
     const CMD: &str = "/opt/cairn/bin/cairn-hook";
 

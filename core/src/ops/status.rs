@@ -83,6 +83,8 @@ pub struct Status {
     pub notices: Vec<crate::store::incidents::Notice>,
     /// Search by meaning: the model, or why there is none, and how far embedding has come.
     pub search: SearchStatus,
+    /// The model provider is not logged in (its latest call said so): jobs wait.
+    pub not_logged_in: Option<crate::worker::usage::NotLoggedIn>,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -193,6 +195,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         lost: crate::store::incidents::lost(dir),
         notices: crate::store::incidents::notices(dir),
         search: search_status(dir, conn, settings)?,
+        not_logged_in: crate::worker::usage::not_logged_in(conn)?,
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -235,6 +238,14 @@ pub fn attention(s: &Status) -> Vec<String> {
             "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard {}` for those that can never succeed)",
             plural(skipped, "job was", "jobs were"),
             discard_selector(s)
+        ));
+    }
+    if let Some(n) = &s.not_logged_in {
+        out.push(format!(
+            "the {} provider is not logged in (\"{}\", at {}): model jobs wait; run `claude` and log in with /login (or `claude setup-token`), and they go on within 5 minutes",
+            n.provider,
+            n.error,
+            crate::clock::minute_utc(n.at)
         ));
     }
     if let Some(e) = &s.settings_error {

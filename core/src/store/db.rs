@@ -34,10 +34,13 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0004_model_calls",
         include_str!("../../../migrations/0004_model_calls.sql"),
     ),
-    // 0005 belongs to another change.
     (
         "0006_forgotten",
         include_str!("../../../migrations/0006_forgotten.sql"),
+    ),
+    (
+        "0007_model_call_cost",
+        include_str!("../../../migrations/0007_model_call_cost.sql"),
     ),
 ];
 

@@ -951,6 +951,7 @@ impl Caller<'_, '_> {
                     input_tokens: usage::estimate_tokens(prompt.chars()),
                     output_tokens: 0,
                     tokens_estimated: true,
+                    cost_usd: None,
                     latency_ms: 0,
                     outcome: Outcome::Started,
                     error: None,
@@ -963,7 +964,10 @@ impl Caller<'_, '_> {
                     last.input_tokens = a.input_tokens;
                     last.output_tokens = a.output_tokens;
                     last.tokens_estimated = false;
-                    last.outcome = if a.error.is_some() {
+                    last.cost_usd = a.cost_usd;
+                    last.outcome = if a.not_logged_in {
+                        Outcome::NotLoggedIn
+                    } else if a.error.is_some() {
                         Outcome::Error
                     } else {
                         Outcome::Ok
@@ -975,7 +979,7 @@ impl Caller<'_, '_> {
         let result = model::complete_with_retry(provider, prompt, self.retry, &mut record);
         if let Ok(c) = &result
             && let Some(last) = self.ledger.last()
-            && (provider.estimates_tokens() || c.input_tokens == 0)
+            && c.input_tokens == 0
         {
             // No counts from the provider: estimate, and say so.
             last.input_tokens = usage::estimate_tokens(prompt.chars());
@@ -1028,8 +1032,12 @@ impl Caller<'_, '_> {
     fn failure(&self, e: ModelError, kept: Kept, now: i64) -> Verdict {
         if let Some(wait) = e.wait_asked() {
             let until = now_ms().max(now) + wait.as_millis() as i64;
+            let why = match e {
+                ModelError::NotLoggedIn(_) => "until the model provider is logged in",
+                _ => "as the model API asked",
+            };
             log::warn!(
-                "jobs of session {} wait {}s as the model API asked: {e}",
+                "jobs of session {} wait {}s {why}: {e}",
                 self.batch.session_id(),
                 wait.as_secs()
             );

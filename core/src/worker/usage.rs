@@ -34,6 +34,8 @@ pub enum Outcome {
     Unusable,
     /// The call failed (status, timeout, connection).
     Error,
+    /// The provider is not logged in (the `claude` CLI): the jobs wait, no attempt counted.
+    NotLoggedIn,
 }
 
 impl Outcome {
@@ -44,12 +46,13 @@ impl Outcome {
             Outcome::Empty => "empty",
             Outcome::Unusable => "unusable",
             Outcome::Error => "error",
+            Outcome::NotLoggedIn => "not_logged_in",
         }
     }
 }
 
 /// One model call attempt to record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CallRecord {
     pub provider: String,
     pub model: String,
@@ -62,6 +65,8 @@ pub struct CallRecord {
     pub output_tokens: u64,
     /// The token counts are estimates (characters / 4), not the provider's.
     pub tokens_estimated: bool,
+    /// What the call cost in US dollars, when the provider said.
+    pub cost_usd: Option<f64>,
     pub latency_ms: i64,
     pub outcome: Outcome,
     pub error: Option<String>,
@@ -94,7 +99,7 @@ pub fn complete(tx: &Transaction, id: i64, r: &CallRecord) -> Result<()> {
     tx.prepare_cached(
         "UPDATE model_calls
          SET input_tokens = ?2, output_tokens = ?3, tokens_estimated = ?4, latency_ms = ?5,
-             outcome = ?6, error = ?7
+             outcome = ?6, error = ?7, cost_usd = ?8
          WHERE id = ?1",
     )?
     .execute(params![
@@ -107,13 +112,14 @@ pub fn complete(tx: &Transaction, id: i64, r: &CallRecord) -> Result<()> {
         r.error
             .as_deref()
             .map(|e| crate::worker::prompt::cap(e, 2_000)),
+        r.cost_usd,
     ])?;
     Ok(())
 }
 
 /// A call attempt as the worker carries it: the id of its `started` row when that was
 /// written, and what it came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     pub id: Option<i64>,
     pub record: CallRecord,
@@ -147,8 +153,9 @@ pub fn record(tx: &Transaction, r: &CallRecord) -> Result<i64> {
         .prepare_cached(
             "INSERT INTO model_calls
                  (provider, model, purpose, session_id, job_ids, prompt_chars, input_tokens,
-                  output_tokens, tokens_estimated, latency_ms, outcome, error, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                  output_tokens, tokens_estimated, latency_ms, outcome, error, created_at,
+                  cost_usd)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
              RETURNING id",
         )?
         .query_row(
@@ -167,7 +174,8 @@ pub fn record(tx: &Transaction, r: &CallRecord) -> Result<i64> {
                 r.error
                     .as_deref()
                     .map(|e| crate::worker::prompt::cap(e, 2_000)),
-                r.created_at
+                r.created_at,
+                r.cost_usd
             ],
             |row| row.get(0),
         )?;
@@ -260,7 +268,7 @@ pub fn totals_since(conn: &Connection, since: i64) -> Result<Totals> {
 }
 
 /// One provider's and model's calls over a period, for `cairn status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ProviderTotals {
     pub provider: String,
     pub model: String,
@@ -271,6 +279,8 @@ pub struct ProviderTotals {
     /// Calls started and never completed (their worker died during them); counted by
     /// their prompt's estimate.
     pub unfinished: u64,
+    /// What the calls cost in US dollars, as far as the provider said (`claude-cli` does).
+    pub cost_usd: f64,
 }
 
 /// [`totals_since`] per provider and model, busiest first.
@@ -279,7 +289,8 @@ pub fn totals_by_provider(conn: &Connection, since: i64) -> Result<Vec<ProviderT
         "SELECT provider, model, count(*), coalesce(sum(input_tokens), 0),
                 coalesce(sum(output_tokens), 0),
                 coalesce(sum(outcome IN ('error', 'unusable')), 0),
-                coalesce(sum(tokens_estimated), 0), coalesce(sum(outcome = 'started'), 0)
+                coalesce(sum(tokens_estimated), 0), coalesce(sum(outcome = 'started'), 0),
+                coalesce(sum(cost_usd), 0.0)
          FROM model_calls WHERE created_at >= ?1
          GROUP BY provider, model
          ORDER BY sum(input_tokens + output_tokens) DESC, provider, model",
@@ -297,9 +308,46 @@ pub fn totals_by_provider(conn: &Connection, since: i64) -> Result<Vec<ProviderT
             },
             estimated: n(6)?,
             unfinished: n(7)?,
+            cost_usd: r.get(8)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// A provider found not logged in by its latest finished call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NotLoggedIn {
+    pub provider: String,
+    /// The provider's own words.
+    pub error: String,
+    pub at: i64,
+}
+
+/// The provider whose latest finished call (any provider's) found it not logged in, if
+/// that is so: once a call succeeds again, the answer is `None`.
+pub fn not_logged_in(conn: &Connection) -> Result<Option<NotLoggedIn>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT provider, outcome, coalesce(error, ''), created_at FROM model_calls
+             WHERE outcome <> 'started'
+             ORDER BY created_at DESC, id DESC LIMIT 1",
+        )?
+        .query_row([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })
+        .optional()?;
+    Ok(row
+        .filter(|(_, outcome, _, _)| outcome == Outcome::NotLoggedIn.as_str())
+        .map(|(provider, _, error, at)| NotLoggedIn {
+            provider,
+            error,
+            at,
+        }))
 }
 
 /// The largest prompt (characters) `provider`'s `model` is known to take, if it ever
@@ -352,6 +400,7 @@ mod tests {
             input_tokens: tokens,
             output_tokens: 1,
             tokens_estimated: false,
+            cost_usd: Some(0.001),
             latency_ms: 5,
             outcome,
             error: None,

@@ -111,6 +111,9 @@ fn render_status(s: &status::Status) -> String {
         if p.estimated > 0 {
             line.push_str(&format!(" ({} calls estimated)", p.estimated));
         }
+        if p.cost_usd > 0.0 {
+            line.push_str(&format!(", ${:.4}", p.cost_usd));
+        }
         if t.failed > 0 {
             line.push_str(&format!(", {} failed", t.failed));
         }

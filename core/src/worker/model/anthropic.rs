@@ -107,6 +107,7 @@ pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
             + tokens("cache_read_input_tokens").unwrap_or(0)
             + tokens("cache_creation_input_tokens").unwrap_or(0),
         output_tokens: tokens("output_tokens").unwrap_or(0),
+        cost_usd: None,
     })
 }
 
@@ -126,7 +127,8 @@ mod tests {
             Completion {
                 text: "<none/>\nx".into(),
                 input_tokens: 15,
-                output_tokens: 3
+                output_tokens: 3,
+                cost_usd: None,
             }
         );
     }

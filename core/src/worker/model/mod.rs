@@ -32,6 +32,9 @@ pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
 /// Default base URL of the `openai` provider (the path `/chat/completions` is appended).
 pub const DEFAULT_OPENAI_URL: &str = "https://api.openai.com/v1";
 
+/// How long jobs wait when the `claude` CLI is not logged in before it is tried again.
+pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
+
 /// Longest piece of an error body kept in a message.
 const MAX_ERROR_BODY: usize = 500;
 
@@ -71,6 +74,10 @@ pub enum ModelError {
     /// The `claude` command failed.
     #[error("{0}")]
     Process(String),
+    /// The `claude` command is not logged in (its own words kept): nothing to retry until
+    /// someone logs in, and nothing to count as a failed attempt either.
+    #[error("the claude CLI is not logged in ({0}): run `claude` and log in with /login")]
+    NotLoggedIn(String),
     /// The settings cannot work (no key, bad URL, missing command).
     #[error("{0}")]
     Config(String),
@@ -89,15 +96,18 @@ impl ModelError {
             | ModelError::Process(_) => true,
             ModelError::BadResponse(_)
             | ModelError::Config(_)
+            | ModelError::NotLoggedIn(_)
             | ModelError::ContextLength { .. } => false,
         }
     }
 
-    /// How long the server asked us to wait before calling again, when it rate-limited or
-    /// turned us away with a `Retry-After` (429, 503, 529). The worker does not call before
-    /// then, and such a wait is not a failed attempt.
+    /// How long to wait before calling again without counting a failed attempt: what the
+    /// server asked when it rate-limited or turned us away with a `Retry-After` (429, 503,
+    /// 529), or [`LOGIN_WAIT`] for a CLI that is not logged in. The worker does not call
+    /// before then.
     pub fn wait_asked(&self) -> Option<Duration> {
         match self {
+            ModelError::NotLoggedIn(_) => Some(LOGIN_WAIT),
             ModelError::Status {
                 status: 429 | 503 | 529,
                 retry_after,
@@ -117,11 +127,14 @@ impl ModelError {
 }
 
 /// A model's reply to one prompt.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Completion {
     pub text: String,
+    /// The provider's count; 0 when it reported none (the worker then estimates).
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// What the call cost in US dollars, when the provider says (`claude-cli` does).
+    pub cost_usd: Option<f64>,
 }
 
 /// The configured provider.
@@ -136,18 +149,13 @@ pub enum Provider {
 
 impl Provider {
     /// The provider `settings` ask for. `env` reads environment variables (the process
-    /// environment in production). `auto` is `anthropic` when the key variable
-    /// (`model.api_key_env`) is set and non-empty, else `offline`.
+    /// environment in production). `auto` resolves as [`resolve`] says.
     pub fn from_settings(
         m: &ModelSettings,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Provider, ModelError> {
         let timeout = Duration::from_secs(m.timeout_secs.max(1));
-        let key_var = if m.api_key_env.is_empty() {
-            "ANTHROPIC_API_KEY"
-        } else {
-            m.api_key_env.as_str()
-        };
+        let key_var = key_var(m);
         let key = env(key_var).filter(|k| !k.trim().is_empty());
         let model_or = |default: &str| {
             if m.model.is_empty() {
@@ -156,11 +164,7 @@ impl Provider {
                 m.model.clone()
             }
         };
-        let provider = match m.provider.as_str() {
-            "auto" if key.is_none() => "offline",
-            "auto" => "anthropic",
-            other => other,
-        };
+        let provider = resolve(m, env).provider;
         Ok(match provider {
             "anthropic" => {
                 let key = key.ok_or_else(|| {
@@ -201,14 +205,18 @@ impl Provider {
                 ))
             }
             "claude-cli" => Provider::ClaudeCli(claude_cli::Client::new(
-                &m.claude_command,
+                // Found on `env`'s PATH, so the command asked about is the one run.
+                &claude_cli::locate(&m.claude_command, env)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| m.claude_command.clone()),
                 &m.model,
                 timeout,
             )),
             "offline" => Provider::Offline,
-            other => {
+            _ => {
                 return Err(ModelError::Config(format!(
-                    "unknown model.provider {other}"
+                    "unknown model.provider {}",
+                    m.provider
                 )));
             }
         })
@@ -256,11 +264,6 @@ impl Provider {
         }
     }
 
-    /// True when the provider reports no token counts (they are estimated from lengths).
-    pub fn estimates_tokens(&self) -> bool {
-        matches!(self, Provider::ClaudeCli(_))
-    }
-
     pub fn is_offline(&self) -> bool {
         matches!(self, Provider::Offline)
     }
@@ -275,6 +278,77 @@ impl Provider {
                 "the offline provider makes no model calls".into(),
             )),
         }
+    }
+}
+
+/// What `model.provider` comes to, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// `anthropic`, `openai`, `claude-cli` or `offline` (or an unknown name as given).
+    pub provider: &'static str,
+    /// Why, in words for `cairn install` and `cairn doctor`.
+    pub why: String,
+}
+
+/// The provider `m.provider` names. `auto` is `anthropic` when the key variable
+/// (`model.api_key_env`) is set and non-empty; else `claude-cli` when a `claude` CLI
+/// (`model.claude_command`) is on `PATH` and logged in (asked of the CLI, which spends no
+/// tokens: see [`claude_cli::login`]); else `offline`. Runs a process for `auto` without
+/// a key, so it belongs to the worker's start and the CLI, never to a hook.
+pub fn resolve(m: &ModelSettings, env: &dyn Fn(&str) -> Option<String>) -> Resolved {
+    let key_var = key_var(m);
+    let fixed = |provider: &'static str| Resolved {
+        provider,
+        why: format!("model.provider is {provider}"),
+    };
+    match m.provider.as_str() {
+        "auto" => {}
+        "anthropic" => return fixed("anthropic"),
+        "openai" => return fixed("openai"),
+        "claude-cli" => return fixed("claude-cli"),
+        "offline" => return fixed("offline"),
+        _ => {
+            return Resolved {
+                provider: "unknown",
+                why: format!("unknown model.provider {}", m.provider),
+            };
+        }
+    }
+    if env(key_var).is_some_and(|k| !k.trim().is_empty()) {
+        return Resolved {
+            provider: "anthropic",
+            why: format!("{key_var} is set"),
+        };
+    }
+    let command = if m.claude_command.trim().is_empty() {
+        "claude"
+    } else {
+        m.claude_command.trim()
+    };
+    match claude_cli::login(command, env) {
+        claude_cli::Login::LoggedIn => Resolved {
+            provider: "claude-cli",
+            why: format!("{key_var} is not set and {command} is logged in (your subscription)"),
+        },
+        claude_cli::Login::LoggedOut => Resolved {
+            provider: "offline",
+            why: format!(
+                "{key_var} is not set and {command} is not logged in (run `{command}` and \
+                 /login to use your subscription)"
+            ),
+        },
+        claude_cli::Login::Missing => Resolved {
+            provider: "offline",
+            why: format!("{key_var} is not set and no {command} is on PATH"),
+        },
+    }
+}
+
+fn key_var(m: &ModelSettings) -> &str {
+    if m.api_key_env.is_empty() {
+        "ANTHROPIC_API_KEY"
+    } else {
+        m.api_key_env.as_str()
     }
 }
 
@@ -309,7 +383,7 @@ fn first_non_empty(options: &[Option<String>]) -> String {
 
 /// What [`complete_with_retry`] reports about each attempt, for `model_calls`: once before
 /// the request is sent, once after.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Attempt {
     /// The request is about to be sent.
     Starting,
@@ -318,11 +392,14 @@ pub enum Attempt {
 }
 
 /// One attempt of a call, for `model_calls`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRecord {
     pub latency_ms: i64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    pub cost_usd: Option<f64>,
+    /// The provider is not logged in (`ModelError::NotLoggedIn`).
+    pub not_logged_in: bool,
     /// `None` on success, else the error text.
     pub error: Option<String>,
 }
@@ -379,6 +456,8 @@ pub fn complete_with_retry(
                     latency_ms,
                     input_tokens: c.input_tokens,
                     output_tokens: c.output_tokens,
+                    cost_usd: c.cost_usd,
+                    not_logged_in: false,
                     error: None,
                 }));
                 Ok(c)
@@ -388,6 +467,8 @@ pub fn complete_with_retry(
                     latency_ms,
                     input_tokens: 0,
                     output_tokens: 0,
+                    cost_usd: None,
+                    not_logged_in: matches!(e, ModelError::NotLoggedIn(_)),
                     error: Some(e.to_string()),
                 }));
                 if !e.is_retryable() {
@@ -600,6 +681,57 @@ mod tests {
             Provider::Anthropic(c) => assert_eq!(c.url(), "http://y/v1/messages"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn auto_picks_by_key_then_logged_in_cli_then_offline() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin");
+        let path = bin.display().to_string();
+        let m = ModelSettings::default();
+        // (key set, CLI on PATH, CLI logged in) → provider
+        let cases = [
+            (false, false, false, "offline"),
+            (false, true, false, "offline"),
+            (false, true, true, "claude-cli"),
+            (true, false, false, "anthropic"),
+            (true, true, false, "anthropic"),
+            (true, true, true, "anthropic"),
+        ];
+        for (key, cli, logged_in, want) in cases {
+            let _ = std::fs::remove_file(bin.join("claude"));
+            if cli {
+                claude_cli::tests::fake_claude(&bin, if logged_in { "ok" } else { "logged-out" });
+            }
+            let env = |k: &str| match k {
+                "PATH" => Some(path.clone()),
+                "ANTHROPIC_API_KEY" if key => Some("k".into()),
+                _ => None,
+            };
+            let r = resolve(&m, &env);
+            assert_eq!(
+                r.provider, want,
+                "key {key} cli {cli} logged in {logged_in}: {r:?}"
+            );
+            let p = Provider::from_settings(&m, &env).expect("provider");
+            assert_eq!(p.name(), want);
+            if want == "claude-cli" {
+                assert_eq!(p.model(), claude_cli::DEFAULT_MODEL);
+                assert!(r.why.contains("logged in"), "{}", r.why);
+            }
+            if cli && !logged_in && !key {
+                assert!(r.why.contains("/login"), "{}", r.why);
+            }
+        }
+        // Asking the CLI spent no tokens: it never ran in print mode.
+        assert!(!bin.join("args").exists());
+        // An explicit provider is taken as it is, logged in or not.
+        let fixed = ModelSettings {
+            provider: "claude-cli".into(),
+            ..ModelSettings::default()
+        };
+        assert_eq!(resolve(&fixed, &|_: &str| None).provider, "claude-cli");
     }
 
     #[test]

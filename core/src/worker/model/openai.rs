@@ -112,6 +112,7 @@ pub fn parse_response(text: &str) -> Result<Completion, ModelError> {
         text: content.to_string(),
         input_tokens: tokens("prompt_tokens"),
         output_tokens: tokens("completion_tokens"),
+        cost_usd: None,
     })
 }
 
