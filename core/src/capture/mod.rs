@@ -21,3 +21,4 @@ pub mod project;
 pub mod quarantine;
 pub mod record;
 pub mod spool;
+pub mod transcript;

@@ -12,5 +12,6 @@
 //! stored is not stored or counted again; `facts_text`/`concepts_text` hold the plain text
 //! of the JSON lists so search sees words, not JSON. Reads the store only.
 
+pub mod forgotten;
 pub mod observations;
 pub mod sessions;

@@ -34,6 +34,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0004_model_calls",
         include_str!("../../../migrations/0004_model_calls.sql"),
     ),
+    (
+        "0005_transcripts",
+        include_str!("../../../migrations/0005_transcripts.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.
