@@ -81,6 +81,9 @@ pub struct Status {
     pub lost: Option<crate::store::incidents::Lost>,
     /// Repairs cairn made on its own, not yet acknowledged.
     pub notices: Vec<crate::store::incidents::Notice>,
+    /// Events the hooks missed that reconciliation recovered from the sessions'
+    /// transcripts in the last 7 days (a hook is failing, or was not installed).
+    pub recovered_last_week: i64,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -175,6 +178,10 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         settings_error: Settings::load(dir).err().map(|e| e.to_string()),
         lost: crate::store::incidents::lost(dir),
         notices: crate::store::incidents::notices(dir),
+        recovered_last_week: crate::capture::transcript::recovered_since(
+            conn,
+            now - 7 * 86_400_000,
+        )?,
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -220,6 +227,12 @@ pub fn attention(s: &Status) -> Vec<String> {
             "{} (at {}); `cairn status --acknowledge` once read",
             n.message,
             crate::clock::minute_utc(n.at)
+        ));
+    }
+    if s.recovered_last_week > 0 {
+        out.push(format!(
+            "{} missed by the hooks recovered from Claude Code's transcripts in the last 7 days: the hooks are failing or were not running; `cairn doctor` checks them (see the hook logs in the data dir's logs/)",
+            plural(s.recovered_last_week, "event was", "events were")
         ));
     }
     if s.quarantined_recently > 0 {
