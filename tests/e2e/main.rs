@@ -12,4 +12,5 @@ mod pipeline;
 mod recall;
 mod support;
 mod terminal;
+mod transcripts;
 mod worker;
