@@ -56,6 +56,7 @@ pub fn import(ctx: &Ctx, args: &Args) -> anyhow::Result<u8> {
     let opts = Options {
         project: args.project.map(str::to_string),
         dry_run: true,
+        mark_ended: true,
         quiet_ms: QUIET_MS,
     };
     // The plan reads against the memory there is, writing nothing (a data dir that does

@@ -316,6 +316,9 @@ pub struct Options {
     pub project: Option<String>,
     /// Plan only: read and count, write nothing.
     pub dry_run: bool,
+    /// Mark a finished session ended (an import of the past); reconciliation leaves the
+    /// session's status to its hooks (a quiet session may go on).
+    pub mark_ended: bool,
     /// A transcript modified within this many ms of `now` may still be written to: its
     /// last turn is left open and the session is not ended.
     pub quiet_ms: i64,
@@ -383,6 +386,16 @@ fn import_one(
             let b = events.stats().bytes;
             progress(b - reported);
             reported = b;
+        }
+        match &event {
+            Event::SessionEnd { .. } if !opts.mark_ended => continue,
+            // Without Claude Code's prompt id a prompt cannot be matched with its live
+            // capture or an earlier import: it would be stored again each time.
+            Event::UserPrompt { common, .. } if common.prompt_id.is_none() => {
+                report.not_captured += 1;
+                continue;
+            }
+            _ => {}
         }
         let cwd = event.common().cwd.clone();
         let project = projects
@@ -647,9 +660,10 @@ pub fn reconcile(
     now: i64,
     limit: usize,
 ) -> Result<Reconciled> {
-    let due: Vec<(String, String, Option<i64>, Option<i64>)> = conn
+    type Due = (String, String, Option<i64>, Option<i64>, Option<i64>);
+    let due: Vec<Due> = conn
         .prepare_cached(
-            "SELECT s.session_id, s.status, t.size, t.mtime_ms
+            "SELECT s.session_id, s.status, t.size, t.mtime_ms, s.ended_at
              FROM sessions s LEFT JOIN transcript_sync t ON t.session_id = s.session_id
              WHERE s.updated_at >= ?1
                AND (t.session_id IS NULL OR t.synced_at < s.updated_at)
@@ -662,11 +676,11 @@ pub fn reconcile(
                 now - RECONCILE_QUIET_MS,
                 limit as i64
             ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )?
         .collect::<rusqlite::Result<_>>()?;
     let mut done = Reconciled::default();
-    for (sid, _status, size, mtime) in due {
+    for (sid, status, size, mtime, ended_at) in due {
         done.sessions += 1;
         let Some(src) = locate(projects, &sid) else {
             record_sync(conn, &sid, None, now)?;
@@ -679,11 +693,11 @@ pub fn reconcile(
         let opts = Options {
             project: None,
             dry_run: false,
+            mark_ended: false,
             quiet_ms: 0,
         };
         let mut report = Report::default();
-        // The session ended or went quiet: its last turn is over. It is not marked ended
-        // here (a quiet session may go on).
+        // The session ended or went quiet: its last turn is over.
         import_one(conn, &src, settings, &opts, true, &mut report, &mut |_| {})?;
         let recovered = report.added;
         if recovered > 0 {
@@ -693,6 +707,13 @@ pub fn reconcile(
         }
         done.recovered += recovered;
         db::write(conn, |tx| {
+            // A recovered prompt makes its session active again, as a live one would; an
+            // ended session stays ended.
+            if status == "ended"
+                && let Some(at) = ended_at
+            {
+                sessions::end(tx, &sid, "", "", at)?;
+            }
             if recovered > 0 {
                 tx.prepare_cached(
                     "INSERT INTO transcript_recovered (session_id, events, created_at)

@@ -176,7 +176,7 @@ fn odd_lines_are_counted_never_fatal_and_a_cut_last_line_waits() {
     t.push(json!({"type":"assistant","message":{"content":[{"type":"vision","x":1},{"type":"text","text":"hi"}]},"newField":{"a":[1,2]}}));
     let mut text = t.text();
     text.push_str("{not json\n");
-    text.push_str("\n");
+    text.push('\n');
     let full_tail =
         json!({"type":"user","promptId":"p2","sessionId":"s1","cwd":"/nowhere/acme-api",
         "timestamp":"2026-11-22T02:01:14.631Z","message":{"role":"user","content":"second"}})
@@ -400,6 +400,7 @@ fn run(c: &mut Connection, src: &Source, s: &Settings, dry_run: bool) -> Report 
         s,
         &Options {
             dry_run,
+            mark_ended: true,
             ..Options::default()
         },
         src.mtime_ms + 1,
@@ -569,6 +570,14 @@ fn hooks_broken_half_way_are_made_whole_by_reconciliation() {
     // The second prompt, its two tool calls, its turn end and the third's turn end.
     assert_eq!(done.recovered, 5);
     assert_eq!(recovered_since(&c, now - 1).expect("n"), 5);
+    assert_eq!(
+        q(
+            &c,
+            "SELECT count(*) FROM sessions WHERE status = 'ended' AND ended_at = 1790000000015"
+        ),
+        1,
+        "an ended session stays ended"
+    );
     let turns: Vec<(String, i64, String)> = c
         .prepare(
             "SELECT dedupe_key, prompt_number, json_extract(payload, '$.prompt_id')
@@ -802,4 +811,31 @@ fn a_turn_summarised_and_purged_is_not_queued_again() {
     let r = run(&mut c, &src, &s, false);
     assert_eq!(r.added, 0, "{r:?}");
     assert_eq!(q(&c, "SELECT count(*) FROM pending_messages"), 0);
+}
+
+#[test]
+fn reconciling_a_quiet_session_leaves_it_open_and_prompts_without_ids_are_not_guessed() {
+    let (tmp, dd, s) = env();
+    let mut t = T::new("s7", "/nowhere/acme-api");
+    t.prompt("p1", "x");
+    t.tool("p1", "t1", "Bash", json!({"command":"ls"}), "x");
+    t.say("y");
+    t.push(json!({"type":"user","message":{"role":"user","content":"an old prompt with no id"}}));
+    write_transcript(tmp.path(), "s7", &t.text());
+    let b = 1_790_000_000_000;
+    hook(
+        &dd,
+        &s,
+        r#"{"hook_event_name":"SessionStart","session_id":"s7","cwd":"/nowhere/acme-api","source":"startup"}"#,
+        b,
+    );
+    let mut c = conn(&dd);
+    let done =
+        reconcile(&mut c, &s, tmp.path(), t.clock + RECONCILE_QUIET_MS + 1, 10).expect("reconcile");
+    assert_eq!(done.recovered, 3, "prompt, tool call, turn end");
+    assert_eq!(
+        q(&c, "SELECT count(*) FROM sessions WHERE status = 'active'"),
+        1
+    );
+    assert_eq!(q(&c, "SELECT count(*) FROM user_prompts"), 1);
 }
