@@ -1,5 +1,6 @@
 //! Memory: what cairn remembers. Sessions and the user's prompts (`sessions`), the
-//! observations and turn summaries the worker distils from them (`observations`).
+//! observations and turn summaries the worker distils from them (`observations`), and
+//! what the user asked to forget (`forgotten`), which nothing may bring back.
 //!
 //! Owns and is the only writer of `sessions`, `user_prompts`, `observations` and
 //! `session_summaries`; the full-text indexes follow those tables through the migration's
