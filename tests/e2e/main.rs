@@ -16,5 +16,6 @@ mod recall;
 mod secrets;
 mod support;
 mod terminal;
+mod transcripts;
 mod ui;
 mod worker;

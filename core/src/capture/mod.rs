@@ -3,10 +3,12 @@
 //! transaction, or spooled to a file when the database cannot take it (`spool`), or kept
 //! in the quarantine when it is not a capturable event (`quarantine`). `record` is the plain
 //! cleaned event both `handle` and `spool` use; `project` names the project of a working
-//! directory.
+//! directory; `transcript` reads Claude Code's transcripts back into hook events and writes
+//! them through `handle` (imports, and the worker's reconciliation).
 //!
 //! Writes `sessions` and `user_prompts` (through `memory::sessions`), `pending_messages`
-//! (through `queue::claim::enqueue`) and `quarantine` (its only writer); renders the
+//! (through `queue::claim::enqueue`), `quarantine`, `transcript_sync` and
+//! `transcript_recovered` (their only writer); renders the
 //! SessionStart context through `recall::context`.
 //!
 //! Invariants: one `db::write` per event; nothing is written before the privacy filter
@@ -21,3 +23,4 @@ pub mod project;
 pub mod quarantine;
 pub mod record;
 pub mod spool;
+pub mod transcript;

@@ -1,5 +1,6 @@
 //! Memory: what cairn remembers. Sessions and the user's prompts (`sessions`), the
-//! observations and turn summaries the worker distils from them (`observations`).
+//! observations and turn summaries the worker distils from them (`observations`), and
+//! what the user asked to forget (`forgotten`), which nothing may bring back.
 //!
 //! Owns and is the only writer of `sessions`, `user_prompts`, `observations`,
 //! `session_summaries` and `forgotten` (tombstones of forgotten memories, `forget`); the full-text indexes follow those tables through the migration's
@@ -13,5 +14,6 @@
 //! of the JSON lists so search sees words, not JSON. Reads the store only.
 
 pub mod forget;
+pub mod forgotten;
 pub mod observations;
 pub mod sessions;

@@ -85,6 +85,9 @@ pub struct Status {
     pub search: SearchStatus,
     /// The model provider is not logged in (its latest call said so): jobs wait.
     pub not_logged_in: Option<crate::worker::usage::NotLoggedIn>,
+    /// Events the hooks missed that reconciliation recovered from the sessions'
+    /// transcripts in the last 7 days (a hook is failing, or was not installed).
+    pub recovered_last_week: i64,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -196,6 +199,10 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         notices: crate::store::incidents::notices(dir),
         search: search_status(dir, conn, settings)?,
         not_logged_in: crate::worker::usage::not_logged_in(conn)?,
+        recovered_last_week: crate::capture::transcript::recovered_since(
+            conn,
+            now - 7 * 86_400_000,
+        )?,
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -267,6 +274,12 @@ pub fn attention(s: &Status) -> Vec<String> {
             "{} (at {}); `cairn status --acknowledge` once read",
             n.message,
             crate::clock::minute_utc(n.at)
+        ));
+    }
+    if s.recovered_last_week > 0 {
+        out.push(format!(
+            "{} missed by the hooks recovered from Claude Code's transcripts in the last 7 days: the hooks are failing or were not running; `cairn doctor` checks them (see the hook logs in the data dir's logs/)",
+            plural(s.recovered_last_week, "event was", "events were")
         ));
     }
     if s.quarantined_recently > 0 {

@@ -35,6 +35,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../../migrations/0004_model_calls.sql"),
     ),
     (
+        "0005_transcripts",
+        include_str!("../../../migrations/0005_transcripts.sql"),
+    ),
+    (
         "0006_forgotten",
         include_str!("../../../migrations/0006_forgotten.sql"),
     ),

@@ -58,6 +58,10 @@ const HEADER_TITLES: usize = 8;
 const BUDGET_RETRY_MS: i64 = 10 * 60 * 1000;
 /// How often done jobs are purged and the periodic hook runs.
 const SLOW_HOUSEKEEPING_MS: i64 = 60 * 60 * 1000;
+/// How often finished sessions' transcripts are compared with what was captured.
+const RECONCILE_EVERY_MS: i64 = 5 * 60 * 1000;
+/// Sessions compared per pass (each reads one transcript).
+const RECONCILE_PER_PASS: usize = 20;
 
 /// How this worker runs.
 #[derive(Debug, Clone)]
@@ -279,6 +283,8 @@ pub fn run(
         periodic,
         next_housekeeping: 0,
         next_slow_housekeeping: 0,
+        next_reconcile: 0,
+        projects_dir: crate::capture::transcript::projects_dir(),
         budget_spent,
         budget_logged: false,
         claimed: 0,
@@ -362,6 +368,9 @@ struct Claimer {
     periodic: Option<Periodic>,
     next_housekeeping: i64,
     next_slow_housekeeping: i64,
+    next_reconcile: i64,
+    /// Claude Code's projects folder, where reconciliation finds transcripts.
+    projects_dir: Option<std::path::PathBuf>,
     budget_spent: Arc<AtomicBool>,
     budget_logged: bool,
     claimed: u64,
@@ -558,7 +567,8 @@ impl Claimer {
 
     /// Periodic tasks, every `worker.heartbeat_secs` (and first thing at start): the
     /// worker's heartbeat, lease renewal of batches in flight, rescue of expired leases,
-    /// ingestion of events hooks spooled; hourly: purge of old done jobs, the daily backup
+    /// ingestion of events hooks spooled; every 5 minutes (and at start): reconciliation of
+    /// finished sessions with their transcripts; hourly: purge of old done jobs, the daily backup
     /// and the binary's periodic hook (log pruning).
     fn housekeeping(&mut self, now: i64) {
         log::trace!("housekeeping in {}", self.dir.root().display());
@@ -590,6 +600,26 @@ impl Claimer {
             Ok(0) => {}
             Ok(n) => log::info!("ingested {n} spooled hook events"),
             Err(e) => log::warn!("spool ingestion failed (the files stay for the next try): {e}"),
+        }
+        if now >= self.next_reconcile {
+            self.next_reconcile = now + RECONCILE_EVERY_MS;
+            if let Some(projects) = self.projects_dir.as_deref() {
+                match crate::capture::transcript::reconcile(
+                    &mut self.conn,
+                    &self.settings,
+                    projects,
+                    now,
+                    RECONCILE_PER_PASS,
+                ) {
+                    Ok(r) if r.recovered > 0 => log::warn!(
+                        "reconciliation recovered {} events the hooks missed in {} sessions",
+                        r.recovered,
+                        r.sessions
+                    ),
+                    Ok(_) => {}
+                    Err(e) => log::warn!("transcript reconciliation failed: {e}"),
+                }
+            }
         }
         if now >= self.next_slow_housekeeping {
             self.next_slow_housekeeping = now + SLOW_HOUSEKEEPING_MS;

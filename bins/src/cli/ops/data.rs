@@ -1,4 +1,5 @@
-//! `cairn backup`, `restore`, `export`, `import jsonl`, `import claude-mem`.
+//! `cairn backup`, `restore`, `export`, `import jsonl`, `import claude-mem` (and `import
+//! transcripts`, in `transcripts`).
 
 use std::io::{BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -211,6 +212,24 @@ pub fn import(ctx: &Ctx, cmd: &ImportCommand) -> anyhow::Result<u8> {
             }
             Ok(exit::OK)
         }
+        ImportCommand::Transcripts {
+            paths,
+            project,
+            since,
+            yes,
+            dry_run,
+            json,
+        } => super::transcripts::import(
+            ctx,
+            &super::transcripts::Args {
+                paths,
+                project: project.as_deref(),
+                since: since.map(|s| s.resolve(clock::now_ms())),
+                yes: *yes,
+                dry_run: *dry_run,
+                json: *json,
+            },
+        ),
         ImportCommand::ClaudeMem { path, json } => {
             let source = match path {
                 Some(p) => p.clone(),

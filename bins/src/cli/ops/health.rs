@@ -144,6 +144,12 @@ fn render_status(s: &status::Status) -> String {
             "spool", s.spooled
         ));
     }
+    if s.recovered_last_week > 0 {
+        out.push_str(&format!(
+            "{:<11}{} events the hooks missed, recovered from transcripts in the last 7 days\n",
+            "recovered", s.recovered_last_week
+        ));
+    }
     if s.attention.is_empty() {
         out.push_str("\nall good\n");
     } else {

@@ -22,6 +22,7 @@ mod demo;
 mod health;
 mod quarantine;
 mod queue;
+mod transcripts;
 
 pub use data::{backup, export, import, restore};
 pub use demo::DemoArgs;
@@ -248,6 +249,30 @@ pub enum ImportCommand {
     Jsonl {
         /// The export file (`-` for stdin).
         file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild past sessions from Claude Code's transcripts (~/.claude/projects): prompts,
+    /// tool calls and turn ends, cleaned and queued as the hooks would have. Events already
+    /// captured are skipped; running it again adds nothing new. Prints what it found and
+    /// the model calls it will cost, and asks before queueing.
+    Transcripts {
+        /// Transcript files (`<session>.jsonl`) or folders of them (default: every project
+        /// under Claude Code's projects folder).
+        paths: Vec<PathBuf>,
+        /// Only this project (a name as `cairn search --project` takes it; `*` and `?` glob).
+        #[arg(long)]
+        project: Option<String>,
+        /// Only transcripts written since then: a date or a duration ago (30d).
+        #[arg(long, value_parser = parse_since)]
+        since: Option<Since>,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Only report what would be imported and what it would cost.
+        #[arg(long)]
+        dry_run: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,

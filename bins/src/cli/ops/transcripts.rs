@@ -1,0 +1,293 @@
+//! `cairn import transcripts`: what was found and what it will cost, a confirmation, then
+//! the import with a progress bar.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use cairn_core::capture::transcript::{self, Options, Report, Source};
+use cairn_core::clock;
+use cairn_core::store::db::{self, OpenOptions};
+
+use super::{bytes, emit, explain, open_or_create, outln, print_json};
+use crate::cli::Ctx;
+use crate::exit;
+
+pub struct Args<'a> {
+    pub paths: &'a [PathBuf],
+    pub project: Option<&'a str>,
+    pub since: Option<i64>,
+    pub yes: bool,
+    pub dry_run: bool,
+    pub json: bool,
+}
+
+/// A transcript written to within this long may still be growing: its last turn is left
+/// open and its session not ended (a later import or the worker's reconciliation finishes
+/// it).
+const QUIET_MS: i64 = 10 * 60_000;
+
+/// The settings with `model.provider = auto` resolved as the worker resolves it (an API
+/// key in the environment: anthropic; none: the offline extractor), for the estimate.
+fn effective(settings: &cairn_core::settings::Settings) -> cairn_core::settings::Settings {
+    let mut s = settings.clone();
+    if s.model.provider == "auto" {
+        let var = if s.model.api_key_env.is_empty() {
+            "ANTHROPIC_API_KEY"
+        } else {
+            s.model.api_key_env.as_str()
+        };
+        let key = std::env::var(var).is_ok_and(|k| !k.trim().is_empty());
+        s.model.provider = if key { "anthropic" } else { "offline" }.into();
+    }
+    s
+}
+
+pub fn import(ctx: &Ctx, args: &Args) -> anyhow::Result<u8> {
+    let sources = find(args)?;
+    let resolved = effective(ctx.settings());
+    let settings = &resolved;
+    let now = clock::now_ms();
+    let total: u64 = sources.iter().map(|s| s.size).sum();
+    let tty = std::io::stderr().is_terminal();
+    let opts = Options {
+        project: args.project.map(str::to_string),
+        dry_run: true,
+        mark_ended: true,
+        quiet_ms: QUIET_MS,
+    };
+    // The plan reads against the memory there is, writing nothing (a data dir that does
+    // not exist yet is not created for it).
+    let mut conn = if ctx.data_dir.db().exists() {
+        open_or_create(ctx)?
+    } else {
+        db::open(Path::new(":memory:"), OpenOptions::default()).map_err(explain)?
+    };
+    let reading = progress_bar(tty, total, "reading");
+    let plan = transcript::import(&mut conn, &sources, settings, &opts, now, &mut |n| {
+        reading.inc(n)
+    })
+    .map_err(explain)?;
+    reading.finish_and_clear();
+    let calls = plan.estimated_model_calls(settings);
+    let tokens = plan.estimated_input_tokens(settings);
+    if args.json && args.dry_run {
+        print_json(&serde_json::json!({
+            "plan": plan,
+            "estimated_model_calls": calls,
+            "estimated_input_tokens": tokens,
+            "provider": settings.model.provider,
+        }))?;
+        return Ok(exit::OK);
+    }
+    let mut o = String::new();
+    describe_plan(&mut o, &plan, settings, calls, tokens);
+    let new = plan.total();
+    if new.new_jobs == 0 && new.prompts <= new.existing {
+        outln!(o, "nothing to import");
+    }
+    if args.dry_run {
+        outln!(o, "dry run: nothing was written");
+        emit(&o)?;
+        return Ok(exit::OK);
+    }
+    if args.json {
+        // JSON output is for scripts: the report of the import follows alone.
+        o.clear();
+    } else {
+        emit(&o)?;
+    }
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            anyhow::bail!(
+                "not importing without confirmation: run it on a terminal, or pass --yes (--dry-run only reports)"
+            );
+        }
+        eprint!("import and queue these? [y/N] ");
+        std::io::stderr().flush().ok();
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer).ok();
+        if !matches!(answer.trim(), "y" | "Y" | "yes" | "Yes") {
+            eprintln!("nothing imported");
+            return Ok(exit::NEGATIVE);
+        }
+    }
+    drop(conn);
+    let mut conn = open_or_create(ctx)?;
+    let opts = Options {
+        dry_run: false,
+        ..opts
+    };
+    let queueing = progress_bar(tty, total, "queueing");
+    let report = transcript::import(&mut conn, &sources, settings, &opts, now, &mut |n| {
+        queueing.inc(n)
+    })
+    .map_err(explain)?;
+    queueing.finish_and_clear();
+    if args.json {
+        print_json(&report)?;
+        return Ok(exit::OK);
+    }
+    let mut o = String::new();
+    let t = report.total();
+    outln!(
+        o,
+        "imported {} events ({} already there, {} forgotten) from {} transcripts into {}",
+        report.added,
+        t.existing,
+        t.forgotten,
+        report.files,
+        ctx.data_dir.db().display()
+    );
+    if settings.model.daily_token_budget > 0 {
+        outln!(
+            o,
+            "the worker works through them within model.daily_token_budget ({} tokens a day)",
+            settings.model.daily_token_budget
+        );
+    }
+    emit(&o)?;
+    Ok(exit::OK)
+}
+
+fn describe_plan(
+    o: &mut String,
+    plan: &Report,
+    settings: &cairn_core::settings::Settings,
+    calls: u64,
+    tokens: u64,
+) {
+    outln!(
+        o,
+        "found {} transcripts ({})",
+        plan.files,
+        bytes(plan.bytes)
+    );
+    if !plan.projects.is_empty() {
+        outln!(
+            o,
+            "{:<24} {:>8} {:>8} {:>10} {:>10}",
+            "project",
+            "sessions",
+            "turns",
+            "tool calls",
+            "new jobs"
+        );
+    }
+    for (name, c) in &plan.projects {
+        outln!(
+            o,
+            "{:<24} {:>8} {:>8} {:>10} {:>10}",
+            name,
+            c.sessions,
+            c.turns,
+            c.tool_events,
+            c.new_jobs
+        );
+    }
+    let t = plan.total();
+    if t.existing > 0 {
+        outln!(o, "already in memory: {} events", t.existing);
+    }
+    if t.forgotten > 0 {
+        outln!(o, "forgotten (left out): {} events", t.forgotten);
+    }
+    if plan.not_captured > 0 {
+        outln!(
+            o,
+            "not captured (excluded projects, skipped tools): {} events",
+            plan.not_captured
+        );
+    }
+    let s = &plan.stats;
+    if s.unknown_records() > 0 || s.bad_lines > 0 || s.oversized_lines > 0 {
+        outln!(
+            o,
+            "skipped: {} records of unknown types, {} unreadable lines, {} over-long lines",
+            s.unknown_records(),
+            s.bad_lines,
+            s.oversized_lines
+        );
+    }
+    if calls == 0 {
+        outln!(
+            o,
+            "cost: no model calls (provider {}: the offline extractor)",
+            settings.model.provider
+        );
+    } else {
+        let budget = settings.model.daily_token_budget;
+        outln!(
+            o,
+            "cost: about {calls} model calls and {tokens} input tokens with {}{}{}",
+            settings.model.provider,
+            if settings.model.model.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", settings.model.model)
+            },
+            if budget > 0 {
+                format!(
+                    "; model.daily_token_budget ({budget} a day) spreads them over about {} days",
+                    tokens.div_ceil(budget).max(1)
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+fn find(args: &Args) -> anyhow::Result<Vec<Source>> {
+    let mut out = Vec::new();
+    if args.paths.is_empty() {
+        let dir =
+            transcript::projects_dir().context("HOME is not set: pass the transcripts' paths")?;
+        if !dir.is_dir() {
+            anyhow::bail!(
+                "no Claude Code transcripts at {} (pass the transcripts' paths, or set CLAUDE_CONFIG_DIR)",
+                dir.display()
+            );
+        }
+        out = transcript::list(&dir, args.since);
+    }
+    for p in args.paths {
+        if p.is_dir() {
+            let mut found = transcript::list(p, args.since);
+            // A project's own folder of transcripts.
+            found.extend(
+                std::fs::read_dir(p)
+                    .with_context(|| format!("cannot read {}", p.display()))?
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|f| f.extension().is_some_and(|e| e == "jsonl"))
+                    .filter_map(|f| Source::of(&f).ok())
+                    .filter(|s| args.since.is_none_or(|t| s.mtime_ms >= t)),
+            );
+            out.extend(found);
+        } else {
+            out.push(Source::of(p).with_context(|| format!("cannot read {}", p.display()))?);
+        }
+    }
+    out.sort_by(|a, b| (a.mtime_ms, &a.path).cmp(&(b.mtime_ms, &b.path)));
+    out.dedup_by(|a, b| a.path == b.path);
+    Ok(out)
+}
+
+fn progress_bar(tty: bool, total: u64, what: &str) -> ProgressBar {
+    if !tty {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg:>9} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}, {eta} left",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
