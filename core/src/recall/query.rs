@@ -197,8 +197,17 @@ pub fn parse(input: &str) -> Query {
 /// groups without repeats.
 fn split_words(groups: Vec<Vec<Term>>) -> Vec<Vec<Term>> {
     let mut out: Vec<Vec<Term>> = Vec::new();
+    // `Fix` and `fix` are one word to the full-text index: counted once, not twice.
+    let same = |a: &[Term], b: &[Term]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                x.prefix == y.prefix
+                    && x.quoted == y.quoted
+                    && x.text.to_lowercase() == y.text.to_lowercase()
+            })
+    };
     let push = |out: &mut Vec<Vec<Term>>, g: Vec<Term>| {
-        if out.len() < MAX_TERMS && !out.contains(&g) {
+        if out.len() < MAX_TERMS && !out.iter().any(|e| same(e, &g)) {
             out.push(g);
         }
     };
@@ -495,6 +504,7 @@ mod tests {
         check("sha256", Some(r#""sha256" AND "sha" AND "256""#), None);
         check("foo-bar*", Some(r#""foo" AND "bar"*"#), None);
         check("lease lease", Some(r#""lease""#), None);
+        check("Fix the fix", Some(r#""Fix""#), None);
     }
 
     #[test]
