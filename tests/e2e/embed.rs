@@ -40,7 +40,7 @@ fn vectors_match_the_reference_implementation() {
         })
         .collect();
     assert_eq!(refs.len(), 20);
-    // One at a time and all in one padded batch: both must agree with the reference.
+    // One at a time and all in one call: both must agree with the reference.
     let texts: Vec<&str> = refs.iter().map(|(t, _)| t.as_str()).collect();
     let batch = bert.embed(&texts).expect("embed batch");
     for ((text, want), got) in refs.iter().zip(&batch) {
