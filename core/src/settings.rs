@@ -351,6 +351,9 @@ const NON_SETTING_ENV: &[&str] = &[
     "CAIRN_DATA_DIR",
     crate::SUPPRESS_HOOKS_ENV,
     crate::store::db::SQL_TRACE_ENV,
+    // Where the test suite (and `.ci/run`) finds the sentence model's files; every binary
+    // a test starts inherits it.
+    "CAIRN_TEST_MODEL_DIR",
 ];
 
 impl Settings {
