@@ -174,6 +174,9 @@ fn main() {
     let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
     let left = store::backfill(&mut conn, &bert, &source.id, 32).expect("embed");
     assert_eq!(left, 0, "the worker left memories without vectors");
+    // CAIRN_BENCH_KEEP=DIR keeps the database and each question's ranking for inspection.
+    let keep = std::env::var_os("CAIRN_BENCH_KEEP").map(PathBuf::from);
+    let mut kept_rankings = String::new();
 
     let qs = questions();
     let hash_of = |conn: &rusqlite::Connection, id: i64| -> String {
@@ -220,6 +223,14 @@ fn main() {
             .expect("baseline")
             .collect::<rusqlite::Result<_>>()
             .expect("rows");
+        if keep.is_some() {
+            let line = serde_json::json!({
+                "query": q.text, "half": q.half, "relevant": q.relevant,
+                "search": ranked, "words": plain, "baseline": baseline,
+                "vector": bert.embed(&[q.text.as_str()]).expect("embed")[0],
+            });
+            kept_rankings.push_str(&format!("{line}\n"));
+        }
         for (m, list) in [&ranked, &plain, &baseline].into_iter().enumerate() {
             scores[m][q.half as usize].add(list, &q.relevant);
             scores[m][2].add(list, &q.relevant);
@@ -249,6 +260,14 @@ fn main() {
             scores[m][1].line(),
             scores[m][2].line()
         );
+    }
+    if let Some(k) = &keep {
+        std::fs::create_dir_all(k).expect("keep dir");
+        std::fs::write(k.join("rankings.jsonl"), &kept_rankings).expect("rankings");
+        let _ = std::fs::remove_file(k.join("cairn.db"));
+        conn.execute("VACUUM INTO ?1", [k.join("cairn.db").display().to_string()])
+            .expect("copy the database");
+        println!("kept the database and rankings in {}", k.display());
     }
     latencies.sort_by(f64::total_cmp);
     println!(

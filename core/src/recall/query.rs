@@ -7,6 +7,7 @@
 //! | `why was the login test failing` | ranked by relevance: memories matching more of the words (stop words such as `why`, `was`, `the` left out) come first; any one word is enough to be a candidate |
 //! | `"lease rescue"` | the exact phrase |
 //! | `-flaky` or `NOT flaky` | rows matching `flaky` are left out |
+//! | `-S`, `-pp` | a command-line option: one or two letters after a dash are a word, not an exclusion |
 //! | `sqlite OR postgres` | either word counts as the same match (binds the two terms next to it) |
 //! | `migrat*` | any word starting with `migrat` |
 //! | `AND` | ignored |
@@ -388,6 +389,11 @@ fn lex(input: &str) -> Vec<Token> {
                 prefix = true;
             }
         }
+        // `-S`, `-pp`: a command-line option, searched as a word. Leaving out every memory
+        // with a one- or two-letter word in it is never what a question means.
+        if negated && !quoted && !prefix && is_short_option(&text) {
+            negated = false;
+        }
         if let Some(term) = make_term(&text, prefix, quoted) {
             tokens.push(Token::Term { term, negated });
         }
@@ -410,6 +416,12 @@ fn make_term(text: &str, prefix: bool, quoted: bool) -> Option<Term> {
         prefix,
         quoted,
     })
+}
+
+/// One or two letters or digits, the first right after the dash (`S`, `pp`, `A,`).
+fn is_short_option(text: &str) -> bool {
+    let n = text.chars().filter(|c| c.is_alphanumeric()).count();
+    (1..=2).contains(&n) && text.chars().next().is_some_and(char::is_alphanumeric)
 }
 
 fn is_space(c: char) -> bool {
@@ -458,6 +470,21 @@ mod tests {
         check("-flaky", None, Some(r#""flaky""#));
         check("-flaky -slow", None, Some(r#""flaky" OR "slow""#));
         check("-\"two words\"", None, Some(r#""two words""#));
+        check("NOT pp", None, Some(r#""pp""#));
+    }
+
+    #[test]
+    fn a_short_option_is_a_word_not_an_exclusion() {
+        check(
+            "Added -u and -n options",
+            Some(r#""Added" AND "u" AND "n" AND "options""#),
+            None,
+        );
+        check("bat -p, -pp", Some(r#""bat" AND "p" AND "pp""#), None);
+        check("-S", Some(r#""S""#), None);
+        check("lease -ab", Some(r#""lease" AND "ab""#), None);
+        check("lease -abc", Some(r#"("lease") NOT "abc""#), None);
+        check("lease -x*", Some(r#"("lease") NOT "x"*"#), None);
     }
 
     #[test]
