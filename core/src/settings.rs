@@ -282,7 +282,8 @@ pub struct EmbedSettings {
     /// Where `cairn embed --fetch` downloads the model's files from (`<url>/<file>`).
     pub fetch_url: String,
     /// Memories taken from the embedding queue at a time by the worker and `cairn embed`
-    /// (an endpoint gets them in one request; the local model embeds them one by one).
+    /// (an endpoint gets them in one request; the local model runs texts of about the same
+    /// length together).
     pub batch_size: usize,
     /// A memory found only by meaning is shown when its cosine similarity to the query is at
     /// least this (found by its words too, it is always a candidate).
