@@ -58,6 +58,9 @@ pub struct Query {
     pub groups: Vec<Vec<Term>>,
     /// Terms joined by NOT.
     pub excluded: Vec<Term>,
+    /// The words of the positive terms in the order typed, stop words included: what
+    /// [`Query::adjacent_pairs`] is made of.
+    pub sequence: Vec<String>,
 }
 
 impl Query {
@@ -82,6 +85,23 @@ impl Query {
     /// row matches.
     pub fn group_expressions(&self) -> Vec<String> {
         self.groups.iter().map(|g| group_expression(g)).collect()
+    }
+
+    /// Each two words typed next to each other, as an FTS5 phrase, unless both are stop
+    /// words (`"some typos"` yes, `"of the"` no), without repeats: a memory holding more
+    /// of them holds more of the question's phrasing.
+    pub fn adjacent_pairs(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for w in self.sequence.windows(2) {
+            if is_stop_word(&w[0]) && is_stop_word(&w[1]) {
+                continue;
+            }
+            let pair = format!("\"{} {}\"", w[0], w[1]).to_lowercase();
+            if !out.contains(&pair) {
+                out.push(pair);
+            }
+        }
+        out
     }
 
     fn joined(&self, op: &str) -> Option<String> {
@@ -180,6 +200,15 @@ pub fn parse(input: &str) -> Query {
                     pending_not = false;
                     pending_or = false;
                     continue;
+                }
+                if q.sequence.len() < MAX_TERMS {
+                    q.sequence.extend(
+                        term.text
+                            .split(|c: char| !c.is_alphanumeric())
+                            .filter(|w| !w.is_empty())
+                            .map(str::to_string),
+                    );
+                    q.sequence.truncate(MAX_TERMS);
                 }
                 match (pending_or, q.groups.last_mut()) {
                     (true, Some(group)) => group.push(term),
@@ -471,6 +500,28 @@ mod tests {
         check("-flaky -slow", None, Some(r#""flaky" OR "slow""#));
         check("-\"two words\"", None, Some(r#""two words""#));
         check("NOT pp", None, Some(r#""pp""#));
+    }
+
+    #[test]
+    fn adjacent_words_make_phrases_unless_both_are_stop_words() {
+        let q = parse("Fixed some typos in the --plain output -flaky");
+        assert_eq!(
+            q.adjacent_pairs(),
+            vec![
+                r#""fixed some""#,
+                r#""some typos""#,
+                r#""typos in""#,
+                r#""the plain""#,
+                r#""plain output""#
+            ]
+        );
+        assert!(parse("typos").adjacent_pairs().is_empty());
+        assert!(
+            parse(r#"say "a""b" c"#)
+                .adjacent_pairs()
+                .iter()
+                .all(|p| p.matches('"').count() == 2)
+        );
     }
 
     #[test]

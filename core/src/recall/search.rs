@@ -324,6 +324,8 @@ pub fn search_with(
 pub(super) struct Table {
     pub(super) table: &'static str,
     pub(super) fts: &'static str,
+    /// The full-text table's columns, in order.
+    pub(super) columns: &'static str,
     select: &'static str,
     pub(super) weights: Option<&'static str>,
     /// The text shown when there is no match to make a snippet from.
@@ -360,6 +362,7 @@ pub(super) fn table(kind: Kind) -> Table {
         Kind::Observation => Table {
             table: "observations",
             fts: "observations_fts",
+            columns: "title, subtitle, narrative, facts_text, concepts_text",
             select: "t.id, t.project, t.created_at, t.type, t.title",
             weights: Some(OBSERVATION_WEIGHTS),
             plain: "CASE WHEN t.subtitle <> '' THEN t.subtitle ELSE t.narrative END",
@@ -369,6 +372,7 @@ pub(super) fn table(kind: Kind) -> Table {
         Kind::Summary => Table {
             table: "session_summaries",
             fts: "session_summaries_fts",
+            columns: "request, investigated, learned, completed, next_steps, notes",
             select: "t.id, t.project, t.created_at, 'summary', t.request",
             weights: Some(SUMMARY_WEIGHTS),
             plain: "CASE WHEN t.completed <> '' THEN t.completed ELSE t.learned END",
@@ -378,6 +382,7 @@ pub(super) fn table(kind: Kind) -> Table {
         Kind::Prompt => Table {
             table: "user_prompts",
             fts: "user_prompts_fts",
+            columns: "prompt_text",
             select: "t.id, t.project, t.created_at, 'prompt', t.prompt_text",
             weights: None,
             plain: "''",
