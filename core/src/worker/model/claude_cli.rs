@@ -522,9 +522,14 @@ esac
     fn a_hanging_command_is_killed_with_its_children() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let pidfile = tmp.path().join("child.pid");
+        let groupfile = tmp.path().join("group.pid");
         let cmd = script(
             tmp.path(),
-            &format!("sleep 300 & echo $! > {}; sleep 300", pidfile.display()),
+            &format!(
+                "echo $$ > {}; sleep 300 & echo $! > {}; sleep 300",
+                groupfile.display(),
+                pidfile.display()
+            ),
         );
         let e = Client::new(&cmd, "", Duration::from_millis(500))
             .complete(&prompt())
@@ -543,6 +548,12 @@ esac
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(gone, "background child {} survived", pid.trim());
-        assert!(LIVE_GROUPS.lock().expect("lock").is_empty());
+        // Other tests run commands at the same time: only this one's group must be gone.
+        let group: i32 = std::fs::read_to_string(&groupfile)
+            .expect("group")
+            .trim()
+            .parse()
+            .expect("pid");
+        assert!(!LIVE_GROUPS.lock().expect("lock").contains(&group));
     }
 }
