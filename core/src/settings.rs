@@ -355,6 +355,8 @@ const NON_SETTING_ENV: &[&str] = &[
     // Where the test suite (and `.ci/run`) finds the sentence model's files; every binary
     // a test starts inherits it.
     "CAIRN_TEST_MODEL_DIR",
+    // The Claude Code CLI the test of a live session runs.
+    "CAIRN_TEST_CLAUDE",
 ];
 
 impl Settings {

@@ -1,5 +1,8 @@
 //! The Claude Code plugin: its launcher (`ops/claude-code/bin/cairn-run`) installing a
-//! release served from 127.0.0.1 (good, corrupt, no network), and its manifests.
+//! release served from 127.0.0.1 (good, corrupt, no network), its manifests, and a real
+//! Claude Code session through the installed plugin (the CLI named by
+//! `CAIRN_TEST_CLAUDE`, which `.ci/run` installs from npm; the model is a stand-in
+//! Messages API on 127.0.0.1).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -31,12 +34,19 @@ fn target() -> &'static str {
 /// A release directory like the release pipeline's: `cairn-<target>.tar.gz` (a folder
 /// holding the three binaries, here scripts that say who they are) and its `.sha256`.
 fn release(dir: &Path) -> PathBuf {
+    release_of(dir, |b| {
+        format!("#!/bin/sh\necho \"{b} from the release $*\"\n")
+    })
+}
+
+/// A release whose binaries are `script(name)`.
+fn release_of(dir: &Path, script: impl Fn(&str) -> String) -> PathBuf {
     let name = format!("cairn-{}", target());
     let stage = dir.join("stage").join(&name);
     std::fs::create_dir_all(&stage).expect("stage");
     for b in ["cairn", "cairn-hook", "cairn-worker"] {
         let p = stage.join(b);
-        std::fs::write(&p, format!("#!/bin/sh\necho \"{b} from the release $*\"\n")).expect("bin");
+        std::fs::write(&p, script(b)).expect("bin");
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
     let out = dir.join("release");
@@ -260,5 +270,255 @@ fn the_plugin_runs_everything_through_the_quoted_launcher() {
             .mode()
             & 0o111
             != 0
+    );
+}
+
+/// The Claude Code CLI to run a real session with, when `CAIRN_TEST_CLAUDE` names one.
+fn claude_cli() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("CAIRN_TEST_CLAUDE")?);
+    assert!(
+        p.is_file(),
+        "CAIRN_TEST_CLAUDE={} is not a file",
+        p.display()
+    );
+    Some(p)
+}
+
+/// A stand-in for the Anthropic Messages API: a turn that offers tools is answered with a
+/// `Read` of `file`; once the request carries the tool's result, or offers no tools, with
+/// text. Streams when asked to, as Claude Code does. Every request line is kept in `seen`.
+fn messages_api(file: PathBuf, seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let file = file.clone();
+            let seen = seen.clone();
+            std::thread::spawn(move || answer(stream, &file, &seen));
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn answer(mut stream: std::net::TcpStream, file: &Path, seen: &std::sync::Mutex<Vec<String>>) {
+    use std::io::Read;
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    loop {
+        let mut request = String::new();
+        if reader.read_line(&mut request).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0u8; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        seen.lock().expect("lock").push(request.trim().to_string());
+        let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let has_result = req["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .is_some_and(|m| m["content"].to_string().contains("tool_result"));
+        let offers_read = req["tools"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "Read"));
+        let block = if offers_read && !has_result {
+            serde_json::json!({"type": "tool_use", "id": "toolu_cairn_live_1", "name": "Read",
+                               "input": {"file_path": file.display().to_string()}})
+        } else {
+            serde_json::json!({"type": "text", "text": "The deploy key rotates every 90 days."})
+        };
+        let stop = if block["type"] == "tool_use" {
+            "tool_use"
+        } else {
+            "end_turn"
+        };
+        let model = req["model"].as_str().unwrap_or("claude").to_string();
+        let (kind, out) = if req["stream"] == true {
+            let input = match &block["type"] {
+                t if t == "tool_use" => {
+                    let mut b = block.clone();
+                    b["input"] = serde_json::json!({});
+                    b
+                }
+                _ => serde_json::json!({"type": "text", "text": ""}),
+            };
+            let delta = if block["type"] == "tool_use" {
+                serde_json::json!({"type": "input_json_delta",
+                                   "partial_json": block["input"].to_string()})
+            } else {
+                serde_json::json!({"type": "text_delta", "text": block["text"]})
+            };
+            let events = [
+                (
+                    "message_start",
+                    serde_json::json!({"type": "message_start", "message": {
+                    "id": "msg_live", "type": "message", "role": "assistant", "model": model,
+                    "content": [], "stop_reason": null, "stop_sequence": null,
+                    "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+                ),
+                (
+                    "content_block_start",
+                    serde_json::json!({"type": "content_block_start",
+                    "index": 0, "content_block": input}),
+                ),
+                (
+                    "content_block_delta",
+                    serde_json::json!({"type": "content_block_delta",
+                    "index": 0, "delta": delta}),
+                ),
+                (
+                    "content_block_stop",
+                    serde_json::json!({"type": "content_block_stop", "index": 0}),
+                ),
+                (
+                    "message_delta",
+                    serde_json::json!({"type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": null},
+                    "usage": {"output_tokens": 9}}),
+                ),
+                ("message_stop", serde_json::json!({"type": "message_stop"})),
+            ];
+            let text: String = events
+                .iter()
+                .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+                .collect();
+            ("text/event-stream", text)
+        } else {
+            let m = serde_json::json!({"id": "msg_live", "type": "message", "role": "assistant",
+                "model": model, "content": [block], "stop_reason": stop, "stop_sequence": null,
+                "usage": {"input_tokens": 12, "output_tokens": 9}});
+            ("application/json", m.to_string())
+        };
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\r\n",
+            out.len()
+        );
+        if stream.write_all(head.as_bytes()).is_err() || stream.write_all(out.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn a_real_claude_code_session_is_remembered_through_the_installed_plugin() {
+    let Some(claude) = claude_cli() else {
+        eprintln!("not run: set CAIRN_TEST_CLAUDE to a Claude Code CLI (.ci/run does)");
+        return;
+    };
+    let env = TestEnv::new();
+    let home = env.tmp.path().join("home");
+    let project = env.tmp.path().join("project");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::create_dir_all(&project).expect("project");
+    let notes = project.join("notes.txt");
+    std::fs::write(&notes, "deploy key: rotate every 90 days\n").expect("notes");
+    // The release holds launchers of the binaries under test (a tarball of debug builds
+    // would be most of a gigabyte); what the plugin's launcher does with it is the same.
+    let url = serve(release_of(env.tmp.path(), |b| {
+        format!(
+            "#!/bin/sh\nexec '{}' \"$@\"\n",
+            crate::support::bin(b).display()
+        )
+    }));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let api = messages_api(notes.clone(), seen.clone());
+    let data = env.tmp.path().join("cairn-data");
+    let cli = |args: &[&str]| {
+        let out = Command::new(&claude)
+            .args(args)
+            .current_dir(&project)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("ANTHROPIC_BASE_URL", &api)
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("CAIRN_DATA_DIR", &data)
+            .env("CAIRN_WORKER__AUTOSTART", "false")
+            .stdin(Stdio::null())
+            .output()
+            .expect("claude");
+        assert!(
+            out.status.success(),
+            "claude {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let repo = repo().display().to_string();
+    cli(&["plugin", "marketplace", "add", &repo]);
+    let config = format!("release_url={url}");
+    cli(&["plugin", "install", "cairn@cairn", "--config", &config]);
+
+    let out = cli(&[
+        "-p",
+        "How often does the deploy key rotate? Check notes.txt.",
+        "--output-format",
+        "json",
+        "--allowedTools",
+        "Read",
+    ]);
+    let result: serde_json::Value = serde_json::from_str(&out).expect("json result");
+    assert_eq!(
+        result["result"], "The deploy key rotates every 90 days.",
+        "{out}"
+    );
+    let session = result["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_string();
+    assert!(
+        seen.lock().expect("lock").len() >= 2,
+        "the tool turn and the answer went to the stand-in API"
+    );
+
+    // Every event of the session is in cairn's database, under Claude Code's session id.
+    let db = rusqlite::Connection::open(data.join("cairn.db")).expect("cairn.db");
+    let one = |sql: &str| -> i64 {
+        db.query_row(sql, [&session], |r| r.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    assert_eq!(
+        one("SELECT count(*) FROM sessions WHERE session_id = ?1"),
+        1
+    );
+    assert_eq!(
+        one("SELECT count(*) FROM user_prompts WHERE session_id = ?1
+             AND prompt_text LIKE 'How often does the deploy key rotate?%'"),
+        1
+    );
+    assert_eq!(
+        one(
+            "SELECT count(*) FROM pending_messages WHERE session_id = ?1 AND kind = 'observation'
+             AND payload LIKE '%toolu_cairn_live_1%' AND payload LIKE '%rotate every 90 days%'"
+        ),
+        1,
+        "the Read and its result were captured"
+    );
+    assert_eq!(
+        one("SELECT count(*) FROM pending_messages WHERE session_id = ?1 AND kind = 'summarize'"),
+        1,
+        "the turn end was captured"
+    );
+    // The plugin's MCP server comes up with nothing on the PATH.
+    let list = cli(&["mcp", "list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.contains("cairn") && l.contains("Connected")),
+        "{list}"
     );
 }
