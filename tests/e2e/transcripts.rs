@@ -189,7 +189,7 @@ fn a_large_transcript_is_imported_in_bounded_memory() {
     let dir = env.tmp.path().join("big");
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join(format!("{SID}.jsonl"));
-    let size = large_transcript(&path, 50 << 20);
+    let size = large_transcript(&path, 200 << 20);
     let f = std::fs::File::options()
         .append(true)
         .open(&path)
@@ -216,7 +216,7 @@ fn a_large_transcript_is_imported_in_bounded_memory() {
         env.count("SELECT count(*) FROM pending_messages WHERE kind = 'summarize'"),
         turns
     );
-    // The whole file is 50 MiB; what is held is a line and a batch of rows at a time.
+    // The whole file is 200 MiB; what is held is a line and a batch of rows at a time.
     assert!(peak_kib > 0, "no reading of the child's memory");
     assert!(
         peak_kib < 48 * 1024,
