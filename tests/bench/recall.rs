@@ -799,22 +799,31 @@ fn run_semantic(n: usize) {
         index.len(),
         ms(t.elapsed())
     );
-    let bert = source.as_ref().map(|s| s.load().expect("load model"));
+    // With the real model, search goes through `Searcher` as the MCP server's does (the
+    // query embedded while the full-text side runs); else a random query vector.
+    let mut searcher = real
+        .as_ref()
+        .map(|_| cairn_core::recall::embed::Searcher::open(&settings, &dd));
+    if let Some(s) = &searcher {
+        assert!(s.unavailable().is_none(), "{:?}", s.unavailable());
+    }
     let cases = mix(&conn, 400);
     let mut rng = Rng(5);
     let mut run_case = |c: &Case| -> (f64, usize) {
         let t = Instant::now();
-        let v = match &bert {
-            Some(b) => b.embed(&[c.req.query.as_str()]).expect("embed").remove(0),
-            None => unit_vector(&mut rng),
+        let hits = match searcher.as_mut() {
+            Some(s) => s.search(&conn, &c.req).expect("search"),
+            None => {
+                let v = std::sync::OnceLock::from(unit_vector(&mut rng));
+                let semantic = Semantic {
+                    index: &index,
+                    query: &v,
+                    model: &model_id,
+                    min_similarity: 0.2,
+                };
+                search::search_with(&conn, &c.req, Some(&semantic)).expect("search")
+            }
         };
-        let semantic = Semantic {
-            index: &index,
-            query: &v,
-            model: &model_id,
-            min_similarity: 0.2,
-        };
-        let hits = search::search_with(&conn, &c.req, Some(&semantic)).expect("search");
         (ms(t.elapsed()), hits.len())
     };
     for c in &cases {
@@ -830,7 +839,7 @@ fn run_semantic(n: usize) {
     all.sort_by(f64::total_cmp);
     println!(
         "all (query embedded {}): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        if bert.is_some() {
+        if searcher.is_some() {
             "by the real model"
         } else {
             "as a random vector"

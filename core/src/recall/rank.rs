@@ -20,12 +20,13 @@
 //! of the question) and are reported on the other half; see BENCHMARKS.md.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
-use super::embed::cosine_i8;
 use super::embed::index::{Scope, VectorIndex};
+use super::embed::{cosine_i8, store};
 use super::query::Query;
 use super::search::{Candidate, Filters, Kind, push_filters, table};
 use crate::error::Result;
@@ -50,8 +51,10 @@ const IDF_COUNT_CAP: i64 = 1000;
 #[derive(Debug)]
 pub struct Semantic<'a> {
     pub index: &'a VectorIndex,
-    /// Unit vector of the query text, by the index's model.
-    pub query: &'a [f32],
+    /// Unit vector of the query text, by the index's model: set by the thread embedding
+    /// it while the full-text side runs (empty when embedding failed; then nothing is
+    /// found by meaning). Ranking waits for it only when it needs it.
+    pub query: &'a OnceLock<Vec<f32>>,
     /// Model that made `query` (only vectors of this model are compared).
     pub model: &'a str,
     /// Lowest similarity for a candidate found by meaning alone.
@@ -90,7 +93,9 @@ pub(super) fn relevance(
             );
         }
     }
+    let semantic = semantic.filter(|s| !s.query.wait().is_empty());
     if let Some(s) = semantic {
+        let query = s.query.wait().as_slice();
         let allowed = allowed_ids(conn, kinds, f)?;
         let scope = Scope {
             kinds,
@@ -100,7 +105,7 @@ pub(super) fn relevance(
             allowed: allowed.as_ref(),
         };
         let mut meaning_only: HashMap<Kind, Vec<i64>> = HashMap::new();
-        for n in s.index.nearest(conn, s.query, pool, &scope)? {
+        for n in s.index.nearest(conn, query, pool, &scope)? {
             match found.get_mut(&(n.kind, n.id)) {
                 Some(feat) => feat.similarity = Some(n.similarity),
                 None if n.similarity >= s.min_similarity => {
@@ -132,15 +137,10 @@ pub(super) fn relevance(
             }
         }
         // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
-        let mut stmt = conn.prepare_cached(
-            "SELECT vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2 AND model = ?3",
-        )?;
         for ((kind, id), feat) in found.iter_mut() {
             if feat.similarity.is_none() {
-                let v: Option<Vec<u8>> = stmt
-                    .query_row(params![kind.code(), id, s.model], |r| r.get(0))
-                    .optional()?;
-                feat.similarity = v.map(|v| cosine_i8(s.query, &v));
+                feat.similarity =
+                    store::vector_of(conn, *kind, *id, s.model)?.map(|v| cosine_i8(query, &v));
             }
         }
     }

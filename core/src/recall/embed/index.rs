@@ -15,9 +15,9 @@
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
-use super::{bits_of, cosine_i8};
+use super::{bits_of, cosine_i8, store};
 use crate::error::Result;
 use crate::recall::search::Kind;
 
@@ -31,7 +31,8 @@ struct Entry {
     id: i64,
     project: u32,
     created_at: i64,
-    bits: Vec<u64>,
+    /// The row (`embeddings.seq`) its int8 vector is read from.
+    seq: i64,
 }
 
 /// Which rows a nearest-neighbour search may return.
@@ -62,6 +63,10 @@ pub struct VectorIndex {
     model: String,
     last_seq: i64,
     entries: Vec<Entry>,
+    /// The bits of every entry, `words` 64-bit words each, in the order of `entries`: one
+    /// block of memory the scan reads straight through.
+    bits: Vec<u64>,
+    words: usize,
     projects: HashMap<String, u32>,
 }
 
@@ -98,6 +103,13 @@ impl VectorIndex {
             let blob: Vec<u8> = r.get(5)?;
             self.last_seq = seq;
             let Some(kind) = kind else { continue };
+            let bits = words_of(&blob);
+            if self.entries.is_empty() {
+                self.words = bits.len();
+            }
+            if bits.len() != self.words {
+                continue;
+            }
             let next = self.projects.len() as u32;
             let project = *self.projects.entry(project).or_insert(next);
             self.entries.push(Entry {
@@ -105,8 +117,9 @@ impl VectorIndex {
                 id: r.get(2)?,
                 project,
                 created_at: r.get(4)?,
-                bits: words_of(&blob),
+                seq,
             });
+            self.bits.extend(bits);
         }
         Ok(())
     }
@@ -144,8 +157,7 @@ impl VectorIndex {
             {
                 continue;
             }
-            let d: u32 = e
-                .bits
+            let d: u32 = self.bits[i * self.words..(i + 1) * self.words]
                 .iter()
                 .zip(&qbits)
                 .map(|(a, b)| (a ^ b).count_ones())
@@ -157,20 +169,17 @@ impl VectorIndex {
                 heap.push((d, i));
             }
         }
-        let mut stmt = conn.prepare_cached(
-            "SELECT vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2 AND model = ?3",
-        )?;
         let mut seen = HashSet::new();
         let mut out = Vec::with_capacity(heap.len());
-        for (_, i) in heap.into_vec() {
+        // Newest rows first: a memory embedded again has a newer row, the older one gone.
+        let mut closest = heap.into_vec();
+        closest.sort_by_key(|&(_, i)| std::cmp::Reverse(self.entries[i].seq));
+        for (_, i) in closest {
             let e = &self.entries[i];
-            if !seen.insert((e.kind, e.id)) {
+            let Some(v) = store::vector_at(conn, e.seq)? else {
                 continue;
-            }
-            let vector: Option<Vec<u8>> = stmt
-                .query_row(params![e.kind.code(), e.id, self.model], |r| r.get(0))
-                .optional()?;
-            if let Some(v) = vector {
+            };
+            if seen.insert((e.kind, e.id)) {
                 out.push(Neighbour {
                     kind: e.kind,
                     id: e.id,

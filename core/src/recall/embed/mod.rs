@@ -24,7 +24,9 @@ pub mod store;
 
 use rusqlite::Connection;
 
-use crate::error::Result;
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
 use crate::recall::query;
 use crate::recall::rank::Semantic;
 use crate::recall::search::{Hit, Order, SearchRequest, search_with};
@@ -115,14 +117,29 @@ impl Searcher {
         match (&mut self.loaded, text) {
             (Ok(l), Some(text)) => {
                 l.index.refresh(conn)?;
-                let vectors = l.bert.embed(&[text])?;
-                let semantic = Semantic {
-                    index: &l.index,
-                    query: &vectors[0],
-                    model: &l.model,
-                    min_similarity: self.min_similarity,
-                };
-                f(Some(&semantic))
+                // The query is embedded on a thread of its own while the full-text side
+                // of the search runs; ranking waits for the vector when it needs it.
+                let bert = &l.bert;
+                let vector = OnceLock::new();
+                std::thread::scope(|scope| {
+                    let embedding = scope.spawn(|| {
+                        let made = bert.embed(&[text]).map(|mut v| v.swap_remove(0));
+                        let _ = vector.set(made.as_ref().cloned().unwrap_or_default());
+                        made.map(|_| ())
+                    });
+                    let semantic = Semantic {
+                        index: &l.index,
+                        query: &vector,
+                        model: &l.model,
+                        min_similarity: self.min_similarity,
+                    };
+                    let out = f(Some(&semantic));
+                    match embedding.join() {
+                        Ok(Ok(())) => out,
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(Error::Embedding("the query's embedding panicked".into())),
+                    }
+                })
             }
             _ => f(None),
         }

@@ -97,6 +97,24 @@ fn read_memory(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Queued>>
     }))
 }
 
+/// The int8 vector of a memory, when `model` made one.
+pub fn vector_of(conn: &Connection, kind: Kind, id: i64, model: &str) -> Result<Option<Vec<u8>>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2 AND model = ?3",
+        )?
+        .query_row(params![kind.code(), id, model], |r| r.get(0))
+        .optional()?)
+}
+
+/// The int8 vector of row `seq` (`None` once the row is deleted or replaced).
+pub fn vector_at(conn: &Connection, seq: i64) -> Result<Option<Vec<u8>>> {
+    Ok(conn
+        .prepare_cached("SELECT vector FROM embeddings WHERE seq = ?1")?
+        .query_row([seq], |r| r.get(0))
+        .optional()?)
+}
+
 /// Stores the vectors of `items` made by `model` and takes them off the queue, in one
 /// transaction.
 pub fn store(conn: &mut Connection, model: &str, items: &[(Queued, Vec<f32>)]) -> Result<()> {
