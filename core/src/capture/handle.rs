@@ -664,36 +664,7 @@ fn quarantine_input(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn settings() -> Settings {
-        Settings::default()
-    }
-
-    fn env() -> (tempfile::TempDir, DataDir) {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = DataDir::new(tmp.path().join("data"));
-        (tmp, dd)
-    }
-
-    fn run(dd: &DataDir, s: &Settings, json: &str, now: i64) -> Outcome {
-        handle(
-            dd,
-            s,
-            &HookInput {
-                bytes: json.as_bytes(),
-                total_len: json.len() as u64,
-                incomplete: None,
-                explicit_event: None,
-                project_dir: None,
-                settings_error: None,
-            },
-            now,
-        )
-    }
-
-    fn q(conn: &Connection, sql: &str) -> i64 {
-        conn.query_row(sql, [], |r| r.get(0)).expect(sql)
-    }
+    use crate::capture::testing::{env, q, run, settings};
 
     #[test]
     fn quarantined_inputs_are_replayed_once_understood() {

@@ -23,4 +23,6 @@ pub mod project;
 pub mod quarantine;
 pub mod record;
 pub mod spool;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod transcript;

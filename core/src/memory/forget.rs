@@ -1,6 +1,7 @@
 //! Forgetting: a memory a person decides should not have been kept is deleted, and a
-//! tombstone in `forgotten` keeps any later import from bringing it back. Only writer of
-//! `forgotten`.
+//! tombstone in `forgotten` keeps any later import from bringing it back. Writes
+//! `forgotten` with `memory::forgotten`, which keeps the tombstones of what reconciliation
+//! and salvage would recreate, under the same (kind, key) rows.
 //!
 //! Deleting the row is the whole removal: the full-text indexes follow their tables through
 //! the schema's triggers, and so do the vectors (`embeddings` and `embedding_queue` rows of

@@ -101,9 +101,10 @@ fn dropped_by_settings(rec: &Record, settings: &Settings) -> Option<&'static str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::handle::{HookInput, Outcome, Stored, handle};
+    use crate::capture::handle::Stored;
     use crate::capture::hook::decode;
     use crate::capture::spool::{Item, pending, write};
+    use crate::capture::testing::{env, q, run, settings};
     use crate::store::db::OpenOptions;
 
     // Spool files written by `spool::write`, ingested here (moved with `ingest` from the
@@ -172,38 +173,7 @@ mod tests {
         );
     }
 
-    // A hook that could not write spools its event; the worker ingests it once (moved with
-    // `ingest` from capture's tests; these helpers are the ones those tests use).
-
-    fn settings() -> Settings {
-        Settings::default()
-    }
-
-    fn env() -> (tempfile::TempDir, DataDir) {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = DataDir::new(tmp.path().join("data"));
-        (tmp, dd)
-    }
-
-    fn run(dd: &DataDir, s: &Settings, json: &str, now: i64) -> Outcome {
-        handle(
-            dd,
-            s,
-            &HookInput {
-                bytes: json.as_bytes(),
-                total_len: json.len() as u64,
-                incomplete: None,
-                explicit_event: None,
-                project_dir: None,
-                settings_error: None,
-            },
-            now,
-        )
-    }
-
-    fn q(conn: &Connection, sql: &str) -> i64 {
-        conn.query_row(sql, [], |r| r.get(0)).expect(sql)
-    }
+    // A hook that could not write spools its event; the worker ingests it once.
 
     const SID: &str = "s1";
 
@@ -255,25 +225,12 @@ mod turn_tests {
     //! A spooled event is written as if at hook time: in its own turn, whatever was written
     //! between its hook and its ingestion.
     use super::*;
-    use crate::capture::handle::{HookInput, Stored, handle};
+    use crate::capture::handle::Stored;
     use crate::queue::payload::TurnEnd;
     use crate::store::db::OpenOptions;
 
     fn run(dd: &DataDir, s: &Settings, json: &str, now: i64) -> Stored {
-        handle(
-            dd,
-            s,
-            &HookInput {
-                bytes: json.as_bytes(),
-                total_len: json.len() as u64,
-                incomplete: None,
-                explicit_event: None,
-                project_dir: None,
-                settings_error: None,
-            },
-            now,
-        )
-        .stored
+        crate::capture::testing::run(dd, s, json, now).stored
     }
 
     fn ev(sid: &str, name: &str, prompt_id: &str, extra: &str) -> String {
