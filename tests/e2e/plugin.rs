@@ -286,7 +286,7 @@ fn claude_cli() -> Option<PathBuf> {
 
 /// A stand-in for the Anthropic Messages API: a turn that offers tools is answered with a
 /// `Read` of `file`; once the request carries the tool's result, or offers no tools, with
-/// text. Streams when asked to, as Claude Code does. Every request line is kept in `seen`.
+/// text. Streams when asked to, as Claude Code does. Every request body is kept in `seen`.
 fn messages_api(file: PathBuf, seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -325,7 +325,9 @@ fn answer(mut stream: std::net::TcpStream, file: &Path, seen: &std::sync::Mutex<
         if reader.read_exact(&mut body).is_err() {
             return;
         }
-        seen.lock().expect("lock").push(request.trim().to_string());
+        seen.lock()
+            .expect("lock")
+            .push(String::from_utf8_lossy(&body).into_owned());
         let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         let has_result = req["messages"]
             .as_array()
@@ -514,6 +516,28 @@ fn a_real_claude_code_session_is_remembered_through_the_installed_plugin() {
         1,
         "the turn end was captured"
     );
+    // The worker turns the session into memories; the next session starts with them.
+    let worker = Command::new(crate::support::bin("cairn-worker"))
+        .arg("--once")
+        .env("CAIRN_DATA_DIR", &data)
+        .env("CAIRN_MODEL__PROVIDER", "offline")
+        .env("CAIRN_WORKER__AUTOSTART", "false")
+        .output()
+        .expect("worker");
+    assert!(
+        worker.status.success(),
+        "{}",
+        String::from_utf8_lossy(&worker.stderr)
+    );
+    assert!(one("SELECT count(*) FROM observations WHERE session_id = ?1") >= 1);
+    seen.lock().expect("lock").clear();
+    cli(&["-p", "What did we look at last time?"]);
+    let bodies = seen.lock().expect("lock").join("\n");
+    assert!(
+        bodies.contains("cairn memory of project") && bodies.contains("notes.txt"),
+        "the second session's requests carry no cairn context"
+    );
+
     // The plugin's MCP server comes up with nothing on the PATH.
     let list = cli(&["mcp", "list"]);
     assert!(
