@@ -289,6 +289,26 @@ mod tests {
                 queued: 0
             }
         );
+        // A stored vector is read back by memory (for its model only) and by row.
+        let (id, seq): (i64, i64) = conn
+            .query_row(
+                "SELECT ref_id, seq FROM embeddings WHERE kind = 0",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("row");
+        let want = items
+            .iter()
+            .find(|(q, _)| q.kind == Kind::Observation)
+            .map(|(_, v)| quantize(v))
+            .expect("observation");
+        let by_memory = vector_of(&conn, Kind::Observation, id, "m:1").expect("read");
+        assert_eq!(by_memory.as_ref(), Some(&want));
+        assert_eq!(
+            vector_of(&conn, Kind::Observation, id, "m:2").expect("read"),
+            None
+        );
+        assert_eq!(vector_at(&conn, seq).expect("read").as_ref(), Some(&want));
 
         // A change queues the memory again and drops its old vector; so does a summary
         // rewritten for its turn; a deletion takes both away.
