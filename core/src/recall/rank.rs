@@ -93,9 +93,12 @@ pub(super) fn relevance(
             );
         }
     }
-    let semantic = semantic.filter(|s| !s.query.wait().is_empty());
-    if let Some(s) = semantic {
-        let query = s.query.wait().as_slice();
+    let semantic = semantic.and_then(|s| {
+        let query = s.query.wait();
+        (!query.is_empty()).then_some((s, query.as_slice()))
+    });
+    let mut meaning_only: HashMap<Kind, Vec<i64>> = HashMap::new();
+    if let Some((s, query)) = semantic {
         let allowed = allowed_ids(conn, kinds, f)?;
         let scope = Scope {
             kinds,
@@ -104,7 +107,6 @@ pub(super) fn relevance(
             until: f.until,
             allowed: allowed.as_ref(),
         };
-        let mut meaning_only: HashMap<Kind, Vec<i64>> = HashMap::new();
         for n in s.index.nearest(conn, query, pool, &scope)? {
             match found.get_mut(&(n.kind, n.id)) {
                 Some(feat) => feat.similarity = Some(n.similarity),
@@ -122,20 +124,22 @@ pub(super) fn relevance(
                 None => {}
             }
         }
-        // A word the query excludes excludes a memory found by meaning too.
-        if !q.excluded.is_empty() {
-            let excluded = Query {
-                excluded: q.excluded.clone(),
-                ..Query::default()
-            };
-            if let Some(x) = excluded.exclusion() {
-                for (kind, ids) in &meaning_only {
-                    for id in matching(conn, *kind, &x, ids)? {
-                        found.remove(&(*kind, id));
-                    }
-                }
+    }
+    let scratch = scratch(conn, &found)?;
+    // A word the query excludes excludes a memory found by meaning too.
+    let excluded = Query {
+        excluded: q.excluded.clone(),
+        ..Query::default()
+    };
+    if let Some(x) = excluded.exclusion() {
+        for (kind, ids) in &meaning_only {
+            let hit = matching(conn, &scratch[kind], &x)?;
+            for id in ids.iter().filter(|id| hit.contains(id)) {
+                found.remove(&(*kind, *id));
             }
         }
+    }
+    if let Some((s, query)) = semantic {
         // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
         for ((kind, id), feat) in found.iter_mut() {
             if feat.similarity.is_none() {
@@ -144,7 +148,7 @@ pub(super) fn relevance(
             }
         }
     }
-    let wording = wording(conn, q, &found)?;
+    let wording = wording(conn, q, &found, &scratch)?;
 
     let best_bm25: HashMap<Kind, f64> = kinds
         .iter()
@@ -290,26 +294,6 @@ fn allowed_ids(
     Ok(Some(out))
 }
 
-/// The ids among `ids` whose row matches the expression.
-fn matching(conn: &Connection, kind: Kind, expr: &str, ids: &[i64]) -> Result<Vec<i64>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let fts = table(kind).fts;
-    let marks: Vec<String> = (0..ids.len()).map(|i| format!("?{}", i + 2)).collect();
-    let sql = format!(
-        "SELECT rowid FROM {fts} WHERE {fts} MATCH ?1 AND rowid IN ({})",
-        marks.join(", ")
-    );
-    let mut args: Vec<Value> = vec![Value::Text(expr.to_string())];
-    args.extend(ids.iter().map(|id| Value::Integer(*id)));
-    let rows = conn
-        .prepare_cached(&sql)?
-        .query_map(params_from_iter(args), |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?;
-    Ok(rows)
-}
-
 /// What a candidate's words tell: its coverage, the IDF-weighted share of the query's word
 /// groups it contains, and its phrasing, the share of the query's adjacent word pairs it
 /// holds as phrases.
@@ -323,6 +307,7 @@ fn wording(
     conn: &Connection,
     q: &Query,
     found: &HashMap<(Kind, i64), Features>,
+    scratch: &HashMap<Kind, String>,
 ) -> Result<HashMap<(Kind, i64), Wording>> {
     let groups = q.group_expressions();
     let pairs = q.adjacent_pairs();
@@ -330,11 +315,7 @@ fn wording(
     if groups.is_empty() {
         return Ok(out);
     }
-    let mut by_kind: HashMap<Kind, Vec<i64>> = HashMap::new();
-    for (kind, id) in found.keys() {
-        by_kind.entry(*kind).or_default().push(*id);
-    }
-    for (kind, ids) in by_kind {
+    for (kind, ids) in by_kind(found) {
         let t = table(kind);
         let rows: i64 = conn
             .prepare_cached(&format!("SELECT coalesce(max(id), 0) FROM {}", t.table))?
@@ -350,9 +331,8 @@ fn wording(
             let (n, total) = (n as f64, rows.max(n) as f64);
             idf.push(((total - n + 0.5) / (n + 0.5) + 1.0).ln());
         }
-        let scratch = scratch(conn, kind, &ids)?;
-        let coverage = shares(conn, &scratch, &groups, &idf)?;
-        let phrasing = shares(conn, &scratch, &pairs, &vec![1.0; pairs.len()])?;
+        let coverage = shares(conn, &scratch[&kind], &groups, &idf)?;
+        let phrasing = shares(conn, &scratch[&kind], &pairs, &vec![1.0; pairs.len()])?;
         for id in ids {
             out.insert(
                 (kind, id),
@@ -366,31 +346,57 @@ fn wording(
     Ok(out)
 }
 
-/// Copies the rows `ids` of a kind into a full-text table of their own in the connection's
-/// temporary schema (same columns, same tokenizer), emptied first, and returns its name.
-/// Matching each of the query's words and phrases against a hundred rows there costs
-/// microseconds; against the whole index, restricted to the rows, it cost milliseconds
-/// per expression.
-fn scratch(conn: &Connection, kind: Kind, ids: &[i64]) -> Result<String> {
-    let t = table(kind);
-    let name = format!("rank_{}", t.table);
-    conn.execute_batch(&format!(
-        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5 (
-             {columns}, tokenize = 'porter unicode61'
-         );
-         DELETE FROM temp.{name};",
-        columns = t.columns
-    ))?;
-    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
-    conn.prepare(&format!(
-        "INSERT INTO temp.{name} (rowid, {columns})
-         SELECT id, {columns} FROM {table} WHERE id IN ({marks})",
-        columns = t.columns,
-        table = t.table,
-        marks = marks.join(", ")
-    ))?
-    .execute(params_from_iter(ids))?;
-    Ok(name)
+/// Copies the candidates' rows of each kind into a full-text table of their own in the
+/// connection's temporary schema (same columns, same tokenizer), emptied first; returns
+/// each kind's table name. Matching the query's words, phrases and exclusions against a
+/// hundred rows there costs microseconds; against the whole index, restricted to the
+/// rows' ids, it cost milliseconds per expression (FTS5 runs the expression once per id).
+fn scratch(
+    conn: &Connection,
+    found: &HashMap<(Kind, i64), Features>,
+) -> Result<HashMap<Kind, String>> {
+    let mut out = HashMap::new();
+    for (kind, ids) in by_kind(found) {
+        let t = table(kind);
+        let name = format!("rank_{}", t.table);
+        conn.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5 (
+                 {columns}, tokenize = 'porter unicode61'
+             );
+             DELETE FROM temp.{name};",
+            columns = t.columns
+        ))?;
+        let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
+        conn.prepare(&format!(
+            "INSERT INTO temp.{name} (rowid, {columns})
+             SELECT id, {columns} FROM {table} WHERE id IN ({marks})",
+            columns = t.columns,
+            table = t.table,
+            marks = marks.join(", ")
+        ))?
+        .execute(params_from_iter(&ids))?;
+        out.insert(kind, name);
+    }
+    Ok(out)
+}
+
+fn by_kind(found: &HashMap<(Kind, i64), Features>) -> HashMap<Kind, Vec<i64>> {
+    let mut out: HashMap<Kind, Vec<i64>> = HashMap::new();
+    for (kind, id) in found.keys() {
+        out.entry(*kind).or_default().push(*id);
+    }
+    out
+}
+
+/// The rows of a scratch table that match the expression.
+fn matching(conn: &Connection, scratch: &str, expr: &str) -> Result<HashSet<i64>> {
+    let rows = conn
+        .prepare_cached(&format!(
+            "SELECT rowid FROM temp.{scratch} WHERE {scratch} MATCH ?1"
+        ))?
+        .query_map([expr], |r| r.get(0))?
+        .collect::<rusqlite::Result<HashSet<i64>>>()?;
+    Ok(rows)
 }
 
 /// For each row of the scratch table: the weight of the expressions it matches, as a
@@ -406,12 +412,9 @@ fn shares(
     if sum <= 0.0 {
         return Ok(out);
     }
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT rowid FROM temp.{scratch} WHERE {scratch} MATCH ?1"
-    ))?;
     for (expr, w) in exprs.iter().zip(weights) {
-        for id in stmt.query_map([expr], |r| r.get::<_, i64>(0))? {
-            *out.entry(id?).or_insert(0.0) += w / sum;
+        for id in matching(conn, scratch, expr)? {
+            *out.entry(id).or_insert(0.0) += w / sum;
         }
     }
     Ok(out)

@@ -169,17 +169,12 @@ impl VectorIndex {
                 heap.push((d, i));
             }
         }
-        let mut seen = HashSet::new();
+        // One row per memory (`UNIQUE (kind, ref_id)`): an entry whose row was replaced or
+        // deleted since the index looked finds nothing and is skipped.
         let mut out = Vec::with_capacity(heap.len());
-        // Newest rows first: a memory embedded again has a newer row, the older one gone.
-        let mut closest = heap.into_vec();
-        closest.sort_by_key(|&(_, i)| std::cmp::Reverse(self.entries[i].seq));
-        for (_, i) in closest {
+        for (_, i) in heap.into_vec() {
             let e = &self.entries[i];
-            let Some(v) = store::vector_at(conn, e.seq)? else {
-                continue;
-            };
-            if seen.insert((e.kind, e.id)) {
+            if let Some(v) = store::vector_at(conn, e.seq)? {
                 out.push(Neighbour {
                     kind: e.kind,
                     id: e.id,

@@ -122,10 +122,15 @@ impl Searcher {
                 let bert = &l.bert;
                 let vector = OnceLock::new();
                 std::thread::scope(|scope| {
+                    // An embedding that fails leaves the vector empty, and its error is
+                    // the search's.
                     let embedding = scope.spawn(|| {
-                        let made = bert.embed(&[text]).map(|mut v| v.swap_remove(0));
-                        let _ = vector.set(made.as_ref().cloned().unwrap_or_default());
-                        made.map(|_| ())
+                        let (made, failed) = match bert.embed(&[text]) {
+                            Ok(mut v) => (v.swap_remove(0), Ok(())),
+                            Err(e) => (Vec::new(), Err(e)),
+                        };
+                        let _ = vector.set(made);
+                        failed
                     });
                     let semantic = Semantic {
                         index: &l.index,
