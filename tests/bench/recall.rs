@@ -601,10 +601,10 @@ fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn run(n: usize) {
-    let dd = seeded(n);
+/// The seeded database opened as a searching process opens it.
+fn open_for_search(dd: &DataDir) -> rusqlite::Connection {
     let conn = db::open_data_dir(
-        &dd,
+        dd,
         OpenOptions {
             create: false,
             ..OpenOptions::default()
@@ -612,6 +612,12 @@ fn run(n: usize) {
     )
     .expect("open");
     search::tune_for_reading(&conn).expect("tune");
+    conn
+}
+
+fn run(n: usize) {
+    let dd = seeded(n);
+    let conn = open_for_search(&dd);
     let cases = mix(&conn, 400);
     // Warm the page cache the way a working machine has it.
     for c in &cases {
@@ -782,15 +788,7 @@ fn run_semantic(n: usize) {
             bytes as f64 / 1e6 / (total as f64 / 100_000.0)
         );
     }
-    let conn = db::open_data_dir(
-        &dd,
-        OpenOptions {
-            create: false,
-            ..OpenOptions::default()
-        },
-    )
-    .expect("open");
-    search::tune_for_reading(&conn).expect("tune");
+    let conn = open_for_search(&dd);
     let t = Instant::now();
     let mut index = VectorIndex::new(&model_id);
     index.refresh(&conn).expect("index");

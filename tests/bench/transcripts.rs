@@ -9,7 +9,6 @@
 //! Run: `cargo bench -p cairn --bench transcripts` (release). `CAIRN_BENCH_MB` sets the
 //! transcript's size (default 200).
 
-use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
@@ -20,25 +19,16 @@ use cairn_core::store::paths::DataDir;
 
 const SID: &str = "4268b601-cbcd-45ac-b3f1-4f61c888c668";
 
+#[path = "../common/large_transcript.rs"]
+mod large_transcript;
+
 fn generate(path: &Path, target: u64) -> u64 {
     let sample = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/claude-code-hooks/transcript.sample.jsonl"),
     )
     .expect("sample");
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
-    let (mut written, mut i) = (0u64, 0u64);
-    while written < target {
-        let copy = sample
-            .replace("27e14413-d798-42bf-80a4-2cddf2998f80", &format!("p-{i}"))
-            .replace("f628ad8a-5534-4e07-937d-93771a16ff88", &format!("c-{i}"))
-            .replace("toolu_fake_", &format!("toolu_{i}_"));
-        out.write_all(copy.as_bytes()).expect("write");
-        written += copy.len() as u64;
-        i += 1;
-    }
-    out.flush().expect("flush");
-    written
+    large_transcript::write_scaled(&sample, path, target)
 }
 
 fn peak_rss_kib() -> u64 {

@@ -163,24 +163,12 @@ fn the_worker_recovers_what_broken_hooks_missed_and_status_says_so() {
     assert_eq!(env.count("SELECT count(*) FROM transcript_recovered"), 1);
 }
 
+#[path = "../common/large_transcript.rs"]
+mod scaled;
+
 /// The sample's session repeated with fresh ids until the file is `target` bytes.
 pub fn large_transcript(path: &Path, target: u64) -> u64 {
-    use std::io::Write;
-    let text = sample();
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
-    let mut written = 0u64;
-    let mut i = 0u64;
-    while written < target {
-        let copy = text
-            .replace("27e14413-d798-42bf-80a4-2cddf2998f80", &format!("p-{i}"))
-            .replace("f628ad8a-5534-4e07-937d-93771a16ff88", &format!("c-{i}"))
-            .replace("toolu_fake_", &format!("toolu_{i}_"));
-        out.write_all(copy.as_bytes()).expect("write");
-        written += copy.len() as u64;
-        i += 1;
-    }
-    out.flush().expect("flush");
-    written
+    scaled::write_scaled(&sample(), path, target)
 }
 
 #[test]
