@@ -171,14 +171,11 @@ fn shell_word(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// Runs `sh -c "<command> | head -1"` style pipelines: `line` is given to `sh` with the
-/// binary's path in `$CAIRN`; returns (what came out, the exit status of the cairn
-/// command as `PIPESTATUS` would give it).
-pub fn run_piped_to_head(c: &Command, args: &str) -> (String, String) {
+/// Runs `script` with bash, the cairn binary of `c` in `$CAIRN` and `c`'s environment and
+/// directory; returns what came out and the value the script printed as `status=`.
+fn bash_with_cairn(c: &Command, script: &str) -> (String, String) {
     let mut s = Command::new("bash");
-    s.arg("-c").arg(format!(
-        "\"$CAIRN\" {args} 2>&1 | head -1; echo \"status=${{PIPESTATUS[0]}}\""
-    ));
+    s.arg("-c").arg(script);
     s.env("CAIRN", c.get_program());
     for (k, v) in c.get_envs() {
         match v {
@@ -199,29 +196,26 @@ pub fn run_piped_to_head(c: &Command, args: &str) -> (String, String) {
     (text, status)
 }
 
+/// Runs `sh -c "<command> | head -1"` style pipelines: `line` is given to `sh` with the
+/// binary's path in `$CAIRN`; returns (what came out, the exit status of the cairn
+/// command as `PIPESTATUS` would give it).
+pub fn run_piped_to_head(c: &Command, args: &str) -> (String, String) {
+    bash_with_cairn(
+        c,
+        &format!("\"$CAIRN\" {args} 2>&1 | head -1; echo \"status=${{PIPESTATUS[0]}}\""),
+    )
+}
+
 /// Runs `cairn <args>` with stdout and stderr into a pipe whose reader has already gone
 /// (what `| head -1` does to every line after the first); returns the exit status.
 pub fn run_into_closed_pipe(c: &Command, args: &str) -> String {
-    let mut s = Command::new("bash");
-    s.arg("-c").arg(format!(
-        "(sleep 0.3; exec \"$CAIRN\" {args}) 2>&1 | {{ exec 0<&-; sleep 1; }}; echo \"status=${{PIPESTATUS[0]}}\""
-    ));
-    s.env("CAIRN", c.get_program());
-    for (k, v) in c.get_envs() {
-        match v {
-            Some(v) => s.env(k, v),
-            None => s.env_remove(k),
-        };
-    }
-    if let Some(dir) = c.get_current_dir() {
-        s.current_dir(dir);
-    }
-    let out = run_with_stdin(s, b"");
-    stdout(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("status="))
-        .unwrap_or("")
-        .to_string()
+    bash_with_cairn(
+        c,
+        &format!(
+            "(sleep 0.3; exec \"$CAIRN\" {args}) 2>&1 | {{ exec 0<&-; sleep 1; }}; echo \"status=${{PIPESTATUS[0]}}\""
+        ),
+    )
+    .1
 }
 
 impl TestEnv {
