@@ -28,8 +28,10 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::Query;
-use super::search::{Candidate, Filters, Kind, push_filters, table};
-use crate::error::Result;
+use super::search::{
+    Candidate, Filters, Kind, beside_the_match, push_filters, scoped_match, table,
+};
+use crate::error::{Error, Result};
 
 /// Candidates taken from each side (more when a page further down is asked for).
 pub const POOL: usize = 50;
@@ -80,9 +82,44 @@ pub(super) fn relevance(
     semantic: Option<&Semantic>,
 ) -> Result<Vec<Candidate>> {
     let pool = POOL.max(fetch);
+    // The ids passing the filters the vector index does not hold; read before the scan,
+    // which then needs nothing from the database.
+    let allowed = match semantic {
+        Some(_) => allowed_ids(conn, kinds, f)?,
+        None => None,
+    };
+    let scope = Scope {
+        kinds,
+        project: f.project.as_deref(),
+        since: f.since,
+        until: f.until,
+        allowed: allowed.as_ref(),
+    };
+    // The bit scan of the vectors runs on a thread of its own (once the query's vector is
+    // there) while this one gathers the full-text pools.
+    let (pools, closest) = std::thread::scope(|threads| {
+        let scan = semantic.map(|s| {
+            let scope = &scope;
+            threads.spawn(move || {
+                let query = s.query.wait();
+                (!query.is_empty()).then(|| s.index.closest(query, pool, scope))
+            })
+        });
+        let pools: Result<Vec<_>> = kinds
+            .iter()
+            .map(|&kind| Ok((kind, text_pool(conn, kind, any, f, pool)?)))
+            .collect();
+        let closest = match scan.map(|h| h.join()) {
+            Some(Ok(closest)) => Ok(closest),
+            Some(Err(_)) => Err(Error::Embedding("the scan of the vectors panicked".into())),
+            None => Ok(None),
+        };
+        (pools, closest)
+    });
+    let closest = closest?;
     let mut found: HashMap<(Kind, i64), Features> = HashMap::new();
-    for &kind in kinds {
-        for (id, created_at, bm25) in text_pool(conn, kind, any, f, pool)? {
+    for (kind, rows) in pools? {
+        for (id, created_at, bm25) in rows {
             found.insert(
                 (kind, id),
                 Features {
@@ -98,16 +135,8 @@ pub(super) fn relevance(
         (!query.is_empty()).then_some((s, query.as_slice()))
     });
     let mut meaning_only: HashMap<Kind, Vec<i64>> = HashMap::new();
-    if let Some((s, query)) = semantic {
-        let allowed = allowed_ids(conn, kinds, f)?;
-        let scope = Scope {
-            kinds,
-            project: f.project.as_deref(),
-            since: f.since,
-            until: f.until,
-            allowed: allowed.as_ref(),
-        };
-        for n in s.index.nearest(conn, query, pool, &scope)? {
+    if let (Some((s, query)), Some(closest)) = (semantic, closest) {
+        for n in s.index.rescore(conn, query, closest, pool)? {
             match found.get_mut(&(n.kind, n.id)) {
                 Some(feat) => feat.similarity = Some(n.similarity),
                 None if n.similarity >= s.min_similarity => {
@@ -224,10 +253,7 @@ fn text_pool(
     f: &Filters,
     pool: usize,
 ) -> Result<Vec<(i64, i64, f64)>> {
-    let (sql, mut args) = pool_statement(kind, f);
-    args[0] = Value::Text(any.to_string());
-    let n = args.len() - 1;
-    args[n] = Value::Integer(pool as i64);
+    let (sql, args) = pool_statement(kind, any, f, pool);
     let rows = conn
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), |r| {
@@ -237,26 +263,41 @@ fn text_pool(
     Ok(rows)
 }
 
-/// The statement of [`text_pool`] and its arguments: `?1` the MATCH expression (here
-/// `'x'`), then the filters, last the pool size (here 1).
-pub(super) fn pool_statement(kind: Kind, f: &Filters) -> (String, Vec<Value>) {
+/// The statement of [`text_pool`] and its arguments. The project is in the MATCH
+/// expression; with no other filter, the best `pool` matches are taken from the full-text
+/// index alone and only they are joined to their rows (for their time).
+pub(super) fn pool_statement(
+    kind: Kind,
+    any: &str,
+    f: &Filters,
+    pool: usize,
+) -> (String, Vec<Value>) {
     let t = table(kind);
     let fts = t.fts;
-    let score = match t.weights {
-        Some(w) => format!("bm25({fts}, {w})"),
-        None => format!("bm25({fts})"),
-    };
-    let mut args: Vec<Value> = vec![Value::Text("x".into())];
+    let score = t.bm25();
+    let mut args: Vec<Value> = vec![Value::Text(scoped_match(any, f))];
     let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
-    push_filters(kind, f, true, &mut args, &mut wheres);
-    let from = t.joined_rows(f);
-    args.push(Value::Integer(1));
-    let sql = format!(
-        "SELECT t.id, t.created_at, {score} FROM {from} WHERE {wheres}
-         ORDER BY 3, t.id DESC LIMIT ?{}",
-        args.len(),
-        wheres = wheres.join(" AND ")
-    );
+    push_filters(kind, &beside_the_match(f), true, &mut args, &mut wheres);
+    args.push(Value::Integer(pool as i64));
+    let limit = args.len();
+    let sql = if wheres.len() == 1 {
+        format!(
+            "SELECT t.id, t.created_at, m.score FROM
+               (SELECT rowid AS id, {score} AS score FROM {fts} WHERE {fts} MATCH ?1
+                ORDER BY 2, rowid DESC LIMIT ?{limit}) m
+             JOIN {table} t INDEXED BY {index} ON t.id = m.id
+             ORDER BY 3, t.id DESC",
+            table = t.table,
+            index = t.search_index,
+        )
+    } else {
+        format!(
+            "SELECT t.id, t.created_at, {score} FROM {from} WHERE {wheres}
+             ORDER BY 3, t.id DESC LIMIT ?{limit}",
+            from = t.joined_rows(f),
+            wheres = wheres.join(" AND ")
+        )
+    };
     (sql, args)
 }
 

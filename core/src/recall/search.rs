@@ -37,11 +37,14 @@ pub const MAX_OFFSET: usize = 10_000;
 /// invariants).
 pub const RANK_WINDOW: i64 = 300;
 
-/// BM25 column weights of
-/// `observations_fts(title, subtitle, narrative, facts_text, concepts_text)`.
-const OBSERVATION_WEIGHTS: &str = "10.0, 4.0, 1.0, 2.0, 4.0";
-/// Of `session_summaries_fts(request, investigated, learned, completed, next_steps, notes)`.
-const SUMMARY_WEIGHTS: &str = "5.0, 1.0, 2.0, 2.0, 1.0, 1.0";
+/// BM25 column weights of `observations_fts(title, subtitle, narrative, facts_text,
+/// concepts_text, project_key)`; the project's key is for narrowing, not for ranking.
+const OBSERVATION_WEIGHTS: &str = "10.0, 4.0, 1.0, 2.0, 4.0, 0.0";
+/// Of `session_summaries_fts(request, investigated, learned, completed, next_steps, notes,
+/// project_key)`.
+const SUMMARY_WEIGHTS: &str = "5.0, 1.0, 2.0, 2.0, 1.0, 1.0, 0.0";
+/// Of `user_prompts_fts(prompt_text, project_key)`.
+const PROMPT_WEIGHTS: &str = "1.0, 0.0";
 
 /// What kind of record a hit is. Each kind has its own id space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -324,19 +327,24 @@ pub fn search_with(
 pub(super) struct Table {
     pub(super) table: &'static str,
     pub(super) fts: &'static str,
-    /// The full-text table's columns, in order.
+    /// The full-text table's columns of text, in order (its last, `project_key`, is not).
     pub(super) columns: &'static str,
     select: &'static str,
-    pub(super) weights: Option<&'static str>,
+    weights: &'static str,
     /// The text shown when there is no match to make a snippet from.
     plain: &'static str,
     /// The FTS column a snippet comes from when the best one only repeats the title.
     pub(super) body_column: Option<u8>,
     /// The covering index of the columns search filters read (migration 0002).
-    search_index: &'static str,
+    pub(super) search_index: &'static str,
 }
 
 impl Table {
+    /// The BM25 score of a match, by the column weights (lower is better).
+    pub(super) fn bm25(&self) -> String {
+        format!("bm25({}, {})", self.fts, self.weights)
+    }
+
     /// The full-text table joined to its rows. Filters on id, project, time and type read
     /// the covering index (a few dense pages); only concept and file filters need the row
     /// itself.
@@ -364,7 +372,7 @@ pub(super) fn table(kind: Kind) -> Table {
             fts: "observations_fts",
             columns: "title, subtitle, narrative, facts_text, concepts_text",
             select: "t.id, t.project, t.created_at, t.type, t.title",
-            weights: Some(OBSERVATION_WEIGHTS),
+            weights: OBSERVATION_WEIGHTS,
             plain: "CASE WHEN t.subtitle <> '' THEN t.subtitle ELSE t.narrative END",
             body_column: Some(2),
             search_index: "observations_search",
@@ -374,7 +382,7 @@ pub(super) fn table(kind: Kind) -> Table {
             fts: "session_summaries_fts",
             columns: "request, investigated, learned, completed, next_steps, notes",
             select: "t.id, t.project, t.created_at, 'summary', t.request",
-            weights: Some(SUMMARY_WEIGHTS),
+            weights: SUMMARY_WEIGHTS,
             plain: "CASE WHEN t.completed <> '' THEN t.completed ELSE t.learned END",
             body_column: Some(3),
             search_index: "session_summaries_search",
@@ -384,7 +392,7 @@ pub(super) fn table(kind: Kind) -> Table {
             fts: "user_prompts_fts",
             columns: "prompt_text",
             select: "t.id, t.project, t.created_at, 'prompt', t.prompt_text",
-            weights: None,
+            weights: PROMPT_WEIGHTS,
             plain: "''",
             body_column: None,
             search_index: "user_prompts_search",
@@ -454,17 +462,16 @@ fn window_statement(
     let t = table(kind);
     let fts = t.fts;
     // BM25 only when it orders the result: its IDF walks each phrase's whole doclist.
-    let score = match (order, t.weights) {
-        (Order::Relevance, Some(w)) => format!("bm25({fts}, {w})"),
-        (Order::Relevance, None) => format!("bm25({fts})"),
-        (Order::Newest | Order::Oldest, _) => "NULL".into(),
+    let score = match order {
+        Order::Relevance => t.bm25(),
+        Order::Newest | Order::Oldest => "NULL".into(),
     };
-    // `?1` is the MATCH expression; filters follow. A unary `+` keeps SQLite from driving
-    // the join from a `project` or `created_at` index (one full-text evaluation per row of
-    // the project): the full-text index always leads.
-    let mut args: Vec<Value> = vec![Value::Text(fts_match)];
+    // `?1` is the MATCH expression, narrowed to the project; the other filters follow. A
+    // unary `+` keeps SQLite from driving the join from a `created_at` index (one
+    // full-text evaluation per row): the full-text index always leads.
+    let mut args: Vec<Value> = vec![Value::Text(scoped_match(&fts_match, f))];
     let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
-    push_filters(kind, f, true, &mut args, &mut wheres);
+    push_filters(kind, &beside_the_match(f), true, &mut args, &mut wheres);
     let from = t.joined_rows(f);
     // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
     // the filters, found and scored in one walk of the full-text index in rowid order.
@@ -587,6 +594,36 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
         snippet,
         score: c.score,
     }))
+}
+
+/// `expr`, a MATCH expression, narrowed to the filters' project when they name one: the
+/// full-text index then intersects the words with the project's key (migration 0008) and
+/// reads no row of another project.
+pub(super) fn scoped_match(expr: &str, f: &Filters) -> String {
+    match &f.project {
+        Some(p) => format!("({expr}) AND project_key : \"{}\"", project_key(p)),
+        None => expr.to_string(),
+    }
+}
+
+/// The word a project is indexed by in the `project_key` columns: `'x' || hex(project)`,
+/// as the tokenizer lowercases it.
+fn project_key(project: &str) -> String {
+    let mut key = String::with_capacity(1 + 2 * project.len());
+    key.push('x');
+    for b in project.bytes() {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
+}
+
+/// The filters a statement led by a [`scoped_match`] expression still applies to the rows:
+/// all but the project.
+pub(super) fn beside_the_match(f: &Filters) -> Filters {
+    Filters {
+        project: None,
+        ..f.clone()
+    }
 }
 
 /// With `no_index`, the indexed columns are written `+t.column` so that SQLite does not
@@ -843,6 +880,43 @@ mod tests {
         let mut projects: Vec<&str> = all.iter().map(|h| h.project.as_str()).collect();
         projects.sort();
         assert_eq!(projects, vec!["alpha", "beta"]);
+    }
+
+    #[test]
+    fn a_project_is_matched_exactly_whatever_its_name() {
+        let mut f = fixture();
+        // Names that share words, prefixes, case or a last hex digit 'e' ('n' is 0x6e,
+        // which the porter stemmer may shorten): each search returns its project's rows
+        // only, of every kind, in every order.
+        let names = [
+            "app", "app-2", "App", "my app", "my-app", "n", "ne", "ñ", "x", "app e", "",
+        ];
+        let mut expected: HashMap<&str, Vec<String>> = HashMap::new();
+        for (i, name) in names.iter().enumerate() {
+            let at = T0 + i as i64 * 10;
+            let o = f.add(obs(name, "feature", "Lease budget", "", at));
+            let s = f.summary(name, 1, "lease budget", "done", at + 1);
+            let p = f.prompt(name, 1, "lease budget", at + 2);
+            expected.insert(
+                name,
+                vec![
+                    Kind::Prompt.reference(p),
+                    Kind::Summary.reference(s),
+                    Kind::Observation.reference(o),
+                ],
+            );
+        }
+        for name in names {
+            for order in [Order::Relevance, Order::Newest, Order::Oldest] {
+                let mut r = req("lease", Some(name));
+                r.order = order;
+                let mut got = f.ids(r);
+                got.sort();
+                let mut want = expected[name].clone();
+                want.sort();
+                assert_eq!(got, want, "project {name:?}, {order:?}");
+            }
+        }
     }
 
     #[test]
@@ -1353,8 +1427,17 @@ mod tests {
             until: Some(i64::MAX),
             ..Default::default()
         };
-        for kind in Kind::ALL {
-            let sql = crate::recall::rank::pool_statement(kind, &filters);
+        // With the project alone (in the MATCH expression), the pool is taken from the
+        // full-text index before any row is read.
+        let project_only = Filters {
+            project: Some("p".into()),
+            ..Default::default()
+        };
+        for (kind, filters) in Kind::ALL
+            .into_iter()
+            .flat_map(|k| [(k, &filters), (k, &project_only)])
+        {
+            let sql = crate::recall::rank::pool_statement(kind, "x", filters, 1);
             let mut stmt = f
                 .conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.0))
@@ -1365,9 +1448,10 @@ mod tests {
                 .collect::<rusqlite::Result<Vec<_>>>()
                 .expect("collect")
                 .join("\n");
+            // The first table read is the full-text index.
             assert!(
                 rows.lines()
-                    .next()
+                    .find(|l| l.contains("SCAN") || l.contains("SEARCH"))
                     .is_some_and(|l| l.contains("VIRTUAL TABLE")),
                 "{rows}"
             );

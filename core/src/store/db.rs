@@ -46,6 +46,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0007_model_call_cost",
         include_str!("../../../migrations/0007_model_call_cost.sql"),
     ),
+    (
+        "0008_fts_project",
+        include_str!("../../../migrations/0008_fts_project.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

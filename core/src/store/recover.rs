@@ -232,6 +232,16 @@ fn salvage_sessions(conn: &mut Connection) -> Result<(u64, u64)> {
     Ok((copied, failed))
 }
 
+/// The columns of `table` a row is written with: all but the generated ones (the
+/// `project_key` of migration 0008), comma-separated.
+fn stored_columns(conn: &Connection, table: &str) -> Result<String> {
+    let names = conn
+        .prepare("SELECT name FROM pragma_table_xinfo(?1, 'main') WHERE hidden = 0")?
+        .query_map([table], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(names.join(", "))
+}
+
 /// Copies the rows of `table` with ids past the largest in `main`, each in its own
 /// transaction (an unreadable one is counted and skipped). Returns (copied, unreadable).
 fn salvage_table(conn: &mut Connection, table: &str) -> Result<(u64, u64)> {
@@ -252,8 +262,10 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<(u64, u64)> {
          SELECT session_id, project, created_at, created_at FROM damaged.{table}
          WHERE id = ?1 AND session_id IS NOT NULL"
     );
-    let copy =
-        format!("INSERT OR IGNORE INTO main.{table} SELECT * FROM damaged.{table} WHERE id = ?1");
+    let columns = stored_columns(conn, table)?;
+    let copy = format!(
+        "INSERT OR IGNORE INTO main.{table} ({columns}) SELECT {columns} FROM damaged.{table} WHERE id = ?1"
+    );
     let exists = format!("SELECT count(*) FROM damaged.{table} WHERE id = ?1");
     let mut copied = 0;
     let mut unreadable = 0;

@@ -132,13 +132,21 @@ impl VectorIndex {
         k: usize,
         scope: &Scope,
     ) -> Result<Vec<Neighbour>> {
+        let closest = self.closest(query, k, scope);
+        self.rescore(conn, query, closest, k)
+    }
+
+    /// The first half of [`VectorIndex::nearest`], which reads nothing from the database
+    /// (a search runs it on a thread of its own): the rows in `scope` closest to `query` by
+    /// the Hamming distance of their bits, [`RESCORE`] of them or `4 k`, whichever is more.
+    pub fn closest(&self, query: &[f32], k: usize, scope: &Scope) -> Closest {
         if k == 0 || self.entries.is_empty() {
-            return Ok(Vec::new());
+            return Closest(Vec::new());
         }
         let project = match scope.project {
             Some(p) => match self.projects.get(p) {
                 Some(n) => Some(*n),
-                None => return Ok(Vec::new()),
+                None => return Closest(Vec::new()),
             },
             None => None,
         };
@@ -169,10 +177,22 @@ impl VectorIndex {
                 heap.push((d, i));
             }
         }
+        Closest(heap.into_vec().into_iter().map(|(_, i)| i).collect())
+    }
+
+    /// The second half of [`VectorIndex::nearest`]: the `k` of `closest` most similar to
+    /// `query` by the cosine of their int8 vectors, best first.
+    pub fn rescore(
+        &self,
+        conn: &Connection,
+        query: &[f32],
+        closest: Closest,
+        k: usize,
+    ) -> Result<Vec<Neighbour>> {
         // One row per memory (`UNIQUE (kind, ref_id)`): an entry whose row was replaced or
         // deleted since the index looked finds nothing and is skipped.
-        let mut out = Vec::with_capacity(heap.len());
-        for (_, i) in heap.into_vec() {
+        let mut out = Vec::with_capacity(closest.0.len());
+        for i in closest.0 {
             let e = &self.entries[i];
             if let Some(v) = store::vector_at(conn, e.seq)? {
                 out.push(Neighbour {
@@ -188,6 +208,11 @@ impl VectorIndex {
         Ok(out)
     }
 }
+
+/// Rows found by a bit scan ([`VectorIndex::closest`]), for [`VectorIndex::rescore`] of the
+/// same index.
+#[derive(Debug, Default)]
+pub struct Closest(Vec<usize>);
 
 /// Packs a bit blob into 64-bit words for popcount.
 fn words_of(bytes: &[u8]) -> Vec<u64> {
