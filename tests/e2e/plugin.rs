@@ -119,6 +119,8 @@ fn run(data: &Path, url: &str, args: &[&str], stdin: &str) -> std::process::Outp
         .env("HOME", data.parent().expect("parent"))
         .env("CLAUDE_PLUGIN_DATA", data)
         .env("CLAUDE_PLUGIN_OPTION_RELEASE_URL", url)
+        // Never the network: a build from source, where cargo is found, fails at once.
+        .env("CAIRN_SOURCE_GIT", data.join("no-such-repository"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -270,6 +272,42 @@ fn the_plugin_runs_everything_through_the_quoted_launcher() {
             .mode()
             & 0o111
             != 0
+    );
+}
+
+#[test]
+fn the_default_release_url_is_the_published_repository_s() {
+    // One place says where cairn is published (`repository` in the workspace's Cargo.toml);
+    // the plugin option's default, the launcher's and its source to build from follow it.
+    let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).expect("read");
+    let repository = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("repository = "))
+        .expect("repository in Cargo.toml")
+        .trim_matches('"')
+        .to_string();
+    assert!(
+        repository.starts_with("https://github.com/"),
+        "{repository}"
+    );
+    let latest = format!("{repository}/releases/latest/download");
+    let plugin: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("ops/claude-code/.claude-plugin/plugin.json"))
+            .expect("read"),
+    )
+    .expect("json");
+    assert_eq!(
+        plugin["userConfig"]["release_url"]["default"],
+        latest.as_str()
+    );
+    let script = std::fs::read_to_string(launcher()).expect("launcher");
+    assert!(
+        script.contains(&format!("${{CAIRN_RELEASE_URL:-{latest}}}")),
+        "the launcher's default release URL is not {latest}"
+    );
+    assert!(
+        script.contains(&format!("${{CAIRN_SOURCE_GIT:-{repository}}}")),
+        "the launcher does not build from {repository}"
     );
 }
 
