@@ -144,18 +144,25 @@ fn group_expression(g: &[Term]) -> String {
 
 /// `"text"` with inner quotes doubled, plus `*` for a prefix term.
 fn quote_term(t: &Term) -> String {
-    let mut s = String::with_capacity(t.text.len() + 3);
+    let mut s = quoted(&t.text);
+    if t.prefix {
+        s.push('*');
+    }
+    s
+}
+
+/// `text` as one FTS5 string (a phrase of its words): in double quotes, inner quotes
+/// doubled. The only way text from outside reaches a `MATCH` expression.
+pub(crate) fn quoted(text: &str) -> String {
+    let mut s = String::with_capacity(text.len() + 2);
     s.push('"');
-    for c in t.text.chars() {
+    for c in text.chars() {
         if c == '"' {
             s.push('"');
         }
         s.push(c);
     }
     s.push('"');
-    if t.prefix {
-        s.push('*');
-    }
     s
 }
 

@@ -27,7 +27,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
-use super::query::Query;
+use super::query::{self, Query};
 use super::search::{
     Candidate, Filters, Kind, beside_the_match, push_filters, scoped_match, table,
 };
@@ -302,7 +302,11 @@ pub(super) fn pool_statement(
 }
 
 /// For filters the vector index does not hold (type, concept, file): the ids of each kind
-/// that pass every filter. `None` when there is no such filter.
+/// that pass every filter. `None` when there is no such filter. A type is read from the
+/// index on (project, type, created_at) (migration 0009); a concept, which must equal one
+/// of the memory's concepts, is first looked for as a phrase of the full-text index's
+/// `concepts_text`, so only the rows that may hold it are read; a file is matched against
+/// every row of the project.
 fn allowed_ids(
     conn: &Connection,
     kinds: &[Kind],
@@ -311,15 +315,35 @@ fn allowed_ids(
     if f.types.is_empty() && f.concept.is_none() && f.file.is_none() {
         return Ok(None);
     }
+    let concept = f
+        .concept
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| c.chars().any(char::is_alphanumeric))
+        .map(|c| format!("concepts_text : {}", query::quoted(c)));
     let mut out = HashMap::new();
     for &kind in kinds {
         let t = table(kind);
         let mut args = Vec::new();
         let mut wheres = Vec::new();
-        push_filters(kind, f, false, &mut args, &mut wheres);
+        let from = match (&concept, kind) {
+            (Some(phrase), Kind::Observation) => {
+                args.push(Value::Text(scoped_match(phrase, f)));
+                wheres.push(format!("{} MATCH ?1", t.fts));
+                push_filters(kind, &beside_the_match(f), true, &mut args, &mut wheres);
+                format!(
+                    "{fts} JOIN {table} t ON t.id = {fts}.rowid",
+                    fts = t.fts,
+                    table = t.table
+                )
+            }
+            _ => {
+                push_filters(kind, f, false, &mut args, &mut wheres);
+                format!("{} t", t.table)
+            }
+        };
         let sql = format!(
-            "SELECT t.id FROM {table} t WHERE {wheres}",
-            table = t.table,
+            "SELECT t.id FROM {from} WHERE {wheres}",
             wheres = if wheres.is_empty() {
                 "1".to_string()
             } else {

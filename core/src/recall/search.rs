@@ -883,6 +883,103 @@ mod tests {
     }
 
     #[test]
+    fn filters_apply_exactly_to_what_is_found_by_meaning() {
+        use crate::recall::embed::{index::VectorIndex, store};
+        use crate::recall::rank::Semantic;
+        let mut f = fixture();
+        let mut add = |project: &str, kind: &str, concepts: &[&str], file: &str, at: i64| {
+            f.add(NewObservation {
+                concepts: concepts.iter().map(|c| c.to_string()).collect(),
+                files_read: vec![file.into()],
+                ..obs(project, kind, "Unrelated words", "", at)
+            })
+        };
+        let exact = add("p", "bugfix", &["gotcha", "queue"], "src/a.rs", T0);
+        let upper = add("p", "discovery", &["GOTCHA"], "src/b.rs", T0 + 1);
+        let _wider = add("p", "bugfix", &["big gotcha"], "src/a.rs", T0 + 2);
+        let _plural = add("p", "bugfix", &["gotchas"], "src/a.rs", T0 + 3);
+        let _elsewhere = add("q", "bugfix", &["gotcha"], "src/a.rs", T0 + 4);
+        let late = add("p", "bugfix", &["queue"], "src/a.rs", T0 + 100);
+        // Every memory gets the query's own vector: all are equally near, and only the
+        // filters decide what is found (the query's word matches nothing).
+        let unit = {
+            let mut v = vec![0.0f32; 8];
+            v[0] = 1.0;
+            v
+        };
+        let queued = store::queued(&mut f.conn, 100).expect("queued");
+        let items: Vec<_> = queued.into_iter().map(|q| (q, unit.clone())).collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        let mut index = VectorIndex::new("m");
+        index.refresh(&f.conn).expect("index");
+        let query = std::sync::OnceLock::from(unit.clone());
+        let semantic = Semantic {
+            index: &index,
+            query: &query,
+            model: "m",
+            min_similarity: 0.5,
+        };
+        let found = |filters: Filters| -> Vec<String> {
+            let req = SearchRequest {
+                query: "zyzzyva".into(),
+                filters: Filters {
+                    project: Some("p".into()),
+                    ..filters
+                },
+                kinds: vec![Kind::Observation],
+                ..SearchRequest::default()
+            };
+            let mut ids: Vec<String> = search_with(&f.conn, &req, Some(&semantic))
+                .expect("search")
+                .iter()
+                .map(Hit::reference)
+                .collect();
+            ids.sort();
+            ids
+        };
+        let refs = |ids: &[i64]| -> Vec<String> {
+            let mut v: Vec<String> = ids
+                .iter()
+                .map(|&id| Kind::Observation.reference(id))
+                .collect();
+            v.sort();
+            v
+        };
+        // A concept is one of the memory's concepts, whatever its case; not a part of one.
+        for concept in ["gotcha", "Gotcha", " GOTCHA "] {
+            let c = Filters {
+                concept: Some(concept.into()),
+                ..Filters::default()
+            };
+            assert_eq!(found(c), refs(&[exact, upper]), "{concept:?}");
+        }
+        let typed = Filters {
+            types: vec!["bugfix".into()],
+            concept: Some("gotcha".into()),
+            ..Filters::default()
+        };
+        assert_eq!(found(typed), refs(&[exact]));
+        let queue_late = Filters {
+            types: vec!["bugfix".into()],
+            concept: Some("queue".into()),
+            since: Some(T0 + 50),
+            ..Filters::default()
+        };
+        assert_eq!(found(queue_late), refs(&[late]));
+        let by_file = Filters {
+            file: Some("src/b.rs".into()),
+            ..Filters::default()
+        };
+        assert_eq!(found(by_file), refs(&[upper]));
+        // A concept with no word in it is still compared exactly (no full-text lookup).
+        let none = Filters {
+            concept: Some("???".into()),
+            ..Filters::default()
+        };
+        assert!(found(none).is_empty());
+    }
+
+    #[test]
     fn a_project_is_matched_exactly_whatever_its_name() {
         let mut f = fixture();
         // Names that share words, prefixes, case or a last hex digit 'e' ('n' is 0x6e,

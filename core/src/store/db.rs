@@ -50,6 +50,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0008_fts_project",
         include_str!("../../../migrations/0008_fts_project.sql"),
     ),
+    (
+        "0009_type_index",
+        include_str!("../../../migrations/0009_type_index.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.
