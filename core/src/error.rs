@@ -29,6 +29,18 @@ pub enum Error {
         supported: i64,
     },
 
+    /// An older database that this process leaves for another to upgrade: a hook does not
+    /// run a migration, which may rebuild indexes for seconds (`OpenOptions::upgrade`).
+    #[error(
+        "database {} is at schema version {found}, this cairn writes version {supported}: the worker or the next cairn command upgrades it",
+        path.display()
+    )]
+    UpgradePending {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+
     /// The file is not a SQLite database, or is damaged.
     #[error("database {} is not a usable cairn database: {reason}", path.display())]
     NotADatabase { path: PathBuf, reason: String },

@@ -85,6 +85,53 @@ fn a_recorded_turn_becomes_observations_a_summary_and_a_daily_backup() {
 }
 
 #[test]
+fn a_hook_leaves_the_upgrade_of_an_older_database_to_the_worker() {
+    // A database of schema version 7, as the release before the full-text tables held the
+    // project: upgrading it rebuilds them (seconds for a large one), which a hook must not
+    // keep Claude Code waiting for.
+    let mut env = TestEnv::new();
+    offline(&mut env);
+    {
+        let db = env.db();
+        let mut files: Vec<_> = std::fs::read_dir(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations"),
+        )
+        .expect("migrations")
+        .map(|e| e.expect("entry").path())
+        .collect();
+        files.sort();
+        for file in &files[..7] {
+            db.execute_batch(&std::fs::read_to_string(file).expect("read"))
+                .expect("migrate");
+        }
+        db.execute_batch("PRAGMA user_version = 7; PRAGMA journal_mode = WAL;")
+            .expect("version");
+    }
+    let version = || env.count("SELECT user_version FROM pragma_user_version");
+    hook(&env, "SessionStart.json");
+    hook(&env, "UserPromptSubmit.json");
+    assert_eq!(version(), 7, "a hook upgraded the database");
+    let spooled = || {
+        std::fs::read_dir(env.data_dir.join("spool"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(spooled(), 2, "both events wait in the spool");
+    // The next cairn command upgrades it (and says what waits in the spool); the worker
+    // takes the events in.
+    let status = env.run("cairn", &["status"], b"");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("spool"), "{text}");
+    assert!(version() > 7, "cairn status upgraded the database");
+    worker_once(&env);
+    assert_eq!(spooled(), 0, "the worker took the events in");
+    assert_eq!(env.count("SELECT count(*) FROM user_prompts"), 1);
+    // Upgraded, the database takes hooks directly again.
+    hook(&env, "Stop.json");
+    assert_eq!(spooled(), 0);
+}
+
+#[test]
 fn an_event_spooled_while_the_database_was_locked_reaches_the_queue() {
     let mut env = TestEnv::new();
     offline(&mut env);

@@ -215,6 +215,7 @@ pub(crate) fn read_opts() -> OpenOptions {
     OpenOptions {
         busy_timeout: Duration::from_secs(3),
         create: false,
+        upgrade: true,
     }
 }
 

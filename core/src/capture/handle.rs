@@ -274,6 +274,7 @@ pub fn open_for_hook(dir: &DataDir, settings: &Settings) -> Result<Connection> {
     let opts = OpenOptions {
         busy_timeout: Duration::from_millis(settings.capture.lock_wait_ms),
         create: true,
+        upgrade: false,
     };
     let conn = match db::open_data_dir(dir, opts) {
         Err(crate::Error::NotADatabase { .. }) => {

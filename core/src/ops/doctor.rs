@@ -347,6 +347,7 @@ fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Connection> {
     let opts = OpenOptions {
         busy_timeout: Duration::from_secs(2),
         create: false,
+        ..OpenOptions::default()
     };
     let conn = match db::open_data_dir(dir, opts) {
         Ok(c) => c,

@@ -66,6 +66,11 @@ pub struct OpenOptions {
     /// Create the database file when missing (hooks and the worker do; most CLI commands
     /// do not, so that a typo in `CAIRN_DATA_DIR` is an error, not a new empty database).
     pub create: bool,
+    /// Upgrade an older database (a new one is always set up). Hooks do not: a migration
+    /// may rebuild indexes for seconds, which no hook may keep Claude Code waiting for; the
+    /// hook's event is spooled instead ([`Error::UpgradePending`]) and the worker it starts
+    /// upgrades the database and takes the event in.
+    pub upgrade: bool,
 }
 
 impl Default for OpenOptions {
@@ -73,6 +78,7 @@ impl Default for OpenOptions {
         Self {
             busy_timeout: Duration::from_secs(10),
             create: true,
+            upgrade: true,
         }
     }
 }
@@ -143,6 +149,13 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
     conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
         .map_err(not_db)?;
     if version < SCHEMA_VERSION {
+        if version > 0 && !opts.upgrade {
+            return Err(Error::UpgradePending {
+                path: path.to_path_buf(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
         migrate(&mut conn)?;
     }
     Ok(conn)
@@ -240,28 +253,31 @@ pub(crate) fn jitter(attempt: u32) -> Duration {
     Duration::from_millis(base / 2 + noise)
 }
 
-/// Applies the migrations this database lacks, each inside `BEGIN IMMEDIATE`, re-checking
+/// Applies the migrations this database lacks, all inside one `BEGIN IMMEDIATE`, reading
 /// the version inside the transaction so racing processes apply each one exactly once.
 pub fn migrate(conn: &mut Connection) -> Result<()> {
+    // One transaction for every pending migration: no other connection ever sees a
+    // database half-way (a version between the old and the new), which a hook would take
+    // for an older one to leave alone (`OpenOptions::upgrade`).
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let current = schema_version(&tx)?;
+    if current > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            path: tx.path().map(Into::into).unwrap_or_default(),
+            found: current,
+            supported: SCHEMA_VERSION,
+        });
+    }
     for (index, (name, sql)) in MIGRATIONS.iter().enumerate() {
         let target = index as i64 + 1;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let current = schema_version(&tx)?;
-        if current > SCHEMA_VERSION {
-            return Err(Error::SchemaTooNew {
-                path: tx.path().map(Into::into).unwrap_or_default(),
-                found: current,
-                supported: SCHEMA_VERSION,
-            });
-        }
         if current >= target {
             continue;
         }
         log::info!("applying migration {name}");
         tx.execute_batch(sql)?;
         tx.execute_batch(&format!("PRAGMA user_version = {target}"))?;
-        tx.commit()?;
     }
+    tx.commit()?;
     Ok(())
 }
 

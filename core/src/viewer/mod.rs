@@ -148,6 +148,7 @@ fn open(dir: &DataDir) -> Result<Connection> {
         OpenOptions {
             busy_timeout: Duration::from_secs(3),
             create: false,
+            ..OpenOptions::default()
         },
     )?;
     search::tune_for_reading(&conn)?;

@@ -160,6 +160,7 @@ mod tests {
             OpenOptions {
                 busy_timeout: std::time::Duration::from_millis(20),
                 create: true,
+                ..OpenOptions::default()
             },
         )
         .expect("open");

@@ -337,6 +337,7 @@ fn open_or_create(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
         OpenOptions {
             create: true,
             busy_timeout: Duration::from_secs(15),
+            upgrade: true,
         },
     )
     .map_err(explain)
