@@ -152,15 +152,17 @@ fn quote_term(t: &Term) -> String {
 }
 
 /// `text` as one FTS5 string (a phrase of its words): in double quotes, inner quotes
-/// doubled. The only way text from outside reaches a `MATCH` expression.
+/// doubled, a NUL (which would end the string early for SQLite) read as a space. The only
+/// way text from outside reaches a `MATCH` expression.
 pub(crate) fn quoted(text: &str) -> String {
     let mut s = String::with_capacity(text.len() + 2);
     s.push('"');
     for c in text.chars() {
-        if c == '"' {
-            s.push('"');
+        match c {
+            '"' => s.push_str("\"\""),
+            '\0' => s.push(' '),
+            c => s.push(c),
         }
-        s.push(c);
     }
     s.push('"');
     s
