@@ -167,6 +167,31 @@ fn the_launcher_installs_a_verified_release_on_first_use() {
 }
 
 #[test]
+fn an_installation_left_by_a_dead_process_is_taken_over() {
+    let env = TestEnv::new();
+    let url = serve(release(env.tmp.path()));
+    let data = env.tmp.path().join("plugin-data");
+    let lock = data.join(".installing");
+    std::fs::create_dir_all(&lock).expect("lock");
+    // A live installer (this test's own process) is waited for, not raced.
+    std::fs::write(lock.join("pid"), std::process::id().to_string()).expect("pid");
+    let out = run(&data, &url, &["cairn", "mcp"], "");
+    assert_eq!(out.status.code(), Some(1), "{}", log(&data));
+    assert!(log(&data).contains("already under way"), "{}", log(&data));
+    assert!(!data.join("bin/cairn").exists());
+    // One that died (a process that has exited) left its lock behind: taken over.
+    let mut gone = Command::new("true").spawn().expect("spawn");
+    let pid = gone.id();
+    gone.wait().expect("wait");
+    std::fs::write(lock.join("pid"), pid.to_string()).expect("pid");
+    let out = run(&data, &url, &["cairn", "mcp"], "");
+    assert_eq!(out.status.code(), Some(0), "{}", log(&data));
+    assert!(log(&data).contains("taking over"), "{}", log(&data));
+    assert!(data.join("bin/cairn").is_file());
+    assert!(!lock.exists(), "the lock is released");
+}
+
+#[test]
 fn a_hook_before_the_install_returns_at_once_and_stores_nothing_raw() {
     let env = TestEnv::new();
     let url = serve(release(env.tmp.path()));
@@ -503,6 +528,23 @@ fn a_real_claude_code_session_is_remembered_through_the_installed_plugin() {
     cli(&["plugin", "marketplace", "add", &repo]);
     let config = format!("release_url={url}");
     cli(&["plugin", "install", "cairn@cairn", "--config", &config]);
+    // cairn's binaries are installed from the release by the plugin's launcher before the
+    // session, as its first use would (the launcher is the plugin's, in the plugin's data
+    // directory). Left to the session's first hook, the installation races the session: a
+    // hook that finds it under way drops its event
+    // (`a_hook_before_the_install_returns_at_once_and_stores_nothing_raw`), and how long it
+    // takes depends on the machine's load.
+    let plugin_data = home.join(".claude/plugins/data/cairn-cairn");
+    let installed = Command::new(launcher())
+        .args(["cairn", "--version"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("CLAUDE_PLUGIN_DATA", &plugin_data)
+        .env("CLAUDE_PLUGIN_OPTION_RELEASE_URL", &url)
+        .output()
+        .expect("launcher");
+    assert!(installed.status.success(), "{}", log(&plugin_data));
 
     let out = cli(&[
         "-p",
