@@ -479,8 +479,12 @@ fn turn_events(sid: &str, turn: usize) -> Vec<String> {
 fn a_database_damaged_under_the_worker_is_recovered_with_its_newer_rows() {
     use std::io::{Seek, SeekFrom, Write};
     let env = TestEnv::new();
+    // Hooks and worker read the same capture.lock_wait_ms, as from one settings.json: the
+    // recovery keeps hooks off the damaged file for that long.
     let hook = |e: &str| {
-        let out = env.run("cairn-hook", &[], e.as_bytes());
+        let mut c = env.cmd("cairn-hook");
+        c.env("CAIRN_CAPTURE__LOCK_WAIT_MS", "200");
+        let out = run_with_stdin(c, e.as_bytes());
         assert_eq!(stdout(&out), PLAIN);
     };
     for e in turn_events("s", 1) {
@@ -553,10 +557,48 @@ fn a_database_damaged_under_the_worker_is_recovered_with_its_newer_rows() {
         .expect("integrity");
     assert_eq!(integrity, "ok");
     // Everything newer than the backup was salvaged: turn 2's prompt, jobs and results.
-    assert_eq!(env.count("SELECT count(*) FROM user_prompts"), 3);
+    let rows = |db: &rusqlite::Connection, sql: &str| -> Vec<String> {
+        db.prepare(sql)
+            .and_then(|mut st| {
+                st.query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .unwrap_or_else(|e| vec![e.to_string()])
+    };
+    let explain = || {
+        let damaged = std::fs::read_dir(env.data_dir.join("backups"))
+            .expect("backups")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| {
+                p.to_string_lossy().ends_with(".db") && p.to_string_lossy().contains("damaged")
+            })
+            .map(|p| rusqlite::Connection::open(p).expect("damaged"));
+        let q1 =
+            "SELECT id || ' ' || session_id || ' ' || prompt_number FROM user_prompts ORDER BY id";
+        let q2 = "SELECT id || ' ' || session_id || ' ' || coalesce(dedupe_key, '') || ' ' || status FROM pending_messages ORDER BY id";
+        format!(
+            "live prompts {:?}\nlive jobs {:?}\ndamaged prompts {:?}\ndamaged jobs {:?}\nspool {:?}",
+            rows(&env.db(), q1),
+            rows(&env.db(), q2),
+            damaged.as_ref().map(|d| rows(d, q1)),
+            damaged.as_ref().map(|d| rows(d, q2)),
+            std::fs::read_dir(env.data_dir.join("spool"))
+                .map(|d| d.count())
+                .ok()
+        )
+    };
+    assert_eq!(
+        env.count("SELECT count(*) FROM user_prompts"),
+        3,
+        "{}",
+        explain()
+    );
     assert_eq!(
         env.count("SELECT count(*) FROM pending_messages WHERE session_id = 's'"),
-        6
+        6,
+        "{}",
+        explain()
     );
     assert_eq!(
         env.count("SELECT count(*) FROM session_summaries WHERE session_id = 's'"),

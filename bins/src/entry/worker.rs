@@ -137,7 +137,11 @@ fn run(args: Args) -> anyhow::Result<u8> {
             // A damaged database: recovered once per run (a second failure is an error).
             Err(e) if e.is_corrupt() && !recovered => {
                 recovered = true;
-                recover(&dir, &e)?;
+                recover(
+                    &dir,
+                    &e,
+                    Duration::from_millis(settings.capture.lock_wait_ms),
+                )?;
                 worker::pipeline::Report {
                     reopen: true,
                     ..Default::default()
@@ -167,10 +171,10 @@ fn run(args: Args) -> anyhow::Result<u8> {
 
 /// Recovers a damaged database (`store::recover`), logs what it did and raises a notice
 /// for `cairn status`.
-fn recover(dir: &DataDir, cause: &cairn_core::Error) -> anyhow::Result<()> {
+fn recover(dir: &DataDir, cause: &cairn_core::Error, hook_wait: Duration) -> anyhow::Result<()> {
     let now = cairn_core::clock::now_ms();
     log::error!("the database is damaged ({cause}); recovering it from the newest backup");
-    let done = cairn_core::store::recover::recover(dir, now)
+    let done = cairn_core::store::recover::recover(dir, now, hook_wait)
         .context("cannot recover the damaged database")?;
     let message = done.describe();
     log::warn!("{message}");

@@ -4,17 +4,22 @@
 //!
 //! 1. The newest backup that passes `quick_check` (daily or manual) is copied beside the
 //!    database and migrated; with none, an empty database is the base.
-//! 2. The damaged file (with its WAL, which holds the latest commits) is moved aside to
-//!    `backups/cairn-damaged-<time>.db`, and the copy takes its place.
-//! 3. Every row the damaged file can still give that the backup lacks is copied back
-//!    (`salvage`): sessions, prompts, jobs, observations, summaries, row by row, so one
-//!    unreadable page costs only its rows. A row whose session is unreadable brings a
-//!    minimal session row along.
-//! 4. What was done, and how many rows could not be read, is returned for the caller to
+//! 2. The damaged file's write lock is taken, so hooks wait on it and then spool.
+//! 3. Every row the damaged file (with its WAL, which holds the latest commits) can still
+//!    give that the backup lacks is copied into the copy (`salvage`): sessions, prompts,
+//!    jobs, observations, summaries, row by row, so one unreadable page costs only its
+//!    rows. A row whose session is unreadable brings a minimal session row along.
+//! 4. The damaged file is moved aside to `backups/cairn-damaged-<time>.db` and the copy
+//!    takes its place; the lock is held until every hook that opened the damaged file has
+//!    given up on it (`capture.lock_wait_ms`).
+//! 5. What was done, and how many rows could not be read, is returned for the caller to
 //!    log and raise as a notice (`store::incidents`).
 //!
 //! Hooks that meet the damaged file meanwhile cannot write it and spool their events; the
-//! worker ingests them once it runs again on the recovered file. A job whose status
+//! worker ingests them once it runs again on the recovered file. Salvaging before the copy
+//! takes the file's place matters: a hook writing the new file during the salvage took
+//! ids that salvaged rows then could not have, and those rows were lost (1 run in about
+//! 16 of the end-to-end test). A job whose status
 //! changed after the backup is pending again there: running it again stores nothing twice
 //! (content hashes, one summary per turn).
 
@@ -114,8 +119,15 @@ fn sound(path: &Path) -> bool {
 }
 
 /// Recovers the data dir's damaged database (see the module comment). The caller holds the
-/// worker lock and has closed its connections to the damaged file.
-pub fn recover(dir: &DataDir, now: i64) -> Result<Recovery> {
+/// worker lock and has closed its connections to the damaged file. `hook_wait` is how long
+/// a hook waits for the database before it spools its event (`capture.lock_wait_ms`).
+///
+/// Hooks keep running meanwhile, so the rows are salvaged into the restored copy before it
+/// takes the damaged file's place (a hook writing the new file during the salvage took ids
+/// the salvaged rows then could not have), and the damaged file's write lock is held from
+/// before the salvage until every hook that opened it has given up and spooled its event
+/// (a hook that wrote it after the salvage read would have lost its event).
+pub fn recover(dir: &DataDir, now: i64, hook_wait: std::time::Duration) -> Result<Recovery> {
     let live = dir.db();
     let stamp: String = crate::clock::iso_utc(now)
         .chars()
@@ -133,22 +145,40 @@ pub fn recover(dir: &DataDir, now: i64) -> Result<Recovery> {
         std::fs::copy(from, &base).map_err(|e| Error::io("cannot copy backup", from, e))?;
     }
     crate::store::paths::ensure_private_file(&base)?;
-    // Migrated to this cairn's schema, then closed: the last close checkpoints the WAL
-    // away, so the file moves alone.
-    drop(db::open(
-        &base,
-        OpenOptions {
-            create: true,
-            ..OpenOptions::default()
-        },
-    )?);
+
+    // Hooks off the damaged file: they wait, then spool. Best effort: a file too damaged
+    // to lock is salvaged all the same.
+    let guard = Connection::open_with_flags(&live, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        .and_then(|c| {
+            c.busy_timeout(hook_wait + std::time::Duration::from_secs(1))?;
+            c.execute_batch("BEGIN IMMEDIATE")?;
+            Ok(c)
+        })
+        .map_err(|e| log::warn!("cannot hold the damaged database's write lock: {e}"))
+        .ok();
+
+    // Migrated to this cairn's schema, the damaged file's rows copied in, then closed: the
+    // last close checkpoints the WAL away, so the file moves alone.
+    let (salvaged, unreadable) = {
+        let mut conn = db::open(
+            &base,
+            OpenOptions {
+                create: true,
+                ..OpenOptions::default()
+            },
+        )?;
+        salvage(&mut conn, &live)?
+    };
 
     let damaged = dir.backups().join(format!("cairn-damaged-{stamp}.db"));
     crate::store::backup::move_aside(&live, &damaged)?;
     std::fs::rename(&base, &live).map_err(|e| Error::io("cannot move into place", &base, e))?;
-
-    let mut conn = db::open_data_dir(dir, OpenOptions::default())?;
-    let (salvaged, unreadable) = salvage(&mut conn, &damaged)?;
+    if let Some(guard) = guard {
+        // A hook that opened the damaged file before it moved is waiting for this lock:
+        // held until it has given up.
+        std::thread::sleep(hook_wait + std::time::Duration::from_secs(1));
+        drop(guard);
+    }
     Ok(Recovery {
         damaged_kept_at: damaged,
         restored_from,
@@ -159,11 +189,29 @@ pub fn recover(dir: &DataDir, now: i64) -> Result<Recovery> {
 
 type Counts = Vec<(String, u64)>;
 
+/// `file:` URI opening `path` read-only (every byte but unreserved ones and `/`
+/// percent-encoded).
+fn read_only_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?mode=ro");
+    uri
+}
+
 /// Copies every readable row of `damaged` that `conn`'s database lacks: the sessions
 /// (scanned until a read fails), then the rows of [`TABLES`] past each table's largest id
 /// in `conn`, one by one.
 fn salvage(conn: &mut Connection, damaged: &Path) -> Result<(Counts, Counts)> {
-    conn.execute("ATTACH DATABASE ?1 AS damaged", [damaged.to_string_lossy()])?;
+    // Read only: the damaged file is never written, and a write transaction of `conn`
+    // must not wait for the write lock the recovery holds on it.
+    conn.execute("ATTACH DATABASE ?1 AS damaged", [read_only_uri(damaged)])?;
     let result = (|| -> Result<(Counts, Counts)> {
         let mut salvaged = Vec::new();
         let mut unreadable = Vec::new();
@@ -365,7 +413,7 @@ mod tests {
             db::open_data_dir(&dd, OpenOptions::default()).and_then(|c| db::integrity_problems(&c));
         assert!(check.is_err() || !check.expect("checked").is_empty());
 
-        let r = recover(&dd, 5_000).expect("recover");
+        let r = recover(&dd, 5_000, std::time::Duration::ZERO).expect("recover");
         assert!(r.restored_from.is_some());
         assert!(r.damaged_kept_at.exists());
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
@@ -408,7 +456,7 @@ mod tests {
         if leaf > 0 {
             smash(&dd.db(), leaf as u64);
         }
-        let r = recover(&dd, 5_000).expect("recover");
+        let r = recover(&dd, 5_000, std::time::Duration::ZERO).expect("recover");
         assert_eq!(r.restored_from, None);
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
         let prompts: i64 = conn
