@@ -96,7 +96,7 @@ impl Query {
             if is_stop_word(&w[0]) && is_stop_word(&w[1]) {
                 continue;
             }
-            let pair = format!("\"{} {}\"", w[0], w[1]).to_lowercase();
+            let pair = quoted(&format!("{} {}", w[0], w[1]).to_lowercase());
             if !out.contains(&pair) {
                 out.push(pair);
             }

@@ -28,9 +28,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
-use super::search::{
-    Candidate, Filters, Kind, beside_the_match, push_filters, scoped_match, table,
-};
+use super::search::{Candidate, Filters, Kind, full_text_led, push_filters, table};
 use crate::error::{Error, Result};
 
 /// Candidates taken from each side (more when a page further down is asked for).
@@ -275,9 +273,7 @@ pub(super) fn pool_statement(
     let t = table(kind);
     let fts = t.fts;
     let score = t.bm25();
-    let mut args: Vec<Value> = vec![Value::Text(scoped_match(any, f))];
-    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
-    push_filters(kind, &beside_the_match(f), true, &mut args, &mut wheres);
+    let (mut args, wheres) = full_text_led(kind, any, f);
     args.push(Value::Integer(pool as i64));
     let limit = args.len();
     let sql = if wheres.len() == 1 {
@@ -324,22 +320,16 @@ fn allowed_ids(
     let mut out = HashMap::new();
     for &kind in kinds {
         let t = table(kind);
-        let mut args = Vec::new();
-        let mut wheres = Vec::new();
-        let from = match (&concept, kind) {
+        let (args, wheres, from) = match (&concept, kind) {
             (Some(phrase), Kind::Observation) => {
-                args.push(Value::Text(scoped_match(phrase, f)));
-                wheres.push(format!("{} MATCH ?1", t.fts));
-                push_filters(kind, &beside_the_match(f), true, &mut args, &mut wheres);
-                format!(
-                    "{fts} JOIN {table} t ON t.id = {fts}.rowid",
-                    fts = t.fts,
-                    table = t.table
-                )
+                let (args, wheres) = full_text_led(kind, phrase, f);
+                (args, wheres, t.joined_rows(f))
             }
             _ => {
+                let mut args = Vec::new();
+                let mut wheres = Vec::new();
                 push_filters(kind, f, false, &mut args, &mut wheres);
-                format!("{} t", t.table)
+                (args, wheres, format!("{} t", t.table))
             }
         };
         let sql = format!(

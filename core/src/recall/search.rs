@@ -466,12 +466,9 @@ fn window_statement(
         Order::Relevance => t.bm25(),
         Order::Newest | Order::Oldest => "NULL".into(),
     };
-    // `?1` is the MATCH expression, narrowed to the project; the other filters follow. A
-    // unary `+` keeps SQLite from driving the join from a `created_at` index (one
+    // A unary `+` keeps SQLite from driving the join from a `created_at` index (one
     // full-text evaluation per row): the full-text index always leads.
-    let mut args: Vec<Value> = vec![Value::Text(scoped_match(&fts_match, f))];
-    let mut wheres: Vec<String> = vec![format!("{fts} MATCH ?1")];
-    push_filters(kind, &beside_the_match(f), true, &mut args, &mut wheres);
+    let (mut args, wheres) = full_text_led(kind, &fts_match, f);
     let from = t.joined_rows(f);
     // The window: the RANK_WINDOW newest matches (oldest, for `Order::Oldest`) that pass
     // the filters, found and scored in one walk of the full-text index in rowid order.
@@ -596,14 +593,25 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
     }))
 }
 
-/// `expr`, a MATCH expression, narrowed to the filters' project when they name one: the
-/// full-text index then intersects the words with the project's key (migration 0008) and
-/// reads no row of another project.
-pub(super) fn scoped_match(expr: &str, f: &Filters) -> String {
-    match &f.project {
+/// The arguments and WHERE terms of a statement led by the full-text index: `?1`, the
+/// MATCH expression `expr` narrowed to the filters' project when they name one (the index
+/// then intersects the words with the project's key, migration 0008, and reads no row of
+/// another project), then every other filter, indexed columns written `+t.column` (see
+/// [`search_kind`]).
+pub(super) fn full_text_led(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>, Vec<String>) {
+    let fts = table(kind).fts;
+    let scoped = match &f.project {
         Some(p) => format!("({expr}) AND project_key : \"{}\"", project_key(p)),
         None => expr.to_string(),
-    }
+    };
+    let mut args = vec![Value::Text(scoped)];
+    let mut wheres = vec![format!("{fts} MATCH ?1")];
+    let rest = Filters {
+        project: None,
+        ..f.clone()
+    };
+    push_filters(kind, &rest, true, &mut args, &mut wheres);
+    (args, wheres)
 }
 
 /// The word a project is indexed by in the `project_key` columns: `'x' || hex(project)`,
@@ -615,15 +623,6 @@ fn project_key(project: &str) -> String {
         key.push_str(&format!("{b:02x}"));
     }
     key
-}
-
-/// The filters a statement led by a [`scoped_match`] expression still applies to the rows:
-/// all but the project.
-pub(super) fn beside_the_match(f: &Filters) -> Filters {
-    Filters {
-        project: None,
-        ..f.clone()
-    }
 }
 
 /// With `no_index`, the indexed columns are written `+t.column` so that SQLite does not
