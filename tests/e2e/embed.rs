@@ -11,7 +11,7 @@ use cairn_core::recall::embed::bert::Bert;
 use serde_json::Value;
 
 use crate::recall::{T0, cairn, project_dir};
-use crate::support::{TestEnv, model_dir, stderr, stdout};
+use crate::support::{TestEnv, model_dir, read_request, stderr, stdout};
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
@@ -340,22 +340,10 @@ fn serve_model(dir: &Path, bad_tokenizer: Option<Vec<u8>>) -> String {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut request = String::new();
-            if reader.read_line(&mut request).is_err() {
+            let Some(request) = read_request(&mut reader) else {
                 continue;
-            }
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).map_or(true, |n| n == 0) || line == "\r\n" {
-                    break;
-                }
-            }
-            let path = request
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or("/")
-                .trim_start_matches('/')
-                .to_string();
+            };
+            let path = request.path.trim_start_matches('/').to_string();
             let body = match (&bad_tokenizer, path.as_str()) {
                 (Some(bad), "tokenizer.json") => Some(bad.clone()),
                 _ => std::fs::File::open(dir.join(&path)).ok().map(|mut f| {

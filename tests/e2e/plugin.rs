@@ -4,14 +4,14 @@
 //! `CAIRN_TEST_CLAUDE`, which `.ci/run` installs from npm; the model is a stand-in
 //! Messages API on 127.0.0.1).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::TestEnv;
+use crate::support::{HttpRequest, TestEnv, read_request};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -86,16 +86,10 @@ fn serve(dir: PathBuf) -> String {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut request = String::new();
-            let _ = reader.read_line(&mut request);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
-                    break;
-                }
-            }
-            let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
-            let file = dir.join(path.trim_start_matches('/'));
+            let Some(request) = read_request(&mut reader) else {
+                continue;
+            };
+            let file = dir.join(request.path.trim_start_matches('/'));
             let (status, body) = match std::fs::read(&file) {
                 Ok(b) if file.is_file() => ("200 OK", b),
                 _ => ("404 Not Found", b"not found".to_vec()),
@@ -365,29 +359,8 @@ fn messages_api(file: PathBuf, seen: std::sync::Arc<std::sync::Mutex<Vec<String>
 }
 
 fn answer(mut stream: std::net::TcpStream, file: &Path, seen: &std::sync::Mutex<Vec<String>>) {
-    use std::io::Read;
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    loop {
-        let mut request = String::new();
-        if reader.read_line(&mut request).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':')
-                && k.eq_ignore_ascii_case("content-length")
-            {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0u8; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
+    while let Some(HttpRequest { body, .. }) = read_request(&mut reader) {
         seen.lock()
             .expect("lock")
             .push(String::from_utf8_lossy(&body).into_owned());

@@ -2,7 +2,7 @@
 //! opening the database they wrote.
 #![allow(dead_code)]
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -225,4 +225,37 @@ impl TestEnv {
         c.args(args);
         c
     }
+}
+
+/// One request read by a stand-in HTTP server of the tests (a model, a release host).
+pub struct HttpRequest {
+    /// The request line's target, as sent (`/v1/messages`, `/cairn-x.tar.gz`).
+    pub path: String,
+    /// The body (`Content-Length` bytes).
+    pub body: Vec<u8>,
+}
+
+/// Reads the next HTTP/1.1 request from `reader`: `None` when the client closed the
+/// connection or a read failed.
+pub fn read_request(reader: &mut impl BufRead) -> Option<HttpRequest> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let mut length = 0usize;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = header.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(HttpRequest { path, body })
 }

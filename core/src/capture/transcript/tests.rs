@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::*;
-use crate::capture::handle::{HookInput, Outcome};
 use crate::capture::hook::Event;
+use crate::capture::testing::{q, run as hook};
 use crate::store::db::OpenOptions;
 use crate::store::paths::DataDir;
 
@@ -363,26 +363,6 @@ fn conn(dd: &DataDir) -> Connection {
         },
     )
     .expect("open")
-}
-
-fn hook(dd: &DataDir, s: &Settings, json: &str, now: i64) -> Outcome {
-    crate::capture::handle::handle(
-        dd,
-        s,
-        &HookInput {
-            bytes: json.as_bytes(),
-            total_len: json.len() as u64,
-            incomplete: None,
-            explicit_event: None,
-            project_dir: None,
-            settings_error: None,
-        },
-        now,
-    )
-}
-
-fn q(c: &Connection, sql: &str) -> i64 {
-    c.query_row(sql, [], |r| r.get(0)).expect(sql)
 }
 
 fn write_transcript(dir: &Path, sid: &str, text: &str) -> Source {
