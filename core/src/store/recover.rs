@@ -16,12 +16,9 @@
 //!    log and raise as a notice (`store::incidents`).
 //!
 //! Hooks that meet the damaged file meanwhile cannot write it and spool their events; the
-//! worker ingests them once it runs again on the recovered file. Salvaging before the copy
-//! takes the file's place matters: a hook writing the new file during the salvage took
-//! ids that salvaged rows then could not have, and those rows were lost (1 run in about
-//! 16 of the end-to-end test). A job whose status
-//! changed after the backup is pending again there: running it again stores nothing twice
-//! (content hashes, one summary per turn).
+//! worker ingests them once it runs again on the recovered file (why the order above
+//! matters: [`recover`]). A job whose status changed after the backup is pending again
+//! there: running it again stores nothing twice (content hashes, one summary per turn).
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +36,10 @@ const TABLES: &[&str] = &[
     "observations",
     "session_summaries",
 ];
+
+/// How much longer than a hook waits for the database the recovery holds the damaged
+/// file's write lock after the files are swapped.
+const HOOK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Consecutive missing ids after which probing a table whose largest id cannot be read
 /// stops.
@@ -150,7 +151,7 @@ pub fn recover(dir: &DataDir, now: i64, hook_wait: std::time::Duration) -> Resul
     // to lock is salvaged all the same.
     let guard = Connection::open_with_flags(&live, OpenFlags::SQLITE_OPEN_READ_WRITE)
         .and_then(|c| {
-            c.busy_timeout(hook_wait + std::time::Duration::from_secs(1))?;
+            c.busy_timeout(hook_wait + HOOK_GRACE)?;
             c.execute_batch("BEGIN IMMEDIATE")?;
             Ok(c)
         })
@@ -176,7 +177,7 @@ pub fn recover(dir: &DataDir, now: i64, hook_wait: std::time::Duration) -> Resul
     if let Some(guard) = guard {
         // A hook that opened the damaged file before it moved is waiting for this lock:
         // held until it has given up.
-        std::thread::sleep(hook_wait + std::time::Duration::from_secs(1));
+        std::thread::sleep(hook_wait + HOOK_GRACE);
         drop(guard);
     }
     Ok(Recovery {

@@ -153,8 +153,7 @@ pub struct Bert {
 
 /// The tensors of a `.safetensors` file, each read from the file when the model asks for
 /// it. Reading the whole file first held it (90 MB for all-MiniLM-L6-v2) beside the tensors
-/// made from it: the worker's peak memory was twice the weights (188 MB against 100 MB
-/// after loading).
+/// made from it: loading peaked at twice the weights (188 MB against 100 MB once loaded).
 struct Weights {
     file: std::fs::File,
     path: std::path::PathBuf,
