@@ -1,8 +1,15 @@
-//! The plain record of one captured event: what `handle::apply` writes and what a spool
-//! file holds. Data only (no I/O), so the spool can store it without depending on the
-//! code that writes it.
+//! The plain record of one captured event, and turning it into rows. A hook event becomes
+//! a record ([`prepare`]: cleaned, pure), a record becomes rows ([`apply`]: one writer for
+//! the hook, the worker's spool ingestion, transcript imports and the quarantine's
+//! replay). The record itself is data only, serializable: a spool file holds one.
+
+mod apply;
+mod prepare;
 
 use serde::{Deserialize, Serialize};
+
+pub use apply::{Applied, apply, turn_of};
+pub use prepare::{is_excluded, is_own_tool, prepare};
 
 use crate::queue::payload::{ToolEvent, TurnEnd};
 
