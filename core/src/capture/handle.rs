@@ -2,7 +2,7 @@
 //! answer ([`handle`]). The input is decoded (`hook`), made a record and written
 //! ([`prepare`], [`apply`], beside the record type in `capture::record`) in one
 //! transaction, spooled when the database cannot take it, or kept in the quarantine when
-//! it is not a capturable event; the answer carries the
+//! it is not a capturable event (one path: a `Rejected` input); the answer carries the
 //! SessionStart context block (not on `resume` unless `capture.context_on_resume`). Also
 //! the quarantine's [`replay`], which gives kept inputs the same path again.
 //!
@@ -160,62 +160,9 @@ pub fn handle_with(
         };
         (outcome, None)
     };
-    if let Some(why) = &input.incomplete {
-        let name = hook::sniff_name(input.bytes);
-        return plain(quarantine_input(
-            dir,
-            settings,
-            input,
-            name,
-            why,
-            false,
-            connect(),
-            now,
-        ));
-    }
-    let event = match hook::decode(input.bytes, input.explicit_event) {
-        Ok(e) => e,
-        Err(e) => {
-            let (name, uncaptured) = match &e {
-                DecodeError::NotCaptured(n) => (Some(n.clone()), true),
-                _ => (hook::sniff_name(input.bytes), false),
-            };
-            return plain(quarantine_input(
-                dir,
-                settings,
-                input,
-                name,
-                &e.to_string(),
-                uncaptured,
-                connect(),
-                now,
-            ));
-        }
-    };
-    if !event.common().ignored.is_empty() {
-        log::warn!(
-            "{}: {} field(s) of the wrong type ignored: {}",
-            event.name(),
-            event.common().ignored.len(),
-            event.common().ignored.join(", ")
-        );
-    }
-    let cwd = match (event.common().cwd.as_str(), input.project_dir) {
-        ("", Some(dir)) if !dir.is_empty() => hook::cap_id(dir.to_string(), hook::MAX_PATH_BYTES),
-        ("", _) => {
-            let why = DecodeError::Missing("cwd").to_string();
-            return plain(quarantine_input(
-                dir,
-                settings,
-                input,
-                Some(event.name().to_string()),
-                &why,
-                false,
-                connect(),
-                now,
-            ));
-        }
-        (cwd, _) => cwd.to_string(),
+    let (event, cwd) = match accept(input) {
+        Ok(accepted) => accepted,
+        Err(rejected) => return plain(rejected.quarantine(dir, settings, input, connect(), now)),
     };
     let project = crate::capture::project::detect(std::path::Path::new(&cwd));
     if let Some(why) = input.settings_error {
@@ -424,38 +371,95 @@ fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i6
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn quarantine_input(
-    dir: &DataDir,
-    settings: &Settings,
-    input: &HookInput,
-    name: Option<String>,
-    why: &str,
+/// The event of an input and its working directory (`CLAUDE_PROJECT_DIR` when the payload
+/// has none), or why the input goes to the quarantine: it was read only in part, it is not
+/// an event cairn captures, or it has no working directory.
+fn accept(input: &HookInput) -> std::result::Result<(Event, String), Rejected> {
+    if let Some(why) = &input.incomplete {
+        return Err(Rejected {
+            event: hook::sniff_name(input.bytes),
+            reason: why.clone(),
+            uncaptured: false,
+        });
+    }
+    let event = hook::decode(input.bytes, input.explicit_event).map_err(|e| {
+        let (event, uncaptured) = match &e {
+            DecodeError::NotCaptured(n) => (Some(n.clone()), true),
+            _ => (hook::sniff_name(input.bytes), false),
+        };
+        Rejected {
+            event,
+            reason: e.to_string(),
+            uncaptured,
+        }
+    })?;
+    if !event.common().ignored.is_empty() {
+        log::warn!(
+            "{}: {} field(s) of the wrong type ignored: {}",
+            event.name(),
+            event.common().ignored.len(),
+            event.common().ignored.join(", ")
+        );
+    }
+    let cwd = match (event.common().cwd.as_str(), input.project_dir) {
+        ("", Some(dir)) if !dir.is_empty() => hook::cap_id(dir.to_string(), hook::MAX_PATH_BYTES),
+        ("", _) => {
+            return Err(Rejected {
+                event: Some(event.name().to_string()),
+                reason: DecodeError::Missing("cwd").to_string(),
+                uncaptured: false,
+            });
+        }
+        (cwd, _) => cwd.to_string(),
+    };
+    Ok((event, cwd))
+}
+
+/// An input the hook does not write as an event, and what it could tell of it: the one
+/// way into the quarantine.
+#[derive(Debug)]
+struct Rejected {
+    /// The event's name, when it could be read.
+    event: Option<String>,
+    reason: String,
+    /// A well-formed event of a kind cairn does not capture.
     uncaptured: bool,
-    conn: Result<Connection>,
-    now: i64,
-) -> Stored {
-    let mut entry = quarantine::Entry::new(
-        name,
-        why,
-        input.bytes,
-        input.total_len,
-        settings.capture.redact_secrets,
-    );
-    entry.uncaptured = uncaptured;
-    log::warn!(
-        "input quarantined ({} bytes, event {}): {}",
-        entry.raw_len,
-        entry.event.as_deref().unwrap_or("unknown"),
-        entry.reason
-    );
-    let written = conn.and_then(|mut c| db::write(&mut c, |tx| quarantine::add(tx, &entry, now)));
-    match written {
-        Ok(_) => Stored::Quarantined,
-        Err(e) => match spool_record(dir, &spool::Item::Quarantine(entry), &e, now) {
-            Stored::Spooled(_) => Stored::Quarantined,
-            other => other,
-        },
+}
+
+impl Rejected {
+    /// Keeps the input in the quarantine, or spools it for the quarantine when the
+    /// database cannot take it.
+    fn quarantine(
+        self,
+        dir: &DataDir,
+        settings: &Settings,
+        input: &HookInput,
+        conn: Result<Connection>,
+        now: i64,
+    ) -> Stored {
+        let mut entry = quarantine::Entry::new(
+            self.event,
+            self.reason,
+            input.bytes,
+            input.total_len,
+            settings.capture.redact_secrets,
+        );
+        entry.uncaptured = self.uncaptured;
+        log::warn!(
+            "input quarantined ({} bytes, event {}): {}",
+            entry.raw_len,
+            entry.event.as_deref().unwrap_or("unknown"),
+            entry.reason
+        );
+        let written =
+            conn.and_then(|mut c| db::write(&mut c, |tx| quarantine::add(tx, &entry, now)));
+        match written {
+            Ok(_) => Stored::Quarantined,
+            Err(e) => match spool_record(dir, &spool::Item::Quarantine(entry), &e, now) {
+                Stored::Spooled(_) => Stored::Quarantined,
+                other => other,
+            },
+        }
     }
 }
 
