@@ -17,7 +17,7 @@
 
 use rusqlite::Transaction;
 
-use crate::capture::record::{Action, Record};
+use super::types::{Action, Record};
 use crate::error::Result;
 use crate::memory::sessions::{self, NewPrompt, PromptRecorded};
 use crate::queue;

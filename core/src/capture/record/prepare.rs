@@ -15,8 +15,8 @@
 //! [`payload::ToolEvent`]: crate::queue::payload::ToolEvent
 //! [`payload::TurnEnd`]: crate::queue::payload::TurnEnd
 
+use super::types::{Action, Record};
 use crate::capture::hook::Event;
-use crate::capture::record::{Action, Record};
 use crate::privacy::Privacy;
 use crate::queue::payload::{ToolEvent, TurnEnd};
 use crate::settings::CaptureSettings;

@@ -1,15 +1,8 @@
-//! The plain record of one captured event, and turning it into rows. A hook event becomes
-//! a record ([`prepare`]: cleaned, pure), a record becomes rows ([`apply`]: one writer for
-//! the hook, the worker's spool ingestion, transcript imports and the quarantine's
-//! replay). The record itself is data only, serializable: a spool file holds one.
-
-mod apply;
-mod prepare;
+//! The plain record of one captured event: what `apply` writes and what a spool file
+//! holds. Data only (no I/O): the lowest file of `record`, which `prepare` and `apply` use
+//! and which uses neither.
 
 use serde::{Deserialize, Serialize};
-
-pub use apply::{Applied, apply, turn_of};
-pub use prepare::{is_excluded, is_own_tool, prepare};
 
 use crate::queue::payload::{ToolEvent, TurnEnd};
 
