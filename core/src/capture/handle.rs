@@ -1,27 +1,15 @@
-//! Turning one hook event into rows: the session upsert, the prompt record, the queue job.
-//! This is the whole of what `cairn-hook` does between reading stdin and printing its
-//! answer ([`handle`]), and what the worker does with spooled events ([`apply`] via
-//! `worker::ingest`).
+//! The hook's run: everything `cairn-hook` does between reading stdin and printing its
+//! answer ([`handle`]). The input is decoded (`hook`), made a record and written
+//! ([`prepare`], [`apply`], beside the record type in `capture::record`) in one
+//! transaction, spooled when the database cannot take it, or kept in the quarantine when
+//! it is not a capturable event (one path: a `Rejected` input); the answer carries the
+//! SessionStart context block (not on `resume` unless `capture.context_on_resume`). Also
+//! the quarantine's [`replay`], which gives kept inputs the same path again.
 //!
-//! - `SessionStart`: the session row exists and is active; the answer carries the context
-//!   block (not on `resume` unless `capture.context_on_resume`).
-//! - `UserPromptSubmit`: the prompt counter goes up and the cleaned prompt is stored.
-//!   Synthetic `<task-notification>` prompts (Claude Code's own, when a background task
-//!   ends) only touch the session: they are not the user's and start no turn.
-//! - `PostToolUse` / `PostToolUseFailure`: an `observation` job with a
-//!   [`payload::ToolEvent`], dedupe key `tool:<tool_use_id>`, prompt number = the number of
-//!   the prompt with the event's `prompt_id`, else the session's prompt counter at hook
-//!   time (0 before any prompt; see [`turn_of`]). Tools in `capture.skip_tools` are not
-//!   queued, nor are calls of cairn's own MCP tools ([`is_own_tool`]): a memory lookup is
-//!   not something to remember.
-//! - `Stop`: a `summarize` job with a [`payload::TurnEnd`], dedupe key
-//!   `turn:<session_id>:<prompt_number>`; a repeated Stop of the same turn refreshes the
-//!   pending job, so the final assistant message wins.
 //! - `SubagentStop` is not captured: the subagent's own tool events already carry
 //!   `agent_id`/`agent_type`, and the `PostToolUse(Agent)` that follows carries its final
 //!   message; a summary per subagent would be a second, smaller summary of the same turn.
-//! - `SessionEnd`: the session is marked ended. Nothing slow (Claude Code kills this hook
-//!   after about 1.5 s).
+//! - `SessionEnd`: nothing slow (Claude Code kills this hook after about 1.5 s).
 //!
 //! Invariants: every event's rows are written in one `db::write` transaction; nothing is
 //! written before the privacy filter ran; an event that cannot be written (the database
@@ -35,204 +23,13 @@ use rusqlite::{Connection, Transaction};
 
 use crate::capture::hook::{self, DecodeError, Event, StartSource};
 use crate::capture::quarantine;
-use crate::capture::record::{Action, Record};
+use crate::capture::record::{Action, Record, apply, is_excluded, prepare};
 use crate::capture::spool;
 use crate::error::Result;
-use crate::memory::sessions::{self, NewPrompt, PromptRecorded};
-use crate::privacy::Privacy;
-use crate::queue;
-use crate::queue::claim::{Enqueued, JobKind, NewJob};
-use crate::queue::payload::{ToolEvent, TurnEnd};
+use crate::memory::sessions;
 use crate::settings::{CaptureSettings, Settings};
 use crate::store::db::{self, OpenOptions};
 use crate::store::paths::DataDir;
-
-/// True when `project` matches one of `capture.excluded_projects`.
-pub fn is_excluded(project: &str, settings: &CaptureSettings) -> bool {
-    settings
-        .excluded_projects
-        .iter()
-        .any(|p| crate::capture::project::glob_match(p, project))
-}
-
-/// True for cairn's own MCP tools as Claude Code names them: `mcp__cairn__<tool>` when the
-/// server is registered as `cairn` (`claude mcp add cairn -- cairn mcp`), and
-/// `mcp__plugin_cairn_cairn__<tool>` when it comes with cairn's plugin. Their calls are
-/// never queued, whatever `capture.skip_tools` says.
-pub fn is_own_tool(tool_name: &str) -> bool {
-    ["mcp__cairn__", "mcp__plugin_cairn_cairn__"]
-        .iter()
-        .any(|prefix| tool_name.starts_with(prefix))
-}
-
-/// Builds the record for an event: cleans every text (private spans, injected context,
-/// secrets, caps). `None` when the event is not stored (a skipped tool). Pure.
-pub fn prepare(
-    event: &Event,
-    project: &str,
-    cwd: &str,
-    settings: &CaptureSettings,
-    now: i64,
-) -> Option<Record> {
-    let p = Privacy::from_settings(settings);
-    let common = event.common();
-    let action = match event {
-        Event::SessionStart { .. } => Action::Start,
-        Event::UserPrompt {
-            synthetic: true, ..
-        } => Action::Touch,
-        Event::UserPrompt { prompt, .. } => Action::Prompt {
-            prompt_id: common.prompt_id.clone(),
-            text: p.text(prompt),
-        },
-        Event::Tool { call, .. } => {
-            if is_own_tool(&call.tool_name)
-                || settings.skip_tools.iter().any(|t| t == &call.tool_name)
-            {
-                return None;
-            }
-            Action::Tool(ToolEvent {
-                tool_name: call.tool_name.clone(),
-                tool_use_id: call.tool_use_id.clone(),
-                tool_input: p.value(&call.tool_input),
-                tool_response: p.value(&call.tool_response),
-                error: call.error.as_deref().map(|e| p.text(e)),
-                failed: call.failed,
-                is_interrupt: call.is_interrupt,
-                cwd: cwd.to_string(),
-                prompt_id: common.prompt_id.clone(),
-                agent_id: call.agent_id.clone(),
-                agent_type: call.agent_type.clone(),
-                duration_ms: call.duration_ms,
-                occurred_at: now,
-            })
-        }
-        Event::Stop {
-            last_assistant_message,
-            ..
-        } => Action::TurnEnd(TurnEnd {
-            last_assistant_message: p.text(last_assistant_message),
-            cwd: cwd.to_string(),
-            prompt_id: common.prompt_id.clone(),
-            agent_id: None,
-            agent_type: None,
-            occurred_at: now,
-        }),
-        Event::SessionEnd { reason, .. } => Action::End {
-            reason: reason.clone(),
-        },
-    };
-    Some(Record {
-        session_id: common.session_id.clone(),
-        project: project.to_string(),
-        cwd: cwd.to_string(),
-        at: now,
-        prompt_number: None,
-        settings_unread: false,
-        action,
-    })
-}
-
-/// What [`apply`] wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    /// The session row only.
-    Session,
-    Prompt(PromptRecorded),
-    Job(Enqueued),
-}
-
-/// Writes a record in the caller's transaction: the session upsert plus the prompt or job.
-/// Idempotent for jobs (dedupe keys) and prompts with an id.
-pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applied> {
-    let (sid, project, cwd, at) = (
-        rec.session_id.as_str(),
-        rec.project.as_str(),
-        rec.cwd.as_str(),
-        rec.at,
-    );
-    match &rec.action {
-        Action::Start => {
-            sessions::start(tx, sid, project, cwd, at)?;
-            Ok(Applied::Session)
-        }
-        Action::Touch => {
-            sessions::ensure(tx, sid, project, cwd, at)?;
-            Ok(Applied::Session)
-        }
-        Action::End { .. } => {
-            sessions::end(tx, sid, project, cwd, at)?;
-            Ok(Applied::Session)
-        }
-        Action::Prompt { prompt_id, text } => Ok(Applied::Prompt(sessions::record_prompt(
-            tx,
-            &NewPrompt {
-                session_id: sid,
-                project,
-                cwd,
-                prompt_id: prompt_id.as_deref(),
-                text,
-            },
-            at,
-        )?)),
-        Action::Tool(ev) => {
-            sessions::ensure(tx, sid, project, cwd, at)?;
-            let prompt_number = turn_of(tx, rec)?;
-            let payload = serde_json::to_string(ev)
-                .map_err(|e| crate::Error::Invalid(format!("cannot encode tool event: {e}")))?;
-            let key = format!("tool:{}", ev.tool_use_id);
-            Ok(Applied::Job(queue::claim::enqueue(
-                tx,
-                &NewJob {
-                    session_id: sid,
-                    project,
-                    kind: JobKind::Observation,
-                    prompt_number,
-                    payload: &payload,
-                    dedupe_key: &key,
-                },
-                max_attempts,
-                at,
-            )?))
-        }
-        Action::TurnEnd(turn) => {
-            sessions::ensure(tx, sid, project, cwd, at)?;
-            let prompt_number = turn_of(tx, rec)?;
-            let payload = serde_json::to_string(turn)
-                .map_err(|e| crate::Error::Invalid(format!("cannot encode turn end: {e}")))?;
-            let key = format!("turn:{sid}:{prompt_number}");
-            Ok(Applied::Job(queue::claim::enqueue(
-                tx,
-                &NewJob {
-                    session_id: sid,
-                    project,
-                    kind: JobKind::Summarize,
-                    prompt_number,
-                    payload: &payload,
-                    dedupe_key: &key,
-                },
-                max_attempts,
-                at,
-            )?))
-        }
-    }
-}
-
-/// The prompt number a tool event or turn end belongs to: its `prompt_id`'s prompt when
-/// that is recorded (the turn is keyed by Claude Code's id, so a late write lands in its
-/// own turn), else the number the hook saw ([`Record::prompt_number`]), else the session's
-/// counter now (0 before any prompt).
-pub fn turn_of(tx: &Transaction, rec: &Record) -> Result<i64> {
-    if let Some(id) = rec.prompt_id()
-        && let Some(n) = sessions::prompt_number_of(tx, &rec.session_id, id)?
-    {
-        return Ok(n);
-    }
-    if let Some(n) = rec.prompt_number {
-        return Ok(n);
-    }
-    Ok(sessions::prompt_counter(tx, &rec.session_id)?.unwrap_or(0))
-}
 
 /// The hook-time facts of a record that is about to be spooled: the prompt number it
 /// belongs to, read (not written: in WAL a reader is not held up by the writer the hook
@@ -363,62 +160,9 @@ pub fn handle_with(
         };
         (outcome, None)
     };
-    if let Some(why) = &input.incomplete {
-        let name = hook::sniff_name(input.bytes);
-        return plain(quarantine_input(
-            dir,
-            settings,
-            input,
-            name,
-            why,
-            false,
-            connect(),
-            now,
-        ));
-    }
-    let event = match hook::decode(input.bytes, input.explicit_event) {
-        Ok(e) => e,
-        Err(e) => {
-            let (name, uncaptured) = match &e {
-                DecodeError::NotCaptured(n) => (Some(n.clone()), true),
-                _ => (hook::sniff_name(input.bytes), false),
-            };
-            return plain(quarantine_input(
-                dir,
-                settings,
-                input,
-                name,
-                &e.to_string(),
-                uncaptured,
-                connect(),
-                now,
-            ));
-        }
-    };
-    if !event.common().ignored.is_empty() {
-        log::warn!(
-            "{}: {} field(s) of the wrong type ignored: {}",
-            event.name(),
-            event.common().ignored.len(),
-            event.common().ignored.join(", ")
-        );
-    }
-    let cwd = match (event.common().cwd.as_str(), input.project_dir) {
-        ("", Some(dir)) if !dir.is_empty() => hook::cap_id(dir.to_string(), hook::MAX_PATH_BYTES),
-        ("", _) => {
-            let why = DecodeError::Missing("cwd").to_string();
-            return plain(quarantine_input(
-                dir,
-                settings,
-                input,
-                Some(event.name().to_string()),
-                &why,
-                false,
-                connect(),
-                now,
-            ));
-        }
-        (cwd, _) => cwd.to_string(),
+    let (event, cwd) = match accept(input) {
+        Ok(accepted) => accepted,
+        Err(rejected) => return plain(rejected.quarantine(dir, settings, input, connect(), now)),
     };
     let project = crate::capture::project::detect(std::path::Path::new(&cwd));
     if let Some(why) = input.settings_error {
@@ -627,38 +371,95 @@ fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i6
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn quarantine_input(
-    dir: &DataDir,
-    settings: &Settings,
-    input: &HookInput,
-    name: Option<String>,
-    why: &str,
+/// The event of an input and its working directory (`CLAUDE_PROJECT_DIR` when the payload
+/// has none), or why the input goes to the quarantine: it was read only in part, it is not
+/// an event cairn captures, or it has no working directory.
+fn accept(input: &HookInput) -> std::result::Result<(Event, String), Rejected> {
+    if let Some(why) = &input.incomplete {
+        return Err(Rejected {
+            event: hook::sniff_name(input.bytes),
+            reason: why.clone(),
+            uncaptured: false,
+        });
+    }
+    let event = hook::decode(input.bytes, input.explicit_event).map_err(|e| {
+        let (event, uncaptured) = match &e {
+            DecodeError::NotCaptured(n) => (Some(n.clone()), true),
+            _ => (hook::sniff_name(input.bytes), false),
+        };
+        Rejected {
+            event,
+            reason: e.to_string(),
+            uncaptured,
+        }
+    })?;
+    if !event.common().ignored.is_empty() {
+        log::warn!(
+            "{}: {} field(s) of the wrong type ignored: {}",
+            event.name(),
+            event.common().ignored.len(),
+            event.common().ignored.join(", ")
+        );
+    }
+    let cwd = match (event.common().cwd.as_str(), input.project_dir) {
+        ("", Some(dir)) if !dir.is_empty() => hook::cap_id(dir.to_string(), hook::MAX_PATH_BYTES),
+        ("", _) => {
+            return Err(Rejected {
+                event: Some(event.name().to_string()),
+                reason: DecodeError::Missing("cwd").to_string(),
+                uncaptured: false,
+            });
+        }
+        (cwd, _) => cwd.to_string(),
+    };
+    Ok((event, cwd))
+}
+
+/// An input the hook does not write as an event, and what it could tell of it: the one
+/// way into the quarantine.
+#[derive(Debug)]
+struct Rejected {
+    /// The event's name, when it could be read.
+    event: Option<String>,
+    reason: String,
+    /// A well-formed event of a kind cairn does not capture.
     uncaptured: bool,
-    conn: Result<Connection>,
-    now: i64,
-) -> Stored {
-    let mut entry = quarantine::Entry::new(
-        name,
-        why,
-        input.bytes,
-        input.total_len,
-        settings.capture.redact_secrets,
-    );
-    entry.uncaptured = uncaptured;
-    log::warn!(
-        "input quarantined ({} bytes, event {}): {}",
-        entry.raw_len,
-        entry.event.as_deref().unwrap_or("unknown"),
-        entry.reason
-    );
-    let written = conn.and_then(|mut c| db::write(&mut c, |tx| quarantine::add(tx, &entry, now)));
-    match written {
-        Ok(_) => Stored::Quarantined,
-        Err(e) => match spool_record(dir, &spool::Item::Quarantine(entry), &e, now) {
-            Stored::Spooled(_) => Stored::Quarantined,
-            other => other,
-        },
+}
+
+impl Rejected {
+    /// Keeps the input in the quarantine, or spools it for the quarantine when the
+    /// database cannot take it.
+    fn quarantine(
+        self,
+        dir: &DataDir,
+        settings: &Settings,
+        input: &HookInput,
+        conn: Result<Connection>,
+        now: i64,
+    ) -> Stored {
+        let mut entry = quarantine::Entry::new(
+            self.event,
+            self.reason,
+            input.bytes,
+            input.total_len,
+            settings.capture.redact_secrets,
+        );
+        entry.uncaptured = self.uncaptured;
+        log::warn!(
+            "input quarantined ({} bytes, event {}): {}",
+            entry.raw_len,
+            entry.event.as_deref().unwrap_or("unknown"),
+            entry.reason
+        );
+        let written =
+            conn.and_then(|mut c| db::write(&mut c, |tx| quarantine::add(tx, &entry, now)));
+        match written {
+            Ok(_) => Stored::Quarantined,
+            Err(e) => match spool_record(dir, &spool::Item::Quarantine(entry), &e, now) {
+                Stored::Spooled(_) => Stored::Quarantined,
+                other => other,
+            },
+        }
     }
 }
 
@@ -666,6 +467,7 @@ fn quarantine_input(
 mod tests {
     use super::*;
     use crate::capture::testing::{env, q, run, settings};
+    use crate::queue::payload::{ToolEvent, TurnEnd};
 
     #[test]
     fn quarantined_inputs_are_replayed_once_understood() {

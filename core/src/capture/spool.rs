@@ -1,7 +1,7 @@
 //! The spool: events a hook could not write to the database (it stayed locked past
 //! `capture.lock_wait_ms`, or could not be opened), one JSON file each under
 //! `<data dir>/spool/`, written already cleaned. The worker feeds them back
-//! (`worker::ingest`, through the same `capture::handle::apply` the hook uses); this module
+//! (`worker::ingest`, through the same `capture::record::apply` the hook uses); this module
 //! only writes and lists the files, so it knows nothing of how they are applied.
 //!
 //! Invariants: a spool file appears whole or not at all (written to a dot-file, then

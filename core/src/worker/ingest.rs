@@ -1,23 +1,22 @@
 //! Ingesting the hooks' spool: every event a hook could not write to the database is
-//! written now, through the same `capture::handle::apply` the hook uses. The worker drives
+//! written now, through the same `capture::record::apply` the hook uses. The worker drives
 //! this (its housekeeping runs it), so capture only ever writes spool files and never
-//! depends on the worker, and the spool never depends on the code that applies its
-//! records.
+//! depends on the worker, and the spool only stores records, never applies them.
 //!
 //! Invariants: each file is written in its own transaction and removed only after its
 //! event is committed; ingesting twice writes nothing twice (dedupe keys, prompt ids).
 
 use rusqlite::Connection;
 
-use crate::capture::record::{Action, Record};
-use crate::capture::{handle, quarantine, spool};
+use crate::capture::record::{self, Action, Record};
+use crate::capture::{quarantine, spool};
 use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::store::db;
 use crate::store::paths::DataDir;
 
 /// Writes every spooled event to the database through the same path as the hook
-/// ([`capture::handle::apply`], [`quarantine::add`]), each in its own transaction, removing each
+/// ([`record::apply`], [`quarantine::add`]), each in its own transaction, removing each
 /// file once its event is committed. A file that cannot be read as an event goes to the
 /// quarantine. Stops at the first database error (the database is still locked: try
 /// again later). Returns how many files were ingested.
@@ -48,7 +47,7 @@ pub fn ingest(
                     );
                 } else {
                     db::write(conn, |tx| {
-                        handle::apply(tx, &rec, settings.queue.max_attempts).map(drop)
+                        record::apply(tx, &rec, settings.queue.max_attempts).map(drop)
                     })?;
                 }
             }
@@ -87,7 +86,7 @@ fn dropped_by_settings(rec: &Record, settings: &Settings) -> Option<&'static str
     if !rec.settings_unread {
         return None;
     }
-    if handle::is_excluded(&rec.project, &settings.capture) {
+    if record::is_excluded(&rec.project, &settings.capture) {
         return Some("its project is in capture.excluded_projects");
     }
     match &rec.action {

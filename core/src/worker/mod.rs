@@ -2,8 +2,10 @@
 //! observations and turn summaries with a model provider (`model`) or the offline
 //! extractor (`offline`), and stores them with the ack.
 //!
-//! `pipeline` is the process's threads (claimer, model threads, one writer) and
-//! housekeeping, which also ingests the hooks' spool (`ingest`); `embedder` gives stored
+//! `pipeline` is the process's threads, a file each: the `claimer` and its
+//! `housekeeping` (which also ingests the hooks' spool through `ingest`), the model
+//! threads' `calls` (split, prompt, call with retries, parse) and the single `writer`,
+//! joined by the `messages` they send each other; `embedder` gives stored
 //! memories their sentence vectors (through `recall::embed`); `prompt` builds what a
 //! model is asked, `parse` reads what it answers; `usage` counts the tokens.
 //!

@@ -1,6 +1,6 @@
 //! Claude Code's transcripts (`~/.claude/projects/<dir>/<session id>.jsonl`) read back
 //! into the hook events they stand for, and written through the hook's own path: the same
-//! privacy cleaning ([`handle::prepare`]), the same writes ([`handle::apply`]) and the
+//! privacy cleaning ([`record::prepare`]), the same writes ([`record::apply`]) and the
 //! same keys (a tool call by its `tool_use_id`, a prompt and its turn by Claude Code's
 //! `prompt_id`). So an event captured live is never stored twice, importing twice adds
 //! nothing, and a turn is summarised once, under its own prompt. `cairn import
@@ -26,9 +26,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
 
-use crate::capture::handle::{self, Applied};
 use crate::capture::hook::Event;
-use crate::capture::record::{Action, Record};
+use crate::capture::record::{self, Action, Applied, Record};
 use crate::error::Result;
 use crate::memory::forgotten::{self, key};
 use crate::memory::sessions;
@@ -407,11 +406,11 @@ fn import_one(
         {
             continue;
         }
-        if handle::is_excluded(&project, &settings.capture) {
+        if record::is_excluded(&project, &settings.capture) {
             report.not_captured += 1;
             continue;
         }
-        let Some(rec) = handle::prepare(&event, &project, &cwd, &settings.capture, at) else {
+        let Some(rec) = record::prepare(&event, &project, &cwd, &settings.capture, at) else {
             report.not_captured += 1;
             continue;
         };
@@ -628,7 +627,7 @@ fn apply_new(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<(Stand
         // Never under a guessed turn.
         return Ok((Standing::Existing, false));
     }
-    let added = match handle::apply(tx, rec, max_attempts)? {
+    let added = match record::apply(tx, rec, max_attempts)? {
         Applied::Session => false,
         Applied::Prompt(p) => p.added,
         Applied::Job(Enqueued::Added(_)) => true,

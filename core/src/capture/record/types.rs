@@ -1,6 +1,6 @@
-//! The plain record of one captured event: what `handle::apply` writes and what a spool
-//! file holds. Data only (no I/O), so the spool can store it without depending on the
-//! code that writes it.
+//! The plain record of one captured event: what `apply` writes and what a spool file
+//! holds. Data only (no I/O): the lowest file of `record`, which `prepare` and `apply` use
+//! and which uses neither.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,108 @@
+//! From a decoded hook event to its record: which events are stored at all (an excluded
+//! project's are not, nor a skipped tool's, nor cairn's own MCP tools'), and every text
+//! cleaned by the privacy filter. Pure: no database, no clock (`now` is passed in).
+//!
+//! - `SessionStart`: the session is (again) active.
+//! - `UserPromptSubmit`: a prompt, cleaned. Synthetic `<task-notification>` prompts
+//!   (Claude Code's own, when a background task ends) only touch the session: they are
+//!   not the user's and start no turn.
+//! - `PostToolUse` / `PostToolUseFailure`: a [`payload::ToolEvent`], unless the tool is in
+//!   `capture.skip_tools` or is one of cairn's own MCP tools ([`is_own_tool`]): a memory
+//!   lookup is not something to remember.
+//! - `Stop`: a [`payload::TurnEnd`] with the final assistant message.
+//! - `SessionEnd`: the session ends.
+//!
+//! [`payload::ToolEvent`]: crate::queue::payload::ToolEvent
+//! [`payload::TurnEnd`]: crate::queue::payload::TurnEnd
+
+use super::types::{Action, Record};
+use crate::capture::hook::Event;
+use crate::privacy::Privacy;
+use crate::queue::payload::{ToolEvent, TurnEnd};
+use crate::settings::CaptureSettings;
+
+/// True when `project` matches one of `capture.excluded_projects`.
+pub fn is_excluded(project: &str, settings: &CaptureSettings) -> bool {
+    settings
+        .excluded_projects
+        .iter()
+        .any(|p| crate::capture::project::glob_match(p, project))
+}
+
+/// True for cairn's own MCP tools as Claude Code names them: `mcp__cairn__<tool>` when the
+/// server is registered as `cairn` (`claude mcp add cairn -- cairn mcp`), and
+/// `mcp__plugin_cairn_cairn__<tool>` when it comes with cairn's plugin. Their calls are
+/// never queued, whatever `capture.skip_tools` says.
+pub fn is_own_tool(tool_name: &str) -> bool {
+    ["mcp__cairn__", "mcp__plugin_cairn_cairn__"]
+        .iter()
+        .any(|prefix| tool_name.starts_with(prefix))
+}
+
+/// Builds the record for an event: cleans every text (private spans, injected context,
+/// secrets, caps). `None` when the event is not stored (a skipped tool). Pure.
+pub fn prepare(
+    event: &Event,
+    project: &str,
+    cwd: &str,
+    settings: &CaptureSettings,
+    now: i64,
+) -> Option<Record> {
+    let p = Privacy::from_settings(settings);
+    let common = event.common();
+    let action = match event {
+        Event::SessionStart { .. } => Action::Start,
+        Event::UserPrompt {
+            synthetic: true, ..
+        } => Action::Touch,
+        Event::UserPrompt { prompt, .. } => Action::Prompt {
+            prompt_id: common.prompt_id.clone(),
+            text: p.text(prompt),
+        },
+        Event::Tool { call, .. } => {
+            if is_own_tool(&call.tool_name)
+                || settings.skip_tools.iter().any(|t| t == &call.tool_name)
+            {
+                return None;
+            }
+            Action::Tool(ToolEvent {
+                tool_name: call.tool_name.clone(),
+                tool_use_id: call.tool_use_id.clone(),
+                tool_input: p.value(&call.tool_input),
+                tool_response: p.value(&call.tool_response),
+                error: call.error.as_deref().map(|e| p.text(e)),
+                failed: call.failed,
+                is_interrupt: call.is_interrupt,
+                cwd: cwd.to_string(),
+                prompt_id: common.prompt_id.clone(),
+                agent_id: call.agent_id.clone(),
+                agent_type: call.agent_type.clone(),
+                duration_ms: call.duration_ms,
+                occurred_at: now,
+            })
+        }
+        Event::Stop {
+            last_assistant_message,
+            ..
+        } => Action::TurnEnd(TurnEnd {
+            last_assistant_message: p.text(last_assistant_message),
+            cwd: cwd.to_string(),
+            prompt_id: common.prompt_id.clone(),
+            agent_id: None,
+            agent_type: None,
+            occurred_at: now,
+        }),
+        Event::SessionEnd { reason, .. } => Action::End {
+            reason: reason.clone(),
+        },
+    };
+    Some(Record {
+        session_id: common.session_id.clone(),
+        project: project.to_string(),
+        cwd: cwd.to_string(),
+        at: now,
+        prompt_number: None,
+        settings_unread: false,
+        action,
+    })
+}

@@ -1,0 +1,224 @@
+//! Housekeeping: the claimer's periodic tasks between claims, and their schedule. Every
+//! `worker.heartbeat_secs`: the worker's heartbeat, lease renewal of batches in flight,
+//! rescue of expired leases, ingestion of the hooks' spool (`worker::ingest`), and a check
+//! that the database file is still the one open; every 5 minutes: reconciliation of
+//! finished sessions with their transcripts (`capture::transcript::reconcile`); hourly:
+//! purge of old done jobs, the daily backup and the binary's periodic hook.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+use crate::capture::transcript;
+use crate::queue;
+use crate::queue::claim::{Batch, Fenced, Policy, RescueScope};
+use crate::queue::workers;
+use crate::settings::Settings;
+use crate::store::backup;
+use crate::store::paths::DataDir;
+use crate::worker::ingest;
+
+/// How often done jobs are purged and the periodic hook runs.
+const SLOW_HOUSEKEEPING_MS: i64 = 60 * 60 * 1000;
+/// How often finished sessions' transcripts are compared with what was captured.
+const RECONCILE_EVERY_MS: i64 = 5 * 60 * 1000;
+/// Sessions compared per pass (each reads one transcript).
+const RECONCILE_PER_PASS: usize = 20;
+
+/// Periodic work the binary adds to housekeeping (log pruning): called with the current
+/// settings and `now`.
+pub type Periodic = Box<dyn FnMut(&Settings, i64) + Send>;
+
+/// The (device, inode) of a file: changes when the file is deleted and created again, or
+/// replaced by a rename.
+pub(super) fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The periodic tasks' state: when each runs next, and what they need besides the
+/// claimer's connection and settings.
+pub(super) struct Housekeeping {
+    /// The data dir (for the tasks that need its files: spool, backups).
+    dir: DataDir,
+    periodic: Option<Periodic>,
+    next: i64,
+    next_slow: i64,
+    next_reconcile: i64,
+    /// Claude Code's projects folder, where reconciliation finds transcripts.
+    projects_dir: Option<PathBuf>,
+    /// The database file's identity when the worker opened it.
+    db_identity: Option<(u64, u64)>,
+    /// Set when the file at the database path is no longer the one open.
+    replaced: bool,
+}
+
+impl Housekeeping {
+    /// Housekeeping for the database in `dir` whose file had `db_identity` when opened;
+    /// every task is due at once.
+    pub(super) fn new(
+        dir: DataDir,
+        periodic: Option<Periodic>,
+        db_identity: Option<(u64, u64)>,
+    ) -> Housekeeping {
+        Housekeeping {
+            dir,
+            periodic,
+            next: 0,
+            next_slow: 0,
+            next_reconcile: 0,
+            projects_dir: transcript::projects_dir(),
+            db_identity,
+            replaced: false,
+        }
+    }
+
+    /// True when a heartbeat period has passed since the last pass (or none was made);
+    /// the next pass is then scheduled one period from `now`.
+    pub(super) fn due(&mut self, settings: &Settings, now: i64) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next = now + (settings.worker.heartbeat_secs.max(1) * 1000) as i64;
+        true
+    }
+
+    /// Makes the next pass due at once (after a settings reload).
+    pub(super) fn run_next_turn(&mut self) {
+        self.next = 0;
+    }
+
+    /// True when the database file was found deleted or replaced: the worker stops to be
+    /// run again on the file now at the path.
+    pub(super) fn replaced(&self) -> bool {
+        self.replaced
+    }
+
+    /// A pass of the periodic tasks, when one is due (`due`). Every `worker.heartbeat_secs`
+    /// (and first thing at start): the worker's heartbeat, lease renewal of batches in
+    /// flight, rescue of expired leases, ingestion of events hooks spooled; every 5 minutes
+    /// (and at start): reconciliation of finished sessions with their transcripts; hourly:
+    /// purge of old done jobs, the daily backup and the binary's periodic hook (log
+    /// pruning).
+    pub(super) fn run(
+        &mut self,
+        conn: &mut Connection,
+        settings: &Settings,
+        worker_id: &str,
+        policy: &Policy,
+        inflight: &mut HashMap<i64, Batch>,
+        now: i64,
+    ) {
+        if !self.due(settings, now) {
+            return;
+        }
+        log::trace!("housekeeping in {}", self.dir.root().display());
+        if self.check_replaced(conn, now) {
+            return;
+        }
+        if let Err(e) = workers::heartbeat(conn, worker_id, now) {
+            log::warn!("heartbeat failed: {e}");
+        }
+        let mut lost = Vec::new();
+        for (token, batch) in inflight.iter_mut() {
+            match queue::claim::heartbeat(conn, batch, policy, now) {
+                Ok(Fenced::Done) => {}
+                Ok(Fenced::LeaseLost) => lost.push(*token),
+                Err(e) => log::warn!("lease renewal of jobs {:?} failed: {e}", batch.ids()),
+            }
+        }
+        for token in lost {
+            // Usually the writer finished it a moment ago; otherwise its lease expired and
+            // the ack will be refused (fenced), storing nothing.
+            log::debug!("batch {token} is no longer held by this worker");
+        }
+        if let Err(e) = queue::claim::rescue(conn, RescueScope::Expired, now) {
+            log::warn!("rescue failed: {e}");
+        }
+        match ingest::ingest(&self.dir, conn, settings, now) {
+            Ok(0) => {}
+            Ok(n) => log::info!("ingested {n} spooled hook events"),
+            Err(e) => log::warn!("spool ingestion failed (the files stay for the next try): {e}"),
+        }
+        if now >= self.next_reconcile {
+            self.next_reconcile = now + RECONCILE_EVERY_MS;
+            if let Some(projects) = self.projects_dir.as_deref() {
+                match transcript::reconcile(conn, settings, projects, now, RECONCILE_PER_PASS) {
+                    Ok(r) if r.recovered > 0 => log::warn!(
+                        "reconciliation recovered {} events the hooks missed in {} sessions",
+                        r.recovered,
+                        r.sessions
+                    ),
+                    Ok(_) => {}
+                    Err(e) => log::warn!("transcript reconciliation failed: {e}"),
+                }
+            }
+        }
+        if now >= self.next_slow {
+            self.next_slow = now + SLOW_HOUSEKEEPING_MS;
+            let keep_ms = (settings.queue.retention_days as i64).saturating_mul(86_400_000);
+            match queue::admin::purge(conn, now.saturating_sub(keep_ms)) {
+                Ok(0) => {}
+                Ok(n) => log::info!(
+                    "purged {n} done jobs older than {} days",
+                    settings.queue.retention_days
+                ),
+                Err(e) => log::warn!("purge failed: {e}"),
+            }
+            if settings.backup.daily {
+                match backup::daily(&self.dir, conn, settings.backup.keep, now) {
+                    Ok(Some(path)) => log::info!("daily backup written to {}", path.display()),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("daily backup failed: {e}"),
+                }
+            }
+            if let Some(p) = self.periodic.as_mut() {
+                p(settings, now);
+            }
+        }
+    }
+
+    /// True when the database file was deleted or replaced under the worker (its identity
+    /// changed): what the open file holds is copied to `backups/` (the deletion may have
+    /// been a mistake), a notice says so in `cairn status`, and the worker stops to be run
+    /// again on the file now at the path (`Report::reopen`).
+    fn check_replaced(&mut self, conn: &Connection, now: i64) -> bool {
+        let path = self.dir.db();
+        let current = file_identity(&path);
+        if current == self.db_identity || self.replaced {
+            return self.replaced;
+        }
+        self.replaced = true;
+        let what = if current.is_none() {
+            "deleted"
+        } else {
+            "replaced"
+        };
+        let stamp: String = crate::clock::iso_utc(now)
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let kept = self.dir.backups().join(format!("cairn-{what}-{stamp}.db"));
+        let kept_note = match self
+            .dir
+            .ensure_sub(&self.dir.backups())
+            .and_then(|()| backup::online(conn, &kept))
+        {
+            Ok(info) => format!(
+                "what the old file held is kept at {} (`cairn restore` it if that was a mistake)",
+                info.path.display()
+            ),
+            Err(e) => format!("the old file could not be kept ({e})"),
+        };
+        let message = format!(
+            "the database {} was {what} while the worker ran; the worker reopened it; {kept_note}",
+            path.display()
+        );
+        log::error!("{message}");
+        if let Err(e) = crate::store::incidents::raise(&self.dir, what, &message, now) {
+            log::error!("cannot record the notice for `cairn status`: {e}");
+        }
+        true
+    }
+}
