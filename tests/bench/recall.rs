@@ -25,13 +25,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cairn_core::memory;
+use cairn_core::memory::kind::Kind;
 use cairn_core::memory::observations::{NewObservation, NewSummary, OBSERVATION_TYPES};
 use cairn_core::memory::sessions;
 use cairn_core::recall::context;
 use cairn_core::recall::embed::index::VectorIndex;
 use cairn_core::recall::embed::{bits_of, model, quantize};
 use cairn_core::recall::rank::Semantic;
-use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use cairn_core::recall::search::{self, Filters, Order, SearchRequest};
 use cairn_core::settings::ContextSettings;
 use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};

@@ -28,8 +28,9 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
-use super::search::{Candidate, Filters, Kind, full_text_led, push_filters, table};
+use super::search::{Candidate, Filters, full_text_led, push_filters, table};
 use crate::error::{Error, Result};
+use crate::memory::kind::Kind;
 
 /// Candidates taken from each side (more when a page further down is asked for).
 pub const POOL: usize = 50;

@@ -11,7 +11,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
 
 use crate::error::Result;
-use crate::recall::search::{Kind, table};
+use crate::memory::kind::Kind;
+use crate::recall::search::table;
 
 /// Mark put before a matched word in snippets (STX, `char(2)` in SQL).
 pub const HIGHLIGHT_OPEN: &str = "\u{2}";

@@ -8,8 +8,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::memory::kind::Kind;
 use crate::recall::rank::Semantic;
-use crate::recall::search::{Filters, Kind, SearchRequest, search_with};
+use crate::recall::search::{Filters, SearchRequest, search_with};
 use crate::recall::snippet::{one_line, short_title, shorten};
 
 /// Where a timeline is centred.
