@@ -19,4 +19,5 @@ pub mod query;
 pub mod rank;
 pub mod search;
 pub mod snippet;
+pub mod sql;
 pub mod timeline;

@@ -28,7 +28,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
-use super::search::{Candidate, Filters, full_text_led, push_filters, table};
+use super::sql::{Candidate, Filters, full_text_led, push_filters, table};
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
 

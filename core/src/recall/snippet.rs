@@ -12,7 +12,7 @@ use rusqlite::{Connection, params_from_iter};
 
 use crate::error::Result;
 use crate::memory::kind::Kind;
-use crate::recall::search::table;
+use crate::recall::sql::table;
 
 /// Mark put before a matched word in snippets (STX, `char(2)` in SQL).
 pub const HIGHLIGHT_OPEN: &str = "\u{2}";

@@ -10,8 +10,9 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
 use crate::recall::rank::Semantic;
-use crate::recall::search::{Filters, SearchRequest, search_with};
+use crate::recall::search::{SearchRequest, search_with};
 use crate::recall::snippet::{one_line, short_title, shorten};
+use crate::recall::sql::Filters;
 
 /// Where a timeline is centred.
 #[derive(Debug, Clone, PartialEq, Eq)]
