@@ -802,7 +802,7 @@ fn run_semantic(n: usize) {
     // query embedded while the full-text side runs); else a random query vector.
     let mut searcher = real
         .as_ref()
-        .map(|_| cairn_core::recall::embed::Searcher::open(&settings, &dd));
+        .map(|_| cairn_core::recall::searcher::Searcher::open(&settings, &dd));
     if let Some(s) = &searcher {
         assert!(s.unavailable().is_none(), "{:?}", s.unavailable());
     }

@@ -18,6 +18,7 @@ pub mod embed;
 pub mod query;
 pub mod rank;
 pub mod search;
+pub mod searcher;
 pub mod snippet;
 pub mod sql;
 pub mod timeline;
