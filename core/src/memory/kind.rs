@@ -100,4 +100,9 @@ mod tests {
             assert_eq!(Kind::parse_reference(bad), None, "{bad}");
         }
     }
+
+    #[test]
+    fn lists_of_kinds_parse() {
+        assert_eq!(Kind::parse_list("summaries"), Some(vec![Kind::Summary]));
+    }
 }

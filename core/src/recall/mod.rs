@@ -21,4 +21,6 @@ pub mod search;
 pub mod searcher;
 pub mod snippet;
 pub mod sql;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod timeline;

@@ -422,94 +422,17 @@ pub fn parse_time(s: &str, now: i64) -> Option<i64> {
 mod tests {
     use super::*;
     use crate::memory;
-    use crate::memory::observations::{NewObservation, NewSummary};
-    use crate::recall::timeline::{
-        Anchor, Record, Ref, TimelineRequest, get_observations, get_records, timeline,
-    };
+    use crate::recall::testing::{self, DAY, Fixture, T0, obs};
     use crate::store::db;
-    use rusqlite::params;
 
-    const DAY: i64 = 86_400_000;
-    const T0: i64 = 1_790_000_000_000;
-
-    struct Fixture {
-        _tmp: tempfile::TempDir,
-        conn: Connection,
-    }
-
+    /// A database tuned as a searching process tunes it.
     fn fixture() -> Fixture {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::store::paths::DataDir::new(tmp.path());
-        let conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
-        tune_for_reading(&conn).expect("tune");
-        Fixture { _tmp: tmp, conn }
-    }
-
-    fn obs(project: &str, kind: &str, title: &str, narrative: &str, at: i64) -> NewObservation {
-        NewObservation {
-            session_id: Some(format!("s-{project}")),
-            project: project.into(),
-            prompt_number: Some(1),
-            kind: kind.into(),
-            title: title.into(),
-            narrative: narrative.into(),
-            origin: "model".into(),
-            created_at: at,
-            ..Default::default()
-        }
+        let f = testing::fixture();
+        tune_for_reading(&f.conn).expect("tune");
+        f
     }
 
     impl Fixture {
-        fn add(&mut self, o: NewObservation) -> i64 {
-            db::write(&mut self.conn, |tx| {
-                if let Some(s) = &o.session_id {
-                    crate::memory::sessions::ensure(tx, s, &o.project, "/x", o.created_at)?;
-                }
-                Ok(memory::observations::insert_observation(tx, &o)?.id())
-            })
-            .expect("insert")
-        }
-
-        fn summary(
-            &mut self,
-            project: &str,
-            n: i64,
-            request: &str,
-            completed: &str,
-            at: i64,
-        ) -> i64 {
-            let s = NewSummary {
-                session_id: format!("s-{project}"),
-                project: project.into(),
-                prompt_number: n,
-                request: request.into(),
-                completed: completed.into(),
-                files_edited: vec!["core/src/queue.rs".into()],
-                origin: "model".into(),
-                created_at: at,
-                ..Default::default()
-            };
-            db::write(&mut self.conn, |tx| {
-                crate::memory::sessions::ensure(tx, &s.session_id, project, "/x", at)?;
-                Ok(memory::observations::upsert_summary(tx, &s)?.id())
-            })
-            .expect("summary")
-        }
-
-        fn prompt(&mut self, project: &str, n: i64, text: &str, at: i64) -> i64 {
-            let session = format!("s-{project}");
-            db::write(&mut self.conn, |tx| {
-                crate::memory::sessions::ensure(tx, &session, project, "/x", at)?;
-                tx.execute(
-                    "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![session, project, n, text, at],
-                )?;
-                Ok(tx.last_insert_rowid())
-            })
-            .expect("prompt")
-        }
-
         fn ids(&self, req: SearchRequest) -> Vec<String> {
             search(&self.conn, &req)
                 .expect("search")
@@ -571,103 +494,6 @@ mod tests {
         let mut projects: Vec<&str> = all.iter().map(|h| h.project.as_str()).collect();
         projects.sort();
         assert_eq!(projects, vec!["alpha", "beta"]);
-    }
-
-    #[test]
-    fn filters_apply_exactly_to_what_is_found_by_meaning() {
-        use crate::recall::embed::{index::VectorIndex, store};
-        use crate::recall::rank::Semantic;
-        let mut f = fixture();
-        let mut add = |project: &str, kind: &str, concepts: &[&str], file: &str, at: i64| {
-            f.add(NewObservation {
-                concepts: concepts.iter().map(|c| c.to_string()).collect(),
-                files_read: vec![file.into()],
-                ..obs(project, kind, "Unrelated words", "", at)
-            })
-        };
-        let exact = add("p", "bugfix", &["gotcha", "queue"], "src/a.rs", T0);
-        let upper = add("p", "discovery", &["GOTCHA"], "src/b.rs", T0 + 1);
-        let _wider = add("p", "bugfix", &["big gotcha"], "src/a.rs", T0 + 2);
-        let _plural = add("p", "bugfix", &["gotchas"], "src/a.rs", T0 + 3);
-        let _elsewhere = add("q", "bugfix", &["gotcha"], "src/a.rs", T0 + 4);
-        let late = add("p", "bugfix", &["queue"], "src/a.rs", T0 + 100);
-        // Every memory gets the query's own vector: all are equally near, and only the
-        // filters decide what is found (the query's word matches nothing).
-        let unit = {
-            let mut v = vec![0.0f32; 8];
-            v[0] = 1.0;
-            v
-        };
-        let queued = store::queued(&mut f.conn, 100).expect("queued");
-        let items: Vec<_> = queued.into_iter().map(|q| (q, unit.clone())).collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
-        let mut index = VectorIndex::new("m");
-        index.refresh(&f.conn).expect("index");
-        let query = std::sync::OnceLock::from(unit.clone());
-        let semantic = Semantic {
-            index: &index,
-            query: &query,
-            model: "m",
-            min_similarity: 0.5,
-        };
-        let found = |filters: Filters| -> Vec<String> {
-            let req = SearchRequest {
-                query: "zyzzyva".into(),
-                filters: Filters {
-                    project: Some("p".into()),
-                    ..filters
-                },
-                kinds: vec![Kind::Observation],
-                ..SearchRequest::default()
-            };
-            let mut ids: Vec<String> = search_with(&f.conn, &req, Some(&semantic))
-                .expect("search")
-                .iter()
-                .map(Hit::reference)
-                .collect();
-            ids.sort();
-            ids
-        };
-        let refs = |ids: &[i64]| -> Vec<String> {
-            let mut v: Vec<String> = ids
-                .iter()
-                .map(|&id| Kind::Observation.reference(id))
-                .collect();
-            v.sort();
-            v
-        };
-        // A concept is one of the memory's concepts, whatever its case; not a part of one.
-        for concept in ["gotcha", "Gotcha", " GOTCHA "] {
-            let c = Filters {
-                concept: Some(concept.into()),
-                ..Filters::default()
-            };
-            assert_eq!(found(c), refs(&[exact, upper]), "{concept:?}");
-        }
-        let typed = Filters {
-            types: vec!["bugfix".into()],
-            concept: Some("gotcha".into()),
-            ..Filters::default()
-        };
-        assert_eq!(found(typed), refs(&[exact]));
-        let queue_late = Filters {
-            types: vec!["bugfix".into()],
-            concept: Some("queue".into()),
-            since: Some(T0 + 50),
-            ..Filters::default()
-        };
-        assert_eq!(found(queue_late), refs(&[late]));
-        let by_file = Filters {
-            file: Some("src/b.rs".into()),
-            ..Filters::default()
-        };
-        assert_eq!(found(by_file), refs(&[upper]));
-        // A concept with no word in it is still compared exactly (no full-text lookup).
-        let none = Filters {
-            concept: Some("???".into()),
-            ..Filters::default()
-        };
-        assert!(found(none).is_empty());
     }
 
     #[test]
@@ -849,153 +675,6 @@ mod tests {
             vec![format!("S{s}"), format!("P{p}")]
         );
         assert_eq!(with(&|r| r.limit = 0), Vec::<String>::new());
-    }
-
-    #[test]
-    fn timeline_centres_on_the_anchor_in_its_project() {
-        let mut f = fixture();
-        let p1 = f.prompt("p", 1, "start the queue work", T0);
-        let o1 = f.add(obs("p", "discovery", "Read the queue", "", T0 + 1));
-        let o2 = f.add(obs("p", "bugfix", "Fixed rescue", "", T0 + 2));
-        let s1 = f.summary("p", 1, "queue work", "rescue fixed", T0 + 3);
-        let o3 = f.add(obs("p", "change", "Tidy", "", T0 + 4));
-        f.add(obs("other", "change", "Elsewhere", "", T0 + 2));
-        let t = timeline(
-            &f.conn,
-            &TimelineRequest {
-                anchor: Anchor::Observation(o2),
-                before: 2,
-                after: 1,
-                project: Some("p".into()),
-            },
-        )
-        .expect("timeline");
-        let refs: Vec<(String, bool)> = t
-            .entries
-            .iter()
-            .map(|e| (e.reference(), e.anchor))
-            .collect();
-        assert_eq!(
-            refs,
-            vec![
-                (format!("P{p1}"), false),
-                (o1.to_string(), false),
-                (o2.to_string(), true),
-                (format!("S{s1}"), false),
-            ]
-        );
-        let t = timeline(
-            &f.conn,
-            &TimelineRequest {
-                anchor: Anchor::Query("tidy".into()),
-                before: 1,
-                after: 5,
-                project: Some("p".into()),
-            },
-        )
-        .expect("by query");
-        assert_eq!(
-            t.anchor,
-            Some(Ref {
-                kind: Kind::Observation,
-                id: o3
-            })
-        );
-        assert_eq!(t.entries.len(), 2);
-        let err = timeline(
-            &f.conn,
-            &TimelineRequest {
-                anchor: Anchor::Observation(o2),
-                before: 1,
-                after: 1,
-                project: Some("other".into()),
-            },
-        )
-        .expect_err("wrong project");
-        assert!(err.to_string().contains("belongs to project 'p'"), "{err}");
-        let all = timeline(
-            &f.conn,
-            &TimelineRequest {
-                anchor: Anchor::Observation(o2),
-                before: 5,
-                after: 5,
-                project: None,
-            },
-        )
-        .expect("all");
-        assert!(all.entries.iter().any(|e| e.project == "other"));
-        let none = timeline(
-            &f.conn,
-            &TimelineRequest {
-                anchor: Anchor::Observation(9_999),
-                before: 1,
-                after: 1,
-                project: None,
-            },
-        )
-        .expect("unknown");
-        assert_eq!(none.anchor, None);
-        assert!(none.entries.is_empty());
-    }
-
-    #[test]
-    fn observations_by_id_in_order_with_missing_reported() {
-        let mut f = fixture();
-        f.prompt("p", 1, "why is the lease lost", T0);
-        let mut o = obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1);
-        o.facts = vec!["fact one".into()];
-        o.files_modified = vec!["core/src/queue.rs".into()];
-        let a = f.add(o);
-        let b = f.add(obs("p", "change", "Other", "", T0 + 2));
-        let got = get_observations(&f.conn, &[b, 42, a, b]).expect("get");
-        assert_eq!(
-            got.found.iter().map(|o| o.id).collect::<Vec<_>>(),
-            vec![b, a]
-        );
-        assert_eq!(got.missing, vec![42]);
-        let lease = &got.found[1];
-        assert_eq!(lease.facts, vec!["fact one"]);
-        assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
-        assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
-        assert_eq!(lease.narrative, "the narrative");
-    }
-
-    #[test]
-    fn records_of_every_kind_by_reference_in_order_with_missing_reported() {
-        let mut f = fixture();
-        let p = f.prompt("p", 1, "why is the lease lost", T0);
-        let o = f.add(obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1));
-        let s = f.summary("p", 1, "fix the lease", "rescue counts attempts", T0 + 2);
-        let refs = [
-            (Kind::Summary, s),
-            (Kind::Prompt, 999),
-            (Kind::Observation, o),
-            (Kind::Prompt, p),
-            (Kind::Summary, s),
-        ];
-        let got = get_records(&f.conn, &refs).expect("get");
-        assert_eq!(got.missing, vec!["P999".to_string()]);
-        assert_eq!(got.found.len(), 3);
-        let Record::Summary(sum) = &got.found[0] else {
-            panic!("{:?}", got.found[0]);
-        };
-        assert_eq!(
-            (sum.id, sum.request.as_str(), sum.completed.as_str()),
-            (s, "fix the lease", "rescue counts attempts")
-        );
-        assert_eq!(sum.files_edited, vec!["core/src/queue.rs"]);
-        assert!(matches!(&got.found[1], Record::Observation(x) if x.id == o));
-        let Record::Prompt(prompt) = &got.found[2] else {
-            panic!("{:?}", got.found[2]);
-        };
-        assert_eq!(
-            (prompt.id, prompt.text.as_str()),
-            (p, "why is the lease lost")
-        );
-        let json = serde_json::to_value(&got).expect("json");
-        assert_eq!(json["found"][0]["record"], "summary");
-        assert_eq!(json["found"][1]["record"], "observation");
-        assert_eq!(json["found"][1]["type"], "bugfix");
     }
 
     #[test]
@@ -1206,63 +885,10 @@ mod tests {
     }
 
     #[test]
-    fn relevance_pools_are_led_by_the_full_text_index() {
-        let f = fixture();
-        let filters = Filters {
-            project: Some("p".into()),
-            types: vec!["bugfix".into()],
-            since: Some(1),
-            until: Some(i64::MAX),
-            ..Default::default()
-        };
-        // With the project alone (in the MATCH expression), the pool is taken from the
-        // full-text index before any row is read.
-        let project_only = Filters {
-            project: Some("p".into()),
-            ..Default::default()
-        };
-        for (kind, filters) in Kind::ALL
-            .into_iter()
-            .flat_map(|k| [(k, &filters), (k, &project_only)])
-        {
-            let sql = crate::recall::rank::pool_statement(kind, "x", filters, 1);
-            let mut stmt = f
-                .conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.0))
-                .expect("plan");
-            let rows = stmt
-                .query_map(params_from_iter(sql.1), |r| r.get::<_, String>(3))
-                .expect("rows")
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .expect("collect")
-                .join("\n");
-            // The first table read is the full-text index.
-            assert!(
-                rows.lines()
-                    .find(|l| l.contains("SCAN") || l.contains("SEARCH"))
-                    .is_some_and(|l| l.contains("VIRTUAL TABLE")),
-                "{rows}"
-            );
-            assert!(
-                rows.contains(&format!(
-                    "USING COVERING INDEX {}",
-                    table(kind).search_index
-                )),
-                "{kind:?}:\n{rows}"
-            );
-        }
-    }
-
-    #[test]
-    fn helpers() {
-        assert_eq!(shorten("short", 10), "short");
-        assert_eq!(shorten("one two three four", 10), "one two…");
-        assert_eq!(one_line("a\n  b\tc"), "a b c");
-        assert_eq!(short_title("first line\nsecond"), "first line");
+    fn times_and_orders_parse() {
         assert_eq!(parse_time("1970-01-02", 0), Some(DAY));
         assert_eq!(parse_time("2d", 5 * DAY), Some(3 * DAY));
         assert_eq!(parse_time("soon", 0), None);
-        assert_eq!(Kind::parse_list("summaries"), Some(vec![Kind::Summary]));
         assert_eq!(Order::parse("newest"), Some(Order::Newest));
         assert_eq!(Order::parse("x"), None);
     }
@@ -1277,56 +903,5 @@ mod tests {
             let r = search(&f.conn, &req(&q, Some("p")));
             proptest::prop_assert!(r.is_ok(), "{q:?}: {r:?}");
         }
-    }
-
-    /// Moved from the store's tests, which may not reach up into recall: an upgraded
-    /// version-1 database gets the covering indexes and is searchable.
-    #[test]
-    fn upgrades_a_version_1_database_with_its_data() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dd = crate::store::paths::DataDir::new(tmp.path().join("data"));
-        dd.ensure().expect("dir");
-        {
-            let v1 = Connection::open(dd.db()).expect("v1");
-            v1.execute_batch(db::MIGRATIONS[0].1).expect("0001");
-            v1.execute_batch(
-                "PRAGMA user_version = 1;
-                 INSERT INTO sessions (session_id, project, started_at, updated_at)
-                     VALUES ('s', 'p', 1, 1);
-                 INSERT INTO observations
-                     (session_id, project, type, title, narrative, content_hash, created_at)
-                     VALUES ('s', 'p', 'discovery', 'Lease rescue', 'kept', 'h', 1);",
-            )
-            .expect("v1 data");
-        }
-        let conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("upgrade");
-        assert_eq!(
-            db::schema_version(&conn).expect("version"),
-            db::SCHEMA_VERSION
-        );
-        let indexes: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'index'
-                 AND name IN ('observations_search', 'session_summaries_search',
-                              'user_prompts_search')",
-                [],
-                |r| r.get(0),
-            )
-            .expect("indexes");
-        assert_eq!(indexes, 3);
-        let hits = search(
-            &conn,
-            &SearchRequest {
-                query: "lease".into(),
-                filters: Filters {
-                    project: Some("p".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .expect("search");
-        assert_eq!(hits.len(), 1);
-        assert!(db::integrity_problems(&conn).expect("check").is_empty());
     }
 }

@@ -151,6 +151,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn titles_are_first_lines_and_text_is_shortened_at_words() {
+        assert_eq!(shorten("short", 10), "short");
+        assert_eq!(shorten("one two three four", 10), "one two…");
+        assert_eq!(one_line("a\n  b\tc"), "a b c");
+        assert_eq!(short_title("first line\nsecond"), "first line");
+    }
+
+    #[test]
     fn marks_render_as_asked_and_as_offsets() {
         let s = "a \u{2}lease\u{3} is \u{2}rescued\u{3} (**not** markdown) \u{2}é";
         assert_eq!(
