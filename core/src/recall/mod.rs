@@ -17,6 +17,7 @@ pub mod context;
 pub mod embed;
 pub mod query;
 pub mod rank;
+pub mod request;
 pub mod search;
 pub mod searcher;
 pub mod snippet;
