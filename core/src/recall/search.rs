@@ -1,6 +1,8 @@
-//! Search: the request and its filters, the orders, paging and the hits. Relevance order
-//! with words is ranked by [`crate::recall::rank`] (full text and meaning fused); what a
-//! hit shows is `snippet`'s; the timeline and records by id are `timeline`'s.
+//! Search: the request, the orders, paging and the hits. The filters and the SQL they
+//! become are [`crate::recall::sql`]'s; relevance order with words is ranked by
+//! [`crate::recall::rank`] (full text and meaning fused); what a hit shows is `snippet`'s;
+//! the timeline and records by id are `timeline`'s, which calls this module; a search by
+//! meaning as well goes through [`crate::recall::searcher`], above both.
 //!
 //! Invariants:
 //! - user text reaches `MATCH` only through [`crate::recall::query`], so no input is an SQL error;
