@@ -25,13 +25,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cairn_core::memory;
+use cairn_core::memory::kind::Kind;
 use cairn_core::memory::observations::{NewObservation, NewSummary, OBSERVATION_TYPES};
 use cairn_core::memory::sessions;
 use cairn_core::recall::context;
 use cairn_core::recall::embed::index::VectorIndex;
 use cairn_core::recall::embed::{bits_of, model, quantize};
 use cairn_core::recall::rank::Semantic;
-use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use cairn_core::recall::search::{self, Order, SearchRequest};
+use cairn_core::recall::sql::Filters;
 use cairn_core::settings::ContextSettings;
 use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};
@@ -801,7 +803,7 @@ fn run_semantic(n: usize) {
     // query embedded while the full-text side runs); else a random query vector.
     let mut searcher = real
         .as_ref()
-        .map(|_| cairn_core::recall::embed::Searcher::open(&settings, &dd));
+        .map(|_| cairn_core::recall::searcher::Searcher::open(&settings, &dd));
     if let Some(s) = &searcher {
         assert!(s.unavailable().is_none(), "{:?}", s.unavailable());
     }

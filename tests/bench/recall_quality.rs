@@ -21,10 +21,12 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cairn_core::recall::embed::Searcher;
+use cairn_core::memory::kind::Kind;
 use cairn_core::recall::embed::index::{Scope, VectorIndex};
 use cairn_core::recall::embed::{cosine_i8, model, store};
-use cairn_core::recall::search::{Filters, Kind, SearchRequest};
+use cairn_core::recall::search::SearchRequest;
+use cairn_core::recall::searcher::Searcher;
+use cairn_core::recall::sql::Filters;
 use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;

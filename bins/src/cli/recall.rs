@@ -15,11 +15,13 @@ use cairn_core::capture::project;
 use cairn_core::clock;
 use cairn_core::mcp;
 use cairn_core::memory;
+use cairn_core::memory::kind::Kind;
 use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use cairn_core::privacy::Privacy;
 use cairn_core::recall::context;
-use cairn_core::recall::embed::Searcher;
-use cairn_core::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use cairn_core::recall::request::{RequestError, SearchFields};
+use cairn_core::recall::search;
+use cairn_core::recall::searcher::Searcher;
 use cairn_core::recall::snippet::{self, one_line, shorten};
 use cairn_core::recall::timeline::{self, Anchor, TimelineRequest};
 use cairn_core::store::db::{self, OpenOptions};
@@ -272,61 +274,29 @@ fn hit_json(h: &search::Hit) -> anyhow::Result<serde_json::Value> {
 }
 
 pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
-    let now = clock::now_ms();
-    let time = |flag: &str, value: &Option<String>| -> anyhow::Result<Option<i64>> {
-        value
-            .as_deref()
-            .map(|v| {
-                search::parse_time(v, now).with_context(|| {
-                    format!("--{flag} '{v}' is not a date (YYYY-MM-DD) or an age (7d, 12h, 2w)")
-                })
-            })
-            .transpose()
-    };
-    let types: Vec<String> = args
-        .types
-        .iter()
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
-        .collect();
-    if let Some(bad) = types
-        .iter()
-        .find(|t| !OBSERVATION_TYPES.contains(&t.as_str()))
-    {
-        anyhow::bail!(
-            "unknown type '{bad}' (use one of {})",
-            OBSERVATION_TYPES.join(", ")
-        );
-    }
-    let kinds = Kind::parse_list(&args.kind).with_context(|| {
-        format!(
-            "--kind '{}' is not observations, summaries, prompts or all",
-            args.kind
-        )
-    })?;
-    let order = Order::parse(&args.order).with_context(|| {
-        format!(
-            "--order '{}' is not relevance, newest or oldest",
-            args.order
-        )
-    })?;
     let project = args.scope.resolve()?;
-    let req = SearchRequest {
+    let req = SearchFields {
         query: args.query.join(" "),
-        filters: Filters {
-            project: project.clone(),
-            types,
-            concept: args.concept.clone(),
-            file: args.file.clone(),
-            since: time("since", &args.since)?,
-            until: time("until", &args.until)?,
-        },
-        kinds,
-        order,
+        project: project.clone(),
+        types: args.types.clone(),
+        concept: args.concept.clone(),
+        file: args.file.clone(),
+        since: args.since.clone(),
+        until: args.until.clone(),
+        kind: Some(args.kind.clone()),
+        order: Some(args.order.clone()),
         limit: args.limit,
         offset: args.offset,
         asking_session: None,
-    };
+    }
+    .to_request(clock::now_ms())
+    .map_err(|e| match e {
+        RequestError::UnknownType(_) => anyhow::anyhow!("{e}"),
+        // The other fields are flags here: `--since`, `--kind`, `--order`.
+        RequestError::BadTime { .. }
+        | RequestError::UnknownKind(_)
+        | RequestError::UnknownOrder(_) => anyhow::anyhow!("--{e}"),
+    })?;
     let conn = open(ctx)?;
     let hits = searcher(ctx).search(&conn, &req)?;
     if args.json {

@@ -9,8 +9,8 @@ use clap::Args;
 
 use cairn_core::clock;
 use cairn_core::memory::forget::{self, Memory};
-use cairn_core::recall::embed::Searcher;
-use cairn_core::recall::search::Kind;
+use cairn_core::memory::kind::Kind;
+use cairn_core::recall::searcher::Searcher;
 use cairn_core::store::db;
 use cairn_core::viewer::Viewer;
 

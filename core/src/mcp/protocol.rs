@@ -70,7 +70,7 @@ pub struct Server {
     /// Cleans memories saved through `save_memory`, like everything captured.
     pub(super) privacy: crate::privacy::Privacy,
     /// Searches by meaning when a sentence model is available, else by words.
-    pub(super) searcher: crate::recall::embed::Searcher,
+    pub(super) searcher: crate::recall::searcher::Searcher,
     /// The Claude Code session that started this server, when it said so (see
     /// [`Server::with_asking_session`]).
     pub(super) asking_session: Option<String>,
@@ -96,12 +96,12 @@ impl Server {
             negotiated: None,
             privacy: crate::privacy::Privacy::from_settings(&Default::default()),
             asking_session: None,
-            searcher: crate::recall::embed::Searcher::full_text_only("no sentence model given"),
+            searcher: crate::recall::searcher::Searcher::full_text_only("no sentence model given"),
         }
     }
 
     /// Searches with this model (and its index) where a query has words to rank by.
-    pub fn with_searcher(mut self, searcher: crate::recall::embed::Searcher) -> Self {
+    pub fn with_searcher(mut self, searcher: crate::recall::searcher::Searcher) -> Self {
         self.searcher = searcher;
         self
     }

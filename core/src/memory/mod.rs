@@ -1,4 +1,5 @@
-//! Memory: what cairn remembers. Sessions and the user's prompts (`sessions`), the
+//! Memory: what cairn remembers. The kinds of memory and how their ids are written
+//! (`kind`). Sessions and the user's prompts (`sessions`), the
 //! observations and turn summaries the worker distils from them (`observations`), and
 //! what the user asked to forget (`forgotten`), which nothing may bring back.
 //!
@@ -15,5 +16,6 @@
 
 pub mod forget;
 pub mod forgotten;
+pub mod kind;
 pub mod observations;
 pub mod sessions;

@@ -28,8 +28,9 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
-use super::search::{Candidate, Filters, Kind, full_text_led, push_filters, table};
+use super::sql::{Candidate, Filters, full_text_led, push_filters, table};
 use crate::error::{Error, Result};
+use crate::memory::kind::Kind;
 
 /// Candidates taken from each side (more when a page further down is asked for).
 pub const POOL: usize = 50;
@@ -473,4 +474,154 @@ fn shares(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::observations::NewObservation;
+    use crate::recall::testing::{T0, fixture, obs};
+
+    #[test]
+    fn filters_apply_exactly_to_what_is_found_by_meaning() {
+        let mut f = fixture();
+        let mut add = |project: &str, kind: &str, concepts: &[&str], file: &str, at: i64| {
+            f.add(NewObservation {
+                concepts: concepts.iter().map(|c| c.to_string()).collect(),
+                files_read: vec![file.into()],
+                ..obs(project, kind, "Unrelated words", "", at)
+            })
+        };
+        let exact = add("p", "bugfix", &["gotcha", "queue"], "src/a.rs", T0);
+        let upper = add("p", "discovery", &["GOTCHA"], "src/b.rs", T0 + 1);
+        let _wider = add("p", "bugfix", &["big gotcha"], "src/a.rs", T0 + 2);
+        let _plural = add("p", "bugfix", &["gotchas"], "src/a.rs", T0 + 3);
+        let _elsewhere = add("q", "bugfix", &["gotcha"], "src/a.rs", T0 + 4);
+        let late = add("p", "bugfix", &["queue"], "src/a.rs", T0 + 100);
+        // Every memory gets the query's own vector: all are equally near, and only the
+        // filters decide what is found (the query's word matches nothing).
+        let unit = {
+            let mut v = vec![0.0f32; 8];
+            v[0] = 1.0;
+            v
+        };
+        let queued = store::queued(&mut f.conn, 100).expect("queued");
+        let items: Vec<_> = queued.into_iter().map(|q| (q, unit.clone())).collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        let mut index = VectorIndex::new("m");
+        index.refresh(&f.conn).expect("index");
+        let query = std::sync::OnceLock::from(unit.clone());
+        let semantic = Semantic {
+            index: &index,
+            query: &query,
+            model: "m",
+            min_similarity: 0.5,
+        };
+        // What a relevance search of the word finds among observations (a page of 20).
+        let q = query::parse("zyzzyva");
+        let any = q.fts_any().expect("a word");
+        let found = |filters: Filters| -> Vec<String> {
+            let filters = Filters {
+                project: Some("p".into()),
+                ..filters
+            };
+            let kinds = [Kind::Observation];
+            let mut ids: Vec<String> =
+                relevance(&f.conn, &q, &any, &kinds, &filters, 21, Some(&semantic))
+                    .expect("rank")
+                    .iter()
+                    .map(|c| c.kind.reference(c.id))
+                    .collect();
+            ids.sort();
+            ids
+        };
+        let refs = |ids: &[i64]| -> Vec<String> {
+            let mut v: Vec<String> = ids
+                .iter()
+                .map(|&id| Kind::Observation.reference(id))
+                .collect();
+            v.sort();
+            v
+        };
+        // A concept is one of the memory's concepts, whatever its case; not a part of one.
+        for concept in ["gotcha", "Gotcha", " GOTCHA "] {
+            let c = Filters {
+                concept: Some(concept.into()),
+                ..Filters::default()
+            };
+            assert_eq!(found(c), refs(&[exact, upper]), "{concept:?}");
+        }
+        let typed = Filters {
+            types: vec!["bugfix".into()],
+            concept: Some("gotcha".into()),
+            ..Filters::default()
+        };
+        assert_eq!(found(typed), refs(&[exact]));
+        let queue_late = Filters {
+            types: vec!["bugfix".into()],
+            concept: Some("queue".into()),
+            since: Some(T0 + 50),
+            ..Filters::default()
+        };
+        assert_eq!(found(queue_late), refs(&[late]));
+        let by_file = Filters {
+            file: Some("src/b.rs".into()),
+            ..Filters::default()
+        };
+        assert_eq!(found(by_file), refs(&[upper]));
+        // A concept with no word in it is still compared exactly (no full-text lookup).
+        let none = Filters {
+            concept: Some("???".into()),
+            ..Filters::default()
+        };
+        assert!(found(none).is_empty());
+    }
+
+    #[test]
+    fn relevance_pools_are_led_by_the_full_text_index() {
+        let f = fixture();
+        let filters = Filters {
+            project: Some("p".into()),
+            types: vec!["bugfix".into()],
+            since: Some(1),
+            until: Some(i64::MAX),
+            ..Default::default()
+        };
+        // With the project alone (in the MATCH expression), the pool is taken from the
+        // full-text index before any row is read.
+        let project_only = Filters {
+            project: Some("p".into()),
+            ..Default::default()
+        };
+        for (kind, filters) in Kind::ALL
+            .into_iter()
+            .flat_map(|k| [(k, &filters), (k, &project_only)])
+        {
+            let sql = pool_statement(kind, "x", filters, 1);
+            let mut stmt = f
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.0))
+                .expect("plan");
+            let rows = stmt
+                .query_map(params_from_iter(sql.1), |r| r.get::<_, String>(3))
+                .expect("rows")
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .expect("collect")
+                .join("\n");
+            // The first table read is the full-text index.
+            assert!(
+                rows.lines()
+                    .find(|l| l.contains("SCAN") || l.contains("SEARCH"))
+                    .is_some_and(|l| l.contains("VIRTUAL TABLE")),
+                "{rows}"
+            );
+            assert!(
+                rows.contains(&format!(
+                    "USING COVERING INDEX {}",
+                    table(kind).search_index
+                )),
+                "{kind:?}:\n{rows}"
+            );
+        }
+    }
 }

@@ -11,7 +11,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
 
 use crate::error::Result;
-use crate::recall::search::{Kind, table};
+use crate::memory::kind::Kind;
+use crate::recall::sql::table;
 
 /// Mark put before a matched word in snippets (STX, `char(2)` in SQL).
 pub const HIGHLIGHT_OPEN: &str = "\u{2}";
@@ -148,6 +149,14 @@ pub fn plain_and_matches(snippet: &str) -> (String, Vec<(usize, usize)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn titles_are_first_lines_and_text_is_shortened_at_words() {
+        assert_eq!(shorten("short", 10), "short");
+        assert_eq!(shorten("one two three four", 10), "one two…");
+        assert_eq!(one_line("a\n  b\tc"), "a b c");
+        assert_eq!(short_title("first line\nsecond"), "first line");
+    }
 
     #[test]
     fn marks_render_as_asked_and_as_offsets() {

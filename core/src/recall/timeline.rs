@@ -8,9 +8,11 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::memory::kind::Kind;
 use crate::recall::rank::Semantic;
-use crate::recall::search::{Filters, Kind, SearchRequest, search_with};
+use crate::recall::search::{SearchRequest, search_with};
 use crate::recall::snippet::{one_line, short_title, shorten};
+use crate::recall::sql::Filters;
 
 /// Where a timeline is centred.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -455,4 +457,157 @@ pub fn get_prompt(conn: &Connection, id: i64) -> Result<Option<Prompt>> {
             })
         })
         .optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recall::testing::{T0, fixture, obs};
+
+    #[test]
+    fn timeline_centres_on_the_anchor_in_its_project() {
+        let mut f = fixture();
+        let p1 = f.prompt("p", 1, "start the queue work", T0);
+        let o1 = f.add(obs("p", "discovery", "Read the queue", "", T0 + 1));
+        let o2 = f.add(obs("p", "bugfix", "Fixed rescue", "", T0 + 2));
+        let s1 = f.summary("p", 1, "queue work", "rescue fixed", T0 + 3);
+        let o3 = f.add(obs("p", "change", "Tidy", "", T0 + 4));
+        f.add(obs("other", "change", "Elsewhere", "", T0 + 2));
+        let t = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(o2),
+                before: 2,
+                after: 1,
+                project: Some("p".into()),
+            },
+        )
+        .expect("timeline");
+        let refs: Vec<(String, bool)> = t
+            .entries
+            .iter()
+            .map(|e| (e.reference(), e.anchor))
+            .collect();
+        assert_eq!(
+            refs,
+            vec![
+                (format!("P{p1}"), false),
+                (o1.to_string(), false),
+                (o2.to_string(), true),
+                (format!("S{s1}"), false),
+            ]
+        );
+        let t = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Query("tidy".into()),
+                before: 1,
+                after: 5,
+                project: Some("p".into()),
+            },
+        )
+        .expect("by query");
+        assert_eq!(
+            t.anchor,
+            Some(Ref {
+                kind: Kind::Observation,
+                id: o3
+            })
+        );
+        assert_eq!(t.entries.len(), 2);
+        let err = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(o2),
+                before: 1,
+                after: 1,
+                project: Some("other".into()),
+            },
+        )
+        .expect_err("wrong project");
+        assert!(err.to_string().contains("belongs to project 'p'"), "{err}");
+        let all = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(o2),
+                before: 5,
+                after: 5,
+                project: None,
+            },
+        )
+        .expect("all");
+        assert!(all.entries.iter().any(|e| e.project == "other"));
+        let none = timeline(
+            &f.conn,
+            &TimelineRequest {
+                anchor: Anchor::Observation(9_999),
+                before: 1,
+                after: 1,
+                project: None,
+            },
+        )
+        .expect("unknown");
+        assert_eq!(none.anchor, None);
+        assert!(none.entries.is_empty());
+    }
+
+    #[test]
+    fn observations_by_id_in_order_with_missing_reported() {
+        let mut f = fixture();
+        f.prompt("p", 1, "why is the lease lost", T0);
+        let mut o = obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1);
+        o.facts = vec!["fact one".into()];
+        o.files_modified = vec!["core/src/queue.rs".into()];
+        let a = f.add(o);
+        let b = f.add(obs("p", "change", "Other", "", T0 + 2));
+        let got = get_observations(&f.conn, &[b, 42, a, b]).expect("get");
+        assert_eq!(
+            got.found.iter().map(|o| o.id).collect::<Vec<_>>(),
+            vec![b, a]
+        );
+        assert_eq!(got.missing, vec![42]);
+        let lease = &got.found[1];
+        assert_eq!(lease.facts, vec!["fact one"]);
+        assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
+        assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
+        assert_eq!(lease.narrative, "the narrative");
+    }
+
+    #[test]
+    fn records_of_every_kind_by_reference_in_order_with_missing_reported() {
+        let mut f = fixture();
+        let p = f.prompt("p", 1, "why is the lease lost", T0);
+        let o = f.add(obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1));
+        let s = f.summary("p", 1, "fix the lease", "rescue counts attempts", T0 + 2);
+        let refs = [
+            (Kind::Summary, s),
+            (Kind::Prompt, 999),
+            (Kind::Observation, o),
+            (Kind::Prompt, p),
+            (Kind::Summary, s),
+        ];
+        let got = get_records(&f.conn, &refs).expect("get");
+        assert_eq!(got.missing, vec!["P999".to_string()]);
+        assert_eq!(got.found.len(), 3);
+        let Record::Summary(sum) = &got.found[0] else {
+            panic!("{:?}", got.found[0]);
+        };
+        assert_eq!(
+            (sum.id, sum.request.as_str(), sum.completed.as_str()),
+            (s, "fix the lease", "rescue counts attempts")
+        );
+        assert_eq!(sum.files_edited, vec!["core/src/queue.rs"]);
+        assert!(matches!(&got.found[1], Record::Observation(x) if x.id == o));
+        let Record::Prompt(prompt) = &got.found[2] else {
+            panic!("{:?}", got.found[2]);
+        };
+        assert_eq!(
+            (prompt.id, prompt.text.as_str()),
+            (p, "why is the lease lost")
+        );
+        let json = serde_json::to_value(&got).expect("json");
+        assert_eq!(json["found"][0]["record"], "summary");
+        assert_eq!(json["found"][1]["record"], "observation");
+        assert_eq!(json["found"][1]["type"], "bugfix");
+    }
 }

@@ -490,4 +490,51 @@ mod tests {
             .expect("count");
         assert_eq!(n, 0);
     }
+
+    /// An upgraded version-1 database gets the covering indexes and is searchable: its
+    /// rows are found as search finds them (the words and the project's key matched in the
+    /// full-text index, joined through the covering index).
+    #[test]
+    fn upgrades_a_version_1_database_with_its_data() {
+        let (_tmp, dd) = temp_db();
+        dd.ensure().expect("dir");
+        {
+            let v1 = Connection::open(dd.db()).expect("v1");
+            v1.execute_batch(MIGRATIONS[0].1).expect("0001");
+            v1.execute_batch(
+                "PRAGMA user_version = 1;
+                 INSERT INTO sessions (session_id, project, started_at, updated_at)
+                     VALUES ('s', 'p', 1, 1);
+                 INSERT INTO observations
+                     (session_id, project, type, title, narrative, content_hash, created_at)
+                     VALUES ('s', 'p', 'discovery', 'Lease rescue', 'kept', 'h', 1);",
+            )
+            .expect("v1 data");
+        }
+        let conn = open_data_dir(&dd, OpenOptions::default()).expect("upgrade");
+        assert_eq!(schema_version(&conn).expect("version"), SCHEMA_VERSION);
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index'
+                 AND name IN ('observations_search', 'session_summaries_search',
+                              'user_prompts_search')",
+                [],
+                |r| r.get(0),
+            )
+            .expect("indexes");
+        assert_eq!(indexes, 3);
+        // Project `p` is indexed as `x70` ('x' and its bytes in hex).
+        let hits: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM observations_fts
+                 JOIN observations t INDEXED BY observations_search
+                   ON t.id = observations_fts.rowid
+                 WHERE observations_fts MATCH ?1",
+                ["(\"lease\") AND project_key : \"x70\""],
+                |r| r.get(0),
+            )
+            .expect("search");
+        assert_eq!(hits, 1);
+        assert!(integrity_problems(&conn).expect("check").is_empty());
+    }
 }

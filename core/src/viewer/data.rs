@@ -6,7 +6,7 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::recall::search::Kind;
+use crate::memory::kind::Kind;
 use crate::recall::snippet::{one_line, shorten};
 
 /// One memory as the feed and the session page list it.

@@ -35,12 +35,14 @@ use rusqlite::Connection;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::memory::forget::{self, Memory};
+use crate::memory::kind::Kind;
 use crate::ops::status;
 use crate::queue::admin::{self, Selector};
 use crate::queue::claim::JobStatus;
 use crate::queue::stats::{self, ListFilter};
-use crate::recall::embed::Searcher;
-use crate::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use crate::recall::request::SearchFields;
+use crate::recall::search::{self, SearchRequest};
+use crate::recall::searcher::Searcher;
 use crate::recall::timeline::{self, Anchor, TimelineRequest};
 use crate::settings::Settings;
 use crate::store::db::{self, OpenOptions};
@@ -460,49 +462,26 @@ fn search_page(app: &App, req: &Req) -> Result<Answer> {
     ))
 }
 
-/// The search form as `cairn search` would take it: same filters, same words.
+/// The search form as `cairn search` would take it: same filters, same words. An empty
+/// field of the form is a field not given.
 fn search_request(f: &pages::SearchForm) -> std::result::Result<SearchRequest, String> {
-    let now = clock::now_ms();
-    let time = |name: &str, v: &str| -> std::result::Result<Option<i64>, String> {
-        if v.trim().is_empty() {
-            return Ok(None);
-        }
-        search::parse_time(v.trim(), now).map(Some).ok_or_else(|| {
-            format!("{name} '{v}' is not a date (YYYY-MM-DD) or an age (7d, 12h, 2w)")
-        })
-    };
-    let types: Vec<String> = f
-        .types
-        .split(',')
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
-        .collect();
-    if let Some(bad) = types
-        .iter()
-        .find(|t| !crate::memory::observations::OBSERVATION_TYPES.contains(&t.as_str()))
-    {
-        return Err(format!(
-            "unknown type '{bad}' (use one of {})",
-            crate::memory::observations::OBSERVATION_TYPES.join(", ")
-        ));
-    }
-    let nonempty = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
-    Ok(SearchRequest {
+    let given = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
+    SearchFields {
         query: f.q.clone(),
-        filters: Filters {
-            project: nonempty(&f.project),
-            types,
-            concept: nonempty(&f.concept),
-            file: nonempty(&f.file),
-            since: time("since", &f.since)?,
-            until: time("until", &f.until)?,
-        },
-        kinds: Kind::parse_list(&f.kind).ok_or_else(|| format!("unknown kind '{}'", f.kind))?,
-        order: Order::parse(&f.order).ok_or_else(|| format!("unknown order '{}'", f.order))?,
+        project: given(&f.project),
+        types: vec![f.types.clone()],
+        concept: given(&f.concept),
+        file: given(&f.file),
+        since: given(&f.since),
+        until: given(&f.until),
+        kind: Some(f.kind.clone()),
+        order: Some(f.order.clone()),
         limit: SEARCH_LIMIT,
         offset: 0,
         asking_session: None,
-    })
+    }
+    .to_request(clock::now_ms())
+    .map_err(|e| e.to_string())
 }
 
 /// Days the token chart covers.

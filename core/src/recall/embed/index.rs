@@ -19,7 +19,7 @@ use rusqlite::{Connection, params};
 
 use super::{bits_of, cosine_i8, store};
 use crate::error::Result;
-use crate::recall::search::Kind;
+use crate::memory::kind::Kind;
 
 /// Rows whose exact similarity is computed after the bit scan, at least; more when more
 /// neighbours are asked for.

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::model::Embedder;
 use super::{bits_of, quantize, text_of};
 use crate::error::Result;
-use crate::recall::search::Kind;
+use crate::memory::kind::Kind;
 use crate::store::db;
 
 /// One memory waiting for its vector.

@@ -1,0 +1,137 @@
+//! The searcher: what a searching process (the CLI, the MCP server, the viewer) holds to
+//! search by meaning as well as by words: the loaded sentence model and the index of
+//! stored vectors, caught up before each search. The top of recall: it calls `search` and
+//! `timeline` with the query's vector (`rank::Semantic`), embedded on a thread of its own
+//! while the full-text side runs; nothing in recall calls it. Without a model, searches
+//! run on full text alone and [`Searcher::unavailable`] says why.
+
+use std::sync::OnceLock;
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+use crate::recall::embed::index::VectorIndex;
+use crate::recall::embed::model::{self, Embedder};
+use crate::recall::query;
+use crate::recall::rank::Semantic;
+use crate::recall::search::{Hit, Order, SearchRequest, search_with};
+use crate::recall::timeline::{Anchor, Timeline, TimelineRequest, timeline_with};
+use crate::settings::EmbedSettings;
+use crate::store::paths::DataDir;
+
+/// What a searching process (the CLI, the MCP server) holds to search by meaning: the
+/// loaded model and the index of stored vectors, caught up before each search. Without a
+/// model, searches run on full text alone and [`Searcher::unavailable`] says why.
+#[derive(Debug)]
+pub struct Searcher {
+    loaded: std::result::Result<Loaded, String>,
+    min_similarity: f32,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    bert: Embedder,
+    index: VectorIndex,
+    model: String,
+}
+
+impl Searcher {
+    /// Finds and loads the model the settings name. A missing or broken model is not an
+    /// error here: search falls back to full text.
+    pub fn open(settings: &EmbedSettings, data: &DataDir) -> Searcher {
+        let loaded = match model::locate(settings, data) {
+            Ok(source) => source
+                .load()
+                .map(|bert| Loaded {
+                    bert,
+                    index: VectorIndex::new(&source.id),
+                    model: source.id.clone(),
+                })
+                .map_err(|e| e.to_string()),
+            Err(why) => Err(why.to_string()),
+        };
+        Searcher {
+            loaded,
+            min_similarity: settings.min_similarity as f32,
+        }
+    }
+
+    /// A searcher that never uses a model.
+    pub fn full_text_only(why: &str) -> Searcher {
+        Searcher {
+            loaded: Err(why.to_string()),
+            min_similarity: 1.0,
+        }
+    }
+
+    /// Why search is full-text only, or `None` when the model is loaded.
+    pub fn unavailable(&self) -> Option<&str> {
+        self.loaded.as_ref().err().map(String::as_str)
+    }
+
+    /// The model's id, when loaded.
+    pub fn model(&self) -> Option<&str> {
+        self.loaded.as_ref().ok().map(|l| l.model.as_str())
+    }
+
+    /// [`search_with`], by meaning too when a model is loaded and the query has words to
+    /// rank by.
+    pub fn search(&mut self, conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
+        let text = (req.order == Order::Relevance).then_some(req.query.as_str());
+        self.with_semantic(conn, text, |semantic| search_with(conn, req, semantic))
+    }
+
+    /// [`timeline_with`], a query anchor found by meaning too.
+    pub fn timeline(&mut self, conn: &Connection, req: &TimelineRequest) -> Result<Timeline> {
+        let text = match &req.anchor {
+            Anchor::Query(text) => Some(text.as_str()),
+            _ => None,
+        };
+        self.with_semantic(conn, text, |semantic| timeline_with(conn, req, semantic))
+    }
+
+    /// Runs `f` with the query vector of `text` when there is a model and `text` has words
+    /// to rank by, else without.
+    fn with_semantic<T>(
+        &mut self,
+        conn: &Connection,
+        text: Option<&str>,
+        f: impl FnOnce(Option<&Semantic>) -> Result<T>,
+    ) -> Result<T> {
+        let text = text.filter(|t| query::parse(t).fts_any().is_some());
+        match (&mut self.loaded, text) {
+            (Ok(l), Some(text)) => {
+                l.index.refresh(conn)?;
+                // The query is embedded on a thread of its own while the full-text side
+                // of the search runs; ranking waits for the vector when it needs it.
+                let bert = &l.bert;
+                let vector = OnceLock::new();
+                std::thread::scope(|scope| {
+                    // An embedding that fails leaves the vector empty, and its error is
+                    // the search's.
+                    let embedding = scope.spawn(|| {
+                        let (made, failed) = match bert.embed(&[text]) {
+                            Ok(mut v) => (v.swap_remove(0), Ok(())),
+                            Err(e) => (Vec::new(), Err(e)),
+                        };
+                        let _ = vector.set(made);
+                        failed
+                    });
+                    let semantic = Semantic {
+                        index: &l.index,
+                        query: &vector,
+                        model: &l.model,
+                        min_similarity: self.min_similarity,
+                    };
+                    let out = f(Some(&semantic));
+                    match embedding.join() {
+                        Ok(Ok(())) => out,
+                        Ok(Err(e)) => Err(e),
+                        Err(_) => Err(Error::Embedding("the query's embedding panicked".into())),
+                    }
+                })
+            }
+            _ => f(None),
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The SQL vocabulary of recall: which rows a search may return ([`Filters`]), what differs
+//! between the three searchable tables ([`Table`], [`table`]), a ranked row before its
+//! text is read ([`Candidate`]), and the WHERE terms every statement shares
+//! ([`full_text_led`], [`push_filters`]). Search, ranking, snippets and the timeline build
+//! their statements from these; this module calls none of them. Pure: builds strings and
+//! arguments, runs nothing.
+
+use rusqlite::types::Value;
+
+use crate::memory::kind::Kind;
+
+/// BM25 column weights of `observations_fts(title, subtitle, narrative, facts_text,
+/// concepts_text, project_key)`; the project's key is for narrowing, not for ranking.
+const OBSERVATION_WEIGHTS: &str = "10.0, 4.0, 1.0, 2.0, 4.0, 0.0";
+/// Of `session_summaries_fts(request, investigated, learned, completed, next_steps, notes,
+/// project_key)`.
+const SUMMARY_WEIGHTS: &str = "5.0, 1.0, 2.0, 2.0, 1.0, 1.0, 0.0";
+/// Of `user_prompts_fts(prompt_text, project_key)`.
+const PROMPT_WEIGHTS: &str = "1.0, 0.0";
+
+/// Which rows a search or timeline may return.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filters {
+    /// Only this project; `None` is every project.
+    pub project: Option<String>,
+    /// Only observations of these types (summaries and prompts have no type, so a type
+    /// filter leaves them out).
+    pub types: Vec<String>,
+    /// Only observations tagged with this concept (case-insensitive, whole concept).
+    pub concept: Option<String>,
+    /// Only records that read or modified a file whose path contains this text.
+    pub file: Option<String>,
+    /// Created at or after this time (ms).
+    pub since: Option<i64>,
+    /// Created before this time (ms).
+    pub until: Option<i64>,
+}
+
+/// The SQL pieces that differ between the three searchable tables.
+pub(super) struct Table {
+    pub(super) table: &'static str,
+    pub(super) fts: &'static str,
+    /// The full-text table's columns of text, in order (its last, `project_key`, is not).
+    pub(super) columns: &'static str,
+    pub(super) select: &'static str,
+    weights: &'static str,
+    /// The text shown when there is no match to make a snippet from.
+    pub(super) plain: &'static str,
+    /// The FTS column a snippet comes from when the best one only repeats the title.
+    pub(super) body_column: Option<u8>,
+    /// The covering index of the columns search filters read (migration 0002).
+    pub(super) search_index: &'static str,
+}
+
+impl Table {
+    /// The BM25 score of a match, by the column weights (lower is better).
+    pub(super) fn bm25(&self) -> String {
+        format!("bm25({}, {})", self.fts, self.weights)
+    }
+
+    /// The full-text table joined to its rows. Filters on id, project, time and type read
+    /// the covering index (a few dense pages); only concept and file filters need the row
+    /// itself.
+    pub(super) fn joined_rows(&self, f: &Filters) -> String {
+        let fts = self.fts;
+        if f.concept.is_none() && f.file.is_none() {
+            format!(
+                "{fts} JOIN {table} t INDEXED BY {index} ON t.id = {fts}.rowid",
+                table = self.table,
+                index = self.search_index
+            )
+        } else {
+            format!(
+                "{fts} JOIN {table} t ON t.id = {fts}.rowid",
+                table = self.table
+            )
+        }
+    }
+}
+
+pub(super) fn table(kind: Kind) -> Table {
+    match kind {
+        Kind::Observation => Table {
+            table: "observations",
+            fts: "observations_fts",
+            columns: "title, subtitle, narrative, facts_text, concepts_text",
+            select: "t.id, t.project, t.created_at, t.type, t.title",
+            weights: OBSERVATION_WEIGHTS,
+            plain: "CASE WHEN t.subtitle <> '' THEN t.subtitle ELSE t.narrative END",
+            body_column: Some(2),
+            search_index: "observations_search",
+        },
+        Kind::Summary => Table {
+            table: "session_summaries",
+            fts: "session_summaries_fts",
+            columns: "request, investigated, learned, completed, next_steps, notes",
+            select: "t.id, t.project, t.created_at, 'summary', t.request",
+            weights: SUMMARY_WEIGHTS,
+            plain: "CASE WHEN t.completed <> '' THEN t.completed ELSE t.learned END",
+            body_column: Some(3),
+            search_index: "session_summaries_search",
+        },
+        Kind::Prompt => Table {
+            table: "user_prompts",
+            fts: "user_prompts_fts",
+            columns: "prompt_text",
+            select: "t.id, t.project, t.created_at, 'prompt', t.prompt_text",
+            weights: PROMPT_WEIGHTS,
+            plain: "''",
+            body_column: None,
+            search_index: "user_prompts_search",
+        },
+    }
+}
+
+/// A ranked row before its text is read: ranking needs only these, and reading titles and
+/// snippets for every match (not just the rows shown) would cost far more.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Candidate {
+    pub(super) kind: Kind,
+    pub(super) id: i64,
+    pub(super) created_at: i64,
+    pub(super) score: Option<f64>,
+}
+
+/// The arguments and WHERE terms of a statement led by the full-text index: `?1`, the
+/// MATCH expression `expr` narrowed to the filters' project when they name one (the index
+/// then intersects the words with the project's key, migration 0008, and reads no row of
+/// another project), then every other filter, indexed columns written `+t.column` (a
+/// unary `+` keeps SQLite from driving the join from a `created_at` index, one full-text
+/// evaluation per row: the full-text index always leads).
+pub(super) fn full_text_led(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>, Vec<String>) {
+    let fts = table(kind).fts;
+    let scoped = match &f.project {
+        Some(p) => format!("({expr}) AND project_key : \"{}\"", project_key(p)),
+        None => expr.to_string(),
+    };
+    let mut args = vec![Value::Text(scoped)];
+    let mut wheres = vec![format!("{fts} MATCH ?1")];
+    let rest = Filters {
+        project: None,
+        ..f.clone()
+    };
+    push_filters(kind, &rest, true, &mut args, &mut wheres);
+    (args, wheres)
+}
+
+/// The word a project is indexed by in the `project_key` columns: `'x' || hex(project)`,
+/// as the tokenizer lowercases it.
+fn project_key(project: &str) -> String {
+    let mut key = String::with_capacity(1 + 2 * project.len());
+    key.push('x');
+    for b in project.bytes() {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
+}
+
+/// With `no_index`, the indexed columns are written `+t.column` so that SQLite does not
+/// use their indexes (see [`full_text_led`]).
+pub(super) fn push_filters(
+    kind: Kind,
+    f: &Filters,
+    no_index: bool,
+    args: &mut Vec<Value>,
+    wheres: &mut Vec<String>,
+) {
+    let plus = if no_index { "+" } else { "" };
+    if let Some(p) = &f.project {
+        args.push(Value::Text(p.clone()));
+        wheres.push(format!("{plus}t.project = ?{}", args.len()));
+    }
+    if let Some(since) = f.since {
+        args.push(Value::Integer(since));
+        wheres.push(format!("{plus}t.created_at >= ?{}", args.len()));
+    }
+    if let Some(until) = f.until {
+        args.push(Value::Integer(until));
+        wheres.push(format!("{plus}t.created_at < ?{}", args.len()));
+    }
+    if kind == Kind::Observation {
+        if !f.types.is_empty() {
+            let mut marks = Vec::new();
+            for ty in &f.types {
+                args.push(Value::Text(ty.trim().to_ascii_lowercase()));
+                marks.push(format!("?{}", args.len()));
+            }
+            wheres.push(format!("t.type IN ({})", marks.join(", ")));
+        }
+        if let Some(c) = &f.concept {
+            args.push(Value::Text(c.trim().to_lowercase()));
+            wheres.push(format!(
+                "EXISTS (SELECT 1 FROM json_each(t.concepts) c WHERE lower(c.value) = ?{})",
+                args.len()
+            ));
+        }
+    }
+    if let Some(file) = &f.file {
+        let columns: &[&str] = match kind {
+            Kind::Observation => &["files_read", "files_modified"],
+            Kind::Summary => &["files_read", "files_edited"],
+            Kind::Prompt => &[],
+        };
+        args.push(Value::Text(format!("%{}%", escape_like(file.trim()))));
+        let n = args.len();
+        let any: Vec<String> = columns
+            .iter()
+            .map(|col| {
+                format!(
+                    "EXISTS (SELECT 1 FROM json_each(t.{col}) f WHERE f.value LIKE ?{n} ESCAPE '\\')"
+                )
+            })
+            .collect();
+        if !any.is_empty() {
+            wheres.push(format!("({})", any.join(" OR ")));
+        }
+    }
+}
+
+/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
+fn escape_like(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_patterns_escape_their_wildcards() {
+        assert_eq!(escape_like("a%b_c\\"), "a\\%b\\_c\\\\");
+    }
+}
