@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::memory;
-use crate::memory::forget;
+use crate::memory::forgotten;
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 use crate::ops::exchange::Counts;
@@ -530,7 +530,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in observations.chunks(CHUNK) {
         db::write(conn, |tx| {
             for o in chunk {
-                if forget::observation_forgotten(tx, o)? {
+                if forgotten::observation_forgotten(tx, o)? {
                     report.forgotten.observations += 1;
                     continue;
                 }
@@ -546,7 +546,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in summaries_vec.chunks(CHUNK) {
         db::write(conn, |tx| {
             for s in chunk {
-                if forget::summary_forgotten(tx, s)? {
+                if forgotten::summary_forgotten(tx, s)? {
                     report.forgotten.summaries += 1;
                     continue;
                 }
@@ -561,7 +561,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in prompts.chunks(CHUNK) {
         db::write(conn, |tx| {
             for p in chunk {
-                if forget::prompt_forgotten(tx, p)? {
+                if forgotten::prompt_forgotten(tx, p)? {
                     report.forgotten.prompts += 1;
                     continue;
                 }

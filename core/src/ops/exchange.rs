@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::memory;
-use crate::memory::forget;
+use crate::memory::forgotten;
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 use crate::store::db;
@@ -447,9 +447,9 @@ pub fn import_records(conn: &mut Connection, records: &[(usize, Record)]) -> Res
             for (_, record) in chunk {
                 let forgotten = match record {
                     Record::Header(_) | Record::Session(_) => false,
-                    Record::Prompt(p) => forget::prompt_forgotten(tx, p)?,
-                    Record::Observation(o) => forget::observation_forgotten(tx, o)?,
-                    Record::Summary(s) => forget::summary_forgotten(tx, s)?,
+                    Record::Prompt(p) => forgotten::prompt_forgotten(tx, p)?,
+                    Record::Observation(o) => forgotten::observation_forgotten(tx, o)?,
+                    Record::Summary(s) => forgotten::summary_forgotten(tx, s)?,
                 };
                 if forgotten {
                     *slot(&mut report.forgotten, record) += 1;
