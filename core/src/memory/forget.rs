@@ -189,9 +189,12 @@ mod tests {
                 project: "p".into(),
                 prompt_number: Some(1),
                 kind: "discovery".into(),
-                title: "secret thing".into(),
                 source_job_ids: vec![job],
                 created_at: 2,
+                content: crate::memory::rows::ObservationContent {
+                    title: "secret thing".into(),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let obs = insert_observation(tx, &o)?.id();

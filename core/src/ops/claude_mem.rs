@@ -412,19 +412,21 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
             prompt_number: int(row, "prompt_number"),
             kind,
             original_type,
-            title,
-            subtitle: text_or_empty(row, "subtitle"),
-            narrative: text(row, "narrative")
-                .filter(|s| !s.trim().is_empty())
-                .or(body)
-                .unwrap_or_default(),
-            facts: list(row, "facts"),
-            concepts: list(row, "concepts"),
-            files_read: list(row, "files_read"),
-            files_modified: list(row, "files_modified"),
             source_job_ids: Vec::new(),
             origin: "import".into(),
             created_at: created,
+            content: crate::memory::rows::ObservationContent {
+                title,
+                subtitle: text_or_empty(row, "subtitle"),
+                narrative: text(row, "narrative")
+                    .filter(|s| !s.trim().is_empty())
+                    .or(body)
+                    .unwrap_or_default(),
+                facts: list(row, "facts"),
+                concepts: list(row, "concepts"),
+                files_read: list(row, "files_read"),
+                files_modified: list(row, "files_modified"),
+            },
         });
     }
 

@@ -759,10 +759,13 @@ mod tests {
             project: project.into(),
             prompt_number: Some(1),
             kind: kind.into(),
-            title: title.into(),
-            narrative: narrative.into(),
             origin: "model".into(),
             created_at: at,
+            content: crate::memory::rows::ObservationContent {
+                title: title.into(),
+                narrative: narrative.into(),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
@@ -888,8 +891,11 @@ mod tests {
         let mut f = fixture();
         let mut add = |project: &str, kind: &str, concepts: &[&str], file: &str, at: i64| {
             f.add(NewObservation {
-                concepts: concepts.iter().map(|c| c.to_string()).collect(),
-                files_read: vec![file.into()],
+                content: crate::memory::rows::ObservationContent {
+                    concepts: concepts.iter().map(|c| c.to_string()).collect(),
+                    files_read: vec![file.into()],
+                    ..Default::default()
+                },
                 ..obs(project, kind, "Unrelated words", "", at)
             })
         };
@@ -1068,12 +1074,12 @@ mod tests {
     fn filters_by_type_concept_file_and_dates() {
         let mut f = fixture();
         let mut a = obs("p", "bugfix", "Fix lease", "", T0);
-        a.concepts = vec!["Gotcha".into(), "queue".into()];
-        a.files_modified = vec!["/home/dev/cairn/core/src/queue.rs".into()];
+        a.content.concepts = vec!["Gotcha".into(), "queue".into()];
+        a.content.files_modified = vec!["/home/dev/cairn/core/src/queue.rs".into()];
         let a = f.add(a);
         let mut b = obs("p", "feature", "Lease heartbeat", "", T0 + 3 * DAY);
-        b.concepts = vec!["how-it-works".into()];
-        b.files_read = vec!["core/src/db.rs".into()];
+        b.content.concepts = vec!["how-it-works".into()];
+        b.content.files_read = vec!["core/src/db.rs".into()];
         let b = f.add(b);
         let s = f.summary("p", 1, "Make leases safe", "lease rescue", T0 + DAY);
         let p = f.prompt("p", 1, "please fix the lease", T0 + 2 * DAY);
@@ -1251,8 +1257,8 @@ mod tests {
         let mut f = fixture();
         f.prompt("p", 1, "why is the lease lost", T0);
         let mut o = obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1);
-        o.facts = vec!["fact one".into()];
-        o.files_modified = vec!["core/src/queue.rs".into()];
+        o.content.facts = vec!["fact one".into()];
+        o.content.files_modified = vec!["core/src/queue.rs".into()];
         let a = f.add(o);
         let b = f.add(obs("p", "change", "Other", "", T0 + 2));
         let got = get_observations(&f.conn, &[b, 42, a, b]).expect("get");
@@ -1262,10 +1268,10 @@ mod tests {
         );
         assert_eq!(got.missing, vec![42]);
         let lease = &got.found[1];
-        assert_eq!(lease.facts, vec!["fact one"]);
-        assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
+        assert_eq!(lease.content.facts, vec!["fact one"]);
+        assert_eq!(lease.content.files_modified, vec!["core/src/queue.rs"]);
         assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
-        assert_eq!(lease.narrative, "the narrative");
+        assert_eq!(lease.content.narrative, "the narrative");
     }
 
     #[test]
