@@ -61,14 +61,18 @@ impl Privacy {
     /// A memory saved by hand (`cairn save`, the MCP tool `save_memory`), cleaned like
     /// everything captured: every text field and list item goes through [`Privacy::text`].
     pub fn observation(&self, o: &mut crate::memory::observations::NewObservation) {
-        for field in [&mut o.title, &mut o.subtitle, &mut o.narrative] {
+        for field in [
+            &mut o.content.title,
+            &mut o.content.subtitle,
+            &mut o.content.narrative,
+        ] {
             *field = self.text(field);
         }
         for list in [
-            &mut o.facts,
-            &mut o.concepts,
-            &mut o.files_read,
-            &mut o.files_modified,
+            &mut o.content.facts,
+            &mut o.content.concepts,
+            &mut o.content.files_read,
+            &mut o.content.files_modified,
         ] {
             for item in list.iter_mut() {
                 *item = self.text(item);

@@ -77,10 +77,13 @@ fn ack_with_results(conn: &mut rusqlite::Connection, batch: &queue::claim::Batch
                 session_id: Some(job.session_id.clone()),
                 project: job.project.clone(),
                 kind: "change".into(),
-                title: format!("job {}", job.id),
                 source_job_ids: vec![job.id],
                 origin: "test".into(),
                 created_at: clock::now_ms(),
+                content: cairn_core::memory::rows::ObservationContent {
+                    title: format!("job {}", job.id),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             memory::observations::insert_observation(tx, &o)?;

@@ -122,19 +122,22 @@ fn seed_observations(dir: &DataDir, n: usize) {
                 project: "acme-api".into(),
                 prompt_number: Some((i % 50) as i64),
                 kind: ["discovery", "change", "bugfix", "feature", "decision"][i % 5].into(),
-                title: format!("Observation {i}: the parser handles case {}", i % 977),
-                subtitle: format!("subtitle {i}"),
-                narrative: format!(
-                    "While working on module {} the assistant found that function f{} needs care with input {}.",
-                    i % 37,
-                    i % 101,
-                    i
-                ),
-                facts: vec![format!("fact {i}"), format!("fact {}", i + 1)],
-                concepts: vec!["how-it-works".into()],
-                files_read: vec![format!("src/m{}.rs", i % 37)],
                 origin: "model".into(),
                 created_at: base + i as i64 * 1000,
+                content: cairn_core::memory::rows::ObservationContent {
+                    title: format!("Observation {i}: the parser handles case {}", i % 977),
+                    subtitle: format!("subtitle {i}"),
+                    narrative: format!(
+                        "While working on module {} the assistant found that function f{} needs care with input {}.",
+                        i % 37,
+                        i % 101,
+                        i
+                    ),
+                    facts: vec![format!("fact {i}"), format!("fact {}", i + 1)],
+                    concepts: vec!["how-it-works".into()],
+                    files_read: vec![format!("src/m{}.rs", i % 37)],
+                    ..Default::default()
+                },
                 ..NewObservation::default()
             };
             memory::observations::insert_observation(tx, &o)?;

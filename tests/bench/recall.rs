@@ -448,20 +448,22 @@ fn seeded(n: usize) -> DataDir {
                 prompt_number: Some(l.prompt),
                 kind: rng.pick(OBSERVATION_TYPES).to_string(),
                 original_type: None,
-                title,
-                subtitle: vocab.text(&mut rng, 8, 14),
-                narrative: vocab.text(&mut rng, 30, 90),
-                facts: (0..rng.range(1, 4))
-                    .map(|_| vocab.text(&mut rng, 6, 12))
-                    .collect(),
-                concepts: (0..rng.range(1, 3))
-                    .map(|_| rng.pick(CONCEPTS).to_string())
-                    .collect(),
-                files_read: file_list(&mut rng, 3),
-                files_modified: file_list(&mut rng, 2),
                 source_job_ids: vec![i as i64],
                 origin: "model".into(),
                 created_at: at.max(l.prompt_at),
+                content: cairn_core::memory::rows::ObservationContent {
+                    title,
+                    subtitle: vocab.text(&mut rng, 8, 14),
+                    narrative: vocab.text(&mut rng, 30, 90),
+                    facts: (0..rng.range(1, 4))
+                        .map(|_| vocab.text(&mut rng, 6, 12))
+                        .collect(),
+                    concepts: (0..rng.range(1, 3))
+                        .map(|_| rng.pick(CONCEPTS).to_string())
+                        .collect(),
+                    files_read: file_list(&mut rng, 3),
+                    files_modified: file_list(&mut rng, 2),
+                },
             };
             memory::observations::insert_observation(tx, &o)?;
             if i % 100_000 == 99_999 {

@@ -429,10 +429,13 @@ fn writer_file(dir: &Path, i: usize, n: usize) -> PathBuf {
             project: "load".into(),
             prompt_number: Some(1),
             kind: "discovery".into(),
-            title: format!("writer {i} observation {k}"),
-            narrative: "x".repeat(200),
             origin: "import".into(),
             created_at: k as i64,
+            content: cairn_core::memory::rows::ObservationContent {
+                title: format!("writer {i} observation {k}"),
+                narrative: "x".repeat(200),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let mut v = serde_json::to_value(&o).expect("json");
@@ -595,10 +598,13 @@ fn export_then_import_round_trips_without_loss_or_duplicates() {
                 session_id: None,
                 project: "other".into(),
                 kind: "decision".into(),
-                title: "Keep backups for a week".into(),
-                facts: vec!["backup.keep = 7".into()],
                 origin: "manual".into(),
                 created_at: 5,
+                content: cairn_core::memory::rows::ObservationContent {
+                    title: "Keep backups for a week".into(),
+                    facts: vec!["backup.keep = 7".into()],
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         )?;

@@ -47,10 +47,13 @@ fn obs(
         project: project.into(),
         prompt_number: Some(1),
         kind: kind.into(),
-        title: title.into(),
-        narrative: narrative.into(),
         origin: "model".into(),
         created_at: at,
+        content: cairn_core::memory::rows::ObservationContent {
+            title: title.into(),
+            narrative: narrative.into(),
+            ..Default::default()
+        },
         ..NewObservation::default()
     }
 }
@@ -89,9 +92,9 @@ pub fn seed(env: &TestEnv) -> Seeded {
             "Rescued jobs used to loop forever.",
             T0 + 60_000,
         );
-        b.concepts = vec!["gotcha".into(), "queue".into()];
-        b.files_modified = vec!["core/src/queue.rs".into()];
-        b.facts = vec!["three failed attempts skip a job".into()];
+        b.content.concepts = vec!["gotcha".into(), "queue".into()];
+        b.content.files_modified = vec!["core/src/queue.rs".into()];
+        b.content.facts = vec!["three failed attempts skip a job".into()];
         let title_hit = memory::observations::insert_observation(tx, &b)?.id();
         let mut c = obs(
             "s2",
@@ -101,7 +104,7 @@ pub fn seed(env: &TestEnv) -> Seeded {
             "Set busy_timeout first on every connection.",
             T0 + 120_000,
         );
-        c.files_read = vec!["core/src/db.rs".into()];
+        c.content.files_read = vec!["core/src/db.rs".into()];
         let bugfix_decision = memory::observations::insert_observation(tx, &c)?.id();
         let old = memory::observations::insert_observation(
             tx,

@@ -531,12 +531,15 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
         session_id: None,
         project: project.clone(),
         kind,
-        title,
-        narrative: text.trim_end().to_string(),
-        files_modified: args.files.clone(),
-        concepts: args.concepts.clone(),
         origin: "manual".into(),
         created_at: clock::now_ms(),
+        content: cairn_core::memory::rows::ObservationContent {
+            title,
+            narrative: text.trim_end().to_string(),
+            files_modified: args.files.clone(),
+            concepts: args.concepts.clone(),
+            ..Default::default()
+        },
         ..NewObservation::default()
     };
     Privacy::from_settings(&ctx.settings().capture).observation(&mut obs);

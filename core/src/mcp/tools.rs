@@ -500,12 +500,15 @@ impl Server {
             project: project.clone(),
             prompt_number: None,
             kind,
-            title: shorten(&title, 200),
-            narrative: text,
-            files_modified: args.strings("files")?,
-            concepts: args.strings("concepts")?,
             origin: "manual".into(),
             created_at: (self.clock)(),
+            content: crate::memory::rows::ObservationContent {
+                title: shorten(&title, 200),
+                narrative: text,
+                files_modified: args.strings("files")?,
+                concepts: args.strings("concepts")?,
+                ..Default::default()
+            },
             ..NewObservation::default()
         };
         self.privacy.observation(&mut obs);
@@ -532,19 +535,19 @@ pub fn render_observation(o: &timeline::Observation) -> String {
         o.kind,
         o.project,
         crate::clock::iso_utc(o.created_at),
-        o.title
+        o.content.title
     );
-    if !o.subtitle.is_empty() {
-        out.push_str(&format!("{}\n", o.subtitle));
+    if !o.content.subtitle.is_empty() {
+        out.push_str(&format!("{}\n", o.content.subtitle));
     }
-    if !o.narrative.is_empty() {
-        out.push_str(&format!("\n{}\n", o.narrative.trim_end()));
+    if !o.content.narrative.is_empty() {
+        out.push_str(&format!("\n{}\n", o.content.narrative.trim_end()));
     }
     for (label, list) in [
-        ("Facts", &o.facts),
-        ("Concepts", &o.concepts),
-        ("Files read", &o.files_read),
-        ("Files modified", &o.files_modified),
+        ("Facts", &o.content.facts),
+        ("Concepts", &o.content.concepts),
+        ("Files read", &o.content.files_read),
+        ("Files modified", &o.content.files_modified),
     ] {
         if list.is_empty() {
             continue;

@@ -1,24 +1,20 @@
-//! Forgetting: a memory a person decides should not have been kept is deleted, and a
-//! tombstone in `forgotten` keeps any later import from bringing it back. Writes
-//! `forgotten` with `memory::forgotten`, which keeps the tombstones of what reconciliation
-//! and salvage would recreate, under the same (kind, key) rows.
+//! Forgetting: a memory a person decides should not have been kept is deleted, and its
+//! tombstone (`memory::forgotten`, the only writer of the `forgotten` table) keeps any later
+//! import, reconciliation or salvage from bringing it back.
 //!
 //! Deleting the row is the whole removal: the full-text indexes follow their tables through
 //! the schema's triggers, and so do the vectors (`embeddings` and `embedding_queue` rows of
 //! the memory are deleted by the `*_embed_delete` triggers of migration 0003).
 //!
-//! Tombstone keys, one per kind (see `migrations/0006_forgotten.sql`):
-//! `observation_hash` is `session_id:content_hash` (session empty for a memory saved by
-//! hand), `tool_use` the tool call's id an observation came from, `prompt`
-//! `session_id:prompt_id` (`session_id:#N` when the prompt has no `prompt_id`), `summary`
-//! `session_id:prompt_number`.
+//! Tombstones left: an observation's content in its session and the tool calls it came
+//! from, a prompt by its `prompt_id` (or number), a summary by its turn
+//! ([`forgotten::Key`]).
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{OptionalExtension, Transaction};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::memory::observations::{NewObservation, NewSummary};
-use crate::memory::sessions::PromptRecord;
+use crate::memory::forgotten::{self, Key};
 
 /// One memory, by its row id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,56 +36,6 @@ impl Forgotten {
     pub fn total(&self) -> usize {
         self.observations + self.summaries + self.prompts
     }
-}
-
-/// Tombstone kinds.
-pub const OBSERVATION_HASH: &str = "observation_hash";
-pub const TOOL_USE: &str = "tool_use";
-pub const PROMPT: &str = "prompt";
-pub const SUMMARY: &str = "summary";
-
-/// The `observation_hash` key of an observation.
-pub fn observation_key(session_id: Option<&str>, content_hash: &str) -> String {
-    format!("{}:{content_hash}", session_id.unwrap_or(""))
-}
-
-/// The `prompt` key of a prompt.
-pub fn prompt_key(session_id: &str, prompt_id: Option<&str>, prompt_number: i64) -> String {
-    match prompt_id {
-        Some(id) => format!("{session_id}:{id}"),
-        None => format!("{session_id}:#{prompt_number}"),
-    }
-}
-
-/// The `summary` key of a turn summary.
-pub fn summary_key(session_id: &str, prompt_number: i64) -> String {
-    format!("{session_id}:{prompt_number}")
-}
-
-/// True when a memory with this tombstone was forgotten.
-pub fn is_forgotten(tx: &Transaction, kind: &str, key: &str) -> Result<bool> {
-    Ok(tx
-        .prepare_cached("SELECT 1 FROM forgotten WHERE kind = ?1 AND key = ?2")?
-        .query_row(params![kind, key], |_| Ok(()))
-        .optional()?
-        .is_some())
-}
-
-/// True when this observation was forgotten (an importer then skips it).
-pub fn observation_forgotten(tx: &Transaction, o: &NewObservation) -> Result<bool> {
-    let key = observation_key(o.session_id.as_deref(), &o.content_hash());
-    is_forgotten(tx, OBSERVATION_HASH, &key)
-}
-
-/// True when this turn's summary was forgotten.
-pub fn summary_forgotten(tx: &Transaction, s: &NewSummary) -> Result<bool> {
-    is_forgotten(tx, SUMMARY, &summary_key(&s.session_id, s.prompt_number))
-}
-
-/// True when this prompt was forgotten.
-pub fn prompt_forgotten(tx: &Transaction, p: &PromptRecord) -> Result<bool> {
-    let key = prompt_key(&p.session_id, p.prompt_id.as_deref(), p.prompt_number);
-    is_forgotten(tx, PROMPT, &key)
 }
 
 /// Deletes these memories and leaves their tombstones; ids that do not exist are skipped.
@@ -140,45 +86,69 @@ pub fn forget_session(tx: &Transaction, session_id: &str, now: i64) -> Result<Fo
 }
 
 fn forget_observation(tx: &Transaction, id: i64, now: i64) -> Result<usize> {
-    tx.prepare_cached(
-        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
-         SELECT 'observation_hash', coalesce(session_id, '') || ':' || content_hash, ?2
-         FROM observations WHERE id = ?1",
-    )?
-    .execute(params![id, now])?;
+    let row: Option<(Option<String>, String)> = tx
+        .prepare_cached("SELECT session_id, content_hash FROM observations WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((session_id, content_hash)) = row else {
+        return Ok(0);
+    };
+    let key = Key::Observation {
+        session_id: session_id.as_deref(),
+        content_hash: &content_hash,
+    };
+    forgotten::forget(tx, &key, now)?;
     // The tool calls it came from, as the jobs that carried them still name them.
-    tx.prepare_cached(
-        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
-         SELECT 'tool_use', substr(p.dedupe_key, 6), ?2
-         FROM observations o, json_each(o.source_job_ids) j
-         JOIN pending_messages p ON p.id = j.value
-         WHERE o.id = ?1 AND p.dedupe_key LIKE 'tool:%'",
-    )?
-    .execute(params![id, now])?;
+    let tool_uses: Vec<String> = tx
+        .prepare_cached(
+            "SELECT substr(p.dedupe_key, 6)
+             FROM observations o, json_each(o.source_job_ids) j
+             JOIN pending_messages p ON p.id = j.value
+             WHERE o.id = ?1 AND p.dedupe_key LIKE 'tool:%'",
+        )?
+        .query_map([id], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for tool_use in &tool_uses {
+        forgotten::forget(tx, &Key::ToolUse(tool_use), now)?;
+    }
     Ok(tx
         .prepare_cached("DELETE FROM observations WHERE id = ?1")?
         .execute([id])?)
 }
 
 fn forget_summary(tx: &Transaction, id: i64, now: i64) -> Result<usize> {
-    tx.prepare_cached(
-        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
-         SELECT 'summary', session_id || ':' || prompt_number, ?2
-         FROM session_summaries WHERE id = ?1",
-    )?
-    .execute(params![id, now])?;
+    let row: Option<(String, i64)> = tx
+        .prepare_cached("SELECT session_id, prompt_number FROM session_summaries WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((session_id, prompt_number)) = row else {
+        return Ok(0);
+    };
+    let key = Key::Summary {
+        session_id: &session_id,
+        prompt_number,
+    };
+    forgotten::forget(tx, &key, now)?;
     Ok(tx
         .prepare_cached("DELETE FROM session_summaries WHERE id = ?1")?
         .execute([id])?)
 }
 
 fn forget_prompt(tx: &Transaction, id: i64, now: i64) -> Result<usize> {
-    tx.prepare_cached(
-        "INSERT OR IGNORE INTO forgotten (kind, key, forgotten_at)
-         SELECT 'prompt', session_id || ':' || coalesce(prompt_id, '#' || prompt_number), ?2
-         FROM user_prompts WHERE id = ?1",
-    )?
-    .execute(params![id, now])?;
+    let row: Option<(String, Option<String>, i64)> = tx
+        .prepare_cached(
+            "SELECT session_id, prompt_id, prompt_number FROM user_prompts WHERE id = ?1",
+        )?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((session_id, prompt_id, prompt_number)) = row else {
+        return Ok(0);
+    };
+    forgotten::forget(
+        tx,
+        &Key::prompt(&session_id, prompt_id.as_deref(), prompt_number),
+        now,
+    )?;
     Ok(tx
         .prepare_cached("DELETE FROM user_prompts WHERE id = ?1")?
         .execute([id])?)
@@ -187,7 +157,7 @@ fn forget_prompt(tx: &Transaction, id: i64, now: i64) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::observations::insert_observation;
+    use crate::memory::observations::{NewObservation, insert_observation};
     use crate::store::db::{self, OpenOptions};
 
     fn setup() -> (tempfile::TempDir, rusqlite::Connection) {
@@ -219,9 +189,12 @@ mod tests {
                 project: "p".into(),
                 prompt_number: Some(1),
                 kind: "discovery".into(),
-                title: "secret thing".into(),
                 source_job_ids: vec![job],
                 created_at: 2,
+                content: crate::memory::rows::ObservationContent {
+                    title: "secret thing".into(),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let obs = insert_observation(tx, &o)?.id();
@@ -283,15 +256,18 @@ mod tests {
         assert_eq!(
             keys,
             vec![
-                (OBSERVATION_HASH.into(), observation_key(Some("s1"), &hash)),
-                (PROMPT.into(), prompt_key("s1", Some("pid-1"), 1)),
-                (SUMMARY.into(), summary_key("s1", 1)),
-                (TOOL_USE.into(), "toolu_1".into()),
+                ("observation_hash".into(), format!("s1:{hash}")),
+                ("prompt".into(), "s1:pid-1".into()),
+                ("summary".into(), "s1:1".into()),
+                ("tool_use".into(), "toolu_1".into()),
             ]
         );
-        let tx = conn.transaction().expect("tx");
-        assert!(is_forgotten(&tx, SUMMARY, "s1:1").expect("check"));
-        assert!(!is_forgotten(&tx, SUMMARY, "s1:2").expect("check"));
+        let turn = |prompt_number| Key::Summary {
+            session_id: "s1",
+            prompt_number,
+        };
+        assert!(forgotten::is_forgotten(&conn, &turn(1)).expect("check"));
+        assert!(!forgotten::is_forgotten(&conn, &turn(2)).expect("check"));
     }
 
     #[test]

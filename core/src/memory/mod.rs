@@ -4,10 +4,16 @@
 //! what the user asked to forget (`forgotten`), which nothing may bring back.
 //!
 //! Owns and is the only writer of `sessions`, `user_prompts`, `observations`,
-//! `session_summaries` and `forgotten` (tombstones of forgotten memories, `forget`); the full-text indexes follow those tables through the migration's
-//! triggers. Capture writes sessions and prompts through it, the worker observations and
-//! summaries (inside the queue's ack transaction), and `save_memory` and the importers
-//! both.
+//! `session_summaries` and `forgotten` (tombstones, written only by `forgotten`; `forget`
+//! deletes memories and leaves their tombstones through it); the full-text indexes follow
+//! those tables through the migration's triggers. Capture writes sessions and prompts
+//! through it, the worker observations and summaries (inside the queue's ack transaction),
+//! and `save_memory` and the importers both.
+//!
+//! `rows`, the lowest file, holds what the others share: `ObservationContent` (what an
+//! observation says, one type from the model-output parser to the stored row) and the one
+//! reader of observation and summary rows (their columns and row → struct mapping), which
+//! the timeline, export and the viewer use.
 //!
 //! Invariants: an observation's content hash is unique per session, so storing the same
 //! content twice is one row; one summary per turn; a prompt whose `prompt_id` is already
@@ -18,4 +24,5 @@ pub mod forget;
 pub mod forgotten;
 pub mod kind;
 pub mod observations;
+pub mod rows;
 pub mod sessions;

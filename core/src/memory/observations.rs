@@ -6,6 +6,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::memory::rows::{self, ObservationContent};
 
 /// Observation types cairn knows. A model's other words are stored as `change`, with the
 /// original word kept in `original_type`.
@@ -47,13 +48,8 @@ pub struct NewObservation {
     #[serde(rename = "type")]
     pub kind: String,
     pub original_type: Option<String>,
-    pub title: String,
-    pub subtitle: String,
-    pub narrative: String,
-    pub facts: Vec<String>,
-    pub concepts: Vec<String>,
-    pub files_read: Vec<String>,
-    pub files_modified: Vec<String>,
+    #[serde(flatten)]
+    pub content: ObservationContent,
     /// The queue jobs it came from.
     pub source_job_ids: Vec<i64>,
     /// `model`, `offline`, `manual` or `import`.
@@ -65,19 +61,32 @@ impl NewObservation {
     /// A stable hash of what the observation says (not when or where from), so the same
     /// content stored twice in a session is one row.
     pub fn content_hash(&self) -> String {
+        let c = &self.content;
         let mut h = Fnv::new();
-        for part in [&self.kind, &self.title, &self.subtitle, &self.narrative] {
+        for part in [&self.kind, &c.title, &c.subtitle, &c.narrative] {
             h.field(part);
         }
-        for list in [
-            &self.facts,
-            &self.concepts,
-            &self.files_read,
-            &self.files_modified,
-        ] {
+        for list in [&c.facts, &c.concepts, &c.files_read, &c.files_modified] {
             h.field(&list.join("\u{1f}"));
         }
         h.hex()
+    }
+}
+
+/// A stored observation, to store again (export, then import).
+impl From<rows::Observation> for NewObservation {
+    fn from(o: rows::Observation) -> Self {
+        NewObservation {
+            session_id: o.session_id,
+            project: o.project,
+            prompt_number: o.prompt_number,
+            kind: o.kind,
+            original_type: o.original_type,
+            content: o.content,
+            source_job_ids: o.source_job_ids,
+            origin: o.origin,
+            created_at: o.created_at,
+        }
     }
 }
 
@@ -118,6 +127,28 @@ impl NewSummary {
     }
 }
 
+/// A stored turn summary, to store again (export, then import).
+impl From<rows::Summary> for NewSummary {
+    fn from(s: rows::Summary) -> Self {
+        NewSummary {
+            session_id: s.session_id,
+            project: s.project,
+            prompt_number: s.prompt_number,
+            request: s.request,
+            investigated: s.investigated,
+            learned: s.learned,
+            completed: s.completed,
+            next_steps: s.next_steps,
+            notes: s.notes,
+            files_read: s.files_read,
+            files_edited: s.files_edited,
+            source_job_ids: s.source_job_ids,
+            origin: s.origin,
+            created_at: s.created_at,
+        }
+    }
+}
+
 /// What an insert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
@@ -134,23 +165,6 @@ impl Stored {
     }
 }
 
-/// Decodes a JSON list column (facts, concepts, files): strings as they are, other values
-/// as their JSON text; a malformed column (the schema's `json_valid` checks make that
-/// impossible) reads as empty.
-pub fn json_list(text: &str) -> Vec<String> {
-    serde_json::from_str::<Vec<serde_json::Value>>(text)
-        .map(|items| {
-            items
-                .into_iter()
-                .map(|v| match v {
-                    serde_json::Value::String(s) => s,
-                    other => other.to_string(),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn json(list: &[String]) -> String {
     serde_json::to_string(list).unwrap_or_else(|_| "[]".into())
 }
@@ -158,6 +172,7 @@ fn json(list: &[String]) -> String {
 /// Stores an observation unless the session already has the same content.
 pub fn insert_observation(tx: &Transaction, o: &NewObservation) -> Result<Stored> {
     let hash = o.content_hash();
+    let c = &o.content;
     let ids = serde_json::to_string(&o.source_job_ids).unwrap_or_else(|_| "[]".into());
     let added = tx
         .prepare_cached(
@@ -176,19 +191,19 @@ pub fn insert_observation(tx: &Transaction, o: &NewObservation) -> Result<Stored
                 o.prompt_number,
                 o.kind,
                 o.original_type,
-                o.title,
-                o.subtitle,
-                o.narrative,
-                json(&o.facts),
-                json(&o.concepts),
-                json(&o.files_read),
-                json(&o.files_modified),
+                c.title,
+                c.subtitle,
+                c.narrative,
+                json(&c.facts),
+                json(&c.concepts),
+                json(&c.files_read),
+                json(&c.files_modified),
                 hash,
                 ids,
                 o.origin,
                 o.created_at,
-                o.facts.join("\n"),
-                o.concepts.join(", ")
+                c.facts.join("\n"),
+                c.concepts.join(", ")
             ],
             |r| r.get::<_, i64>(0),
         )
@@ -326,13 +341,6 @@ mod tests {
     }
 
     #[test]
-    fn json_lists_decode_leniently() {
-        assert_eq!(json_list(r#"["a", 2, null]"#), vec!["a", "2", "null"]);
-        assert_eq!(json_list("[]"), Vec::<String>::new());
-        assert_eq!(json_list("not json"), Vec::<String>::new());
-    }
-
-    #[test]
     fn normalizes_types() {
         assert_eq!(normalize_type("Bugfix"), ("bugfix".into(), None));
         assert_eq!(normalize_type(" fix "), ("bugfix".into(), None));
@@ -348,10 +356,13 @@ mod tests {
         let o = NewObservation {
             project: "p".into(),
             kind: "decision".into(),
-            title: "Prefer BEGIN IMMEDIATE".into(),
-            narrative: "Deferred transactions fail at once under WAL.".into(),
             origin: "manual".into(),
             created_at: 5,
+            content: crate::memory::rows::ObservationContent {
+                title: "Prefer BEGIN IMMEDIATE".into(),
+                narrative: "Deferred transactions fail at once under WAL.".into(),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let first = db::write(&mut c, |tx| save_manual(tx, &o)).expect("save");
@@ -373,10 +384,13 @@ mod tests {
             session_id: Some("s1".into()),
             project: "p".into(),
             kind: "discovery".into(),
-            title: "Found it".into(),
-            facts: vec!["a".into()],
             origin: "model".into(),
             created_at: 5,
+            content: crate::memory::rows::ObservationContent {
+                title: "Found it".into(),
+                facts: vec!["a".into()],
+                ..Default::default()
+            },
             ..Default::default()
         };
         let first = db::write(&mut c, |tx| insert_observation(tx, &o)).expect("insert");
@@ -386,7 +400,7 @@ mod tests {
         assert!(matches!(first, Stored::Added(_)));
         assert_eq!(second, Stored::Duplicate(first.id()));
         let mut other = o.clone();
-        other.facts.push("b".into());
+        other.content.facts.push("b".into());
         assert!(matches!(
             db::write(&mut c, |tx| insert_observation(tx, &other)).expect("insert"),
             Stored::Added(_)
@@ -412,13 +426,16 @@ mod tests {
             session_id: Some("s1".into()),
             project: "p".into(),
             kind: "discovery".into(),
-            title: "Tests fail".into(),
-            facts: vec![
-                "Exit code 1\nFAILED test_login".into(),
-                "second \"quoted\" fact".into(),
-            ],
-            concepts: vec!["flaky-tests".into()],
             origin: "model".into(),
+            content: crate::memory::rows::ObservationContent {
+                title: "Tests fail".into(),
+                facts: vec![
+                    "Exit code 1\nFAILED test_login".into(),
+                    "second \"quoted\" fact".into(),
+                ],
+                concepts: vec!["flaky-tests".into()],
+                ..Default::default()
+            },
             ..Default::default()
         };
         let id = db::write(&mut c, |tx| insert_observation(tx, &o))

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::memory;
-use crate::memory::forget;
+use crate::memory::forgotten;
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 use crate::ops::exchange::Counts;
@@ -412,19 +412,21 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
             prompt_number: int(row, "prompt_number"),
             kind,
             original_type,
-            title,
-            subtitle: text_or_empty(row, "subtitle"),
-            narrative: text(row, "narrative")
-                .filter(|s| !s.trim().is_empty())
-                .or(body)
-                .unwrap_or_default(),
-            facts: list(row, "facts"),
-            concepts: list(row, "concepts"),
-            files_read: list(row, "files_read"),
-            files_modified: list(row, "files_modified"),
             source_job_ids: Vec::new(),
             origin: "import".into(),
             created_at: created,
+            content: crate::memory::rows::ObservationContent {
+                title,
+                subtitle: text_or_empty(row, "subtitle"),
+                narrative: text(row, "narrative")
+                    .filter(|s| !s.trim().is_empty())
+                    .or(body)
+                    .unwrap_or_default(),
+                facts: list(row, "facts"),
+                concepts: list(row, "concepts"),
+                files_read: list(row, "files_read"),
+                files_modified: list(row, "files_modified"),
+            },
         });
     }
 
@@ -530,7 +532,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in observations.chunks(CHUNK) {
         db::write(conn, |tx| {
             for o in chunk {
-                if forget::observation_forgotten(tx, o)? {
+                if forgotten::observation_forgotten(tx, o)? {
                     report.forgotten.observations += 1;
                     continue;
                 }
@@ -546,7 +548,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in summaries_vec.chunks(CHUNK) {
         db::write(conn, |tx| {
             for s in chunk {
-                if forget::summary_forgotten(tx, s)? {
+                if forgotten::summary_forgotten(tx, s)? {
                     report.forgotten.summaries += 1;
                     continue;
                 }
@@ -561,7 +563,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
     for chunk in prompts.chunks(CHUNK) {
         db::write(conn, |tx| {
             for p in chunk {
-                if forget::prompt_forgotten(tx, p)? {
+                if forgotten::prompt_forgotten(tx, p)? {
                     report.forgotten.prompts += 1;
                     continue;
                 }

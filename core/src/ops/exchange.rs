@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::memory;
-use crate::memory::forget;
+use crate::memory::forgotten;
 use crate::memory::observations::{NewObservation, NewSummary};
+use crate::memory::rows;
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 use crate::store::db;
 
@@ -100,10 +101,6 @@ fn io_err(e: std::io::Error) -> Error {
     Error::io("cannot write export to", "output", e)
 }
 
-fn json_ids(text: &str) -> Vec<i64> {
-    serde_json::from_str(text).unwrap_or_default()
-}
-
 /// Every session of `project` (or all), oldest first.
 pub fn sessions(conn: &Connection, project: Option<&str>) -> Result<Vec<SessionRecord>> {
     let rows = conn
@@ -151,65 +148,28 @@ pub fn prompts(conn: &Connection, project: Option<&str>) -> Result<Vec<PromptRec
 
 /// Every observation of `project` (or all), in id order.
 pub fn observations(conn: &Connection, project: Option<&str>) -> Result<Vec<NewObservation>> {
-    let rows = conn
-        .prepare(
-            "SELECT session_id, project, prompt_number, type, original_type, title, subtitle,
-                    narrative, facts, concepts, files_read, files_modified, source_job_ids,
-                    origin, created_at
-             FROM observations WHERE ?1 IS NULL OR project = ?1 ORDER BY id",
-        )?
+    let found = conn
+        .prepare(&format!(
+            "{} WHERE ?1 IS NULL OR o.project = ?1 ORDER BY o.id",
+            rows::SELECT_OBSERVATIONS
+        ))?
         .query_map([project], |r| {
-            Ok(NewObservation {
-                session_id: r.get(0)?,
-                project: r.get(1)?,
-                prompt_number: r.get(2)?,
-                kind: r.get(3)?,
-                original_type: r.get(4)?,
-                title: r.get(5)?,
-                subtitle: r.get(6)?,
-                narrative: r.get(7)?,
-                facts: crate::memory::observations::json_list(&r.get::<_, String>(8)?),
-                concepts: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
-                files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
-                files_modified: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
-                source_job_ids: json_ids(&r.get::<_, String>(12)?),
-                origin: r.get(13)?,
-                created_at: r.get(14)?,
-            })
+            rows::observation(r).map(NewObservation::from)
         })?
         .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
+    Ok(found)
 }
 
 /// Every turn summary of `project` (or all), in id order.
 pub fn summaries(conn: &Connection, project: Option<&str>) -> Result<Vec<NewSummary>> {
-    let rows = conn
-        .prepare(
-            "SELECT session_id, project, prompt_number, request, investigated, learned,
-                    completed, next_steps, notes, files_read, files_edited, source_job_ids,
-                    origin, created_at
-             FROM session_summaries WHERE ?1 IS NULL OR project = ?1 ORDER BY id",
-        )?
-        .query_map([project], |r| {
-            Ok(NewSummary {
-                session_id: r.get(0)?,
-                project: r.get(1)?,
-                prompt_number: r.get(2)?,
-                request: r.get(3)?,
-                investigated: r.get(4)?,
-                learned: r.get(5)?,
-                completed: r.get(6)?,
-                next_steps: r.get(7)?,
-                notes: r.get(8)?,
-                files_read: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
-                files_edited: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
-                source_job_ids: json_ids(&r.get::<_, String>(11)?),
-                origin: r.get(12)?,
-                created_at: r.get(13)?,
-            })
-        })?
+    let found = conn
+        .prepare(&format!(
+            "{} WHERE ?1 IS NULL OR s.project = ?1 ORDER BY s.id",
+            rows::SELECT_SUMMARIES
+        ))?
+        .query_map([project], |r| rows::summary(r).map(NewSummary::from))?
         .collect::<rusqlite::Result<_>>()?;
-    Ok(rows)
+    Ok(found)
 }
 
 /// Writes the memories of `project` (or all) as JSONL. Reads in one transaction, so the
@@ -362,19 +322,20 @@ pub fn export_markdown(
 }
 
 fn markdown_observation(md: &mut String, o: &NewObservation) {
+    let c = &o.content;
     md.push_str(&format!(
         "\n- **[{}] {}** ({})\n",
         o.kind,
-        o.title,
+        c.title,
         crate::clock::iso_utc(o.created_at)
     ));
-    if !o.subtitle.is_empty() {
-        md.push_str(&format!("  {}\n", o.subtitle));
+    if !c.subtitle.is_empty() {
+        md.push_str(&format!("  {}\n", c.subtitle));
     }
-    if !o.narrative.is_empty() {
-        md.push_str(&format!("\n  {}\n", o.narrative.replace('\n', "\n  ")));
+    if !c.narrative.is_empty() {
+        md.push_str(&format!("\n  {}\n", c.narrative.replace('\n', "\n  ")));
     }
-    for f in &o.facts {
+    for f in &c.facts {
         md.push_str(&format!("  - {f}\n"));
     }
 }
@@ -447,9 +408,9 @@ pub fn import_records(conn: &mut Connection, records: &[(usize, Record)]) -> Res
             for (_, record) in chunk {
                 let forgotten = match record {
                     Record::Header(_) | Record::Session(_) => false,
-                    Record::Prompt(p) => forget::prompt_forgotten(tx, p)?,
-                    Record::Observation(o) => forget::observation_forgotten(tx, o)?,
-                    Record::Summary(s) => forget::summary_forgotten(tx, s)?,
+                    Record::Prompt(p) => forgotten::prompt_forgotten(tx, p)?,
+                    Record::Observation(o) => forgotten::observation_forgotten(tx, o)?,
+                    Record::Summary(s) => forgotten::summary_forgotten(tx, s)?,
                 };
                 if forgotten {
                     *slot(&mut report.forgotten, record) += 1;
@@ -548,14 +509,17 @@ mod tests {
                     project: "alpha".into(),
                     prompt_number: Some(1),
                     kind: "bugfix".into(),
-                    title: "Parser accepts trailing commas".into(),
-                    narrative: "The parser\nnow skips them.".into(),
-                    facts: vec!["a \"quoted\" fact".into()],
-                    concepts: vec!["gotcha".into()],
-                    files_modified: vec!["src/parse.rs".into()],
                     source_job_ids: vec![3, 4],
                     origin: "model".into(),
                     created_at: 1_200,
+                    content: rows::ObservationContent {
+                        title: "Parser accepts trailing commas".into(),
+                        narrative: "The parser\nnow skips them.".into(),
+                        facts: vec!["a \"quoted\" fact".into()],
+                        concepts: vec!["gotcha".into()],
+                        files_modified: vec!["src/parse.rs".into()],
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
             )?;
@@ -565,9 +529,12 @@ mod tests {
                     session_id: None,
                     project: "beta".into(),
                     kind: "decision".into(),
-                    title: "Use WAL".into(),
                     origin: "manual".into(),
                     created_at: 2_100,
+                    content: rows::ObservationContent {
+                        title: "Use WAL".into(),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
             )?;
@@ -612,6 +579,18 @@ mod tests {
         assert_eq!(again.added.total(), 0);
         assert_eq!(again.existing.total(), 6);
         assert_eq!(export(&mut b, None), first);
+    }
+
+    /// An observation line keeps the key order exports have always had.
+    #[test]
+    fn an_observation_line_reads_and_writes_byte_for_byte() {
+        let line = r#"{"record":"observation","session_id":"s","project":"p","prompt_number":1,"type":"change","original_type":"insight","title":"T","subtitle":"","narrative":"N","facts":["f"],"concepts":[],"files_read":[],"files_modified":["a.rs"],"source_job_ids":[3],"origin":"model","created_at":5}"#;
+        let records = parse_jsonl(line.as_bytes()).expect("parse");
+        let [(1, record @ Record::Observation(o))] = &records[..] else {
+            panic!("{records:?}");
+        };
+        assert_eq!(o.content.files_modified, vec!["a.rs"]);
+        assert_eq!(serde_json::to_string(record).expect("encode"), line);
     }
 
     #[test]
@@ -668,9 +647,12 @@ mod tests {
                 project: "p".into(),
                 prompt_number: prompt,
                 kind: "change".into(),
-                title,
-                narrative,
-                facts,
+                content: rows::ObservationContent {
+                    title,
+                    narrative,
+                    facts,
+                    ..Default::default()
+                },
                 origin: "model".into(),
                 ..Default::default()
             };

@@ -447,9 +447,12 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
                             session_id: Some(sid.clone()),
                             project: "acme".into(),
                             kind: "change".into(),
-                            title: format!("session {s} obs {i}"),
                             origin: "model".into(),
                             created_at: NOW - (3 - s) * HOUR + i,
+                            content: crate::memory::rows::ObservationContent {
+                                title: format!("session {s} obs {i}"),
+                                ..Default::default()
+                            },
                             ..Default::default()
                         },
                     )?;
@@ -475,9 +478,12 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
                     session_id: Some("x".into()),
                     project: "other".into(),
                     kind: "change".into(),
-                    title: "other project".into(),
                     origin: "model".into(),
                     created_at: NOW,
+                    content: crate::memory::rows::ObservationContent {
+                        title: "other project".into(),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
             )?;

@@ -479,18 +479,16 @@ fn shares(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::observations::NewObservation;
     use crate::recall::testing::{T0, fixture, obs};
 
     #[test]
     fn filters_apply_exactly_to_what_is_found_by_meaning() {
         let mut f = fixture();
         let mut add = |project: &str, kind: &str, concepts: &[&str], file: &str, at: i64| {
-            f.add(NewObservation {
-                concepts: concepts.iter().map(|c| c.to_string()).collect(),
-                files_read: vec![file.into()],
-                ..obs(project, kind, "Unrelated words", "", at)
-            })
+            let mut o = obs(project, kind, "Unrelated words", "", at);
+            o.content.concepts = concepts.iter().map(|c| c.to_string()).collect();
+            o.content.files_read = vec![file.into()];
+            f.add(o)
         };
         let exact = add("p", "bugfix", &["gotcha", "queue"], "src/a.rs", T0);
         let upper = add("p", "discovery", &["GOTCHA"], "src/b.rs", T0 + 1);

@@ -588,12 +588,12 @@ mod tests {
     fn filters_by_type_concept_file_and_dates() {
         let mut f = fixture();
         let mut a = obs("p", "bugfix", "Fix lease", "", T0);
-        a.concepts = vec!["Gotcha".into(), "queue".into()];
-        a.files_modified = vec!["/home/dev/cairn/core/src/queue.rs".into()];
+        a.content.concepts = vec!["Gotcha".into(), "queue".into()];
+        a.content.files_modified = vec!["/home/dev/cairn/core/src/queue.rs".into()];
         let a = f.add(a);
         let mut b = obs("p", "feature", "Lease heartbeat", "", T0 + 3 * DAY);
-        b.concepts = vec!["how-it-works".into()];
-        b.files_read = vec!["core/src/db.rs".into()];
+        b.content.concepts = vec!["how-it-works".into()];
+        b.content.files_read = vec!["core/src/db.rs".into()];
         let b = f.add(b);
         let s = f.summary("p", 1, "Make leases safe", "lease rescue", T0 + DAY);
         let p = f.prompt("p", 1, "please fix the lease", T0 + 2 * DAY);

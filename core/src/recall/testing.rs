@@ -33,10 +33,13 @@ pub fn obs(project: &str, kind: &str, title: &str, narrative: &str, at: i64) -> 
         project: project.into(),
         prompt_number: Some(1),
         kind: kind.into(),
-        title: title.into(),
-        narrative: narrative.into(),
         origin: "model".into(),
         created_at: at,
+        content: crate::memory::rows::ObservationContent {
+            title: title.into(),
+            narrative: narrative.into(),
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

@@ -9,6 +9,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
+use crate::memory::rows;
+pub use crate::memory::rows::{Observation, Summary};
 use crate::recall::rank::Semantic;
 use crate::recall::search::{SearchRequest, search_with};
 use crate::recall::snippet::{one_line, short_title, shorten};
@@ -250,29 +252,6 @@ fn side(
     Ok(rows)
 }
 
-/// A full observation, with the prompt that led to it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Observation {
-    pub id: i64,
-    pub project: String,
-    pub session_id: Option<String>,
-    pub prompt_number: Option<i64>,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub title: String,
-    pub subtitle: String,
-    pub narrative: String,
-    pub facts: Vec<String>,
-    pub concepts: Vec<String>,
-    pub files_read: Vec<String>,
-    pub files_modified: Vec<String>,
-    /// `model`, `offline`, `manual` or `import`.
-    pub origin: String,
-    pub created_at: i64,
-    /// The user's prompt of that turn, when it was recorded.
-    pub prompt: Option<String>,
-}
-
 /// Observations fetched by id.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fetched {
@@ -285,15 +264,8 @@ pub struct Fetched {
 /// Full observations by id, in the order asked; repeated ids are returned once and unknown
 /// ids are listed in `missing`.
 pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT o.id, o.project, o.session_id, o.prompt_number, o.type, o.title, o.subtitle,
-                o.narrative, o.facts, o.concepts, o.files_read, o.files_modified, o.origin,
-                o.created_at, p.prompt_text
-         FROM observations o
-         LEFT JOIN user_prompts p
-                ON p.session_id = o.session_id AND p.prompt_number = o.prompt_number
-         WHERE o.id = ?1",
-    )?;
+    let mut stmt =
+        conn.prepare_cached(&format!("{} WHERE o.id = ?1", rows::SELECT_OBSERVATIONS))?;
     let mut seen = std::collections::HashSet::new();
     let mut out = Fetched {
         found: Vec::new(),
@@ -303,54 +275,13 @@ pub fn get_observations(conn: &Connection, ids: &[i64]) -> Result<Fetched> {
         if !seen.insert(id) {
             continue;
         }
-        let row = stmt
-            .query_row([id], |r| {
-                Ok(Observation {
-                    id: r.get(0)?,
-                    project: r.get(1)?,
-                    session_id: r.get(2)?,
-                    prompt_number: r.get(3)?,
-                    kind: r.get(4)?,
-                    title: r.get(5)?,
-                    subtitle: r.get(6)?,
-                    narrative: r.get(7)?,
-                    facts: crate::memory::observations::json_list(&r.get::<_, String>(8)?),
-                    concepts: crate::memory::observations::json_list(&r.get::<_, String>(9)?),
-                    files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
-                    files_modified: crate::memory::observations::json_list(
-                        &r.get::<_, String>(11)?,
-                    ),
-                    origin: r.get(12)?,
-                    created_at: r.get(13)?,
-                    prompt: r.get(14)?,
-                })
-            })
-            .optional()?;
+        let row = stmt.query_row([id], rows::observation).optional()?;
         match row {
             Some(o) => out.found.push(o),
             None => out.missing.push(id),
         }
     }
     Ok(out)
-}
-
-/// A full turn summary.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Summary {
-    pub id: i64,
-    pub project: String,
-    pub session_id: String,
-    pub prompt_number: i64,
-    pub request: String,
-    pub investigated: String,
-    pub learned: String,
-    pub completed: String,
-    pub next_steps: String,
-    pub notes: String,
-    pub files_read: Vec<String>,
-    pub files_edited: Vec<String>,
-    pub origin: String,
-    pub created_at: i64,
 }
 
 /// A stored user prompt.
@@ -413,29 +344,8 @@ pub fn get_records(conn: &Connection, refs: &[(Kind, i64)]) -> Result<FetchedRec
 /// One turn summary by id.
 pub fn get_summary(conn: &Connection, id: i64) -> Result<Option<Summary>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT id, project, session_id, prompt_number, request, investigated, learned,
-                    completed, next_steps, notes, files_read, files_edited, origin, created_at
-             FROM session_summaries WHERE id = ?1",
-        )?
-        .query_row([id], |r| {
-            Ok(Summary {
-                id: r.get(0)?,
-                project: r.get(1)?,
-                session_id: r.get(2)?,
-                prompt_number: r.get(3)?,
-                request: r.get(4)?,
-                investigated: r.get(5)?,
-                learned: r.get(6)?,
-                completed: r.get(7)?,
-                next_steps: r.get(8)?,
-                notes: r.get(9)?,
-                files_read: crate::memory::observations::json_list(&r.get::<_, String>(10)?),
-                files_edited: crate::memory::observations::json_list(&r.get::<_, String>(11)?),
-                origin: r.get(12)?,
-                created_at: r.get(13)?,
-            })
-        })
+        .prepare_cached(&format!("{} WHERE s.id = ?1", rows::SELECT_SUMMARIES))?
+        .query_row([id], rows::summary)
         .optional()?)
 }
 
@@ -556,8 +466,8 @@ mod tests {
         let mut f = fixture();
         f.prompt("p", 1, "why is the lease lost", T0);
         let mut o = obs("p", "bugfix", "Lease fix", "the narrative", T0 + 1);
-        o.facts = vec!["fact one".into()];
-        o.files_modified = vec!["core/src/queue.rs".into()];
+        o.content.facts = vec!["fact one".into()];
+        o.content.files_modified = vec!["core/src/queue.rs".into()];
         let a = f.add(o);
         let b = f.add(obs("p", "change", "Other", "", T0 + 2));
         let got = get_observations(&f.conn, &[b, 42, a, b]).expect("get");
@@ -567,10 +477,10 @@ mod tests {
         );
         assert_eq!(got.missing, vec![42]);
         let lease = &got.found[1];
-        assert_eq!(lease.facts, vec!["fact one"]);
-        assert_eq!(lease.files_modified, vec!["core/src/queue.rs"]);
+        assert_eq!(lease.content.facts, vec!["fact one"]);
+        assert_eq!(lease.content.files_modified, vec!["core/src/queue.rs"]);
         assert_eq!(lease.prompt.as_deref(), Some("why is the lease lost"));
-        assert_eq!(lease.narrative, "the narrative");
+        assert_eq!(lease.content.narrative, "the narrative");
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! What the viewer's pages read that no other reader does: the live feed (memories past
-//! the last id seen), projects, sessions with their turns, tokens per day. Reads only;
-//! every query is one indexed statement in autocommit, so no read transaction outlives it.
+//! the last id seen), projects, sessions with their turns, tokens per day. Observations
+//! and summaries are read with `memory::rows`' columns and mapping, then cut to a list
+//! item here. Reads only; every query is one indexed statement in autocommit, so no read
+//! transaction outlives it.
 
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use crate::error::Result;
 use crate::memory::kind::Kind;
+use crate::memory::rows::{self, SELECT_OBSERVATIONS, SELECT_SUMMARIES};
 use crate::recall::snippet::{one_line, shorten};
 
 /// One memory as the feed and the session page list it.
@@ -37,49 +40,45 @@ pub struct Seen {
 const DETAIL_CHARS: usize = 300;
 
 fn observation(r: &rusqlite::Row) -> rusqlite::Result<Item> {
-    let id: i64 = r.get(0)?;
-    let narrative: String = r.get(6)?;
-    let subtitle: String = r.get(5)?;
-    let detail = if narrative.is_empty() {
-        subtitle
+    let o = rows::observation(r)?;
+    let c = o.content;
+    let detail = if c.narrative.is_empty() {
+        c.subtitle
     } else {
-        narrative
+        c.narrative
     };
     Ok(Item {
         kind: "observation",
-        id,
-        reference: Kind::Observation.reference(id),
-        project: r.get(1)?,
-        session_id: r.get(2)?,
-        prompt_number: r.get(3)?,
-        label: r.get(7)?,
-        title: r.get(4)?,
+        id: o.id,
+        reference: Kind::Observation.reference(o.id),
+        project: o.project,
+        session_id: o.session_id,
+        prompt_number: o.prompt_number,
+        label: o.kind,
+        title: c.title,
         detail: shorten(&one_line(&detail), DETAIL_CHARS),
-        created_at: r.get(8)?,
+        created_at: o.created_at,
     })
 }
 
 fn summary(r: &rusqlite::Row) -> rusqlite::Result<Item> {
-    let id: i64 = r.get(0)?;
-    let request: String = r.get(4)?;
-    let completed: String = r.get(5)?;
-    let learned: String = r.get(6)?;
-    let detail = [completed, learned]
+    let s = rows::summary(r)?;
+    let detail = [s.completed, s.learned]
         .into_iter()
-        .filter(|s| !s.is_empty())
+        .filter(|t| !t.is_empty())
         .collect::<Vec<_>>()
         .join(" · ");
     Ok(Item {
         kind: "summary",
-        id,
-        reference: Kind::Summary.reference(id),
-        project: r.get(1)?,
-        session_id: Some(r.get(2)?),
-        prompt_number: Some(r.get(3)?),
+        id: s.id,
+        reference: Kind::Summary.reference(s.id),
+        project: s.project,
+        session_id: Some(s.session_id),
+        prompt_number: Some(s.prompt_number),
         label: "summary".into(),
-        title: shorten(&one_line(&request), 160),
+        title: shorten(&one_line(&s.request), 160),
         detail: shorten(&one_line(&detail), DETAIL_CHARS),
-        created_at: r.get(7)?,
+        created_at: s.created_at,
     })
 }
 
@@ -100,10 +99,6 @@ fn prompt(r: &rusqlite::Row) -> rusqlite::Result<Item> {
     })
 }
 
-const OBS_COLUMNS: &str =
-    "id, project, session_id, prompt_number, title, subtitle, narrative, type, created_at";
-const SUM_COLUMNS: &str =
-    "id, project, session_id, prompt_number, request, completed, learned, created_at";
 const PROMPT_COLUMNS: &str = "id, project, session_id, prompt_number, prompt_text, created_at";
 
 /// The newest `limit` memories of each kind (one project or all), merged newest first,
@@ -113,16 +108,16 @@ pub fn latest(conn: &Connection, project: Option<&str>, limit: usize) -> Result<
     let mut items: Vec<Item> = Vec::new();
     items.extend(
         conn.prepare_cached(&format!(
-            "SELECT {OBS_COLUMNS} FROM observations WHERE ?1 IS NULL OR project = ?1
-             ORDER BY id DESC LIMIT ?2"
+            "{SELECT_OBSERVATIONS} WHERE ?1 IS NULL OR o.project = ?1
+             ORDER BY o.id DESC LIMIT ?2"
         ))?
         .query_map(params![project, limit], observation)?
         .collect::<rusqlite::Result<Vec<_>>>()?,
     );
     items.extend(
         conn.prepare_cached(&format!(
-            "SELECT {SUM_COLUMNS} FROM session_summaries WHERE ?1 IS NULL OR project = ?1
-             ORDER BY id DESC LIMIT ?2"
+            "{SELECT_SUMMARIES} WHERE ?1 IS NULL OR s.project = ?1
+             ORDER BY s.id DESC LIMIT ?2"
         ))?
         .query_map(params![project, limit], summary)?
         .collect::<rusqlite::Result<Vec<_>>>()?,
@@ -171,15 +166,15 @@ pub fn since(
     let mut items: Vec<Item> = Vec::new();
     let obs: Vec<Item> = conn
         .prepare_cached(&format!(
-            "SELECT {OBS_COLUMNS} FROM observations WHERE id > ?1 AND (?2 IS NULL OR project = ?2)
-             ORDER BY id LIMIT ?3"
+            "{SELECT_OBSERVATIONS} WHERE o.id > ?1 AND (?2 IS NULL OR o.project = ?2)
+             ORDER BY o.id LIMIT ?3"
         ))?
         .query_map(params![seen.observation, project, limit], observation)?
         .collect::<rusqlite::Result<_>>()?;
     let sums: Vec<Item> = conn
         .prepare_cached(&format!(
-            "SELECT {SUM_COLUMNS} FROM session_summaries WHERE id > ?1 AND (?2 IS NULL OR project = ?2)
-             ORDER BY id LIMIT ?3"
+            "{SELECT_SUMMARIES} WHERE s.id > ?1 AND (?2 IS NULL OR s.project = ?2)
+             ORDER BY s.id LIMIT ?3"
         ))?
         .query_map(params![seen.summary, project, limit], summary)?
         .collect::<rusqlite::Result<_>>()?;
@@ -288,8 +283,8 @@ pub fn session(conn: &Connection, session_id: &str) -> Result<Option<(SessionRow
     }
     for o in conn
         .prepare_cached(&format!(
-            "SELECT {OBS_COLUMNS} FROM observations WHERE session_id = ?1
-             ORDER BY prompt_number, id LIMIT ?2"
+            "{SELECT_OBSERVATIONS} WHERE o.session_id = ?1
+             ORDER BY o.prompt_number, o.id LIMIT ?2"
         ))?
         .query_map(
             params![session_id, SESSION_OBSERVATIONS as i64],
@@ -303,7 +298,7 @@ pub fn session(conn: &Connection, session_id: &str) -> Result<Option<(SessionRow
     }
     for s in conn
         .prepare_cached(&format!(
-            "SELECT {SUM_COLUMNS} FROM session_summaries WHERE session_id = ?1 ORDER BY prompt_number"
+            "{SELECT_SUMMARIES} WHERE s.session_id = ?1 ORDER BY s.prompt_number"
         ))?
         .query_map([session_id], summary)?
     {

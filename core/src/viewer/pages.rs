@@ -233,19 +233,19 @@ pub fn memory(record: &Record, csrf: &str) -> String {
         Record::Observation(o) => {
             let mut dl = String::new();
             dl.push_str(&field("type", &o.kind));
-            dl.push_str(&field("subtitle", &o.subtitle));
-            dl.push_str(&field("narrative", &o.narrative));
-            dl.push_str(&list_html("facts", &o.facts));
-            dl.push_str(&list_html("concepts", &o.concepts));
-            dl.push_str(&list_html("files read", &o.files_read));
-            dl.push_str(&list_html("files modified", &o.files_modified));
+            dl.push_str(&field("subtitle", &o.content.subtitle));
+            dl.push_str(&field("narrative", &o.content.narrative));
+            dl.push_str(&list_html("facts", &o.content.facts));
+            dl.push_str(&list_html("concepts", &o.content.concepts));
+            dl.push_str(&list_html("files read", &o.content.files_read));
+            dl.push_str(&list_html("files modified", &o.content.files_modified));
             dl.push_str(&field("origin", &o.origin));
             if let Some(p) = &o.prompt {
                 dl.push_str(&field("prompt of the turn", p));
             }
             (
                 format!("{}", o.id),
-                o.title.clone(),
+                o.content.title.clone(),
                 o.session_id.clone(),
                 o.project.clone(),
                 o.created_at,

@@ -16,6 +16,7 @@
 
 use serde_json::Value;
 
+use crate::memory::rows::ObservationContent;
 use crate::queue::payload::ToolEvent;
 use crate::worker::parse::{ParsedObservation, ParsedSummary};
 use crate::worker::prompt::cap;
@@ -86,17 +87,20 @@ pub fn observations(events: &[ToolEvent]) -> Vec<ParsedObservation> {
         let names: Vec<&str> = reads.iter().map(|p| file_name(p)).collect();
         out.push(ParsedObservation {
             kind: "discovery".into(),
-            title: cap(&format!("Read {}", names.join(", ")), 80),
-            facts: reads.iter().map(|p| format!("Read {p}")).collect(),
-            files_read: reads.clone(),
-            ..Default::default()
+            content: ObservationContent {
+                title: cap(&format!("Read {}", names.join(", ")), 80),
+                facts: reads.iter().map(|p| format!("Read {p}")).collect(),
+                files_read: reads.clone(),
+                ..Default::default()
+            },
         });
     }
     changes.append(&mut out);
     for o in &mut changes {
         // A subtitle the title already says is noise.
-        if !o.subtitle.trim().is_empty() && o.title.contains(o.subtitle.trim()) {
-            o.subtitle.clear();
+        let c = &mut o.content;
+        if !c.subtitle.trim().is_empty() && c.title.contains(c.subtitle.trim()) {
+            c.subtitle.clear();
         }
     }
     changes
@@ -147,13 +151,15 @@ fn change(path: &str, evs: &[&ToolEvent], reads: &[String]) -> ParsedObservation
         } else {
             "change".into()
         },
-        title: cap(&title, 80),
-        subtitle: path.to_string(),
-        facts,
-        concepts,
-        files_read: reads.to_vec(),
-        files_modified: vec![path.to_string()],
-        ..Default::default()
+        content: ObservationContent {
+            title: cap(&title, 80),
+            subtitle: path.to_string(),
+            facts,
+            concepts,
+            files_read: reads.to_vec(),
+            files_modified: vec![path.to_string()],
+            ..Default::default()
+        },
     }
 }
 
@@ -429,18 +435,20 @@ fn failure(ev: &ToolEvent) -> ParsedObservation {
             "discovery"
         }
         .into(),
-        title: cap(&title, 80),
-        subtitle: cap(
-            error
-                .lines()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .unwrap_or(""),
-            200,
-        ),
-        facts,
-        concepts,
-        ..Default::default()
+        content: ObservationContent {
+            title: cap(&title, 80),
+            subtitle: cap(
+                error
+                    .lines()
+                    .map(str::trim)
+                    .find(|l| !l.is_empty())
+                    .unwrap_or(""),
+                200,
+            ),
+            facts,
+            concepts,
+            ..Default::default()
+        },
     }
 }
 
@@ -542,10 +550,12 @@ fn commit(ev: &ToolEvent) -> Option<ParsedObservation> {
     }
     Some(ParsedObservation {
         kind: "change".into(),
-        title: cap(&format!("Committed: {first}"), 80),
-        facts: vec![cap(message.trim(), 500)],
-        concepts: vec!["what-changed".into()],
-        ..Default::default()
+        content: ObservationContent {
+            title: cap(&format!("Committed: {first}"), 80),
+            facts: vec![cap(message.trim(), 500)],
+            concepts: vec!["what-changed".into()],
+            ..Default::default()
+        },
     })
 }
 
@@ -613,7 +623,7 @@ mod tests {
     fn check(events: &[ToolEvent], expected: &[(&str, &str, &[&str])]) {
         let got: Vec<(String, String, Vec<String>)> = observations(events)
             .into_iter()
-            .map(|o| (o.kind, o.title, o.files_modified))
+            .map(|o| (o.kind, o.content.title, o.content.files_modified))
             .collect();
         let want: Vec<(String, String, Vec<String>)> = expected
             .iter()
@@ -653,13 +663,16 @@ mod tests {
             "Edit",
             json!({"file_path": "/p/a.rs", "old_string": "fn a()\nmore", "new_string": "fn b()"}),
         )]);
-        assert_eq!(o[0].facts, vec!["Replaced \"fn a()\" with \"fn b()\""]);
+        assert_eq!(
+            o[0].content.facts,
+            vec!["Replaced \"fn a()\" with \"fn b()\""]
+        );
         let added = observations(&[ev(
             "Edit",
             json!({"file_path": "/p/a.py", "old_string": "@app.post('/login')", "new_string": "@app.post('/login')\n@rate_limited(5)"}),
         )]);
         assert_eq!(
-            added[0].facts,
+            added[0].content.facts,
             vec!["Added \"@rate_limited(5)\" after \"@app.post('/login')\""]
         );
         let later = observations(&[ev(
@@ -667,7 +680,7 @@ mod tests {
             json!({"file_path": "/p/a.py", "old_string": "def f():\n    return 1", "new_string": "def f():\n    return 2"}),
         )]);
         assert_eq!(
-            later[0].facts,
+            later[0].content.facts,
             vec!["Replaced \"return 1\" with \"return 2\""]
         );
     }
@@ -687,7 +700,7 @@ mod tests {
             ],
             &[("discovery", "echo failing >&2; exit 3 failed: failing", &[])],
         );
-        assert_eq!(observations(&[failed])[0].subtitle, "Exit code 3");
+        assert_eq!(observations(&[failed])[0].content.subtitle, "Exit code 3");
         let interrupted = ToolEvent {
             failed: true,
             is_interrupt: true,
@@ -700,9 +713,9 @@ mod tests {
     fn titled(event: ToolEvent, title: &str, subtitle: &str, kind: &str, concepts: &[&str]) {
         let o = observations(std::slice::from_ref(&event));
         assert_eq!(o.len(), 1, "{event:?}: {o:?}");
-        let o = &o[0];
+        let (o, got_kind) = (&o[0].content, &o[0].kind);
         assert_eq!(
-            (o.title.as_str(), o.subtitle.as_str(), o.kind.as_str()),
+            (o.title.as_str(), o.subtitle.as_str(), got_kind.as_str()),
             (title, subtitle, kind),
             "{event:?}"
         );
@@ -850,7 +863,7 @@ mod tests {
         let read = ev("Read", json!({"file_path": "/p/README.md"}));
         let o = observations(&[read.clone(), ev("Write", json!({"file_path": "/p/x"}))]);
         assert_eq!(o.len(), 1);
-        assert_eq!(o[0].files_read, vec!["/p/README.md"]);
+        assert_eq!(o[0].content.files_read, vec!["/p/README.md"]);
         check(
             &[read.clone(), read],
             &[("discovery", "Read README.md", &[])],

@@ -14,45 +14,39 @@
 use quick_xml::Reader;
 use quick_xml::events::{BytesStart, Event};
 
+use crate::memory::rows::ObservationContent;
+
 /// The explicit "nothing worth recording" answer the prompt asks for.
 pub const EMPTY_ANSWER: &str = "<none/>";
 
-/// One observation as the model wrote it. The type is the model's word, not yet mapped
-/// to a known type.
+/// One observation as the model wrote it: the type is the model's word, not yet mapped
+/// to a known type; the content is what gets stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParsedObservation {
     pub kind: String,
-    pub title: String,
-    pub subtitle: String,
-    pub facts: Vec<String>,
-    pub narrative: String,
-    pub concepts: Vec<String>,
-    pub files_read: Vec<String>,
-    pub files_modified: Vec<String>,
+    pub content: ObservationContent,
 }
 
 impl ParsedObservation {
     /// True when the model gave nothing a reader could use.
     pub fn is_blank(&self) -> bool {
-        self.title.is_empty()
-            && self.subtitle.is_empty()
-            && self.narrative.is_empty()
-            && self.facts.is_empty()
+        self.content.is_blank()
     }
 
     /// Fills a missing title from the subtitle, the first fact or the narrative, so a
     /// stored observation always has one.
     fn ensure_title(&mut self) {
-        if !self.title.is_empty() {
+        let c = &mut self.content;
+        if !c.title.is_empty() {
             return;
         }
-        let source = [&self.subtitle, &self.narrative]
+        let source = [&c.subtitle, &c.narrative]
             .into_iter()
-            .chain(self.facts.first())
+            .chain(c.facts.first())
             .find(|s| !s.is_empty())
             .cloned()
             .unwrap_or_default();
-        self.title = first_words(&source, 80);
+        c.title = first_words(&source, 80);
     }
 }
 
@@ -413,9 +407,9 @@ impl State {
             if let Some(o) = self.obs.as_mut() {
                 let slot = match field {
                     Field::Type => &mut o.kind,
-                    Field::Title => &mut o.title,
-                    Field::Subtitle => &mut o.subtitle,
-                    Field::Narrative => &mut o.narrative,
+                    Field::Title => &mut o.content.title,
+                    Field::Subtitle => &mut o.content.subtitle,
+                    Field::Narrative => &mut o.content.narrative,
                     _ => return,
                 };
                 if slot.is_empty() {
@@ -441,10 +435,10 @@ impl State {
         let was_item = std::mem::replace(&mut self.in_item, false);
         let Some(o) = self.obs.as_mut() else { return };
         let target = match list {
-            List::Facts => &mut o.facts,
-            List::Concepts => &mut o.concepts,
-            List::FilesRead => &mut o.files_read,
-            List::FilesModified => &mut o.files_modified,
+            List::Facts => &mut o.content.facts,
+            List::Concepts => &mut o.content.concepts,
+            List::FilesRead => &mut o.content.files_read,
+            List::FilesModified => &mut o.content.files_modified,
         };
         // Text straight inside a list (no item tags) is read one entry per line.
         let entries: Vec<String> = if was_item {
@@ -535,8 +529,10 @@ mod tests {
     fn obs(kind: &str, title: &str) -> ParsedObservation {
         ParsedObservation {
             kind: kind.into(),
-            title: title.into(),
-            ..Default::default()
+            content: ObservationContent {
+                title: title.into(),
+                ..Default::default()
+            },
         }
     }
 
@@ -546,7 +542,7 @@ mod tests {
         let got: Vec<(String, String)> = p
             .observations
             .iter()
-            .map(|o| (o.kind.clone(), o.title.clone()))
+            .map(|o| (o.kind.clone(), o.content.title.clone()))
             .collect();
         let want: Vec<(String, String)> = expected
             .iter()
@@ -634,12 +630,12 @@ mod tests {
              <narrative>Para one.\n\nPara <b>two</b>.</narrative></observation>",
         );
         let o = &p.observations[0];
-        assert_eq!(o.facts, vec!["one", "two"]);
-        assert_eq!(o.concepts, vec!["how-it-works", "gotcha"]);
-        assert_eq!(o.files_read, vec!["a.rs"]);
-        assert_eq!(o.files_modified, vec!["b.rs"]);
-        assert_eq!(o.narrative, "Para one.\n\nPara two.");
-        assert_eq!(o.title, "T");
+        assert_eq!(o.content.facts, vec!["one", "two"]);
+        assert_eq!(o.content.concepts, vec!["how-it-works", "gotcha"]);
+        assert_eq!(o.content.files_read, vec!["a.rs"]);
+        assert_eq!(o.content.files_modified, vec!["b.rs"]);
+        assert_eq!(o.content.narrative, "Para one.\n\nPara two.");
+        assert_eq!(o.content.title, "T");
     }
 
     #[test]
@@ -733,7 +729,7 @@ mod tests {
             let input = parts.concat();
             let p = parse(&input);
             for o in &p.observations {
-                prop_assert!(!o.title.is_empty());
+                prop_assert!(!o.content.title.is_empty());
             }
         }
 
@@ -743,7 +739,7 @@ mod tests {
             let p = parse(&xml);
             prop_assert_eq!(p.observations.len(), 1);
             prop_assert_eq!(&p.observations[0].kind, &kind);
-            prop_assert_eq!(&p.observations[0].title, &clean(&title));
+            prop_assert_eq!(&p.observations[0].content.title, &clean(&title));
         }
     }
 }

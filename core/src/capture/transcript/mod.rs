@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::capture::hook::Event;
 use crate::capture::record::{self, Action, Applied, Record};
 use crate::error::Result;
-use crate::memory::forgotten::{self, key};
+use crate::memory::forgotten::{self, Key, PromptRef};
 use crate::memory::sessions;
 use crate::queue::claim::Enqueued;
 use crate::settings::Settings;
@@ -524,11 +524,17 @@ fn write_batch(
 /// Where `rec` stands against memory, read in the caller's connection (no writes).
 fn standing(conn: &Connection, rec: &Record) -> Result<Standing> {
     let sid = rec.session_id.as_str();
-    if forgotten::is_forgotten(conn, &key::session(sid))? {
+    if forgotten::is_forgotten(conn, &Key::Session(sid))? {
         return Ok(Standing::Forgotten);
     }
     if let Some(pid) = rec.prompt_id()
-        && forgotten::is_forgotten(conn, &key::prompt(sid, pid))?
+        && forgotten::is_forgotten(
+            conn,
+            &Key::Prompt {
+                session_id: sid,
+                prompt: PromptRef::Id(pid),
+            },
+        )?
     {
         return Ok(Standing::Forgotten);
     }
@@ -552,11 +558,10 @@ fn standing(conn: &Connection, rec: &Record) -> Result<Standing> {
             _ => Ok(Standing::New),
         },
         Action::Tool(ev) => {
-            let k = key::tool(&ev.tool_use_id);
-            if forgotten::is_forgotten(conn, &k)? {
+            if forgotten::is_forgotten(conn, &Key::ToolUse(&ev.tool_use_id))? {
                 return Ok(Standing::Forgotten);
             }
-            if job_exists(conn, &k)? {
+            if job_exists(conn, &format!("tool:{}", ev.tool_use_id))? {
                 return Ok(Standing::Existing);
             }
             match turn_number(conn, rec)? {
@@ -584,11 +589,14 @@ fn turn_number(conn: &Connection, rec: &Record) -> Result<Option<i64>> {
 /// A turn's standing: its summary job forgotten or queued, or the turn summarised and its
 /// jobs since purged (`queue.retention_days`): everything it had was seen.
 fn turn_standing(conn: &Connection, sid: &str, n: i64, is_turn_end: bool) -> Result<Standing> {
-    let k = key::turn(sid, n);
-    if forgotten::is_forgotten(conn, &k)? {
+    let turn = Key::Summary {
+        session_id: sid,
+        prompt_number: n,
+    };
+    if forgotten::is_forgotten(conn, &turn)? {
         return Ok(Standing::Forgotten);
     }
-    let job = job_exists(conn, &k)?;
+    let job = job_exists(conn, &format!("turn:{sid}:{n}"))?;
     if is_turn_end && job {
         return Ok(Standing::Existing);
     }

@@ -722,8 +722,12 @@ fn what_the_user_forgot_is_never_brought_back() {
     let src = write_transcript(tmp.path(), "s4", &t.text());
     let mut c = conn(&dd);
     db::write(&mut c, |tx| {
-        forgotten::forget(tx, &key::tool("t2"), 1)?;
-        forgotten::forget(tx, &key::prompt("s4", "p2"), 1)
+        forgotten::forget(tx, &Key::ToolUse("t2"), 1)?;
+        let prompt = Key::Prompt {
+            session_id: "s4",
+            prompt: PromptRef::Id("p2"),
+        };
+        forgotten::forget(tx, &prompt, 1)
     })
     .expect("forget");
     let r = run(&mut c, &src, &s, false);
@@ -747,13 +751,17 @@ fn a_forgotten_session_or_turn_stays_forgotten() {
     t.say("y");
     let src = write_transcript(tmp.path(), "s5", &t.text());
     let mut c = conn(&dd);
-    db::write(&mut c, |tx| forgotten::forget(tx, &key::session("s5"), 1)).expect("forget");
+    db::write(&mut c, |tx| forgotten::forget(tx, &Key::Session("s5"), 1)).expect("forget");
     let r = run(&mut c, &src, &s, false);
     assert_eq!(r.added, 0);
     assert_eq!(q(&c, "SELECT count(*) FROM sessions"), 0);
     db::write(&mut c, |tx| {
         tx.execute("DELETE FROM forgotten", [])?;
-        forgotten::forget(tx, &key::turn("s5", 1), 1)
+        let turn = Key::Summary {
+            session_id: "s5",
+            prompt_number: 1,
+        };
+        forgotten::forget(tx, &turn, 1)
     })
     .expect("turn");
     let r = run(&mut c, &src, &s, false);

@@ -231,11 +231,14 @@ mod tests {
                     project: "p".into(),
                     prompt_number: Some(1),
                     kind: "discovery".into(),
-                    title: "Cache misses".into(),
-                    subtitle: "at 8f5a80ea07e0dc98792c259b03d1d7f7678f87fa".into(),
-                    narrative: "The key includes the time.".into(),
                     origin: "model".into(),
                     created_at: 3,
+                    content: crate::memory::rows::ObservationContent {
+                        title: "Cache misses".into(),
+                        subtitle: "at 8f5a80ea07e0dc98792c259b03d1d7f7678f87fa".into(),
+                        narrative: "The key includes the time.".into(),
+                        ..Default::default()
+                    },
                     ..NewObservation::default()
                 },
             )?;

@@ -417,12 +417,13 @@ fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<S
         let name = path.rsplit('/').next().unwrap_or(path);
         let mut placed = false;
         for (i, o) in parsed.iter().enumerate() {
+            let c = &o.content;
             let mentions = parsed.len() == 1
-                || [&o.title, &o.subtitle, &o.narrative]
+                || [&c.title, &c.subtitle, &c.narrative]
                     .into_iter()
-                    .chain(o.facts.iter())
-                    .chain(o.files_modified.iter())
-                    .chain(o.files_read.iter())
+                    .chain(c.facts.iter())
+                    .chain(c.files_modified.iter())
+                    .chain(c.files_read.iter())
                     .any(|t| t.contains(path.as_str()) || (!name.is_empty() && t.contains(name)));
             if mentions {
                 out[i].push(path.clone());
@@ -452,10 +453,11 @@ fn to_observation(
     now: i64,
 ) -> NewObservation {
     let (kind, original_type) = memory::observations::normalize_type(&p.kind);
-    let mut files_modified = p.files_modified;
+    let mut content = p.content;
+    content.title = prompt::cap(&content.title, 200);
     for f in edited {
-        if !files_modified.contains(&f) {
-            files_modified.push(f);
+        if !content.files_modified.contains(&f) {
+            content.files_modified.push(f);
         }
     }
     NewObservation {
@@ -464,13 +466,7 @@ fn to_observation(
         prompt_number: Some(batch.prompt_number()),
         kind,
         original_type,
-        title: prompt::cap(&p.title, 200),
-        subtitle: p.subtitle,
-        narrative: p.narrative,
-        facts: p.facts,
-        concepts: p.concepts,
-        files_read: p.files_read,
-        files_modified,
+        content,
         source_job_ids: job_ids.to_vec(),
         origin: origin.to_string(),
         created_at: now,
@@ -589,8 +585,10 @@ mod tests {
     fn parsed(kind: &str, title: &str) -> ParsedObservation {
         ParsedObservation {
             kind: kind.into(),
-            title: title.into(),
-            ..Default::default()
+            content: crate::memory::rows::ObservationContent {
+                title: title.into(),
+                ..Default::default()
+            },
         }
     }
 
