@@ -609,10 +609,11 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
     search::tune_for_reading(&conn)?;
     log::info!("mcp server for project '{project}'");
     let searcher = searcher(ctx);
-    let mut server = mcp::protocol::Server::new(conn, project, clock::now_ms)
+    let tools = mcp::tools::Tools::new(mcp::tools::Database::Open(conn), project, clock::now_ms)
         .with_privacy(Privacy::from_settings(&ctx.settings().capture))
         .with_searcher(searcher)
         .with_asking_session(asking_session);
+    let mut server = mcp::protocol::Server::new(tools);
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     mcp::protocol::serve(&mut server, stdin, stdout)?;
