@@ -18,8 +18,13 @@ struct Client {
 impl Client {
     fn start(env: &TestEnv) -> Client {
         let mut c = env.cmd("cairn");
-        c.current_dir(project_dir(env))
-            .arg("mcp")
+        c.current_dir(project_dir(env));
+        Client::spawn(c)
+    }
+
+    /// Starts `cairn mcp` from `c` (a `cairn` command with its directory and environment).
+    fn spawn(mut c: std::process::Command) -> Client {
+        c.arg("mcp")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -556,4 +561,56 @@ fn the_asking_session_and_project_come_from_claude_codes_environment() {
     assert!(text.contains("in project 'acme'"), "{text}");
     drop(stdin);
     c.finish();
+}
+
+/// What `claude mcp list` does: start the server as Claude Code starts it, shake hands,
+/// list the tools, close stdin. The server writes nothing: no database where none was
+/// (no session, no memory), no row where one is.
+#[test]
+fn a_start_that_only_lists_the_tools_writes_nothing() {
+    let env = TestEnv::new();
+    let list = |env: &TestEnv| {
+        let mut cmd = env.cmd("cairn");
+        cmd.current_dir(env.tmp.path())
+            .env("CLAUDE_PROJECT_DIR", project_dir(env))
+            .env(
+                "CLAUDE_CODE_SESSION_ID",
+                "3b34696e-2bf2-4d97-88a7-82f25e921969",
+            );
+        let mut c = Client::spawn(cmd);
+        c.handshake();
+        let tools = c.request(json!(1), "tools/list", json!({}));
+        assert_eq!(
+            tools["result"]["tools"].as_array().map(Vec::len),
+            Some(4),
+            "{tools}"
+        );
+        let (rest, code) = c.finish();
+        assert!(rest.is_empty(), "{rest:?}");
+        assert_eq!(code, Some(0));
+    };
+    list(&env);
+    assert!(
+        !env.db_path().exists(),
+        "a start with no tool call made the database"
+    );
+
+    // Once the memory exists, listing leaves every row as it was.
+    seed(&env);
+    let tables = [
+        "sessions",
+        "user_prompts",
+        "observations",
+        "session_summaries",
+        "pending_messages",
+    ];
+    let counts = |env: &TestEnv| -> Vec<i64> {
+        tables
+            .iter()
+            .map(|t| env.count(&format!("SELECT count(*) FROM {t}")))
+            .collect()
+    };
+    let before = counts(&env);
+    list(&env);
+    assert_eq!(counts(&env), before, "{tables:?}");
 }

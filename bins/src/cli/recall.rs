@@ -24,7 +24,7 @@ use cairn_core::recall::search;
 use cairn_core::recall::searcher::Searcher;
 use cairn_core::recall::snippet::{self, one_line, shorten};
 use cairn_core::recall::timeline::{self, Anchor, TimelineRequest};
-use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::db;
 
 use super::Ctx;
 use super::out::{self, note, print};
@@ -577,15 +577,16 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
         (None, _) => current_project()?,
     };
     let asking_session = std::env::var("CLAUDE_CODE_SESSION_ID").ok();
-    // The server may be registered before any hook ran: make the database if needed.
-    let conn = db::open_data_dir(&ctx.data_dir, OpenOptions::default())?;
-    search::tune_for_reading(&conn)?;
     log::info!("mcp server for project '{project}'");
     let searcher = searcher(ctx);
-    let mut server = mcp::protocol::Server::new(conn, project, clock::now_ms)
+    // The database is opened (and made, if no hook ran yet) at the first tool call: a
+    // start that only lists the tools, as `claude mcp list` does, writes nothing.
+    let memory = mcp::tools::Database::At(ctx.data_dir.clone());
+    let tools = mcp::tools::Tools::new(memory, project, clock::now_ms)
         .with_privacy(Privacy::from_settings(&ctx.settings().capture))
         .with_searcher(searcher)
         .with_asking_session(asking_session);
+    let mut server = mcp::protocol::Server::new(tools);
     let stdin = std::io::stdin().lock();
     let stdout = std::io::stdout().lock();
     mcp::protocol::serve(&mut server, stdin, stdout)?;

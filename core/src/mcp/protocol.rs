@@ -11,17 +11,18 @@
 //! - Errors: `-32700` for a line that is not JSON, `-32600` for JSON that is not a request,
 //!   `-32601` for an unknown method (before `initialize` too), `-32602` for bad `params`,
 //!   `-32022` for a `_meta` protocol version this server does not speak.
-//! - Tool failures (bad arguments, unknown ids, unknown tool) are results with
-//!   `isError: true` and a message saying how to fix the call, never protocol errors.
+//! - A tool call's [`ToolError`] becomes: an unknown tool, `-32602` (as a missing
+//!   `params.name` does); a bad argument (or an id naming nothing), a result with
+//!   `isError: true` whose message says how to fix the call; cairn failing, an `isError`
+//!   result saying so (and an error in the log). Never a crash.
 //! - Every reply is one line, written and flushed before the next message is read; the
 //!   server returns when stdin closes.
 use std::io::{BufRead, Write};
 
-use rusqlite::Connection;
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
-use crate::mcp::tools::tools;
+use crate::mcp::tools::{self, ToolError, Tools};
 use crate::recall::snippet::shorten;
 
 /// Protocol revisions that open with an `initialize` handshake, oldest first.
@@ -59,21 +60,28 @@ title, snippet); 2) `timeline` shows what happened around an interesting id; 3) 
 something worth remembering. Results are scoped to the current project unless you pass \
 `all_projects: true`.";
 
-/// The server's state: one database connection and the project it serves.
+/// The server's state: the tools it offers and the version `initialize` agreed on.
 #[derive(Debug)]
 pub struct Server {
-    pub(super) conn: Connection,
-    pub(super) project: String,
-    pub(super) clock: fn() -> i64,
+    tools: Tools,
     /// The version agreed by `initialize`, if it happened.
     negotiated: Option<String>,
-    /// Cleans memories saved through `save_memory`, like everything captured.
-    pub(super) privacy: crate::privacy::Privacy,
-    /// Searches by meaning when a sentence model is available, else by words.
-    pub(super) searcher: crate::recall::searcher::Searcher,
-    /// The Claude Code session that started this server, when it said so (see
-    /// [`Server::with_asking_session`]).
-    pub(super) asking_session: Option<String>,
+}
+
+/// A request that failed as a request (not as a tool call): its JSON-RPC error.
+#[derive(Debug)]
+struct RpcError {
+    code: i64,
+    message: String,
+}
+
+impl RpcError {
+    fn new(code: i64, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
 }
 
 /// What handling one line produced.
@@ -86,40 +94,12 @@ pub enum Outcome {
 }
 
 impl Server {
-    /// A server on `conn` whose default project is `project`; `clock` gives `now` in ms
-    /// (pass `clock::now_ms`; tests pass a fixed clock).
-    pub fn new(conn: Connection, project: impl Into<String>, clock: fn() -> i64) -> Self {
+    /// A server offering these tools.
+    pub fn new(tools: Tools) -> Self {
         Self {
-            conn,
-            project: project.into(),
-            clock,
+            tools,
             negotiated: None,
-            privacy: crate::privacy::Privacy::from_settings(&Default::default()),
-            asking_session: None,
-            searcher: crate::recall::searcher::Searcher::full_text_only("no sentence model given"),
         }
-    }
-
-    /// Searches with this model (and its index) where a query has words to rank by.
-    pub fn with_searcher(mut self, searcher: crate::recall::searcher::Searcher) -> Self {
-        self.searcher = searcher;
-        self
-    }
-
-    /// The Claude Code session asking: Claude Code (2.1.154 and later) starts a stdio MCP
-    /// server with `CLAUDE_CODE_SESSION_ID` in its environment, the `session_id` its hooks
-    /// see. Searches pass it on as [`SearchRequest::asking_session`]. An empty id is none.
-    ///
-    /// [`SearchRequest::asking_session`]: crate::recall::search::SearchRequest::asking_session
-    pub fn with_asking_session(mut self, session: Option<String>) -> Self {
-        self.asking_session = session.filter(|s| !s.trim().is_empty());
-        self
-    }
-
-    /// Uses these capture settings (redaction, field cap) for `save_memory`.
-    pub fn with_privacy(mut self, privacy: crate::privacy::Privacy) -> Self {
-        self.privacy = privacy;
-        self
     }
 
     /// The protocol version `initialize` agreed on, if any.
@@ -229,9 +209,9 @@ impl Server {
             "initialize" => Ok(self.initialize(&params)),
             "server/discover" => Ok(discover()),
             "ping" => Ok(json!({})),
-            "tools/list" => Ok(json!({ "tools": tools() })),
-            "tools/call" => self.call(&params),
-            other => Err((
+            "tools/list" => Ok(json!({ "tools": tools::definitions() })),
+            "tools/call" => self.call_tool(&params),
+            other => Err(RpcError::new(
                 code::METHOD_NOT_FOUND,
                 format!("method not found: {}", shorten(other, 100)),
             )),
@@ -251,7 +231,7 @@ impl Server {
                 }
                 Outcome::Reply(json!({ "jsonrpc": "2.0", "id": id, "result": value }))
             }
-            Err((c, message)) => Outcome::Reply(error(id, c, &message, None)),
+            Err(e) => Outcome::Reply(error(id, e.code, &e.message, None)),
         }
     }
 
@@ -269,6 +249,35 @@ impl Server {
             "instructions": INSTRUCTIONS,
         })
     }
+
+    /// `tools/call`: a protocol error (`-32602`) when `params` names no tool or a tool this
+    /// server does not have; everything else is a tool result, `isError` when the call
+    /// failed (its message says how to fix it, or that cairn failed).
+    fn call_tool(&mut self, params: &Map<String, Value>) -> std::result::Result<Value, RpcError> {
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                "tools/call needs params.name (a tool name) and params.arguments (an object)",
+            ));
+        };
+        match self.tools.call(name, params.get("arguments")) {
+            Ok(text) => Ok(tool_result(&text, false)),
+            Err(e @ ToolError::UnknownTool(_)) => {
+                Err(RpcError::new(code::INVALID_PARAMS, e.to_string()))
+            }
+            Err(e) => {
+                if let ToolError::Internal(cause) = &e {
+                    log::error!("tool {name} failed: {cause}");
+                }
+                Ok(tool_result(&e.to_string(), true))
+            }
+        }
+    }
+}
+
+/// A tool's result: its text, and whether the call failed.
+fn tool_result(text: &str, is_error: bool) -> Value {
+    json!({ "content": [{ "type": "text", "text": text }], "isError": is_error })
 }
 
 fn error(id: Value, code: i64, message: &str, data: Option<Value>) -> Value {
@@ -319,5 +328,168 @@ pub fn serve(server: &mut Server, mut input: impl BufRead, mut output: impl Writ
                 .and_then(|()| output.flush())
                 .map_err(|e| crate::Error::io("write", "stdout", e))?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::tools::Database;
+
+    fn server() -> (tempfile::TempDir, Server) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = crate::store::paths::DataDir::new(tmp.path());
+        let conn = crate::store::db::open_data_dir(&dd, crate::store::db::OpenOptions::default())
+            .expect("open");
+        let tools = Tools::new(Database::Open(conn), "acme", || 1_790_000_000_000);
+        (tmp, Server::new(tools))
+    }
+
+    fn reply(s: &mut Server, line: &str) -> Value {
+        match s.handle_line(line.as_bytes()) {
+            Outcome::Reply(v) => v,
+            Outcome::Silent => panic!("no reply to {line}"),
+        }
+    }
+
+    #[test]
+    fn negotiates_versions() {
+        let (_t, mut s) = server();
+        for (asked, want) in [
+            ("2024-11-05", "2024-11-05"),
+            ("2025-03-26", "2025-03-26"),
+            ("2025-06-18", "2025-06-18"),
+            ("2025-11-25", "2025-11-25"),
+            ("2026-07-28", "2025-11-25"),
+            ("1999-01-01", "2025-11-25"),
+        ] {
+            let r = reply(
+                &mut s,
+                &json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":asked}})
+                    .to_string(),
+            );
+            assert_eq!(r["id"], json!(0));
+            assert_eq!(r["result"]["protocolVersion"], json!(want), "{asked}");
+            assert_eq!(s.negotiated(), Some(want));
+        }
+    }
+
+    #[test]
+    fn stateless_requests_carry_their_version() {
+        let (_t, mut s) = server();
+        let meta = |v: &str| json!({"_meta": {META_VERSION: v, "io.modelcontextprotocol/clientCapabilities": {}}});
+        let r = reply(
+            &mut s,
+            &json!({"jsonrpc":"2.0","id":"d","method":"server/discover","params":meta(STATELESS_VERSION)}).to_string(),
+        );
+        assert_eq!(r["result"]["resultType"], json!("complete"));
+        assert_eq!(r["result"]["supportedVersions"], json!(SUPPORTED_VERSIONS));
+        let r = reply(
+            &mut s,
+            &json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":meta(STATELESS_VERSION)})
+                .to_string(),
+        );
+        assert_eq!(r["result"]["tools"].as_array().map(Vec::len), Some(4));
+        assert_eq!(r["result"]["ttlMs"], json!(3_600_000));
+        let r = reply(
+            &mut s,
+            &json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":meta("2099-01-01")})
+                .to_string(),
+        );
+        assert_eq!(r["error"]["code"], json!(code::UNSUPPORTED_VERSION));
+        assert_eq!(r["error"]["data"]["requested"], json!("2099-01-01"));
+    }
+
+    #[test]
+    fn protocol_errors() {
+        let (_t, mut s) = server();
+        assert_eq!(
+            reply(&mut s, "{not json")["error"]["code"],
+            json!(code::PARSE_ERROR)
+        );
+        assert_eq!(reply(&mut s, "{not json")["id"], Value::Null);
+        assert_eq!(
+            reply(&mut s, "[]")["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        assert_eq!(
+            reply(&mut s, "42")["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        assert_eq!(
+            reply(&mut s, r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#)["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        assert_eq!(
+            reply(&mut s, r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#)["error"]["code"],
+            json!(code::INVALID_REQUEST)
+        );
+        let r = reply(&mut s, r#"{"jsonrpc":"2.0","id":"x","method":"nope"}"#);
+        assert_eq!(r["error"]["code"], json!(code::METHOD_NOT_FOUND));
+        assert_eq!(r["id"], json!("x"));
+        assert_eq!(
+            reply(
+                &mut s,
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]}"#
+            )["error"]["code"],
+            json!(code::INVALID_PARAMS)
+        );
+        assert_eq!(
+            reply(
+                &mut s,
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#
+            )["error"]["code"],
+            json!(code::INVALID_PARAMS)
+        );
+        assert_eq!(
+            reply(&mut s, r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#)["result"],
+            json!({})
+        );
+        for silent in [
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","method":"unknown/notification"}"#,
+            r#"{"jsonrpc":"2.0","id":5,"result":{}}"#,
+            "",
+            "   ",
+        ] {
+            assert_eq!(
+                s.handle_line(silent.as_bytes()),
+                Outcome::Silent,
+                "{silent}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_tool_is_a_protocol_error() {
+        let (_t, mut s) = server();
+        let r = reply(
+            &mut s,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}"#,
+        );
+        assert_eq!(r["error"]["code"], json!(code::INVALID_PARAMS), "{r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("unknown tool 'no_such_tool'")),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn serve_flushes_each_reply_and_ends_at_eof() {
+        let (_t, mut s) = server();
+        let input = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n\xff\xfe\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}";
+        let mut out = Vec::new();
+        serve(&mut s, &input[..], &mut out).expect("serve");
+        let lines: Vec<Value> = out
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("json line"))
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["id"], json!(1));
+        assert_eq!(lines[1]["error"]["code"], json!(code::PARSE_ERROR));
+        assert_eq!(lines[2]["id"], json!(2));
     }
 }
