@@ -93,7 +93,7 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-#[allow(unsafe_code)]
+#[allow(unsafe_code)] // getrusage: neither std nor rustix offers it
 fn children_max_rss_kib() -> i64 {
     // SAFETY: getrusage only writes into the zeroed struct we own and pass by pointer.
     unsafe {

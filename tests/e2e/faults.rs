@@ -290,41 +290,33 @@ fn doctor_calls_a_read_only_data_dir_read_only_not_damaged() {
 }
 
 #[test]
-#[allow(unsafe_code)]
+#[allow(unsafe_code)] // std offers no safe hook between fork and exec
 fn the_autostarted_worker_keeps_none_of_the_hooks_descriptors() {
+    use rustix::io::{FdFlags, fcntl_setfd};
+    use rustix::pipe::{PipeFlags, pipe_with};
     use std::io::Read;
-    use std::os::fd::FromRawFd;
     let env = TestEnv::new();
     // A pipe whose write end the hook inherits (not close-on-exec), as a parent that waits
     // for EOF on it would hand it over.
     // Close-on-exec here, so that no other test's child inherits it; only the hook's
     // child clears the flag before exec.
-    let mut fds = [0; 2];
-    // SAFETY: `fds` is a valid array of two descriptors for pipe2(2) to fill.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let (read_end, write_end) = pipe_with(PipeFlags::CLOEXEC).expect("pipe");
     let mut c = env.cmd("cairn-hook");
     c.env("CAIRN_WORKER__AUTOSTART", "true")
         .env("CAIRN_WORKER__IDLE_EXIT_SECS", "60");
-    let inherited = fds[1];
+    // The closure owns this process's write end, closed when `c` goes (after the run).
     // SAFETY: the closure runs in the forked child and only calls fcntl(2), which is
-    // async-signal-safe.
+    // async-signal-safe; it allocates nothing.
     unsafe {
         use std::os::unix::process::CommandExt;
         c.pre_exec(move || {
-            libc::fcntl(inherited, libc::F_SETFD, 0);
+            fcntl_setfd(&write_end, FdFlags::empty())?;
             Ok(())
         });
     }
     let out = run_with_stdin(c, tool_event(0).as_bytes());
     assert_eq!(out.status.code(), Some(0));
-    // SAFETY: both descriptors are ours and open; each is owned exactly once from here.
-    let (mut read_end, write_end) = unsafe {
-        (
-            std::fs::File::from_raw_fd(fds[0]),
-            std::fs::File::from_raw_fd(fds[1]),
-        )
-    };
-    drop(write_end);
+    let mut read_end = std::fs::File::from(read_end);
     wait_until("the worker is started", || {
         cairn_core::store::lock::holder(&env.data_dir.join("worker.lock"))
             .ok()

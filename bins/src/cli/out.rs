@@ -47,12 +47,9 @@ pub fn width() -> Option<usize> {
 }
 
 /// The terminal's width as the kernel knows it.
-#[allow(unsafe_code)]
 fn window_columns() -> Option<usize> {
-    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we own.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
-    (ok && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+    let ws = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
+    (ws.ws_col > 0).then_some(usize::from(ws.ws_col))
 }
 
 /// Colour (bold matches) only on a terminal, and not when `NO_COLOR` is set to anything.

@@ -191,24 +191,20 @@ fn read_stdin(timeout: Duration, max: usize) -> Input {
 
 /// Waits until stdin has data or end of file (true), or `timeout` passes (false). A closed
 /// or invalid fd 0 reports ready, and the read that follows says what is wrong.
-#[allow(unsafe_code)]
 fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
-    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    let mut fd = libc::pollfd {
-        fd: 0,
-        events: libc::POLLIN,
-        revents: 0,
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let stdin = std::io::stdin();
+    // No longer than the int of milliseconds poll(2) takes on some systems can hold.
+    let timeout = timeout.min(Duration::from_millis(i32::MAX as u64));
+    let timeout = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: timeout.subsec_nanos().into(),
     };
     loop {
-        // SAFETY: `fd` is one valid, initialised pollfd that outlives the call, and the
-        // count passed is 1.
-        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
-        if rc >= 0 {
-            return Ok(rc > 0);
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
+        match poll(&mut [PollFd::new(&stdin, PollFlags::IN)], Some(&timeout)) {
+            Ok(ready) => return Ok(ready > 0),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -262,17 +258,16 @@ fn autostart(dir: &DataDir) {
 /// Every descriptor above stderr is marked close-on-exec in the child (the standard
 /// library's own exec-error pipe is close-on-exec already, so a failed exec is still
 /// reported).
-#[allow(unsafe_code)]
+#[allow(unsafe_code)] // std offers no safe hook between fork and exec
 fn detach(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (setsid, close_range or fcntl, getrlimit); it
-    // allocates nothing and touches no shared state.
+    // SAFETY: `pre_exec` is unsafe because its closure runs in the forked child, where only
+    // async-signal-safe calls are sound. This one makes system calls only (setsid here,
+    // close_range or getrlimit and fcntl in `cloexec_from`): it allocates nothing, takes no
+    // lock and touches no state shared with the parent.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
+            rustix::process::setsid()?;
             cloexec_from(3);
             Ok(())
         });
@@ -280,18 +275,23 @@ fn detach(cmd: &mut Command) {
 }
 
 /// Marks every descriptor from `first` up close-on-exec. Async-signal-safe.
-#[allow(unsafe_code)]
-fn cloexec_from(first: libc::c_int) {
+///
+/// These are descriptors the hook inherited, not opened: nothing in the process owns them,
+/// so there is no handle to give a safe wrapper (rustix's calls take one, and rustix has no
+/// close_range), and the calls go to libc with the bare numbers.
+#[allow(unsafe_code)] // descriptors known only by number (see above)
+fn cloexec_from(first: std::os::fd::RawFd) {
+    use std::os::fd::RawFd;
     #[cfg(target_os = "linux")]
     {
-        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-        // SAFETY: close_range(2) with the CLOEXEC flag only changes descriptor flags.
+        // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC closes nothing and reads or writes
+        // no memory: it only sets the close-on-exec flag of the open descriptors in the range.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_close_range,
                 first as libc::c_uint,
                 libc::c_uint::MAX,
-                CLOSE_RANGE_CLOEXEC,
+                libc::CLOSE_RANGE_CLOEXEC,
             )
         };
         if rc == 0 {
@@ -299,18 +299,11 @@ fn cloexec_from(first: libc::c_int) {
         }
     }
     // Older kernels and other systems: one fcntl per possible descriptor, bounded.
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid rlimit that outlives the call.
-    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur.min(65_536) as libc::c_int
-    } else {
-        1024
-    };
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let max = limit.map_or(65_536, |n| n.min(65_536)) as RawFd;
     for fd in first..max {
-        // SAFETY: fcntl on any integer is safe: an unused descriptor fails with EBADF.
+        // SAFETY: fcntl(2) on any number reads or writes no memory: a number that is not an
+        // open descriptor fails with EBADF, and an open one only has its flag set.
         unsafe {
             let flags = libc::fcntl(fd, libc::F_GETFD);
             if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {

@@ -48,11 +48,12 @@ pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
 /// A regular file's text, at most [`MAX_DOT_GIT_FILE`] bytes. Opened non-blocking (the
 /// path may have become a FIFO since it was looked at), and checked again once open.
 fn read_small(path: &Path) -> Option<String> {
+    use rustix::fs::OFlags;
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags((OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32)
         .open(path)
         .ok()?;
     if !file.metadata().ok()?.is_file() {

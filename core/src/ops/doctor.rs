@@ -900,32 +900,13 @@ fn test_call(settings: &Settings, provider: &str, env: &Env) -> Finding {
     }
 }
 
-/// Free bytes for unprivileged users on the file system holding `path`.
-#[allow(unsafe_code)]
-pub fn free_bytes(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `c` is a valid NUL-terminated path that outlives the call, and `st` points to
-    // writable memory the size of a `statvfs`, which the call fills on success (rc 0); it is
-    // read only in that case.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so it initialised the struct.
-    let st = unsafe { st.assume_init() };
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
-}
-
 fn check_disk(dir: &DataDir, out: &mut Vec<Finding>) {
     let probe = dir
         .root()
         .ancestors()
         .find(|p| p.exists())
         .unwrap_or(Path::new("/"));
-    let Some(free) = free_bytes(probe) else {
+    let Some(free) = crate::store::paths::free_bytes(probe) else {
         out.push(finding(
             "disk",
             Level::Warn,
@@ -1254,11 +1235,5 @@ mod tests {
         assert_eq!(levels(&f, "worker"), vec![Level::Ok], "fresh beat: {f:#?}");
         let f = run(&dd, &Settings::default(), &[], &e, now + 7_200_000);
         assert_eq!(levels(&f, "worker"), vec![Level::Warn], "stale beat");
-    }
-
-    #[test]
-    fn free_space_is_known() {
-        assert!(free_bytes(Path::new("/")).is_some());
-        assert!(free_bytes(Path::new("/no/such/dir")).is_none());
     }
 }

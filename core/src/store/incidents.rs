@@ -16,7 +16,6 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -90,9 +89,8 @@ pub fn prepare_lost(dir: &DataDir) -> Result<()> {
     if std::fs::metadata(&path).is_ok_and(|m| m.len() >= LOST_FILE_LEN as u64) {
         return Ok(());
     }
-    let f = open_lost(dir, true).map_err(|e| Error::io("cannot create", &path, e))?;
-    let _lock = Flock::exclusive(&f);
-    let mut f = f;
+    let mut f = open_lost(dir, true).map_err(|e| Error::io("cannot create", &path, e))?;
+    lock_exclusive(&f);
     let mut old = Vec::new();
     let _ = f.read_to_end(&mut old);
     let body = encode(decode(&old).as_ref());
@@ -108,7 +106,7 @@ pub fn prepare_lost(dir: &DataDir) -> Result<()> {
 pub fn record_lost(dir: &DataDir, cause: &str, now: i64) -> Result<Lost> {
     let path = dir.lost_events();
     let mut f = open_lost(dir, true).map_err(|e| Error::io("cannot open", &path, e))?;
-    let _lock = Flock::exclusive(&f);
+    lock_exclusive(&f);
     let mut old = Vec::new();
     f.read_to_end(&mut old)
         .map_err(|e| Error::io("cannot read", &path, e))?;
@@ -203,7 +201,7 @@ pub fn acknowledge(dir: &DataDir) -> Result<usize> {
     if lost(dir).is_some() {
         let path = dir.lost_events();
         let mut f = open_lost(dir, false).map_err(|e| Error::io("cannot open", &path, e))?;
-        let _lock = Flock::exclusive(&f);
+        lock_exclusive(&f);
         f.write_all(&encode(None))
             .map_err(|e| Error::io("cannot write", &path, e))?;
         cleared += 1;
@@ -215,26 +213,11 @@ pub fn acknowledge(dir: &DataDir) -> Result<usize> {
     Ok(cleared)
 }
 
-/// An exclusive `flock` held until dropped (best effort: without it two hooks may count one
-/// loss, never corrupt the file, which is rewritten whole).
-struct Flock(i32);
-
-impl Flock {
-    #[allow(unsafe_code)]
-    fn exclusive(f: &std::fs::File) -> Self {
-        let fd = f.as_raw_fd();
-        // SAFETY: `fd` is an open descriptor owned by `f`, which outlives the guard.
-        unsafe { libc::flock(fd, libc::LOCK_EX) };
-        Flock(fd)
-    }
-}
-
-impl Drop for Flock {
-    #[allow(unsafe_code)]
-    fn drop(&mut self) {
-        // SAFETY: the descriptor is still open (the file outlives the guard).
-        unsafe { libc::flock(self.0, libc::LOCK_UN) };
-    }
+/// Takes an exclusive lock on the open lost-events file (std's file lock, a `flock`), held
+/// until the file is closed. Best effort: without it two hooks may count one loss, never
+/// corrupt the file, which is rewritten whole.
+fn lock_exclusive(f: &std::fs::File) {
+    let _ = f.lock();
 }
 
 #[cfg(test)]

@@ -89,38 +89,22 @@ impl DataDir {
     }
 }
 
-/// Creates `dir` and its parents with mode 0700 when missing; an existing dir is left as is.
-/// Bytes free for an unprivileged writer on the file system holding `path` (`statvfs`).
-#[allow(unsafe_code)]
+/// Bytes free for an unprivileged writer on the file system holding `path` (`statvfs`);
+/// `None` when it cannot be asked (no such path).
 pub fn free_bytes(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `buf` a valid statvfs, both outliving the
-    // call.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut buf) };
-    #[allow(clippy::unnecessary_cast)]
-    (rc == 0).then(|| (buf.f_bavail as u64).saturating_mul(buf.f_frsize as u64))
+    let st = rustix::fs::statvfs(path).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Why cairn cannot write `path` (a file or directory that exists), when it cannot: its
 /// file system is mounted read-only, or its permissions deny this process. `None` when
 /// writable (or when it does not exist).
-#[allow(unsafe_code)]
 pub fn read_only_reason(path: &Path) -> Option<String> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
-    let mut buf: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `buf` a valid statvfs, both outliving the
-    // call.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut buf) } == 0 && buf.f_flag & libc::ST_RDONLY != 0 {
+    use rustix::fs::{Access, StatVfsMountFlags};
+    if rustix::fs::statvfs(path).is_ok_and(|st| st.f_flag.contains(StatVfsMountFlags::RDONLY)) {
         return Some(format!("{} is on a read-only file system", path.display()));
     }
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
-    let rc = unsafe { libc::access(c.as_ptr(), libc::W_OK) };
-    (rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EACCES)).then(|| {
+    (rustix::fs::access(path, Access::WRITE_OK) == Err(rustix::io::Errno::ACCESS)).then(|| {
         format!(
             "{} is read-only (its permissions deny writing)",
             path.display()
@@ -128,6 +112,7 @@ pub fn read_only_reason(path: &Path) -> Option<String> {
     })
 }
 
+/// Creates `dir` and its parents with mode 0700 when missing; an existing dir is left as is.
 pub fn ensure_private_dir(dir: &Path) -> Result<()> {
     if dir.is_dir() {
         return Ok(());
@@ -210,5 +195,18 @@ mod tests {
         assert_eq!(mode_of(&dd.db()), Some(0o600));
         dd.ensure_sub(&dd.spool()).expect("sub");
         assert_eq!(mode_of(&dd.spool()), Some(0o700));
+    }
+
+    #[test]
+    fn free_space_is_known() {
+        assert!(free_bytes(Path::new("/")).is_some());
+        assert!(free_bytes(Path::new("/no/such/dir")).is_none());
+    }
+
+    #[test]
+    fn a_writable_dir_has_no_read_only_reason() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert_eq!(read_only_reason(tmp.path()), None);
+        assert_eq!(read_only_reason(&tmp.path().join("missing")), None);
     }
 }

@@ -349,16 +349,15 @@ pub fn kill_all() {
     }
 }
 
-#[allow(unsafe_code)]
+/// Kills the process group `pgid`, which this module created (`process_group(0)` makes the
+/// child its leader). ESRCH (the group is gone) is the expected outcome after a clean exit.
 fn kill_group(pgid: i32) {
+    use rustix::process::{Pid, Signal, kill_process_group};
     if pgid <= 1 {
         return;
     }
-    // SAFETY: kill(2) with a negative pid signals the process group `pgid`, which this
-    // module created (process_group(0) makes the child its leader); it touches no memory.
-    // ESRCH (the group is gone) is the expected outcome after a clean exit.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
+    if let Some(group) = Pid::from_raw(pgid) {
+        let _ = kill_process_group(group, Signal::KILL);
     }
 }
 
