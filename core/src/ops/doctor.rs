@@ -878,7 +878,7 @@ fn test_call(settings: &Settings, provider: &str, env: &Env) -> Finding {
                     format!("{provider} at {url} answered with model {model} in {ms} ms"),
                 )
             } else {
-                let snippet: String = text.chars().take(200).collect();
+                let snippet = crate::text::head(&text, 200, crate::text::Unit::Chars);
                 finding(
                     "online",
                     Level::Fail,
