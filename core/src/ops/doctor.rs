@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
+use crate::ops::claude_settings;
 use crate::settings::Settings;
 use crate::store::db::{self, OpenOptions};
 use crate::store::paths::{DataDir, mode_of};
@@ -406,63 +407,6 @@ fn check_permissions(dir: &DataDir, out: &mut Vec<Finding>) {
     }
 }
 
-/// A hook command found in a Claude Code settings file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookCommand {
-    pub event: String,
-    pub command: String,
-}
-
-/// The hook commands of a Claude Code settings document that mention `cairn-hook`.
-pub fn cairn_hooks(settings: &serde_json::Value) -> Vec<HookCommand> {
-    let mut out = Vec::new();
-    let Some(events) = settings.get("hooks").and_then(|h| h.as_object()) else {
-        return out;
-    };
-    for (event, groups) in events {
-        for group in groups.as_array().into_iter().flatten() {
-            for hook in group
-                .get("hooks")
-                .and_then(|h| h.as_array())
-                .into_iter()
-                .flatten()
-            {
-                if let Some(cmd) = hook.get("command").and_then(|c| c.as_str())
-                    && cmd.contains("cairn-hook")
-                {
-                    out.push(HookCommand {
-                        event: event.clone(),
-                        command: cmd.to_string(),
-                    });
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The cairn plugins a Claude Code settings document enables (`enabledPlugins`, keys
-/// `cairn@<marketplace>` set to true).
-pub fn enabled_cairn_plugins(settings: &serde_json::Value) -> Vec<String> {
-    settings
-        .get("enabledPlugins")
-        .and_then(|p| p.as_object())
-        .into_iter()
-        .flatten()
-        .filter(|(k, v)| k.split('@').next() == Some("cairn") && v.as_bool() == Some(true))
-        .map(|(k, _)| k.clone())
-        .collect()
-}
-
-/// The program a hook command runs: the first word that names `cairn-hook`, unquoted.
-pub fn hook_program(command: &str) -> Option<String> {
-    command
-        .split_whitespace()
-        .map(|w| w.trim_matches(|c| c == '"' || c == '\''))
-        .find(|w| w.contains("cairn-hook"))
-        .map(str::to_string)
-}
-
 fn find_program(program: &str, env: &Env) -> Option<PathBuf> {
     let expanded = match (program.strip_prefix("~/"), &env.home) {
         (Some(rest), Some(home)) => home.join(rest),
@@ -517,20 +461,20 @@ fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                 continue;
             }
         };
-        for plugin in enabled_cairn_plugins(&doc) {
+        for plugin in claude_settings::enabled_cairn_plugins(&doc) {
             out.push(ok(
                 "hooks",
                 format!("the cairn plugin {plugin} is enabled in {}", file.display()),
             ));
             ways.push(format!("the plugin {plugin}"));
         }
-        let hooks = cairn_hooks(&doc);
+        let hooks = claude_settings::cairn_hooks(&doc);
         if !hooks.is_empty() {
             ways.push(format!("hooks in {}", file.display()));
         }
         for hook in hooks {
             hooked.push(hook.event.clone());
-            let Some(program) = hook_program(&hook.command) else {
+            let Some(program) = claude_settings::command_program(&hook.command) else {
                 continue;
             };
             match find_program(&program, env) {
@@ -1078,28 +1022,6 @@ mod tests {
         assert!(
             said.starts_with("Fail ") && said.contains("/login"),
             "{said}"
-        );
-    }
-
-    #[test]
-    fn finds_hook_commands_and_their_programs() {
-        let doc: serde_json::Value = serde_json::json!({
-            "hooks": {
-                "Stop": [{"hooks": [{"type": "command", "command": "\"/opt/x/cairn-hook\" stop"}]}],
-                "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": "other-tool"}]}]
-            }
-        });
-        let hooks = cairn_hooks(&doc);
-        assert_eq!(hooks.len(), 1);
-        assert_eq!(hooks[0].event, "Stop");
-        assert_eq!(
-            hook_program(&hooks[0].command).as_deref(),
-            Some("/opt/x/cairn-hook")
-        );
-        assert!(cairn_hooks(&serde_json::json!({"model": "x"})).is_empty());
-        assert_eq!(
-            hook_program("CAIRN_X=1 cairn-hook"),
-            Some("cairn-hook".into())
         );
     }
 
