@@ -4,7 +4,7 @@
 //! The folders are the pipeline's stages, and dependencies point down:
 //!
 //! ```text
-//! leaves (clock, error, rand, settings, privacy)
+//! leaves (clock, error, rand, settings, text, privacy)
 //!   ← store (paths, db, lock, backup)
 //!   ← queue, memory
 //!   ← capture, worker, recall
@@ -20,6 +20,7 @@ pub mod error;
 pub mod privacy;
 pub mod rand;
 pub mod settings;
+pub mod text;
 
 pub mod store;
 

@@ -17,6 +17,7 @@ pub mod rules;
 use serde_json::{Map, Value};
 
 use crate::settings::CaptureSettings;
+use crate::text::{self, Unit};
 
 /// The tag whose content a user wants kept out of memory.
 pub const PRIVATE_TAG: &str = "private";
@@ -523,22 +524,6 @@ fn is_value_end(c: u8) -> bool {
 // ---------------------------------------------------------------------------------------
 // Capping
 
-fn floor_boundary(s: &str, mut i: usize) -> usize {
-    i = i.min(s.len());
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-fn ceil_boundary(s: &str, mut i: usize) -> usize {
-    i = i.min(s.len());
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    i
-}
-
 fn marker(cut: usize) -> String {
     format!("\n[... {cut} bytes cut by cairn ...]\n")
 }
@@ -546,18 +531,7 @@ fn marker(cut: usize) -> String {
 /// Caps `s` to `max` bytes, keeping about two thirds from the head and one third from the
 /// tail, joined by a marker saying how many bytes were cut.
 pub fn cap(s: &str, max: usize) -> Cow<'_, str> {
-    if s.len() <= max {
-        return Cow::Borrowed(s);
-    }
-    let budget = max.saturating_sub(marker(s.len()).len());
-    let head = floor_boundary(s, budget * 2 / 3);
-    let tail_len = budget - head;
-    let tail = ceil_boundary(s, s.len() - tail_len);
-    let mut out = String::with_capacity(max.max(MARKER_MAX));
-    out.push_str(&s[..head]);
-    out.push_str(&marker(tail - head));
-    out.push_str(&s[tail..]);
-    Cow::Owned(out)
+    text::keep_ends(s, max, Unit::Bytes, marker)
 }
 
 #[cfg(test)]

@@ -585,14 +585,34 @@ fn the_worker_is_autostarted_once_detached() {
         let out = child.wait_with_output().expect("wait");
         assert_eq!(String::from_utf8_lossy(&out.stdout), PLAIN);
     }
+    // Every hook has exited, so their log says how many workers they started (each line is
+    // written before its hook exits); wait until each of those has recorded itself.
+    let logs = cairn_core::store::paths::DataDir::new(&env.data_dir).logs();
+    let started: usize = std::fs::read_dir(&logs)
+        .expect("hook logs")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("hook-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .map(|log| {
+            log.lines()
+                .filter(|l| l.contains("started ") && l.contains("cairn-worker (pid "))
+                .count()
+        })
+        .sum();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !record.exists() {
-        assert!(Instant::now() < deadline, "the worker was never started");
+    let text = loop {
+        let text = std::fs::read_to_string(&record).unwrap_or_default();
+        if text.lines().count() >= started.max(1) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{started} workers started, these recorded themselves: {text:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let text = std::fs::read_to_string(&record).expect("record");
+    };
     let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(started, 1, "started {started} times: {text}");
     assert_eq!(lines.len(), 1, "started more than once: {text}");
     assert!(lines[0].starts_with("--autostarted "), "{text}");
     let field = |k: &str| {

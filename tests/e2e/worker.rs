@@ -2091,9 +2091,13 @@ fn a_model_call_is_recorded_before_it_is_made() {
     );
     assert_eq!(p["input_tokens"].as_i64(), Some(tokens));
 
-    // A completed call: the provider's counts, its latency and outcome.
-    model.set(|_, _| Reply::anthropic(GOOD_XML));
+    // A completed call: the provider's counts, its latency and outcome. The model answers
+    // after a pause, so the latency is at least that pause and at most the worker's run.
+    let pause = Duration::from_millis(150);
+    model.set(move |_, _| Reply::anthropic(GOOD_XML).delayed(pause));
+    let started = Instant::now();
     run_once(&env, worker_now(&env, &model));
+    let run_ms = i64::try_from(started.elapsed().as_millis()).expect("ms");
     let (outcome, input, output, estimated, latency): (String, i64, i64, i64, i64) = env
         .db()
         .query_row(
@@ -2107,7 +2111,10 @@ fn a_model_call_is_recorded_before_it_is_made() {
         (outcome.as_str(), input, output, estimated),
         ("ok", 120, 30, 0)
     );
-    assert!(latency >= 0);
+    assert!(
+        (pause.as_millis() as i64..=run_ms).contains(&latency),
+        "latency {latency} ms, the model paused {pause:?}, the run took {run_ms} ms"
+    );
     let o = env.cmd("cairn").arg("status").output().expect("status");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(

@@ -13,6 +13,8 @@ use serde::Deserialize;
 use serde::de::IntoDeserializer;
 use serde_json::Value;
 
+use crate::text;
+
 /// Every hook event name Claude Code sends that cairn knows of. Names cairn does not know
 /// become [`EventName::Unknown`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -112,20 +114,10 @@ pub const MAX_ID_BYTES: usize = 256;
 pub const MAX_PATH_BYTES: usize = 4096;
 
 /// `s` when it fits in `max` bytes, else its head and a hash of the whole, `max` bytes
-/// long: two long ids that differ only past the cut stay distinct.
+/// long: two long ids that differ only past the cut stay distinct, and a spooled id caps
+/// the same when it is read later (see [`text::cap_hashed`]).
 pub fn cap_id(s: String, max: usize) -> String {
-    if s.len() <= max {
-        return s;
-    }
-    // FNV-1a: stable across builds and versions (a spooled id must hash the same later).
-    let hash = s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let mut head = max.saturating_sub(17);
-    while !s.is_char_boundary(head) {
-        head -= 1;
-    }
-    format!("{}~{hash:016x}", &s[..head])
+    text::cap_hashed(s, max)
 }
 
 /// Reads the wire fields, coercing where the meaning is clear and noting every field of

@@ -4,8 +4,8 @@
 //!
 //! Claude Code's shape: `{"hooks": {"<Event>": [{"matcher": "*", "hooks": [{"type":
 //! "command", "command": "..."}]}]}}`. cairn adds one group per captured event whose single
-//! hook runs `cairn-hook`; a hook is cairn's when its command's program is named
-//! `cairn-hook`.
+//! hook runs `cairn-hook`; which hooks are cairn's is [`claude_settings`]' rule, the one
+//! `cairn doctor` uses too.
 //!
 //! Invariants: [`install`] is idempotent and touches nothing but cairn's own entries (a
 //! stale cairn entry, say from a binary that moved, is replaced); [`uninstall`] removes
@@ -19,9 +19,9 @@ use serde_json::{Map, Value, json};
 
 use crate::capture::hook::EventName;
 use crate::error::{Error, Result};
+use crate::ops::claude_settings::{self, is_cairn_command};
 
-/// The hook binary's file name.
-pub const HOOK_PROGRAM: &str = "cairn-hook";
+pub use crate::ops::claude_settings::HOOK_PROGRAM;
 
 /// The command line Claude Code runs: the program's absolute path, shell-quoted when
 /// needed (Claude Code runs hook commands through a shell).
@@ -35,24 +35,6 @@ pub fn hook_command(program: &Path) -> String {
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
     }
-}
-
-/// The program of a command line (its first word, unquoted).
-pub fn command_program(command: &str) -> &str {
-    let c = command.trim_start();
-    for q in ['\'', '"'] {
-        if let Some(rest) = c.strip_prefix(q) {
-            return rest.split(q).next().unwrap_or(rest);
-        }
-    }
-    c.split_whitespace().next().unwrap_or("")
-}
-
-/// True when a command runs cairn's hook binary.
-pub fn is_cairn_command(command: &str) -> bool {
-    Path::new(command_program(command))
-        .file_name()
-        .is_some_and(|n| n == HOOK_PROGRAM)
 }
 
 /// The matcher cairn uses for an event (`*` for tool events, none otherwise).
@@ -305,20 +287,15 @@ impl Detection {
 
 /// Which captured events have cairn's hook in these settings (for `cairn doctor`).
 pub fn detect(settings: &Value, command: &str) -> Detection {
-    let hooks = settings.get("hooks");
+    let found = claude_settings::cairn_hooks(settings);
     let events = EventName::CAPTURED
         .iter()
         .map(|event| {
             let name = event.as_str();
-            let commands: Vec<&str> = hooks
-                .and_then(|h| h.get(name))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|g| g.get("hooks").and_then(Value::as_array))
-                .flatten()
-                .filter_map(|h| h.get("command").and_then(Value::as_str))
-                .filter(|c| is_cairn_command(c))
+            let commands: Vec<&str> = found
+                .iter()
+                .filter(|h| h.event == name)
+                .map(|h| h.command.as_str())
                 .collect();
             let state = if commands.contains(&command) {
                 HookState::Installed

@@ -1,5 +1,6 @@
 //! Operations: what a person runs around the pipeline. `status` and `doctor` look at a
-//! data dir, `install` merges cairn's hooks into Claude Code's settings, `exchange`
+//! data dir, `install` merges cairn's hooks into Claude Code's settings (`claude_settings`
+//! tells which hooks there are cairn's, for install and doctor alike), `exchange`
 //! exports and imports JSONL (and exports Markdown), `claude_mem` imports claude-mem's
 //! database.
 //!
@@ -12,6 +13,7 @@
 //! read-only. Sits on top: it may use every stage below, and none of them uses it.
 
 pub mod claude_mem;
+pub mod claude_settings;
 pub mod doctor;
 pub mod exchange;
 pub mod install;

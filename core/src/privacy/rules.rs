@@ -24,6 +24,8 @@ use regex::bytes::{Regex, RegexBuilder};
 use regex_automata::hybrid::dfa::DFA;
 use regex_automata::{Input, nfa::thompson};
 
+use crate::text;
+
 /// Which text an allowlist regex is matched against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -543,8 +545,8 @@ pub fn find(s: &str) -> Vec<Finding> {
                 continue;
             }
             found.push(Finding {
-                start: floor(s, secret.start()),
-                end: ceil(s, secret.end()),
+                start: text::floor_char_boundary(s, secret.start()),
+                end: text::ceil_char_boundary(s, secret.end()),
                 rule: r.id,
             });
         }
@@ -558,20 +560,6 @@ pub fn find(s: &str) -> Vec<Finding> {
         }
     }
     merged
-}
-
-fn floor(s: &str, mut i: usize) -> usize {
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-fn ceil(s: &str, mut i: usize) -> usize {
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    i
 }
 
 #[cfg(test)]

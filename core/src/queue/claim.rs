@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::settings::Settings;
 use crate::store::db;
+use crate::text::{self, Unit};
 
 /// Longest error text kept per failed attempt.
 const MAX_ERROR_CHARS: usize = 2_000;
@@ -661,10 +662,7 @@ fn record_error(tx: &Transaction, job_id: i64, error: &str, now: i64) -> Result<
 }
 
 fn clip(s: &str) -> &str {
-    match s.char_indices().nth(MAX_ERROR_CHARS) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
+    text::head(s, MAX_ERROR_CHARS, Unit::Chars)
 }
 
 #[cfg(test)]

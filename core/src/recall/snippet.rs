@@ -71,18 +71,7 @@ pub fn short_title(text: &str) -> String {
     shorten(line, TITLE_CHARS)
 }
 
-/// `text` cut to at most `max` characters, at a word boundary when one is near, with `…`.
-pub fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
-    let cut = match cut.rfind(' ') {
-        Some(i) if i > cut.len() / 2 => &cut[..i],
-        _ => cut.as_str(),
-    };
-    format!("{}…", cut.trim_end())
-}
+pub use crate::text::shorten;
 
 /// Whitespace runs (newlines included) as single spaces.
 pub fn one_line(text: &str) -> String {

@@ -47,10 +47,7 @@ fn encode(lost: Option<&Lost>) -> Vec<u8> {
         ),
         None => "0 0 0".to_string(),
     };
-    text.truncate(LOST_FILE_LEN - 1);
-    while !text.is_char_boundary(text.len()) {
-        text.pop();
-    }
+    crate::text::truncate(&mut text, LOST_FILE_LEN - 1);
     let mut bytes = text.into_bytes();
     bytes.resize(LOST_FILE_LEN - 1, b' ');
     bytes.push(b'\n');

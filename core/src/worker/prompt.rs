@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::queue::payload::ToolEvent;
 use crate::settings::ModelSettings;
+use crate::text::{self, Unit};
 
 /// Most characters of the user's request quoted in a header.
 const HEADER_REQUEST_CHARS: usize = 600;
@@ -297,18 +298,11 @@ fn cap_strings(v: &Value, max: usize) -> Value {
 }
 
 /// `s` cut to at most `max` characters, keeping its head and tail with a marker between.
+/// The marker states how far over `max` the text was (not the count cut, which also makes
+/// room for the marker).
 pub fn cap(s: &str, max: usize) -> String {
-    let total = s.chars().count();
-    if total <= max {
-        return s.to_string();
-    }
-    let marker = format!(" …[{} chars cut]… ", total.saturating_sub(max));
-    let keep = max.saturating_sub(marker.chars().count());
-    let head = keep * 2 / 3;
-    let tail = keep - head;
-    let head_s: String = s.chars().take(head).collect();
-    let tail_s: String = s.chars().skip(total - tail).collect();
-    format!("{head_s}{marker}{tail_s}")
+    let over = s.chars().count().saturating_sub(max);
+    text::keep_ends(s, max, Unit::Chars, |_| format!(" …[{over} chars cut]… ")).into_owned()
 }
 
 /// One observation of the turn, as listed in a summary prompt.

@@ -14,6 +14,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use cairn_core::queue::admin::Selector;
 use cairn_core::queue::claim::JobStatus;
 use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::text::{self, Unit};
 
 use super::{Ctx, explain, open, read_opts};
 
@@ -400,8 +401,8 @@ fn bytes(n: u64) -> String {
 /// The first line of `s`, at most `max` characters.
 fn one_line(s: &str, max: usize) -> String {
     let line = s.lines().next().unwrap_or("");
-    let mut out: String = line.chars().take(max).collect();
-    if line.chars().count() > max || s.lines().nth(1).is_some() {
+    let mut out = text::head(line, max, Unit::Chars).to_string();
+    if out.len() < line.len() || s.lines().nth(1).is_some() {
         out.push('…');
     }
     out

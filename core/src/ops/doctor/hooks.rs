@@ -1,0 +1,214 @@
+//! Claude Code hands its events to cairn: cairn's hooks in the settings files (as
+//! [`claude_settings`] reads them) run a program that is there, or the cairn plugin is
+//! enabled; and cairn is installed one way only.
+
+use std::path::{Path, PathBuf};
+
+use super::{Env, Finding, Level, finding, ok};
+use crate::ops::claude_settings;
+
+pub(super) fn find_program(program: &str, env: &Env) -> Option<PathBuf> {
+    let expanded = match (program.strip_prefix("~/"), &env.home) {
+        (Some(rest), Some(home)) => home.join(rest),
+        _ => PathBuf::from(
+            program.replace(
+                "$HOME",
+                &env.home
+                    .as_ref()
+                    .map(|h| h.display().to_string())
+                    .unwrap_or_default(),
+            ),
+        ),
+    };
+    if expanded.components().count() > 1 {
+        return is_executable(&expanded).then_some(expanded);
+    }
+    env.var("PATH")?
+        .split(':')
+        .map(|d| Path::new(d).join(&expanded))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
+    let mut files = Vec::new();
+    if let Some(home) = &env.home {
+        files.push(home.join(".claude/settings.json"));
+    }
+    files.push(env.cwd.join(".claude/settings.json"));
+    files.push(env.cwd.join(".claude/settings.local.json"));
+    files.dedup();
+    let mut hooked: Vec<String> = Vec::new();
+    // Each way cairn is installed: a settings file with its hooks, or the plugin.
+    let mut ways: Vec<String> = Vec::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        let doc: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                out.push(finding(
+                    "hooks",
+                    Level::Warn,
+                    format!("{} is not valid JSON: {e}", file.display()),
+                    Some("fix the file; Claude Code ignores it as it is".into()),
+                ));
+                continue;
+            }
+        };
+        for plugin in claude_settings::enabled_cairn_plugins(&doc) {
+            out.push(ok(
+                "hooks",
+                format!("the cairn plugin {plugin} is enabled in {}", file.display()),
+            ));
+            ways.push(format!("the plugin {plugin}"));
+        }
+        let hooks = claude_settings::cairn_hooks(&doc);
+        if !hooks.is_empty() {
+            ways.push(format!("hooks in {}", file.display()));
+        }
+        for hook in hooks {
+            hooked.push(hook.event.clone());
+            let Some(program) = claude_settings::command_program(&hook.command) else {
+                continue;
+            };
+            match find_program(&program, env) {
+                Some(found) => out.push(ok(
+                    "hooks",
+                    format!(
+                        "{} in {} runs {}",
+                        hook.event,
+                        file.display(),
+                        found.display()
+                    ),
+                )),
+                None => out.push(finding(
+                    "hooks",
+                    Level::Fail,
+                    format!(
+                        "{} in {} runs {program}, which does not exist or is not executable",
+                        hook.event,
+                        file.display()
+                    ),
+                    Some(
+                        "run `cairn install` again to point the hooks at the installed cairn-hook"
+                            .into(),
+                    ),
+                )),
+            }
+        }
+    }
+    ways.dedup();
+    if ways.len() > 1 {
+        out.push(finding(
+            "hooks",
+            Level::Warn,
+            format!(
+                "cairn is installed {} ways at once ({}): every event is handed to cairn more than once",
+                ways.len(),
+                ways.join("; ")
+            ),
+            Some(
+                "keep one: `cairn uninstall` (or `--project`) removes settings hooks; `claude plugin uninstall cairn` the plugin"
+                    .into(),
+            ),
+        ));
+    }
+    if hooked.is_empty() && !ways.is_empty() {
+        // The plugin brings its own hooks.
+        return;
+    }
+    if hooked.is_empty() {
+        out.push(finding(
+            "hooks",
+            Level::Warn,
+            format!(
+                "no cairn hooks in {}",
+                files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some("run `cairn install` so Claude Code hands its events to cairn".into()),
+        ));
+        return;
+    }
+    // Exactly the events `cairn install` registers.
+    let missing: Vec<&str> = crate::capture::hook::EventName::CAPTURED
+        .iter()
+        .map(|e| e.as_str())
+        .filter(|e| !hooked.iter().any(|h| h == e))
+        .collect();
+    if !missing.is_empty() {
+        out.push(finding(
+            "hooks",
+            Level::Warn,
+            format!("no cairn hook for {}", missing.join(", ")),
+            Some("run `cairn install` to add the missing hooks".into()),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{env, levels};
+    use super::*;
+
+    #[test]
+    fn every_way_of_installing_is_recognised_and_two_at_once_warned() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let e = env(tmp.path());
+        let home = tmp.path().join("home/.claude");
+        let work = tmp.path().join("work/.claude");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::create_dir_all(&work).expect("work");
+        let hook = tmp.path().join("cairn-hook");
+        std::fs::write(&hook, "#!/bin/sh\n").expect("hook");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let hooks = |cmd: &str| {
+            let (doc, _) =
+                crate::ops::install::install(&serde_json::Value::Null, cmd).expect("install");
+            doc
+        };
+        let run_hooks = |e: &Env| {
+            let mut out = Vec::new();
+            check_hooks(e, &mut out);
+            out
+        };
+        // The plugin alone: installed, no "no cairn hooks".
+        std::fs::write(
+            home.join("settings.json"),
+            r#"{"enabledPlugins": {"cairn@cairn": true, "other@x": true}}"#,
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        assert_eq!(levels(&f, "hooks"), vec![Level::Ok], "{f:#?}");
+        // Plus project hooks in settings.local.json: two ways, warned.
+        std::fs::write(
+            work.join("settings.local.json"),
+            hooks(&hook.display().to_string()).to_string(),
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        let warn: Vec<&Finding> = f.iter().filter(|x| x.level == Level::Warn).collect();
+        assert_eq!(warn.len(), 1, "{f:#?}");
+        assert!(warn[0].message.contains("2 ways"), "{}", warn[0].message);
+        // A disabled plugin is not a way.
+        std::fs::write(
+            home.join("settings.json"),
+            r#"{"enabledPlugins": {"cairn@cairn": false}}"#,
+        )
+        .expect("write");
+        let f = run_hooks(&e);
+        assert!(f.iter().all(|x| x.level == Level::Ok), "{f:#?}");
+    }
+}

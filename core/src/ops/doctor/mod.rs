@@ -1,0 +1,249 @@
+//! `cairn doctor`: checks of everything cairn depends on, each finding with what to do.
+//! Here the findings and the runner; the checks by topic: `data` (database, schema,
+//! integrity, permissions, disk), `hooks` (cairn's hooks or plugin in Claude Code's
+//! settings), `worker` (running, heartbeat), `model` (the provider and its online test,
+//! the sentence model), `transcripts` (Claude Code's transcript format).
+//!
+//! Invariants: the checks only read (the database is opened read-only for the schema check
+//! and only then through [`crate::store::db::open`]); the one network call is the
+//! `--online` test call; the environment (home, working dir, variables) is passed in, never
+//! read here.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::settings::Settings;
+use crate::store::paths::DataDir;
+
+mod data;
+mod hooks;
+mod model;
+mod transcripts;
+mod worker;
+
+pub use model::resolve_provider;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "fail",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `worker`,
+    /// `provider`, `online`, `search`, `disk`, `settings`, `transcripts`.
+    pub check: String,
+    pub level: Level,
+    pub message: String,
+    /// What to do about it (absent when all is well).
+    pub fix: Option<String>,
+}
+
+fn finding(check: &str, level: Level, message: String, fix: Option<String>) -> Finding {
+    Finding {
+        check: check.into(),
+        level,
+        message,
+        fix,
+    }
+}
+
+fn ok(check: &str, message: String) -> Finding {
+    finding(check, Level::Ok, message, None)
+}
+
+/// What the checks need from the process environment.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// `$HOME`, for `~/.claude/settings.json`.
+    pub home: Option<PathBuf>,
+    /// The working directory, for `./.claude/settings.json`.
+    pub cwd: PathBuf,
+    /// Environment variables (API keys, `PATH`, `ANTHROPIC_BASE_URL`).
+    pub vars: BTreeMap<String, String>,
+    /// Make a real test call to the configured provider.
+    pub online: bool,
+}
+
+impl Env {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.vars
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// Runs every check. `warnings` are the settings loader's warnings (unknown keys).
+pub fn run(
+    dir: &DataDir,
+    settings: &Settings,
+    warnings: &[String],
+    env: &Env,
+    now: i64,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for w in warnings {
+        out.push(finding(
+            "settings",
+            Level::Warn,
+            w.clone(),
+            Some(format!("fix or remove it in {}", dir.settings().display())),
+        ));
+    }
+    let conn = data::check_database(dir, &mut out);
+    data::check_permissions(dir, &mut out);
+    hooks::check_hooks(env, &mut out);
+    worker::check_worker(dir, settings, conn.as_ref(), now, &mut out);
+    model::check_provider(settings, env, &mut out);
+    model::check_search(dir, settings, conn.as_ref(), &mut out);
+    if let Some(n) = conn
+        .as_ref()
+        .and_then(|c| crate::worker::usage::not_logged_in(c).ok().flatten())
+    {
+        out.push(finding(
+            "provider",
+            Level::Fail,
+            format!(
+                "the worker's last {} call found it not logged in: {}",
+                n.provider, n.error
+            ),
+            Some(
+                "run `claude` and log in with /login (or `claude setup-token`); waiting jobs go on by themselves"
+                    .into(),
+            ),
+        ));
+    }
+    data::check_disk(dir, &mut out);
+    transcripts::check_transcripts(env, &mut out);
+    out
+}
+
+/// True when any finding failed (`cairn doctor` exits 1).
+pub fn any_failed(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.level == Level::Fail)
+}
+
+/// What the tests of every check use.
+#[cfg(test)]
+mod testing {
+    use super::*;
+    use std::path::Path;
+
+    /// An environment with its home and working dir under `tmp`.
+    pub(super) fn env(tmp: &Path) -> Env {
+        Env {
+            home: Some(tmp.join("home")),
+            cwd: tmp.join("work"),
+            vars: BTreeMap::new(),
+            online: false,
+        }
+    }
+
+    /// The levels of one check's findings, in order.
+    pub(super) fn levels(f: &[Finding], check: &str) -> Vec<Level> {
+        f.iter()
+            .filter(|x| x.check == check)
+            .map(|x| x.level)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{env, levels};
+    use super::*;
+    use crate::store::db::{self, OpenOptions};
+
+    #[test]
+    fn healthy_data_dir_and_broken_hooks() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        drop(db::open_data_dir(&dd, OpenOptions::default()).expect("open"));
+        let mut e = env(tmp.path());
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        assert!(!any_failed(&f), "{f:#?}");
+        assert_eq!(levels(&f, "schema"), vec![Level::Ok]);
+        assert_eq!(levels(&f, "integrity"), vec![Level::Ok]);
+        assert_eq!(levels(&f, "hooks"), vec![Level::Warn], "not installed");
+        // auto → offline, with a warning that the offline extractor is the weakest.
+        assert_eq!(levels(&f, "provider"), vec![Level::Ok, Level::Warn]);
+
+        let claude = tmp.path().join("home/.claude");
+        std::fs::create_dir_all(&claude).expect("dir");
+        let hook = tmp.path().join("cairn-hook");
+        std::fs::write(&hook, "#!/bin/sh\n").expect("hook");
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let mut hooks = serde_json::Map::new();
+        for ev in crate::capture::hook::EventName::CAPTURED.map(|e| e.as_str()) {
+            hooks.insert(
+                ev.into(),
+                serde_json::json!([{"hooks": [{"type": "command", "command": hook.display().to_string()}]}]),
+            );
+        }
+        hooks.insert(
+            "PostToolUseFailure".into(),
+            serde_json::json!([{"hooks": [{"type": "command", "command": "/gone/cairn-hook"}]}]),
+        );
+        std::fs::write(
+            claude.join("settings.json"),
+            serde_json::json!({ "hooks": hooks }).to_string(),
+        )
+        .expect("settings");
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        let hook_levels = levels(&f, "hooks");
+        assert_eq!(
+            hook_levels.iter().filter(|l| **l == Level::Ok).count(),
+            5,
+            "{f:#?}"
+        );
+        assert_eq!(
+            hook_levels.iter().filter(|l| **l == Level::Fail).count(),
+            1,
+            "{f:#?}"
+        );
+        assert!(any_failed(&f));
+        // Without the failure hook: a warning that names it.
+        hooks.remove("PostToolUseFailure");
+        std::fs::write(
+            claude.join("settings.json"),
+            serde_json::json!({ "hooks": hooks }).to_string(),
+        )
+        .expect("settings");
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Warn && x.message.contains("PostToolUseFailure")),
+            "{f:#?}"
+        );
+
+        let mut s = Settings::default();
+        s.model.provider = "anthropic".into();
+        let f = run(&dd, &s, &[], &e, 1);
+        assert_eq!(levels(&f, "provider"), vec![Level::Fail]);
+        e.vars.insert("ANTHROPIC_API_KEY".into(), "k".into());
+        let f = run(&dd, &s, &[], &e, 1);
+        assert_eq!(levels(&f, "provider"), vec![Level::Ok]);
+        s.model.provider = "openai".into();
+        let f = run(&dd, &s, &[], &e, 1);
+        assert_eq!(levels(&f, "provider"), vec![Level::Fail]);
+    }
+}
