@@ -62,18 +62,15 @@ impl Privacy {
     /// A memory saved by hand (`cairn save`, the MCP tool `save_memory`), cleaned like
     /// everything captured: every text field and list item goes through [`Privacy::text`].
     pub fn observation(&self, o: &mut crate::memory::observations::NewObservation) {
-        for field in [
-            &mut o.content.title,
-            &mut o.content.subtitle,
-            &mut o.content.narrative,
-        ] {
+        let c = &mut o.content;
+        for field in [&mut c.title, &mut c.subtitle, &mut c.narrative] {
             *field = self.text(field);
         }
         for list in [
-            &mut o.content.facts,
-            &mut o.content.concepts,
-            &mut o.content.files_read,
-            &mut o.content.files_modified,
+            &mut c.facts,
+            &mut c.concepts,
+            &mut c.files_read,
+            &mut c.files_modified,
         ] {
             for item in list.iter_mut() {
                 *item = self.text(item);
