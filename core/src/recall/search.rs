@@ -24,10 +24,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params_from_iter};
 use serde::Serialize;
 
-/// The kinds a search covers and a hit is of; their home is [`crate::memory::kind`].
-pub use crate::memory::kind::Kind;
-/// Which rows a search may return; their home is [`crate::recall::sql`].
-pub use crate::recall::sql::Filters;
+use crate::memory::kind::Kind;
+use crate::recall::sql::Filters;
 
 use crate::error::Result;
 use crate::recall::query;

@@ -11,8 +11,10 @@ use crate::mcp::tools::error::ToolError;
 use crate::mcp::tools::schema::{
     DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MAX_SEARCH_LIMIT, MIN_MAX_TOKENS,
 };
+use crate::memory::kind::Kind;
 use crate::memory::observations::OBSERVATION_TYPES;
-use crate::recall::search::{self, Filters, Kind, Order, SearchRequest};
+use crate::recall::request::{RequestError, SearchFields};
+use crate::recall::search::{self, SearchRequest};
 use crate::recall::snippet::shorten;
 
 type Result<T> = std::result::Result<T, ToolError>;
@@ -151,53 +153,36 @@ pub fn search_request(
             .ok_or_else(|| bad("'type' must be a string or a list of strings"))?,
         Some(_) => return Err(bad("'type' must be a string or a list of strings")),
     };
-    for t in &types {
-        if !OBSERVATION_TYPES.contains(&t.as_str()) {
-            return Err(bad(format!(
-                "unknown type '{}'; use one of {}",
-                shorten(t, 50),
-                OBSERVATION_TYPES.join(", ")
-            )));
-        }
-    }
-    let time = |key: &str| -> Result<Option<i64>> {
-        match args.string(key)? {
-            None => Ok(None),
-            Some(s) => search::parse_time(&s, now).map(Some).ok_or_else(|| {
-                bad(format!(
-                    "'{key}' must be a date like 2026-01-31 (UTC) or an age like 7d, 12h, 2w; got '{}'",
-                    shorten(&s, 50)
-                ))
-            }),
-        }
-    };
-    let kinds = match args.string("kind")? {
-        None => Vec::new(),
-        Some(k) => Kind::parse_list(&k)
-            .ok_or_else(|| bad("'kind' must be observations, summaries, prompts or all"))?,
-    };
-    let order = match args.string("order")? {
-        None => Order::Relevance,
-        Some(o) => {
-            Order::parse(&o).ok_or_else(|| bad("'order' must be relevance, newest or oldest"))?
-        }
-    };
-    let offset = args.count("offset", 0, search::MAX_OFFSET)?.unwrap_or(0);
-    Ok(SearchRequest {
+    let fields = SearchFields {
         query: args.string("query")?.unwrap_or_default(),
-        filters: Filters {
-            project,
-            types,
-            concept: args.string("concept")?,
-            file: args.string("file")?,
-            since: time("since")?,
-            until: time("until")?,
-        },
-        kinds,
-        order,
+        project,
+        types,
+        concept: args.string("concept")?,
+        file: args.string("file")?,
+        since: args.string("since")?,
+        until: args.string("until")?,
+        kind: args.string("kind")?,
+        order: args.string("order")?,
         limit: args.count("limit", 1, MAX_SEARCH_LIMIT)?.unwrap_or(20),
-        offset,
+        offset: args.count("offset", 0, search::MAX_OFFSET)?.unwrap_or(0),
         asking_session: asking_session.map(str::to_string),
+    };
+    fields.to_request(now).map_err(|e| {
+        bad(match e {
+            RequestError::UnknownType(t) => format!(
+                "unknown type '{}'; use one of {}",
+                shorten(&t, 50),
+                OBSERVATION_TYPES.join(", ")
+            ),
+            RequestError::BadTime { field, value } => format!(
+                "'{field}' must be a date like 2026-01-31 (UTC) or an age like 7d, 12h, 2w; got '{}'",
+                shorten(&value, 50)
+            ),
+            RequestError::UnknownKind(_) => {
+                "'kind' must be observations, summaries, prompts or all".into()
+            }
+            RequestError::UnknownOrder(_) => "'order' must be relevance, newest or oldest".into(),
+        })
     })
 }
 

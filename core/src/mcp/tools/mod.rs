@@ -33,10 +33,11 @@ pub use crate::mcp::tools::schema::{
     MIN_MAX_TOKENS, definitions,
 };
 use crate::memory;
+use crate::memory::kind::Kind;
 use crate::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use crate::privacy::Privacy;
-use crate::recall::searcher::Searcher;
 use crate::recall::search;
+use crate::recall::searcher::Searcher;
 use crate::recall::snippet::{one_line, shorten};
 use crate::recall::timeline::{self, Anchor, TimelineRequest};
 use crate::store::db::{self, OpenOptions};
@@ -201,7 +202,7 @@ impl Tools {
             // fetches it from anywhere.
             (Anchor::Observation(id), None | Some(false), None) => {
                 let conn = self.db.connection().map_err(ToolError::Internal)?;
-                match timeline::get_records(conn, &[(search::Kind::Observation, *id)])
+                match timeline::get_records(conn, &[(Kind::Observation, *id)])
                     .map_err(ToolError::Internal)?
                     .found
                     .first()
@@ -254,7 +255,7 @@ impl Tools {
                 "'ids' must be a list of 1 to {MAX_IDS} ids as search and timeline list them: observations as integers, turn summaries and prompts as strings, e.g. {{\"ids\": [12, 15, \"S3\"]}}"
             ))
         };
-        let refs: Vec<(search::Kind, i64)> = match args.get("ids") {
+        let refs: Vec<(Kind, i64)> = match args.get("ids") {
             Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_IDS => items
                 .iter()
                 .map(args::as_reference)

@@ -6,7 +6,8 @@
 //! and how to get them.
 
 use crate::mcp::tools::schema::MAX_MAX_TOKENS;
-use crate::recall::search::{self, Hit};
+use crate::memory::kind::Kind;
+use crate::recall::search::Hit;
 use crate::recall::snippet::{one_line, render_marks, shorten};
 use crate::recall::timeline::{self, FetchedRecords, Timeline};
 
@@ -291,9 +292,9 @@ pub fn render_record(r: &timeline::Record) -> String {
 /// A record's id as search lists it (`12`, `S3`, `P7`).
 fn record_reference(r: &timeline::Record) -> String {
     match r {
-        timeline::Record::Observation(o) => search::Kind::Observation.reference(o.id),
-        timeline::Record::Summary(s) => search::Kind::Summary.reference(s.id),
-        timeline::Record::Prompt(p) => search::Kind::Prompt.reference(p.id),
+        timeline::Record::Observation(o) => Kind::Observation.reference(o.id),
+        timeline::Record::Summary(s) => Kind::Summary.reference(s.id),
+        timeline::Record::Prompt(p) => Kind::Prompt.reference(p.id),
     }
 }
 

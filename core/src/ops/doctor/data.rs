@@ -7,8 +7,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 use super::{Finding, Level, finding, ok};
-use crate::store::paths::free_bytes;
 use crate::store::db::{self, OpenOptions};
+use crate::store::paths::free_bytes;
 use crate::store::paths::{DataDir, mode_of};
 
 fn restore_hint(dir: &DataDir) -> String {
