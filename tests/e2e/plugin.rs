@@ -469,6 +469,15 @@ struct Toolchain {
 
 impl Toolchain {
     fn new(dir: &Path) -> Toolchain {
+        Toolchain::building(dir, None)
+    }
+
+    /// A toolchain whose `cargo install` "builds" launchers of the binaries under test.
+    fn real(dir: &Path) -> Toolchain {
+        Toolchain::building(dir, Some(crate::support::bin("cairn")))
+    }
+
+    fn building(dir: &Path, real: Option<PathBuf>) -> Toolchain {
         let bin = dir.join("bin");
         let checkout = dir.join("checkout");
         std::fs::create_dir_all(&bin).expect("bin");
@@ -480,6 +489,11 @@ impl Toolchain {
         )
         .expect("manifest");
         let d = dir.display();
+        let real = real
+            .as_deref()
+            .and_then(Path::parent)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         let scripts = [
             (
                 "cargo",
@@ -491,7 +505,11 @@ if [ -e '{d}/fail' ]; then echo "error: could not compile cairn" >&2; exit 101; 
 while [ $# -gt 0 ]; do [ "$1" = --root ] && root=$2; shift; done
 mkdir -p "$root/bin"
 for b in cairn cairn-hook cairn-worker; do
-  printf '#!/bin/sh\necho "%s $*" >>"%s"\necho "%s built $*"\n' "$b" '{d}/calls' "$b" >"$root/bin/$b"
+  if [ -n '{real}' ]; then
+    printf '#!/bin/sh\necho "%s $*" >>"%s"\nexec "%s" "$@"\n' "$b" '{d}/calls' '{real}'/"$b" >"$root/bin/$b"
+  else
+    printf '#!/bin/sh\necho "%s $*" >>"%s"\necho "%s built $*"\n' "$b" '{d}/calls' "$b" >"$root/bin/$b"
+  fi
   chmod 755 "$root/bin/$b"
 done
 "#
@@ -756,6 +774,8 @@ fn a_plugin_from_a_checkout_is_built_from_it_and_imports_what_ran_meanwhile() {
     )
     .expect("known");
     let data = plugins.join("data/cairn-cairn");
+    // Claude Code wrote transcripts (here none of a session cairn would import).
+    std::fs::create_dir_all(env.tmp.path().join(".claude/projects")).expect("projects");
     let launcher = root.join("bin/cairn-run");
     let mut hook = tools.command("dash", &launcher, &data, &["cairn-hook"]);
     hook.env("CLAUDE_PLUGIN_ROOT", &root);
@@ -867,5 +887,64 @@ fn link_gives_plugin_users_a_cairn_command_and_never_overwrites_another() {
     assert_eq!(
         std::fs::read_to_string(&dest).expect("read"),
         "#!/bin/sh\necho mine\n"
+    );
+}
+
+#[test]
+fn a_session_that_ran_while_cairn_was_installed_is_read_back_from_its_transcript() {
+    let env = TestEnv::new();
+    let tools = Toolchain::real(env.tmp.path());
+    let data = env.tmp.path().join("plugin-data");
+    let launcher = installed_launcher(env.tmp.path());
+    let command = |args: &[&str]| {
+        let mut c = tools.command("dash", &launcher, &data, args);
+        c.env("CAIRN_SOURCE_DIR", tools.checkout())
+            .env("CAIRN_DATA_DIR", &env.data_dir)
+            .env("CAIRN_WORKER__AUTOSTART", "false");
+        c
+    };
+    tools.hold(true);
+    let prompt = crate::support::hook_fixture("UserPromptSubmit.json");
+    let out = crate::support::run_with_stdin(command(&["cairn-hook"]), prompt.as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    wait_until("the installation starts", || tools.cargo_runs() == 1);
+    // The session goes on while cairn is being built: Claude Code writes its transcript.
+    let sid = "4268b601-cbcd-45ac-b3f1-4f61c888c668";
+    let dir = env.tmp.path().join(".claude/projects/-home-dev-acme-api");
+    std::fs::create_dir_all(&dir).expect("projects");
+    std::fs::copy(
+        crate::support::fixtures().join("claude-code-hooks/transcript.sample.jsonl"),
+        dir.join(format!("{sid}.jsonl")),
+    )
+    .expect("transcript");
+    tools.hold(false);
+    wait_until("installed and imported", || {
+        data.join("bin/cairn").is_file() && !data.join("install-requested").exists()
+    });
+    wait_until("the installer is done", || {
+        !data.join(".installing").exists()
+    });
+    assert!(
+        log(&data).contains("importing the sessions written since"),
+        "{}",
+        log(&data)
+    );
+    assert!(
+        env.count(&format!(
+            "SELECT count(*) FROM user_prompts WHERE session_id = '{sid}'"
+        )) >= 1,
+        "{}",
+        log(&data)
+    );
+    // The launcher kept no event: the dropped prompt is nowhere in its data dir.
+    let grep = Command::new("grep")
+        .args(["-r", "-l", "hook_event_name"])
+        .arg(&data)
+        .output()
+        .expect("grep");
+    assert!(
+        grep.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&grep.stdout)
     );
 }
