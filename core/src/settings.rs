@@ -357,6 +357,10 @@ const NON_SETTING_ENV: &[&str] = &[
     "CAIRN_TEST_MODEL_DIR",
     // The Claude Code CLI the test of a live session runs.
     "CAIRN_TEST_CLAUDE",
+    // The plugin's launcher (`ops/claude-code/bin/cairn-run`): where it installs from.
+    "CAIRN_RELEASE_URL",
+    "CAIRN_SOURCE_DIR",
+    "CAIRN_BUILD_PROFILE",
 ];
 
 impl Settings {

@@ -6,6 +6,7 @@ mod canaries;
 mod demo;
 mod embed;
 mod faults;
+mod first_contact;
 mod hook;
 mod install;
 mod mcp;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{HttpRequest, TestEnv, read_request};
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("workspace")
@@ -105,16 +105,32 @@ fn serve(dir: PathBuf) -> String {
     format!("http://{addr}")
 }
 
+/// The plugin as Claude Code installs it from a marketplace that is not a checkout of
+/// cairn's source: a copy of `ops/claude-code` on its own. Its launcher.
+fn installed_launcher(dir: &Path) -> PathBuf {
+    let root = dir.join("plugin-copy");
+    if !root.exists() {
+        let ok = Command::new("cp")
+            .arg("-R")
+            .arg(repo().join("ops/claude-code"))
+            .arg(&root)
+            .status()
+            .expect("cp");
+        assert!(ok.success());
+    }
+    root.join("bin/cairn-run")
+}
+
 fn run(data: &Path, url: &str, args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = Command::new(launcher())
+    let mut child = Command::new(installed_launcher(data.parent().expect("parent")))
         .args(args)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", data.parent().expect("parent"))
         .env("CLAUDE_PLUGIN_DATA", data)
-        .env("CLAUDE_PLUGIN_OPTION_RELEASE_URL", url)
-        // Never the network: a build from source, where cargo is found, fails at once.
-        .env("CAIRN_SOURCE_GIT", data.join("no-such-repository"))
+        .env("CAIRN_RELEASE_URL", url)
+        // The MCP server waits 1 s for an installation under way.
+        .env("MCP_TIMEOUT", "6000")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -129,7 +145,7 @@ fn run(data: &Path, url: &str, args: &[&str], stdin: &str) -> std::process::Outp
     child.wait_with_output().expect("wait")
 }
 
-fn log(data: &Path) -> String {
+pub fn log(data: &Path) -> String {
     std::fs::read_to_string(data.join("install.log")).unwrap_or_default()
 }
 
@@ -171,7 +187,11 @@ fn an_installation_left_by_a_dead_process_is_taken_over() {
     std::fs::write(lock.join("pid"), std::process::id().to_string()).expect("pid");
     let out = run(&data, &url, &["cairn", "mcp"], "");
     assert_eq!(out.status.code(), Some(1), "{}", log(&data));
-    assert!(log(&data).contains("already under way"), "{}", log(&data));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("still being installed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!data.join("bin/cairn").exists());
     // One that died (a process that has exited) left its lock behind: taken over.
     let mut gone = Command::new("true").spawn().expect("spawn");
@@ -297,7 +317,7 @@ fn the_plugin_runs_everything_through_the_quoted_launcher() {
 #[test]
 fn the_default_release_url_is_the_published_repository_s() {
     // One place says where cairn is published (`repository` in the workspace's Cargo.toml);
-    // the plugin option's default, the launcher's and its source to build from follow it.
+    // the launcher's default release URL follows it.
     let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).expect("read");
     let repository = manifest
         .lines()
@@ -310,28 +330,15 @@ fn the_default_release_url_is_the_published_repository_s() {
         "{repository}"
     );
     let latest = format!("{repository}/releases/latest/download");
-    let plugin: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("ops/claude-code/.claude-plugin/plugin.json"))
-            .expect("read"),
-    )
-    .expect("json");
-    assert_eq!(
-        plugin["userConfig"]["release_url"]["default"],
-        latest.as_str()
-    );
     let script = std::fs::read_to_string(launcher()).expect("launcher");
     assert!(
         script.contains(&format!("${{CAIRN_RELEASE_URL:-{latest}}}")),
         "the launcher's default release URL is not {latest}"
     );
-    assert!(
-        script.contains(&format!("${{CAIRN_SOURCE_GIT:-{repository}}}")),
-        "the launcher does not build from {repository}"
-    );
 }
 
 /// The Claude Code CLI to run a real session with, when `CAIRN_TEST_CLAUDE` names one.
-fn claude_cli() -> Option<PathBuf> {
+pub fn claude_cli() -> Option<PathBuf> {
     let p = PathBuf::from(std::env::var_os("CAIRN_TEST_CLAUDE")?);
     assert!(
         p.is_file(),
@@ -344,7 +351,7 @@ fn claude_cli() -> Option<PathBuf> {
 /// A stand-in for the Anthropic Messages API: a turn that offers tools is answered with a
 /// `Read` of `file`; once the request carries the tool's result, or offers no tools, with
 /// text. Streams when asked to, as Claude Code does. Every request body is kept in `seen`.
-fn messages_api(file: PathBuf, seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> String {
+pub fn messages_api(file: PathBuf, seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     std::thread::spawn(move || {
@@ -450,152 +457,494 @@ fn answer(mut stream: std::net::TcpStream, file: &Path, seen: &std::sync::Mutex<
     }
 }
 
-#[test]
-fn a_real_claude_code_session_is_remembered_through_the_installed_plugin() {
-    let Some(claude) = claude_cli() else {
-        eprintln!("not run: set CAIRN_TEST_CLAUDE to a Claude Code CLI (.ci/run does)");
-        return;
-    };
-    let env = TestEnv::new();
-    let home = env.tmp.path().join("home");
-    let project = env.tmp.path().join("project");
-    std::fs::create_dir_all(&home).expect("home");
-    std::fs::create_dir_all(&project).expect("project");
-    let notes = project.join("notes.txt");
-    std::fs::write(&notes, "deploy key: rotate every 90 days\n").expect("notes");
-    // The release holds launchers of the binaries under test (a tarball of debug builds
-    // would be most of a gigabyte); what the plugin's launcher does with it is the same.
-    let url = serve(release_of(env.tmp.path(), |b| {
-        format!(
-            "#!/bin/sh\nexec '{}' \"$@\"\n",
-            crate::support::bin(b).display()
+/// A stand-in Rust toolchain and download tool on the PATH (in `dir/bin`), and a checkout
+/// of cairn's source for them (`dir/checkout`: the files the launcher looks for).
+/// `cargo install` records its arguments in `dir/calls`, waits while `dir/hold` exists,
+/// fails while `dir/fail` exists, and otherwise "builds" cairn's three binaries: scripts
+/// that record how they were called in `dir/calls` and print `<name> built <args>`.
+/// `curl` records its call and fails, after waiting the same way (a slow download).
+struct Toolchain {
+    dir: PathBuf,
+}
+
+impl Toolchain {
+    fn new(dir: &Path) -> Toolchain {
+        Toolchain::building(dir, None)
+    }
+
+    /// A toolchain whose `cargo install` "builds" launchers of the binaries under test.
+    fn real(dir: &Path) -> Toolchain {
+        Toolchain::building(dir, Some(crate::support::bin("cairn")))
+    }
+
+    fn building(dir: &Path, real: Option<PathBuf>) -> Toolchain {
+        let bin = dir.join("bin");
+        let checkout = dir.join("checkout");
+        std::fs::create_dir_all(&bin).expect("bin");
+        std::fs::create_dir_all(checkout.join("bins")).expect("checkout");
+        std::fs::write(checkout.join("Cargo.lock"), "").expect("lock");
+        std::fs::write(
+            checkout.join("bins/Cargo.toml"),
+            "[package]\nname = \"cairn\"\n",
         )
-    }));
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let api = messages_api(notes.clone(), seen.clone());
-    let data = env.tmp.path().join("cairn-data");
-    let cli = |args: &[&str]| {
-        let out = Command::new(&claude)
+        .expect("manifest");
+        let d = dir.display();
+        let real = real
+            .as_deref()
+            .and_then(Path::parent)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let scripts = [
+            (
+                "cargo",
+                format!(
+                    r#"#!/bin/sh
+echo "cargo $*" >>'{d}/calls'
+while [ -e '{d}/hold' ]; do sleep 0.05; done
+if [ -e '{d}/fail' ]; then echo "error: could not compile cairn" >&2; exit 101; fi
+while [ $# -gt 0 ]; do [ "$1" = --root ] && root=$2; shift; done
+mkdir -p "$root/bin"
+for b in cairn cairn-hook cairn-worker; do
+  if [ -n '{real}' ]; then
+    printf '#!/bin/sh\necho "%s $*" >>"%s"\nexec "%s" "$@"\n' "$b" '{d}/calls' '{real}'/"$b" >"$root/bin/$b"
+  else
+    printf '#!/bin/sh\necho "%s $*" >>"%s"\necho "%s built $*"\n' "$b" '{d}/calls' "$b" >"$root/bin/$b"
+  fi
+  chmod 755 "$root/bin/$b"
+done
+"#
+                ),
+            ),
+            (
+                "curl",
+                format!(
+                    "#!/bin/sh\necho \"curl $*\" >>'{d}/calls'\nwhile [ -e '{d}/hold' ]; do sleep 0.05; done\nexit 7\n"
+                ),
+            ),
+        ];
+        for (name, text) in scripts {
+            let p = bin.join(name);
+            std::fs::write(&p, text).expect("script");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        Toolchain {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn checkout(&self) -> PathBuf {
+        self.dir.join("checkout")
+    }
+
+    fn calls(&self) -> String {
+        std::fs::read_to_string(self.dir.join("calls")).unwrap_or_default()
+    }
+
+    fn cargo_runs(&self) -> usize {
+        self.calls()
+            .lines()
+            .filter(|l| l.starts_with("cargo "))
+            .count()
+    }
+
+    fn hold(&self, on: bool) {
+        let p = self.dir.join("hold");
+        if on {
+            std::fs::write(p, "").expect("hold");
+        } else {
+            std::fs::remove_file(p).expect("release");
+        }
+    }
+
+    fn fail(&self, on: bool) {
+        let p = self.dir.join("fail");
+        if on {
+            std::fs::write(p, "").expect("fail");
+        } else {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// The launcher `launcher`, run by `shell` with this toolchain first on the PATH,
+    /// `data` as the plugin's data dir, and no release to download.
+    fn command(&self, shell: &str, launcher: &Path, data: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(shell);
+        if shell == "busybox" {
+            c.arg("sh");
+        }
+        c.arg(launcher)
             .args(args)
-            .current_dir(&project)
             .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", &api)
-            .env("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("CAIRN_DATA_DIR", &data)
-            .env("CAIRN_WORKER__AUTOSTART", "false")
-            .stdin(Stdio::null())
-            .output()
-            .expect("claude");
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", self.dir.join("bin").display()),
+            )
+            .env("HOME", &self.dir)
+            .env("CLAUDE_PLUGIN_DATA", data)
+            .env("CAIRN_RELEASE_URL", "http://127.0.0.1:9")
+            .env("MCP_TIMEOUT", "8000");
+        c
+    }
+}
+
+/// Waits for `what` to hold, at most 30 s.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !cond() {
+        assert!(started.elapsed() < Duration::from_secs(30), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The shells a hook may be run with: dash, bash, and busybox's ash where installed.
+fn shells() -> Vec<&'static str> {
+    let mut out = vec!["dash", "bash"];
+    if Command::new("busybox")
+        .args(["sh", "-c", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        out.push("busybox");
+    }
+    out
+}
+
+#[test]
+fn a_hook_lets_go_of_claude_code_while_cairn_is_installed() {
+    for shell in shells() {
+        let env = TestEnv::new();
+        let tools = Toolchain::new(env.tmp.path());
+        let data = env.tmp.path().join("plugin-data");
+        let launcher = installed_launcher(env.tmp.path());
+        tools.hold(true);
+        let mut hook = tools.command(shell, &launcher, &data, &["cairn-hook"]);
+        hook.env("CAIRN_SOURCE_DIR", tools.checkout())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = hook.spawn().expect("hook");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(br#"{"hook_event_name":"SessionStart"}"#)
+            .expect("write");
+        // Claude Code reads the hook's stdout and stderr to their end: both close while
+        // the installation is still going on (held), however long it takes.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let out = child.wait_with_output();
+            let _ = tx.send(out);
+        });
+        let out = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{shell}: the hook's pipes stay open while cairn installs"))
+            .expect("hook");
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        assert!(out.stdout.is_empty(), "{shell}");
+        wait_until("the installation starts", || tools.cargo_runs() == 1);
         assert!(
-            out.status.success(),
-            "claude {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            !data.join("bin/cairn-hook").exists(),
+            "{shell}: still building"
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let repo = repo().display().to_string();
-    cli(&["plugin", "marketplace", "add", &repo]);
-    let config = format!("release_url={url}");
-    cli(&["plugin", "install", "cairn@cairn", "--config", &config]);
-    // cairn's binaries are installed from the release by the plugin's launcher before the
-    // session, as its first use would (the launcher is the plugin's, in the plugin's data
-    // directory). Left to the session's first hook, the installation races the session: a
-    // hook that finds it under way drops its event
-    // (`a_hook_before_the_install_returns_at_once_and_stores_nothing_raw`), and how long it
-    // takes depends on the machine's load.
-    let plugin_data = home.join(".claude/plugins/data/cairn-cairn");
-    let installed = Command::new(launcher())
-        .args(["cairn", "--version"])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &home)
-        .env("CLAUDE_PLUGIN_DATA", &plugin_data)
-        .env("CLAUDE_PLUGIN_OPTION_RELEASE_URL", &url)
-        .output()
-        .expect("launcher");
-    assert!(installed.status.success(), "{}", log(&plugin_data));
+        // More hooks meanwhile start nothing more: one installation at a time.
+        for _ in 0..3 {
+            let out = run_with(&mut tools.command(shell, &launcher, &data, &["cairn-hook"]));
+            assert_eq!(out.status.code(), Some(0));
+        }
+        tools.hold(false);
+        wait_until("installed", || data.join("bin/cairn-hook").is_file());
+        wait_until("the lock is released", || {
+            !data.join(".installing").exists()
+        });
+        assert_eq!(tools.cargo_runs(), 1, "{shell}: {}", tools.calls());
+        let calls = tools.calls();
+        let checkout = tools.checkout().canonicalize().expect("checkout");
+        assert!(
+            calls.contains(&format!(
+                "install --locked --force --profile release --path {}/bins",
+                checkout.display()
+            )),
+            "{calls}"
+        );
+        // Installed: the next hook runs cairn-hook itself.
+        let out = run_with(&mut tools.command(shell, &launcher, &data, &["cairn-hook"]));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "cairn-hook built \n");
+    }
+}
 
-    let out = cli(&[
-        "-p",
-        "How often does the deploy key rotate? Check notes.txt.",
-        "--output-format",
-        "json",
-        "--allowedTools",
-        "Read",
-    ]);
-    let result: serde_json::Value = serde_json::from_str(&out).expect("json result");
-    assert_eq!(
-        result["result"], "The deploy key rotates every 90 days.",
-        "{out}"
-    );
-    let session = result["session_id"]
-        .as_str()
-        .expect("session id")
-        .to_string();
-    assert!(
-        seen.lock().expect("lock").len() >= 2,
-        "the tool turn and the answer went to the stand-in API"
-    );
+fn run_with(c: &mut Command) -> std::process::Output {
+    c.stdin(Stdio::null()).output().expect("launcher")
+}
 
-    // Every event of the session is in cairn's database, under Claude Code's session id.
-    let db = rusqlite::Connection::open(data.join("cairn.db")).expect("cairn.db");
-    let one = |sql: &str| -> i64 {
-        db.query_row(sql, [&session], |r| r.get(0))
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+#[test]
+fn failed_installations_back_off_and_say_why() {
+    let env = TestEnv::new();
+    let tools = Toolchain::new(env.tmp.path());
+    let data = env.tmp.path().join("plugin-data");
+    let launcher = installed_launcher(env.tmp.path());
+    tools.fail(true);
+    let cmd = |args: &[&str]| {
+        let mut c = tools.command("dash", &launcher, &data, args);
+        c.env("CAIRN_SOURCE_DIR", tools.checkout());
+        run_with(&mut c)
     };
-    assert_eq!(
-        one("SELECT count(*) FROM sessions WHERE session_id = ?1"),
-        1
-    );
-    assert_eq!(
-        one("SELECT count(*) FROM user_prompts WHERE session_id = ?1
-             AND prompt_text LIKE 'How often does the deploy key rotate?%'"),
-        1
-    );
-    assert_eq!(
-        one(
-            "SELECT count(*) FROM pending_messages WHERE session_id = ?1 AND kind = 'observation'
-             AND payload LIKE '%toolu_cairn_live_1%' AND payload LIKE '%rotate every 90 days%'"
-        ),
-        1,
-        "the Read and its result were captured"
-    );
-    assert_eq!(
-        one("SELECT count(*) FROM pending_messages WHERE session_id = ?1 AND kind = 'summarize'"),
-        1,
-        "the turn end was captured"
-    );
-    // The worker turns the session into memories; the next session starts with them.
-    let worker = Command::new(crate::support::bin("cairn-worker"))
-        .arg("--once")
-        .env("CAIRN_DATA_DIR", &data)
-        .env("CAIRN_MODEL__PROVIDER", "offline")
-        .env("CAIRN_WORKER__AUTOSTART", "false")
-        .output()
-        .expect("worker");
+    let out = cmd(&["cairn-hook"]);
+    assert_eq!(out.status.code(), Some(0));
+    wait_until("the attempt fails", || {
+        data.join("install-failures").is_file() && !data.join(".installing").exists()
+    });
+    assert_eq!(tools.cargo_runs(), 1);
+    // Within the backoff, neither a hook nor the MCP server starts another attempt; the
+    // MCP server says why there is no cairn.
+    assert_eq!(cmd(&["cairn-hook"]).status.code(), Some(0));
+    let out = cmd(&["cairn", "mcp"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        worker.status.success(),
+        err.contains("cairn is not installed: building cairn from")
+            && err.contains("failed")
+            && err.contains("install.log"),
+        "{err}"
+    );
+    assert_eq!(tools.cargo_runs(), 1, "{}", tools.calls());
+    let log = log(&data);
+    assert!(
+        log.contains("error: could not compile cairn")
+            && log.contains("next automatic attempt in 30 s"),
+        "{log}"
+    );
+    // 31 s later (the failure dated back): one new attempt, then twice as long to wait.
+    let back = |n: u32, ago: u64| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        std::fs::write(
+            data.join("install-failures"),
+            format!("{n} {}\n", now - ago),
+        )
+        .expect("failures");
+    };
+    back(1, 31);
+    assert_eq!(cmd(&["cairn", "mcp"]).status.code(), Some(1));
+    assert_eq!(tools.cargo_runs(), 2, "{}", tools.calls());
+    let failures = std::fs::read_to_string(data.join("install-failures")).expect("failures");
+    assert!(failures.starts_with("2 "), "{failures}");
+    back(2, 31);
+    assert_eq!(cmd(&["cairn", "mcp"]).status.code(), Some(1));
+    assert_eq!(tools.cargo_runs(), 2, "{}", tools.calls());
+    // A person asks for it: installed now, whatever the backoff.
+    tools.fail(false);
+    let out = cmd(&["install"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
         "{}",
-        String::from_utf8_lossy(&worker.stderr)
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(one("SELECT count(*) FROM observations WHERE session_id = ?1") >= 1);
-    seen.lock().expect("lock").clear();
-    cli(&["-p", "What did we look at last time?"]);
-    let bodies = seen.lock().expect("lock").join("\n");
-    assert!(
-        bodies.contains("cairn memory of project") && bodies.contains("notes.txt"),
-        "the second session's requests carry no cairn context"
-    );
+    assert_eq!(tools.cargo_runs(), 3);
+    assert!(!data.join("install-failures").exists());
+}
 
-    // The plugin's MCP server comes up with nothing on the PATH.
-    let list = cli(&["mcp", "list"]);
+#[test]
+fn a_plugin_from_a_checkout_is_built_from_it_and_imports_what_ran_meanwhile() {
+    let env = TestEnv::new();
+    let tools = Toolchain::new(env.tmp.path());
+    // Claude Code's layout: the plugin copied into its cache, the marketplace (the
+    // checkout) recorded in known_marketplaces.json, the data dir beside.
+    let plugins = env.tmp.path().join(".claude/plugins");
+    let root = plugins.join("cache/cairn/cairn/0.1.0");
+    std::fs::create_dir_all(root.parent().expect("parent")).expect("cache");
+    let ok = Command::new("cp")
+        .arg("-R")
+        .arg(repo().join("ops/claude-code"))
+        .arg(&root)
+        .status()
+        .expect("cp");
+    assert!(ok.success());
+    let known = serde_json::json!({
+        "other": {"source": {"source": "directory", "path": "/nowhere"}, "installLocation": "/nowhere"},
+        "cairn": {"source": {"source": "directory", "path": tools.checkout()},
+                  "installLocation": tools.checkout(), "lastUpdated": "2026-11-24T05:05:32.428Z"}
+    });
+    std::fs::write(
+        plugins.join("known_marketplaces.json"),
+        serde_json::to_string_pretty(&known).expect("json"),
+    )
+    .expect("known");
+    let data = plugins.join("data/cairn-cairn");
+    // Claude Code wrote transcripts (here none of a session cairn would import).
+    std::fs::create_dir_all(env.tmp.path().join(".claude/projects")).expect("projects");
+    let launcher = root.join("bin/cairn-run");
+    let mut hook = tools.command("dash", &launcher, &data, &["cairn-hook"]);
+    hook.env("CLAUDE_PLUGIN_ROOT", &root);
+    assert_eq!(run_with(&mut hook).status.code(), Some(0));
+    let requested = std::fs::read_to_string(data.join("install-requested")).expect("requested");
     assert!(
-        list.lines()
-            .any(|l| l.contains("cairn") && l.contains("Connected")),
-        "{list}"
+        cairn_core::clock::parse_iso_utc(requested.trim()).is_some(),
+        "{requested}"
+    );
+    // The MCP server waits for the installation, then is cairn's.
+    let mut mcp = tools.command("dash", &launcher, &data, &["cairn", "mcp"]);
+    mcp.env("CLAUDE_PLUGIN_ROOT", &root);
+    let out = run_with(&mut mcp);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "cairn built mcp\n",
+        "{}",
+        log(&data)
+    );
+    let calls = tools.calls();
+    let checkout = tools.checkout().canonicalize().expect("checkout");
+    assert!(
+        calls.contains(&format!("--path {}/bins", checkout.display())),
+        "{calls}"
+    );
+    // What ran while cairn was being installed is read back from the transcripts.
+    assert!(
+        calls.contains(&format!(
+            "cairn import transcripts --since {} --yes",
+            requested.trim()
+        )),
+        "{calls}"
+    );
+    assert!(!data.join("install-requested").exists());
+
+    // Not a checkout, no release: the log says what is missing and how to fix it.
+    let data = env.tmp.path().join("data-2");
+    let launcher = installed_launcher(env.tmp.path());
+    let out = run_with(&mut tools.command("dash", &launcher, &data, &["cairn", "mcp"]));
+    assert_eq!(out.status.code(), Some(1));
+    let log = log(&data);
+    assert!(
+        log.contains("cairn is not installed: the plugin is not in a checkout of cairn's source; and cannot download")
+            && log.contains("https://rustup.rs")
+            && log.contains("CAIRN_RELEASE_URL")
+            && log.contains("cairn-run install"),
+        "{log}"
+    );
+}
+
+#[test]
+fn link_gives_plugin_users_a_cairn_command_and_never_overwrites_another() {
+    let env = TestEnv::new();
+    let url = serve(release(env.tmp.path()));
+    let data = env.tmp.path().join("plugin-data");
+    let home = env.tmp.path();
+    let link = |data: &Path| {
+        Command::new(installed_launcher(home))
+            .arg("link")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home)
+            .env("CLAUDE_PLUGIN_DATA", data)
+            .output()
+            .expect("link")
+    };
+    // Not installed yet: nothing to link.
+    let out = link(&data);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!home.join(".local/bin/cairn").exists());
+    assert!(
+        run(&data, &url, &["cairn", "--version"], "")
+            .status
+            .success()
+    );
+    let out = link(&data);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    let dest = home.join(".local/bin/cairn");
+    assert!(
+        said.contains(&format!("linked {}", dest.display())),
+        "{said}"
+    );
+    assert!(said.contains("is not on your PATH"), "{said}");
+    assert_eq!(
+        std::fs::read_link(&dest).expect("link"),
+        data.join("bin/cairn")
+    );
+    let out = Command::new(&dest).arg("status").output().expect("cairn");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "cairn from the release status\n"
+    );
+    // Again: nothing to do.
+    let out = link(&data);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already"));
+    // Someone else's cairn is left alone.
+    std::fs::remove_file(&dest).expect("rm");
+    std::fs::write(&dest, "#!/bin/sh\necho mine\n").expect("foreign");
+    let out = link(&data);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("left as it is"));
+    assert_eq!(
+        std::fs::read_to_string(&dest).expect("read"),
+        "#!/bin/sh\necho mine\n"
+    );
+}
+
+#[test]
+fn a_session_that_ran_while_cairn_was_installed_is_read_back_from_its_transcript() {
+    let env = TestEnv::new();
+    let tools = Toolchain::real(env.tmp.path());
+    let data = env.tmp.path().join("plugin-data");
+    let launcher = installed_launcher(env.tmp.path());
+    let command = |args: &[&str]| {
+        let mut c = tools.command("dash", &launcher, &data, args);
+        c.env("CAIRN_SOURCE_DIR", tools.checkout())
+            .env("CAIRN_DATA_DIR", &env.data_dir)
+            .env("CAIRN_WORKER__AUTOSTART", "false");
+        c
+    };
+    tools.hold(true);
+    let prompt = crate::support::hook_fixture("UserPromptSubmit.json");
+    let out = crate::support::run_with_stdin(command(&["cairn-hook"]), prompt.as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    wait_until("the installation starts", || tools.cargo_runs() == 1);
+    // The session goes on while cairn is being built: Claude Code writes its transcript.
+    let sid = "4268b601-cbcd-45ac-b3f1-4f61c888c668";
+    let dir = env.tmp.path().join(".claude/projects/-home-dev-acme-api");
+    std::fs::create_dir_all(&dir).expect("projects");
+    std::fs::copy(
+        crate::support::fixtures().join("claude-code-hooks/transcript.sample.jsonl"),
+        dir.join(format!("{sid}.jsonl")),
+    )
+    .expect("transcript");
+    tools.hold(false);
+    wait_until("installed and imported", || {
+        data.join("bin/cairn").is_file() && !data.join("install-requested").exists()
+    });
+    wait_until("the installer is done", || {
+        !data.join(".installing").exists()
+    });
+    assert!(
+        log(&data).contains("importing the sessions written since"),
+        "{}",
+        log(&data)
+    );
+    assert!(
+        env.count(&format!(
+            "SELECT count(*) FROM user_prompts WHERE session_id = '{sid}'"
+        )) >= 1,
+        "{}",
+        log(&data)
+    );
+    // The launcher kept no event: the dropped prompt is nowhere in its data dir.
+    let grep = Command::new("grep")
+        .args(["-r", "-l", "hook_event_name"])
+        .arg(&data)
+        .output()
+        .expect("grep");
+    assert!(
+        grep.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&grep.stdout)
     );
 }

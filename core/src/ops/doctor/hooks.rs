@@ -67,6 +67,9 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                 format!("the cairn plugin {plugin} is enabled in {}", file.display()),
             ));
             ways.push(format!("the plugin {plugin}"));
+            if let Some(f) = plugin_installation(env, &plugin) {
+                out.push(f);
+            }
         }
         let hooks = claude_settings::cairn_hooks(&doc);
         if !hooks.is_empty() {
@@ -155,10 +158,88 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
     }
 }
 
+/// How the plugin `cairn@<marketplace>`'s launcher fared installing cairn, from its data
+/// dir (`<claude config>/plugins/data/cairn-<marketplace>`): a warning while an
+/// installation failed (its reason, from `install.log`) or runs; nothing once installed.
+fn plugin_installation(env: &Env, plugin: &str) -> Option<Finding> {
+    let market = plugin.split_once('@')?.1;
+    let config = match env.var("CLAUDE_CONFIG_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => env.home.as_ref()?.join(".claude"),
+    };
+    let data = config.join("plugins/data").join(format!("cairn-{market}"));
+    let log = data.join("install.log");
+    let fix = Some(format!(
+        "see {}; `cairn-run install` in the plugin's bin directory tries again now",
+        log.display()
+    ));
+    if data.join("bin/cairn").is_file() {
+        return None;
+    }
+    if data.join(".installing").is_dir() {
+        return Some(finding(
+            "hooks",
+            Level::Warn,
+            format!(
+                "the plugin {plugin} is installing cairn; its hooks capture nothing until it is done"
+            ),
+            Some(format!("progress: {}", log.display())),
+        ));
+    }
+    if !data.join("install-failures").is_file() {
+        return None;
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let why = text
+        .lines()
+        .rev()
+        .find_map(|l| l.split_once("cairn is not installed: ").map(|(_, w)| w))
+        .unwrap_or("the installation failed");
+    Some(finding(
+        "hooks",
+        Level::Warn,
+        format!("the plugin {plugin} could not install cairn: {why}"),
+        fix,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{env, levels};
     use super::*;
+
+    #[test]
+    fn a_plugin_that_could_not_install_cairn_says_why() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let env = Env {
+            home: Some(tmp.path().to_path_buf()),
+            ..Env::default()
+        };
+        let data = tmp.path().join(".claude/plugins/data/cairn-cairn");
+        assert_eq!(plugin_installation(&env, "cairn@cairn"), None);
+        std::fs::create_dir_all(data.join(".installing")).expect("lock");
+        let f = plugin_installation(&env, "cairn@cairn").expect("installing");
+        assert!(f.message.contains("is installing cairn"), "{}", f.message);
+        std::fs::remove_dir(data.join(".installing")).expect("unlock");
+        std::fs::write(data.join("install-failures"), "1 0\n").expect("failures");
+        std::fs::write(
+            data.join("install.log"),
+            "2026-11-24T05:00:00Z cairn is not installed: no cargo; and cannot download.\n\
+             2026-11-24T05:00:00Z next automatic attempt in 30 s\n",
+        )
+        .expect("log");
+        let f = plugin_installation(&env, "cairn@cairn").expect("failed");
+        assert_eq!(f.level, Level::Warn);
+        assert!(
+            f.message
+                .ends_with("could not install cairn: no cargo; and cannot download."),
+            "{}",
+            f.message
+        );
+        std::fs::create_dir_all(data.join("bin")).expect("bin");
+        std::fs::write(data.join("bin/cairn"), "").expect("cairn");
+        assert_eq!(plugin_installation(&env, "cairn@cairn"), None);
+    }
 
     #[test]
     fn every_way_of_installing_is_recognised_and_two_at_once_warned() {
