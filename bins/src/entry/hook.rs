@@ -114,7 +114,13 @@ fn run(explicit: Option<String>) -> String {
     // what the exit frees anyway (the parsed schema, the page cache, the WAL-index
     // mapping: about a tenth of the hook's time); the event is committed to the WAL
     // either way, and the kernel releases the file locks at exit. The hook already skips
-    // the checkpoint a close could run (`open_for_hook`).
+    // the checkpoint a close could run (`open_for_hook`), so with no other connection
+    // open it keeps the WAL bounded itself (a `stat`, and now and then a checkpoint).
+    if let Some(c) = &conn
+        && let Err(e) = cairn_core::store::db::bound_wal(c)
+    {
+        log::warn!("cannot checkpoint the WAL: {e}");
+    }
     std::mem::forget(conn);
     if settings_error.is_none()
         && settings.worker.autostart
