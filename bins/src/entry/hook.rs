@@ -5,6 +5,7 @@
 //! `<data dir>/logs/hook-<date>.log`, never to stdout.
 
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -333,6 +334,7 @@ fn claim_marker(marker: &Path) -> bool {
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(marker)
         {
             Ok(_) => return true,
