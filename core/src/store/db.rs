@@ -54,6 +54,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0009_type_index",
         include_str!("../../../migrations/0009_type_index.sql"),
     ),
+    (
+        "0010_worker_provider",
+        include_str!("../../../migrations/0010_worker_provider.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

@@ -229,9 +229,16 @@ pub fn run(
     }
     let writer_conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let now = now_ms();
-    workers::register(&mut conn, &opts.worker_id, std::process::id(), now)?;
+    let uses = (provider.name(), provider.model());
+    workers::register(&mut conn, &opts.worker_id, std::process::id(), uses, now)?;
     // We hold the single-instance lock: every claim not ours belongs to a dead worker.
-    queue::claim::rescue(&mut conn, RescueScope::AllBut(&opts.worker_id), now)?;
+    let max_attempts = Policy::from_settings(&settings).max_attempts;
+    queue::claim::rescue(
+        &mut conn,
+        RescueScope::AllBut(&opts.worker_id),
+        max_attempts,
+        now,
+    )?;
 
     let budget_spent = Arc::new(AtomicBool::new(false));
     let (work_tx, work_rx) = crossbeam_channel::bounded::<Work>(concurrency);
@@ -593,7 +600,10 @@ impl Claimer {
             // the ack will be refused (fenced), storing nothing.
             log::debug!("batch {token} is no longer held by this worker");
         }
-        if let Err(e) = queue::claim::rescue(&mut self.conn, RescueScope::Expired, now) {
+        let max_attempts = self.policy.max_attempts;
+        if let Err(e) =
+            queue::claim::rescue(&mut self.conn, RescueScope::Expired, max_attempts, now)
+        {
             log::warn!("rescue failed: {e}");
         }
         match super::ingest::ingest(&self.dir, &mut self.conn, &self.settings, now) {
@@ -700,6 +710,11 @@ impl Claimer {
                     log::warn!("worker.concurrency changes take effect at the next start");
                 }
                 log::info!("settings reloaded: provider {} ({})", p.name(), p.model());
+                if let Err(e) =
+                    workers::uses(&mut self.conn, &self.opts.worker_id, (p.name(), p.model()))
+                {
+                    log::warn!("cannot record the provider in use: {e}");
+                }
                 self.policy = Policy::from_settings(&s);
                 self.provider = p;
                 self.settings = s;
