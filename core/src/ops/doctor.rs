@@ -103,6 +103,7 @@ pub fn run(
     check_hooks(env, &mut out);
     check_worker(dir, settings, conn.as_ref(), now, &mut out);
     check_provider(settings, env, &mut out);
+    check_worker_provider(dir, settings, conn.as_ref(), env, &mut out);
     check_search(dir, settings, conn.as_ref(), &mut out);
     if let Some(n) = conn
         .as_ref()
@@ -691,6 +692,52 @@ fn check_worker(
             "worker",
             "no worker running and no work waiting".into(),
         )),
+    }
+}
+
+/// The provider and model the running worker uses, as it recorded them (it chose them
+/// from its own environment: a worker started by a hook has Claude Code's), and a warning
+/// when this shell's environment would pick another provider, since `check_provider`
+/// above judged the shell's choice.
+fn check_worker_provider(
+    dir: &DataDir,
+    settings: &Settings,
+    conn: Option<&Connection>,
+    env: &Env,
+    out: &mut Vec<Finding>,
+) {
+    let Some(holder) = crate::store::lock::holder(&dir.worker_lock())
+        .ok()
+        .flatten()
+    else {
+        return;
+    };
+    let Some(w) = conn
+        .and_then(|c| crate::queue::workers::latest(c).ok().flatten())
+        .filter(|w| w.pid == holder.pid && w.stopped_at.is_none())
+    else {
+        return;
+    };
+    let (Some(provider), Some(model)) = (w.provider, w.model) else {
+        return;
+    };
+    out.push(ok(
+        "provider",
+        format!(
+            "the running worker (pid {}) uses {provider} ({model})",
+            w.pid
+        ),
+    ));
+    let shell = resolve_provider(settings, env).provider;
+    if shell != provider {
+        out.push(finding(
+            "provider",
+            Level::Warn,
+            format!(
+                "this shell's environment would pick {shell}, but the running worker uses {provider}: it was started with another environment (by a hook, with Claude Code's)"
+            ),
+            Some("set model.provider in the data dir's settings.json to choose one for every worker, then restart the worker".into()),
+        ));
     }
 }
 
