@@ -286,7 +286,7 @@ fn claimer_killed_mid_batch(root: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let rescued =
-        queue::claim::rescue(&mut conn, RescueScope::Expired, clock::now_ms()).expect("rescue");
+        queue::claim::rescue(&mut conn, RescueScope::Expired, 3, clock::now_ms()).expect("rescue");
     assert_eq!(
         rescued.retrying, 20,
         "the dead claimer's jobs come back after the lease"

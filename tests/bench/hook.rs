@@ -7,10 +7,15 @@
 //!   it as one row into a one-table WAL database (this binary in `--bare` mode);
 //! - SessionStart wall time with 100,000 observations in the database;
 //! - peak RSS of a hook process (`getrusage(RUSAGE_CHILDREN)` in a small probe process);
-//! - 32 hooks started at once: wall time until the last exits.
+//! - 32 hooks started at once: wall time until the last exits;
+//! - 10,000 lone PostToolUse hooks one after another on a fresh data dir, no other
+//!   connection ever open (the worker stopped): ms per hook at the start, around the
+//!   1,000th and at the end, and the largest WAL seen, so that a WAL growing without
+//!   bound (and every hook paying for it) shows.
 //!
 //! Run: `cargo bench -p cairn --bench hook` (release). `CAIRN_BENCH_RUNS` sets the number
-//! of single-hook runs (default 300); `CAIRN_BENCH_HOOK` a hook binary to measure instead
+//! of single-hook runs (default 300); `CAIRN_BENCH_LONE` the number of lone hooks (default
+//! 10,000; `CAIRN_BENCH_LONE_ONLY` runs only those); `CAIRN_BENCH_HOOK` a hook binary to measure instead
 //! of the one Cargo built (e.g. the statically linked one from `cargo hook-static`, copied
 //! out of `target/release/` first, since the bench rebuilds that path).
 
@@ -226,6 +231,60 @@ fn spawn_timed(program: &Path, args: &[&std::ffi::OsStr], input: &[u8]) -> Durat
     t.elapsed()
 }
 
+/// Lone PostToolUse hooks (`CAIRN_BENCH_LONE`, default 10,000) one after another on a fresh
+/// data dir with no other connection ever open: report rows for the first 100, the 901st
+/// to 1,000th and the last 100, and a line on the largest WAL seen.
+fn lone_hooks(root: &Path, home: &Path) -> (Vec<String>, String) {
+    let mut report = Vec::new();
+    let lone: usize = std::env::var("CAIRN_BENCH_LONE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+        .max(200);
+    let data4 = root.join("lone");
+    let dir4 = DataDir::new(&data4);
+    let wal = {
+        let mut p = dir4.db().into_os_string();
+        p.push("-wal");
+        std::path::PathBuf::from(p)
+    };
+    let wal_size = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+    run_once(&data4, home, fixture("SessionStart.json").as_bytes());
+    run_once(&data4, home, fixture("UserPromptSubmit.json").as_bytes());
+    let (mut times, mut max_wal, mut wal_at_1000) = (Vec::with_capacity(lone), 0, 0);
+    for i in 0..lone {
+        times.push(run_once(&data4, home, tool_payload(5_000_000 + i).as_bytes()).0);
+        max_wal = max_wal.max(wal_size());
+        if i + 1 == 1_000 {
+            wal_at_1000 = max_wal;
+        }
+    }
+    let n: i64 = db::open_data_dir(&dir4, OpenOptions::default())
+        .expect("open")
+        .query_row("SELECT count(*) FROM pending_messages", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(n as usize, lone, "every lone hook wrote its row");
+    let window = |from: usize| stats(times[from.min(lone - 100)..][..100].to_vec());
+    let mb = |b: u64| b as f64 / 1e6;
+    for (what, from) in [("1-100", 0), ("901-1,000", 900), ("last 100", lone - 100)] {
+        let w = window(from);
+        report.push(format!(
+            "| PostToolUse, lone hooks {what} of {lone} (no other connection ever) | {} | {} | {} | 100 |",
+            ms(w.median),
+            ms(w.p90),
+            ms(w.min)
+        ));
+    }
+    let wal_line = format!(
+        "lone hooks: largest WAL {:.1} MB over the first 1,000, {:.1} MB over all {lone}; database {:.1} MB",
+        mb(wal_at_1000),
+        mb(max_wal),
+        mb(std::fs::metadata(dir4.db()).map_or(0, |m| m.len()))
+    );
+
+    (report, wal_line)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--rss-probe") {
@@ -234,6 +293,18 @@ fn main() {
     }
     if let Some(i) = args.iter().position(|a| a == "--bare") {
         bare_main(Path::new(&args[i + 1]));
+        return;
+    }
+    if std::env::var_os("CAIRN_BENCH_LONE_ONLY").is_some() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (rows, wal_line) = lone_hooks(tmp.path(), tmp.path());
+        println!("hook binary: {}\n", hook_exe().display());
+        println!("| case | median | p90 | min | runs |");
+        println!("| --- | --- | --- | --- | --- |");
+        for line in rows {
+            println!("{line}");
+        }
+        println!("\n{wal_line}");
         return;
     }
     let runs: usize = std::env::var("CAIRN_BENCH_RUNS")
@@ -374,6 +445,9 @@ fn main() {
         .expect("count");
     assert_eq!(n as usize, 2 * runs + 21 + 32 * rounds);
 
+    let (lone_rows, lone_wal) = lone_hooks(tmp.path(), home);
+    report.extend(lone_rows);
+
     println!("hook binary: {}\n", hook_exe().display());
     println!("| case | median | p90 | min | runs |");
     println!("| --- | --- | --- | --- | --- |");
@@ -386,4 +460,5 @@ fn main() {
         rss_post as f64 / 1024.0,
         rss_start as f64 / 1024.0
     );
+    println!("{lone_wal}");
 }

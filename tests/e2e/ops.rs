@@ -56,10 +56,11 @@ fn enqueue(conn: &mut rusqlite::Connection, session: &str, key: &str, max_attemp
     .expect("enqueue")
 }
 
-/// Claims and fails every ready job once: with `max_attempts` 1 they end `skipped`.
+/// Claims and fails every ready job once, under `queue.max_attempts` 1: they end `skipped`.
 fn fail_all(conn: &mut rusqlite::Connection, error: &str) -> usize {
     let policy = Policy {
         batching: false,
+        max_attempts: 1,
         ..Policy::default()
     };
     let mut n = 0;
@@ -91,7 +92,12 @@ fn assert_error_line(o: &Output, needle: &str) {
 fn status_exit_codes_follow_what_needs_attention() {
     let env = TestEnv::new();
     let o = cairn(&env, &["status"]);
-    assert_error_line(&o, "no cairn database");
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("waiting for the first event"),
+        "{}",
+        stdout(&o)
+    );
     assert!(
         !env.data_dir.exists(),
         "status must not create the data dir"
@@ -115,10 +121,10 @@ fn status_exit_codes_follow_what_needs_attention() {
         "{v}"
     );
 
-    // A live worker (the lock held) with work waiting is healthy.
+    // A live worker (the lock held, started a moment ago) with work waiting is healthy.
     let lock = cairn_core::store::lock::WorkerLock::try_acquire(
         &DataDir::new(&env.data_dir).worker_lock(),
-        now() - 60_000,
+        now() - 1_000,
     )
     .expect("lock")
     .expect("free");
@@ -886,8 +892,8 @@ fn doctor_reports_findings_and_tests_the_provider_online() {
 }
 
 /// Commands that read or change an existing database.
+/// (`cairn status` is not among them: no database yet is "waiting for the first event".)
 const DB_COMMANDS: &[&[&str]] = &[
-    &["status"],
     &["queue", "list"],
     &["queue", "show", "1"],
     &["queue", "replay", "--all-skipped"],
@@ -1149,13 +1155,25 @@ fn queue_list_fits_an_80_column_terminal() {
 
 /// Runs a binary under `umask 000`, through `sh`.
 fn under_umask_000(env: &TestEnv, name: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
-    let c = env.cmd(name);
+    under_umask(env, "000", env.cmd(name), args, stdin)
+}
+
+/// Runs a prepared command under `umask <mask>`, through `sh`.
+fn under_umask(
+    env: &TestEnv,
+    mask: &str,
+    c: std::process::Command,
+    args: &[&str],
+    stdin: &[u8],
+) -> std::process::Output {
+    let _ = env;
     let program = c.get_program().to_os_string();
     let mut sh = std::process::Command::new("sh");
     sh.arg("-c")
-        .arg("umask 000 && exec \"$@\"")
+        .arg(format!("umask {mask} && exec \"$@\""))
         .arg("sh")
         .arg(program)
+        .args(c.get_args())
         .args(args);
     for (k, v) in c.get_envs() {
         match v {
@@ -1223,4 +1241,378 @@ fn every_file_cairn_creates_is_private_even_under_umask_000() {
         }
         assert_eq!(mode, 0o600, "{} is {mode:o}", f.display());
     }
+}
+
+/// Every directory and file under `root`, recursively.
+fn tree(root: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut dirs, mut files) = (vec![root.to_path_buf()], Vec::new());
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p.clone());
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    (dirs, files)
+}
+
+/// Polls `cond` every 20 ms until it holds or `secs` pass; returns whether it held.
+fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// From `cairn install` in a fresh HOME on, whatever the umask: the data dir and every
+/// directory in it are 0700, every file 0600 (the database and its WAL, the install
+/// backups, the worker's autostart marker, logs), and `cairn doctor` finds nothing loose.
+#[test]
+fn the_data_dir_is_owner_only_from_install_on_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    for mask in ["000", "022"] {
+        let env = TestEnv::new();
+        let claude = env.tmp.path().join(".claude");
+        std::fs::create_dir_all(&claude).expect("dir");
+        std::fs::write(claude.join("settings.json"), "{\"model\":\"opus\"}\n").expect("settings");
+        let out = under_umask(&env, mask, env.cmd("cairn"), &["install"], b"");
+        assert_eq!(out.status.code(), Some(0), "{mask}: {}", stderr(&out));
+        for name in [
+            "SessionStart.json",
+            "UserPromptSubmit.json",
+            "PostToolUse.json",
+        ] {
+            let c = {
+                let mut c = env.cmd("cairn-hook");
+                c.env("CAIRN_WORKER__AUTOSTART", "true")
+                    .env("CAIRN_WORKER__IDLE_EXIT_SECS", "1");
+                c
+            };
+            let out = under_umask(&env, mask, c, &[], hook_fixture(name).as_bytes());
+            assert_eq!(out.status.code(), Some(0), "{mask} {name}");
+        }
+        let marker = env.data_dir.join("worker.autostart");
+        assert!(marker.exists(), "{mask}: a hook started the worker");
+        let lock = env.data_dir.join("worker.lock");
+        assert!(
+            wait_for(60, || cairn_core::store::lock::holder(&lock)
+                .ok()
+                .flatten()
+                .is_none()
+                && lock.exists()),
+            "{mask}: the autostarted worker went idle and exited"
+        );
+        for args in [vec!["status"], vec!["backup"], vec!["doctor"]] {
+            let out = under_umask(&env, mask, env.cmd("cairn"), &args, b"");
+            assert!(
+                out.status.code().is_some_and(|c| c < 2),
+                "{mask} {args:?}: {}",
+                stderr(&out)
+            );
+            if args == ["doctor"] {
+                assert!(
+                    stdout(&out)
+                        .lines()
+                        .filter(|l| l.contains(" permissions "))
+                        .all(|l| l.starts_with("ok ")),
+                    "{}",
+                    stdout(&out)
+                );
+            }
+        }
+        let (dirs, files) = tree(&env.data_dir);
+        let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+        for want in ["cairn.db", "install-backups/", "worker.autostart", ".log"] {
+            assert!(
+                names.iter().any(|n| n.contains(want)),
+                "{mask}: no {want} in {names:?}"
+            );
+        }
+        for d in &dirs {
+            let mode = std::fs::metadata(d).expect("meta").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{mask}: {} is {mode:o}", d.display());
+        }
+        for f in &files {
+            let mode = std::fs::metadata(f).expect("meta").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{mask}: {} is {mode:o}", f.display());
+        }
+    }
+}
+
+/// Right after `cairn install` nothing has happened yet, and that is no fault: the
+/// database is there, `cairn status` says it waits for the first event and exits 0, and
+/// `cairn doctor` can check it. Before any install too, `cairn status` is no failure.
+#[test]
+fn status_and_doctor_work_on_an_installed_cairn_before_its_first_event() {
+    let env = TestEnv::new();
+    let out = cairn(&env, &["status"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("waiting for the first event"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!env.db_path().exists(), "status creates nothing");
+    let out = cairn(&env, &["status", "--json"]);
+    assert_eq!(json(&out)["waiting_for_first_event"], true);
+
+    let out = cairn(&env, &["install"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(env.db_path().exists(), "install creates the database");
+    let out = cairn(&env, &["status"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("waiting for the first event"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("all good"), "{}", stdout(&out));
+    let out = cairn(&env, &["doctor"]);
+    assert!(code(&out) < 2, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        !stdout(&out).contains("no cairn database"),
+        "{}",
+        stdout(&out)
+    );
+    // The first event ends the waiting.
+    let out = env.run(
+        "cairn-hook",
+        &[],
+        hook_fixture("SessionStart.json").as_bytes(),
+    );
+    assert_eq!(code(&out), 0);
+    let out = cairn(&env, &["status"]);
+    assert!(
+        !stdout(&out).contains("waiting for the first event"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// `tool_use_id` made unique, so that each PostToolUse is a new job.
+fn tool_payload(i: usize) -> String {
+    hook_fixture("PostToolUse.json").replace(
+        "toolu_fake_6b86e2cedc91474d9c85",
+        &format!("toolu_lone_{i:08}"),
+    )
+}
+
+/// Hooks with no other connection ever open (the worker stopped): the WAL stays bounded
+/// instead of growing with every event, and every event is kept.
+#[test]
+fn lone_hooks_keep_the_wal_bounded() {
+    const HOOKS: usize = 1_000;
+    let env = TestEnv::new();
+    for name in ["SessionStart.json", "UserPromptSubmit.json"] {
+        env.run("cairn-hook", &[], hook_fixture(name).as_bytes());
+    }
+    let wal = env.data_dir.join("cairn.db-wal");
+    let mut largest = 0;
+    for i in 0..HOOKS {
+        let out = env.run("cairn-hook", &[], tool_payload(i).as_bytes());
+        assert_eq!(code(&out), 0);
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    let bound = cairn_core::store::db::WAL_BOUND_BYTES + (1 << 20);
+    assert!(
+        largest <= bound,
+        "the WAL reached {largest} bytes (bound {bound})"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM pending_messages") as usize,
+        HOOKS
+    );
+}
+
+/// An HTTP server answering every request with 500, for as long as the test runs; returns
+/// its base URL.
+fn failing_model() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            while crate::support::read_request(&mut reader).is_some() {
+                let body =
+                    r#"{"type":"error","error":{"type":"api_error","message":"stand-in failure"}}"#;
+                let mut s = &stream;
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 500 X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        }
+    });
+    url
+}
+
+/// Model calls that fail are no "all good": `cairn-worker --once` says what it did (in one
+/// line: batches, observations, summaries, failures, skipped jobs), and `cairn status`
+/// needs attention, naming the failures and the fix.
+#[test]
+fn failing_model_calls_make_status_need_attention_and_the_worker_says_what_it_did() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    enqueue(&mut conn, "s1", "k1", 3);
+    enqueue(&mut conn, "s2", "k2", 3);
+    drop(conn);
+    let url = failing_model();
+    let mut c = env.cmd("cairn-worker");
+    c.arg("--once")
+        .env("CAIRN_MODEL__PROVIDER", "anthropic")
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", &url)
+        .env("CAIRN_QUEUE__RETRY_BASE_SECS", "0")
+        .env("CAIRN_QUEUE__MAX_ATTEMPTS", "2")
+        .env("CAIRN_MODEL__MAX_RETRY_SECS", "0")
+        .env("CAIRN_WORKER__POLL_MS", "20");
+    let out = crate::support::run_with_stdin(c, b"");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = stdout(&out);
+    assert!(
+        line.starts_with("cairn-worker: 0 batches done (0 observations, 0 summaries), 4 failed")
+            && line.contains("2 jobs skipped"),
+        "{line}"
+    );
+    let out = cairn(&env, &["status"]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("4 of the last 4 model calls failed"),
+        "{text}"
+    );
+    assert!(text.contains("cairn doctor --online"), "{text}");
+    let w = json(&cairn(&env, &["status", "--json"]));
+    assert_eq!(w["recent_calls"]["failed"], 4);
+    // The worker recorded what it used.
+    let provider: String = env
+        .db()
+        .query_row("SELECT provider FROM workers", [], |r| r.get(0))
+        .expect("provider");
+    assert_eq!(provider, "anthropic");
+}
+
+/// A worker that holds the lock but is stopped (SIGSTOP) is no healthy worker: `cairn
+/// status` says so and how to resume it; it shows the provider the worker uses, and `cairn
+/// doctor` says when this shell would pick another one.
+#[test]
+fn a_stopped_worker_needs_attention_and_its_provider_is_reported() {
+    let env = TestEnv::new();
+    create_db(&env);
+    let url = failing_model();
+    let mut c = env.cmd("cairn-worker");
+    c.env("CAIRN_MODEL__PROVIDER", "auto")
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", &url)
+        .env("CAIRN_WORKER__HEARTBEAT_SECS", "1")
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().expect("worker");
+    let pid = child.id().to_string();
+    let registered = wait_for(30, || {
+        env.db_path().exists()
+            && env
+                .db()
+                .query_row(
+                    "SELECT count(*) FROM workers WHERE provider IS NOT NULL AND pid = ?1",
+                    [child.id()],
+                    |r| r.get::<_, i64>(0),
+                )
+                .unwrap_or(0)
+                == 1
+    });
+    assert!(registered, "the worker registered");
+    let out = cairn(&env, &["status"]);
+    assert!(
+        stdout(&out).contains("provider anthropic"),
+        "{}",
+        stdout(&out)
+    );
+    // This shell has no key: it would pick another provider.
+    let mut d = env.cmd("cairn");
+    d.arg("doctor").env("PATH", "/usr/bin:/bin");
+    let out = crate::support::run_with_stdin(d, b"");
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("the running worker (pid {pid}) uses anthropic")),
+        "{text}"
+    );
+    assert!(text.contains("would pick"), "{text}");
+
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status();
+    assert!(stop.is_ok_and(|s| s.success()));
+    let out = cairn(&env, &["status"]);
+    let text = stdout(&out);
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let _ = child.wait();
+    assert_eq!(code(&out), 1, "{text}");
+    assert!(
+        text.contains("is stopped") && text.contains(&format!("kill -CONT {pid}")),
+        "{text}"
+    );
+}
+
+/// `cairn queue list` and `cairn status` say why a ready-looking job waits: its batch
+/// window, and when it ends.
+#[test]
+fn the_queue_says_why_a_job_waits() {
+    let env = TestEnv::new();
+    for name in [
+        "SessionStart.json",
+        "UserPromptSubmit.json",
+        "PostToolUse.json",
+    ] {
+        env.run("cairn-hook", &[], hook_fixture(name).as_bytes());
+    }
+    let out = cairn(&env, &["queue", "list"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("waiting for the batch window, ready in 1m"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cairn(&env, &["status"]);
+    assert!(
+        stdout(&out).contains("waiting for the batch window"),
+        "{}",
+        stdout(&out)
+    );
+    let mut c = env.cmd("cairn");
+    c.args(["queue", "list"])
+        .env("CAIRN_BATCH__ENABLED", "false");
+    let out = crate::support::run_with_stdin(c, b"");
+    assert!(stdout(&out).contains(" ready"), "{}", stdout(&out));
+}
+
+/// `cairn-worker` on a terminal says what it does (its log on stderr), and `--once` ends
+/// with its one-line summary.
+#[test]
+fn the_worker_on_a_terminal_logs_and_sums_up() {
+    let env = TestEnv::new();
+    create_db(&env);
+    let mut c = env.cmd("cairn-worker");
+    c.arg("--once").env("CAIRN_MODEL__PROVIDER", "offline");
+    let (screen, code) = crate::support::run_on_tty(&c, 100);
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("starting: provider offline"), "{screen}");
+    assert!(screen.contains("cairn-worker: 0 batches done"), "{screen}");
 }

@@ -357,6 +357,14 @@ fn seed(
 ) -> Vec<i64> {
     let dd = DataDir::new(&env.data_dir);
     let mut conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
+    // The setting in force when an attempt fails decides, not the job's column.
+    if max_attempts != 3 {
+        std::fs::write(
+            dd.settings(),
+            json!({"queue": {"max_attempts": max_attempts}}).to_string(),
+        )
+        .expect("settings");
+    }
     let now = cairn_core::clock::now_ms();
     db::write(&mut conn, |tx| {
         sessions::ensure(tx, session, "acme-api", "/home/dev/acme-api", now)?;

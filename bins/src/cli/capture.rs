@@ -189,6 +189,10 @@ pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
             );
         }
     }
+    // The data dir and its database from now on, owner-only: `cairn status` and `cairn
+    // doctor` work before the first event.
+    cairn_core::store::db::open_data_dir(&ctx.data_dir, Default::default())
+        .map_err(crate::cli::explain)?;
     crate::cli::out::say!("{}", provider_line(ctx));
     Ok(crate::exit::OK)
 }
@@ -246,8 +250,7 @@ fn save(ctx: &Ctx, path: &Path, existed: bool, value: &Value) -> anyhow::Result<
     if existed {
         let stamp = cairn_core::clock::iso_utc(cairn_core::clock::now_ms()).replace([':', '-'], "");
         let backups = ctx.data_dir.root().join("install-backups");
-        std::fs::create_dir_all(&backups)
-            .with_context(|| format!("cannot create {}", backups.display()))?;
+        ctx.data_dir.ensure_sub(&backups)?;
         let name = path
             .display()
             .to_string()

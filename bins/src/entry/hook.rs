@@ -5,6 +5,7 @@
 //! `<data dir>/logs/hook-<date>.log`, never to stdout.
 
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -114,7 +115,13 @@ fn run(explicit: Option<String>) -> String {
     // what the exit frees anyway (the parsed schema, the page cache, the WAL-index
     // mapping: about a tenth of the hook's time); the event is committed to the WAL
     // either way, and the kernel releases the file locks at exit. The hook already skips
-    // the checkpoint a close could run (`open_for_hook`).
+    // the checkpoint a close could run (`open_for_hook`), so with no other connection
+    // open it keeps the WAL bounded itself (a `stat`, and now and then a checkpoint).
+    if let Some(c) = &conn
+        && let Err(e) = cairn_core::store::db::bound_wal(c)
+    {
+        log::warn!("cannot checkpoint the WAL: {e}");
+    }
     std::mem::forget(conn);
     if settings_error.is_none()
         && settings.worker.autostart
@@ -320,6 +327,7 @@ fn claim_marker(marker: &Path) -> bool {
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(marker)
         {
             Ok(_) => return true,

@@ -32,7 +32,8 @@ struct Args {
     /// Process what is ready now, then exit.
     #[arg(long)]
     once: bool,
-    /// Also log to stderr (for journald, launchd and supervisord logs).
+    /// Also log to stderr (for journald, launchd and supervisord logs); on by itself when
+    /// stderr is a terminal.
     #[arg(long)]
     log_stderr: bool,
     /// Started on demand by a hook: exit after `worker.idle_exit_secs` with nothing to do.
@@ -67,7 +68,8 @@ fn run(args: Args) -> anyhow::Result<u8> {
         None => DataDir::from_env()?,
     };
     let loaded = Settings::load(&dir)?;
-    let target = if args.log_stderr {
+    use std::io::IsTerminal as _;
+    let target = if args.log_stderr || std::io::stderr().is_terminal() {
         logging::Target::FileAndStderr
     } else {
         logging::Target::File
@@ -124,6 +126,7 @@ fn run(args: Args) -> anyhow::Result<u8> {
     let mut settings = settings;
     let mut periodic = Some(periodic);
     let mut recovered = false;
+    let mut done = worker::pipeline::Report::default();
     loop {
         let report = match worker::pipeline::run(
             &dir,
@@ -149,6 +152,11 @@ fn run(args: Args) -> anyhow::Result<u8> {
             }
             Err(e) => return Err(anyhow::Error::new(e).context("worker stopped on an error")),
         };
+        done.batches_done += report.batches_done;
+        done.batches_failed += report.batches_failed;
+        done.batches_released += report.batches_released;
+        done.observations += report.observations;
+        done.summaries += report.summaries;
         if !report.reopen || control.stop.load(Ordering::SeqCst) {
             break;
         }
@@ -162,11 +170,48 @@ fn run(args: Args) -> anyhow::Result<u8> {
         }));
     }
     drop(held);
+    if args.once {
+        let line = summary(&done, skipped_since(&dir, now));
+        log::info!("{line}");
+        println!("{line}");
+    }
     Ok(if control.urgent.load(Ordering::SeqCst) {
         exit::NEGATIVE
     } else {
         exit::OK
     })
+}
+
+/// What a `--once` run did, in one line: `cairn-worker: 3 batches done (5 observations, 1
+/// summary), 1 failed, 0 given back; 0 jobs skipped`.
+fn summary(r: &worker::pipeline::Report, skipped: Option<i64>) -> String {
+    let n = |k: u64, one: &str, many: &str| format!("{k} {}", if k == 1 { one } else { many });
+    let skipped = match skipped {
+        Some(k) => n(k.max(0).unsigned_abs(), "job skipped", "jobs skipped"),
+        None => "skipped jobs unknown".into(),
+    };
+    format!(
+        "cairn-worker: {} done ({}, {}), {} failed, {} given back; {skipped}",
+        n(r.batches_done, "batch", "batches"),
+        n(r.observations, "observation", "observations"),
+        n(r.summaries, "summary", "summaries"),
+        r.batches_failed,
+        r.batches_released,
+    )
+}
+
+/// Jobs that ended skipped since `since` (the run's start); `None` when the database cannot
+/// say.
+fn skipped_since(dir: &DataDir, since: i64) -> Option<i64> {
+    let conn = cairn_core::store::db::open_data_dir(
+        dir,
+        cairn_core::store::db::OpenOptions {
+            create: false,
+            ..Default::default()
+        },
+    )
+    .ok()?;
+    cairn_core::queue::stats::skipped_since(&conn, since).ok()
 }
 
 /// Recovers a damaged database (`store::recover`), logs what it did and raises a notice

@@ -60,8 +60,9 @@ fn with_hook_time_facts(dir: &DataDir, conn: Option<&Connection>, mut rec: Recor
 /// `capture.lock_wait_ms` on other writers, and without the checkpoint on close. A hook is
 /// often the last connection to close; the checkpoint then syncs the WAL and the database
 /// (measured: a 3 ms hook became an 18 ms one). Without it the next lone connection
-/// rebuilds the WAL index from the WAL, which SQLite's automatic checkpoint keeps under
-/// about 4 MB, and costs far less; with the worker running there is neither.
+/// rebuilds the WAL index from the WAL. SQLite's automatic checkpoint keeps the WAL near
+/// 4 MB only while another connection (the worker's) stays open; for lone hooks the hook
+/// bounds it itself after writing (`db::bound_wal`), so that cost stays small.
 ///
 /// A fresh database being migrated by another process can look, for an instant, like a
 /// foreign one (`db::open` reads the schema version and the table list in two separate

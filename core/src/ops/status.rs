@@ -14,6 +14,21 @@ use crate::store::paths::DataDir;
 /// counted, so that `cairn status` can become healthy again without deleting evidence.
 pub const QUARANTINE_WINDOW_MS: i64 = 7 * 86_400_000;
 
+/// A running worker whose heartbeat is older than this many heartbeat periods is wedged
+/// (stopped, hung): its heartbeat runs beside its model calls, never behind them.
+pub const WEDGED_AFTER_PERIODS: i64 = 4;
+
+/// A ready job not taken this long after it was due needs attention (the worker runs but
+/// does not work).
+pub const OVERDUE_MS: i64 = 5 * 60_000;
+
+/// Model calls looked at for failures: the latest this many of the last hour.
+pub const RECENT_CALLS: i64 = 20;
+
+/// A call still `started` this long after it began never completed (its worker died or
+/// hung in it).
+pub const UNFINISHED_AFTER_MS: i64 = 10 * 60_000;
+
 /// The worker as seen from outside.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WorkerStatus {
@@ -25,6 +40,66 @@ pub struct WorkerStatus {
     /// The latest heartbeat any worker recorded.
     pub last_heartbeat_at: Option<i64>,
     pub heartbeat_age_ms: Option<i64>,
+    /// `worker.heartbeat_secs` in ms.
+    pub heartbeat_period_ms: i64,
+    /// The process holding the lock is stopped (SIGSTOP, a debugger): it cannot work.
+    pub process_stopped: bool,
+    /// The model provider and model the running (else the latest) worker uses, as it
+    /// recorded them.
+    pub provider: Option<String>,
+    pub model: Option<String>,
+}
+
+impl WorkerStatus {
+    /// Holds the lock but has not heartbeaten for [`WEDGED_AFTER_PERIODS`] periods (since
+    /// its start when it recorded none), or its process is stopped.
+    pub fn wedged(&self) -> bool {
+        let limit = self.heartbeat_period_ms.max(1000) * WEDGED_AFTER_PERIODS;
+        self.running
+            && (self.process_stopped
+                || self
+                    .heartbeat_age_ms
+                    .or(self.uptime_ms)
+                    .is_some_and(|age| age > limit))
+    }
+}
+
+/// The recent model calls, to tell a provider that fails from one that works.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecentCalls {
+    /// Calls looked at: the latest [`RECENT_CALLS`] of the last hour, except those still
+    /// in progress and those that found the provider not logged in (reported apart).
+    pub calls: i64,
+    /// Of those, failed (an error or an unusable reply) or never completed.
+    pub failed: i64,
+    /// The latest failure: provider, model, error and time.
+    pub latest_failure: Option<CallFailure>,
+}
+
+/// One failed model call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallFailure {
+    pub provider: String,
+    pub model: String,
+    pub error: String,
+    pub at: i64,
+}
+
+impl RecentCalls {
+    /// Most of at least three recent calls failed.
+    pub fn failing(&self) -> bool {
+        self.calls >= 3 && self.failed * 2 > self.calls
+    }
+}
+
+/// The pending job due first, and why it waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextDue {
+    pub job_id: i64,
+    #[serde(flatten)]
+    pub wait: queue::stats::Wait,
+    /// When it is (or was) due.
+    pub due_at: i64,
 }
 
 /// One quarantined hook input (its raw bytes are not shown here).
@@ -85,6 +160,10 @@ pub struct Status {
     pub search: SearchStatus,
     /// The model provider is not logged in (its latest call said so): jobs wait.
     pub not_logged_in: Option<crate::worker::usage::NotLoggedIn>,
+    /// How the recent model calls went.
+    pub recent_calls: RecentCalls,
+    /// The pending job due first, and why it waits.
+    pub next_due: Option<NextDue>,
     /// Events the hooks missed that reconciliation recovered from the sessions'
     /// transcripts in the last 7 days (a hook is failing, or was not installed).
     pub recovered_last_week: i64,
@@ -112,6 +191,68 @@ impl Status {
     pub fn needs_attention(&self) -> bool {
         !self.attention.is_empty()
     }
+
+    /// No event captured yet (a fresh install): a normal state, not a fault.
+    pub fn waiting_for_first_event(&self) -> bool {
+        self.memories.sessions == 0
+            && self.spooled == 0
+            && JobStatus::ALL.iter().all(|s| self.queue.count(*s) == 0)
+    }
+}
+
+/// The recent model calls' outcomes (see [`RecentCalls`]).
+pub fn recent_calls(conn: &Connection, now: i64) -> Result<RecentCalls> {
+    let rows = conn
+        .prepare_cached(
+            "SELECT provider, model, outcome, coalesce(error, ''), created_at FROM model_calls
+             WHERE created_at >= ?1 AND outcome <> 'not_logged_in'
+               AND (outcome <> 'started' OR created_at < ?2)
+             ORDER BY created_at DESC, id DESC LIMIT ?3",
+        )?
+        .query_map(
+            rusqlite::params![now - 3_600_000, now - UNFINISHED_AFTER_MS, RECENT_CALLS],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            },
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut out = RecentCalls::default();
+    for (provider, model, outcome, error, at) in rows {
+        out.calls += 1;
+        let error = match outcome.as_str() {
+            "error" => error,
+            "unusable" => format!("an unusable reply: {error}"),
+            "started" => "never completed (the worker died or hung in the call)".into(),
+            _ => continue,
+        };
+        out.failed += 1;
+        if out.latest_failure.is_none() {
+            out.latest_failure = Some(CallFailure {
+                provider,
+                model,
+                error,
+                at,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// True when the process `pid` is stopped (Linux `/proc`; false where unknown).
+fn process_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .is_some_and(|state| state == 'T' || state == 't')
 }
 
 /// The latest heartbeat of the live worker (`pid`, not stopped), or of any worker when none
@@ -136,6 +277,11 @@ fn count(conn: &Connection, sql: &str) -> Result<i64> {
 pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -> Result<Status> {
     let holder = crate::store::lock::holder(&dir.worker_lock())?;
     let last_heartbeat_at = last_heartbeat(conn, holder.as_ref().map(|h| h.pid))?;
+    let latest = queue::workers::latest(conn)?.filter(|w| {
+        holder
+            .as_ref()
+            .is_none_or(|h| h.pid == w.pid && w.stopped_at.is_none())
+    });
     let worker = WorkerStatus {
         running: holder.is_some(),
         pid: holder.as_ref().map(|h| h.pid),
@@ -143,8 +289,19 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         uptime_ms: holder.as_ref().map(|h| (now - h.started_at).max(0)),
         last_heartbeat_at,
         heartbeat_age_ms: last_heartbeat_at.map(|t| (now - t).max(0)),
+        heartbeat_period_ms: i64::try_from(settings.worker.heartbeat_secs.saturating_mul(1000))
+            .unwrap_or(i64::MAX),
+        process_stopped: holder.as_ref().is_some_and(|h| process_stopped(h.pid)),
+        provider: latest.as_ref().and_then(|w| w.provider.clone()),
+        model: latest.as_ref().and_then(|w| w.model.clone()),
     };
     let queue = queue::stats::stats(conn, now)?;
+    let policy = queue::claim::Policy::from_settings(settings);
+    let next_due = queue::stats::next_due(conn, &policy, now)?.map(|(job, wait)| NextDue {
+        job_id: job.id,
+        wait,
+        due_at: queue::stats::due_at(&job, &policy),
+    });
     let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
     let quarantined_recently: i64 = conn.query_row(
         "SELECT count(*) FROM quarantine WHERE created_at >= ?1 AND kind = 'invalid'",
@@ -199,6 +356,8 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         notices: crate::store::incidents::notices(dir),
         search: search_status(dir, conn, settings)?,
         not_logged_in: crate::worker::usage::not_logged_in(conn)?,
+        recent_calls: recent_calls(conn, now)?,
+        next_due,
         recovered_last_week: crate::capture::transcript::recovered_since(
             conn,
             now - 7 * 86_400_000,
@@ -222,16 +381,62 @@ fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Resul
     })
 }
 
-/// The "needs attention" rule: the worker is down while work waits, jobs were skipped, or
-/// hook inputs were quarantined in the last week. A spent token budget is reported but is
-/// not a fault.
+/// The "needs attention" rule: the worker is down or wedged while work waits, most recent
+/// model calls failed, a ready job was not taken long after it was due, jobs were
+/// skipped, or hook inputs were quarantined in the last week. A spent token budget is
+/// reported but is not a fault.
 pub fn attention(s: &Status) -> Vec<String> {
     let mut out = Vec::new();
     let waiting = s.queue.count(JobStatus::Pending) + s.queue.count(JobStatus::Claimed);
-    if !s.worker.running && waiting > 0 {
+    let w = &s.worker;
+    if !w.running && waiting > 0 {
         out.push(format!(
             "the worker is not running and {} waiting: start it with `cairn-worker` (or let a hook autostart it)",
             plural(waiting, "job is", "jobs are")
+        ));
+    }
+    if w.wedged() {
+        let pid = w.pid.unwrap_or(0);
+        let silent = span(w.heartbeat_age_ms.or(w.uptime_ms).unwrap_or(0));
+        out.push(if w.process_stopped {
+            format!(
+                "the worker (pid {pid}) holds the lock but its process is stopped, with no heartbeat for {silent}: resume it with `kill -CONT {pid}`, or end it with `kill {pid}` (a hook starts a new one)"
+            )
+        } else {
+            format!(
+                "the worker (pid {pid}) holds the lock but has not heartbeaten for {silent}: it is hung; see its log in the data dir's logs/, then restart it (`kill {pid}`; a hook starts a new one)"
+            )
+        });
+    }
+    if s.recent_calls.failing() {
+        let r = &s.recent_calls;
+        let latest = r.latest_failure.as_ref().map_or(String::new(), |f| {
+            format!(
+                " (the latest, {} {} at {}: {})",
+                f.provider,
+                f.model,
+                crate::clock::minute_utc(f.at),
+                crate::recall::snippet::one_line(&f.error)
+            )
+        });
+        out.push(format!(
+            "{} of the last {} model calls failed{latest}: check the provider with `cairn doctor --online` (key, model, base URL, network); failed jobs are retried, `cairn queue list` shows them",
+            r.failed, r.calls
+        ));
+    }
+    if let Some(d) = &s.next_due
+        && w.running
+        && !w.wedged()
+        && s.not_logged_in.is_none()
+        && s.budget_spent_until.is_none()
+        && s.now - d.due_at > OVERDUE_MS
+    {
+        out.push(format!(
+            "job #{} has been ready for {} but the worker (pid {}) has not taken it: see the worker's log in the data dir's logs/, and restart it if it stays so (`kill {}`; a hook starts a new one)",
+            d.job_id,
+            span(s.now - d.due_at),
+            w.pid.unwrap_or(0),
+            w.pid.unwrap_or(0)
         ));
     }
     if s.search.required
@@ -300,6 +505,17 @@ fn discard_selector(s: &Status) -> String {
         format!("--id {}", ids.join(" "))
     } else {
         "--all-skipped".into()
+    }
+}
+
+/// A duration in words for a message: `45s`, `12m`, `3h 5m`, `2d 4h`.
+pub fn span(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
     }
 }
 
@@ -395,7 +611,11 @@ mod tests {
         let batch = queue::claim::claim_batch(&mut conn, "w", &Policy::default(), now)
             .expect("claim")
             .expect("batch");
-        queue::claim::fail(&mut conn, &batch, "boom", &Policy::default(), now, None).expect("fail");
+        let once = Policy {
+            max_attempts: 1,
+            ..Policy::default()
+        };
+        queue::claim::fail(&mut conn, &batch, "boom", &once, now, None).expect("fail");
         // A well-formed event cairn does not capture is kept, and is no problem.
         let mut harmless = crate::capture::quarantine::Entry::new(
             Some("Notification".into()),
@@ -420,11 +640,112 @@ mod tests {
         let s = gather(&dd, &conn, &settings, now).expect("gather");
         assert_eq!(s.attention.len(), 2, "{:?}", s.attention);
         assert_eq!(s.recent_quarantine[0].reason, "bad json");
-        // A week later the quarantined input is history, still counted.
+        // A week later (the worker gone) the quarantined input is history, still counted.
+        drop(lock);
         let later = now + QUARANTINE_WINDOW_MS + 1;
         let s = gather(&dd, &conn, &settings, later).expect("gather");
         assert_eq!((s.quarantined, s.quarantined_recently), (2, 0));
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
+    }
+
+    /// The worker holding the lock but silent for four heartbeat periods is wedged; most of
+    /// the recent model calls failing needs attention; a ready job not taken five minutes
+    /// after it was due, with a live worker, too.
+    #[test]
+    fn wedged_worker_failing_calls_and_overdue_jobs_need_attention() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let settings = Settings::default();
+        let now = 10 * 86_400_000;
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(s.waiting_for_first_event());
+        assert!(!s.needs_attention(), "{:?}", s.attention);
+
+        // Two failures of three calls in the last hour, one never completed; an old
+        // failure and a call in progress do not count.
+        conn.execute(
+            "INSERT INTO model_calls (provider, model, purpose, latency_ms, outcome, error, created_at)
+             VALUES ('anthropic', 'm', 'summarize', 5, 'ok', NULL, ?1),
+                    ('anthropic', 'm', 'summarize', 5, 'error', 'HTTP 500', ?2),
+                    ('anthropic', 'm', 'summarize', 5, 'started', NULL, ?3),
+                    ('anthropic', 'm', 'summarize', 5, 'started', NULL, ?4),
+                    ('anthropic', 'm', 'summarize', 5, 'error', 'old', ?5)",
+            [now - 60_000, now - 30_000, now - UNFINISHED_AFTER_MS - 1, now - 1_000, now - 7_200_000],
+        )
+        .expect("calls");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert_eq!((s.recent_calls.calls, s.recent_calls.failed), (3, 2));
+        let f = s.recent_calls.latest_failure.as_ref().expect("failure");
+        assert_eq!(f.error, "HTTP 500");
+        assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
+        assert!(
+            s.attention[0].starts_with("2 of the last 3 model calls failed"),
+            "{:?}",
+            s.attention
+        );
+        conn.execute("DELETE FROM model_calls", []).expect("clear");
+
+        // A live worker (this process holds the lock) whose heartbeat is old: wedged.
+        let lock = crate::store::lock::WorkerLock::try_acquire(&dd.worker_lock(), now - 600_000)
+            .expect("lock")
+            .expect("free");
+        conn.execute(
+            "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at, provider, model)
+             VALUES ('me', ?1, ?2, ?3, 'anthropic', 'claude-x')",
+            rusqlite::params![std::process::id(), now - 600_000, now - 61_000],
+        )
+        .expect("worker");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert_eq!(s.worker.provider.as_deref(), Some("anthropic"));
+        assert_eq!(s.worker.model.as_deref(), Some("claude-x"));
+        assert!(!s.worker.process_stopped);
+        assert!(s.worker.wedged());
+        assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
+        assert!(
+            s.attention[0].contains("has not heartbeaten for 1m 1s"),
+            "{:?}",
+            s.attention
+        );
+        conn.execute("UPDATE workers SET heartbeat_at = ?1", [now - 1_000])
+            .expect("beat");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(!s.needs_attention(), "{:?}", s.attention);
+
+        // A summary job due six minutes ago, not taken by the live worker: overdue.
+        db::write(&mut conn, |tx| {
+            crate::memory::sessions::ensure(tx, "s", "p", "", now)?;
+            queue::claim::enqueue(
+                tx,
+                &NewJob {
+                    session_id: "s",
+                    project: "p",
+                    kind: JobKind::Summarize,
+                    prompt_number: 1,
+                    payload: "{}",
+                    dedupe_key: "k",
+                },
+                3,
+                now - 360_000,
+            )
+        })
+        .expect("job");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(!s.waiting_for_first_event());
+        let d = s.next_due.as_ref().expect("due");
+        assert_eq!(
+            (d.wait, d.due_at),
+            (queue::stats::Wait::Ready, now - 360_000)
+        );
+        assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
+        assert!(
+            s.attention[0].contains("has been ready for 6m 0s"),
+            "{:?}",
+            s.attention
+        );
+        // Within five minutes of being due it is no fault.
+        let s = gather(&dd, &conn, &settings, now - 90_000).expect("gather");
+        assert!(!s.needs_attention(), "{:?}", s.attention);
         drop(lock);
     }
 }

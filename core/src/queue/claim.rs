@@ -439,8 +439,9 @@ pub struct FailOutcome {
     pub lease_lost: bool,
 }
 
-/// Records a failed attempt of every job in the batch: below `max_attempts` the job goes
-/// back to `pending`, at the limit it is `skipped` with the error kept. Fenced like `ack`.
+/// Records a failed attempt of every job in the batch: below the policy's `max_attempts`
+/// (the setting in force now, not the one the job was queued under) the job goes back to
+/// `pending`, at the limit it is `skipped` with the error kept. Fenced like `ack`.
 ///
 /// The jobs of a batch failed together and come back together: one retry time for all of
 /// them (the backoff of the most-tried job, with one jitter draw), never before
@@ -479,12 +480,23 @@ pub fn fail_in(
                 "UPDATE pending_messages
                  SET attempts = attempts + 1, last_error = ?4, updated_at = ?5,
                      claim_token = NULL, lease_until = NULL,
-                     status = CASE WHEN attempts + 1 >= max_attempts THEN 'skipped' ELSE 'pending' END,
-                     available_at = CASE WHEN attempts + 1 >= max_attempts THEN available_at ELSE ?6 END
+                     status = CASE WHEN attempts + 1 >= ?7 THEN 'skipped' ELSE 'pending' END,
+                     available_at = CASE WHEN attempts + 1 >= ?7 THEN available_at ELSE ?6 END
                  WHERE id = ?1 AND claim_token = ?2 AND claimed_by = ?3 AND status = 'claimed'
                  RETURNING status",
             )?
-            .query_row(params![job.id, batch.token, batch.worker, error, now, next], |r| r.get(0))
+            .query_row(
+                params![
+                    job.id,
+                    batch.token,
+                    batch.worker,
+                    error,
+                    now,
+                    next,
+                    policy.max_attempts.max(1)
+                ],
+                |r| r.get(0),
+            )
             .optional()?;
         match status.as_deref() {
             Some("skipped") => out.skipped += 1,
@@ -599,19 +611,25 @@ pub struct Rescued {
 }
 
 /// Takes claimed jobs back from workers that died or stalled. Each counts as a failed
-/// attempt, so a job that kills its worker every time ends `skipped` instead of looping.
-pub fn rescue(conn: &mut Connection, scope: RescueScope, now: i64) -> Result<Rescued> {
+/// attempt, so a job that kills its worker every time ends `skipped` (after
+/// `max_attempts`, the setting in force now) instead of looping.
+pub fn rescue(
+    conn: &mut Connection,
+    scope: RescueScope,
+    max_attempts: u32,
+    now: i64,
+) -> Result<Rescued> {
     db::write(conn, |tx| {
         let (cond, other) = match scope {
             RescueScope::Expired => ("lease_until < ?1", None),
-            RescueScope::AllBut(me) => ("claimed_by IS NOT ?2", Some(me)),
+            RescueScope::AllBut(me) => ("claimed_by IS NOT ?3", Some(me)),
         };
         let sql = format!(
             "UPDATE pending_messages
              SET attempts = attempts + 1, updated_at = ?1, available_at = ?1,
                  last_error = 'lease of worker ' || coalesce(claimed_by, '?') || ' lost: the worker died or stalled',
                  claim_token = NULL, lease_until = NULL,
-                 status = CASE WHEN attempts + 1 >= max_attempts THEN 'skipped' ELSE 'pending' END
+                 status = CASE WHEN attempts + 1 >= ?2 THEN 'skipped' ELSE 'pending' END
              WHERE status = 'claimed' AND {cond}
              RETURNING id, status, last_error"
         );
@@ -625,10 +643,10 @@ pub fn rescue(conn: &mut Connection, scope: RescueScope, now: i64) -> Result<Res
         };
         let rows: Vec<(i64, String, String)> = match other {
             None => stmt
-                .query_map(params![now], map)?
+                .query_map(params![now, max_attempts.max(1)], map)?
                 .collect::<rusqlite::Result<_>>()?,
             Some(me) => stmt
-                .query_map(params![now, me], map)?
+                .query_map(params![now, max_attempts.max(1), me], map)?
                 .collect::<rusqlite::Result<_>>()?,
         };
         drop(stmt);
@@ -1076,9 +1094,21 @@ mod tests {
         q.session("s", 1);
         let id = q.obs("s", 1, "a", 0);
         let mut old = q.claim(W, 0).expect("batch");
-        let r = rescue(&mut q.conn, RescueScope::Expired, 500).expect("rescue early");
+        let r = rescue(
+            &mut q.conn,
+            RescueScope::Expired,
+            q.policy.max_attempts,
+            500,
+        )
+        .expect("rescue early");
         assert_eq!(r, Rescued::default(), "lease not expired yet");
-        let r = rescue(&mut q.conn, RescueScope::Expired, 1_001).expect("rescue");
+        let r = rescue(
+            &mut q.conn,
+            RescueScope::Expired,
+            q.policy.max_attempts,
+            1_001,
+        )
+        .expect("rescue");
         assert_eq!(r.retrying, 1);
         assert_eq!(q.status(id), ("pending".into(), 1, 1_001));
         // Same worker name claims it again: a new token.
@@ -1133,7 +1163,13 @@ mod tests {
         );
         assert_eq!(b.lease_until, 1_900);
         assert_eq!(
-            rescue(&mut q.conn, RescueScope::Expired, 1_500).expect("rescue"),
+            rescue(
+                &mut q.conn,
+                RescueScope::Expired,
+                q.policy.max_attempts,
+                1_500
+            )
+            .expect("rescue"),
             Rescued::default()
         );
         assert_eq!(
@@ -1331,7 +1367,13 @@ mod tests {
         let b = q.obs("t", 1, "b", 0);
         q.claim("dead-worker", 0).expect("a");
         q.claim("me", 0).expect("b");
-        let r = rescue(&mut q.conn, RescueScope::AllBut("me"), 10).expect("rescue");
+        let r = rescue(
+            &mut q.conn,
+            RescueScope::AllBut("me"),
+            q.policy.max_attempts,
+            10,
+        )
+        .expect("rescue");
         assert_eq!(
             r,
             Rescued {
@@ -1342,7 +1384,13 @@ mod tests {
         assert_eq!(q.status(a).0, "pending");
         assert_eq!(q.status(b).0, "claimed");
         q.claim("dead-again", 10).expect("a again");
-        let r = rescue(&mut q.conn, RescueScope::AllBut("me"), 20).expect("rescue");
+        let r = rescue(
+            &mut q.conn,
+            RescueScope::AllBut("me"),
+            q.policy.max_attempts,
+            20,
+        )
+        .expect("rescue");
         assert_eq!(
             r,
             Rescued {
@@ -1355,6 +1403,41 @@ mod tests {
         assert_eq!(row.status, JobStatus::Skipped);
         assert!(row.last_error.unwrap_or_default().contains("dead-again"));
         assert_eq!(errors.len(), 2);
+    }
+
+    /// `queue.max_attempts` changed after jobs were queued reaches them: the setting in
+    /// force when an attempt fails decides, in `fail` and in `rescue`, not the one the job
+    /// was queued under.
+    #[test]
+    fn the_max_attempts_in_force_at_failure_time_decides() {
+        let mut q = q();
+        q.policy.batching = false;
+        q.policy.max_attempts = 5;
+        q.session("s", 1);
+        q.session("t", 1);
+        let a = q.obs("s", 1, "a", 0);
+        let b = q.obs("t", 1, "b", 0);
+        // Lowered to 1 after they were queued under 5: the first failure skips.
+        q.policy.max_attempts = 1;
+        let batch = q.claim(W, 0).expect("a");
+        let p = q.policy;
+        let out = fail(&mut q.conn, &batch, "boom", &p, 0, None).expect("fail");
+        assert_eq!((out.retrying, out.skipped), (0, 1));
+        assert_eq!(q.status(a).0, "skipped");
+        q.claim("dead-worker", 0).expect("b");
+        let r = rescue(&mut q.conn, RescueScope::AllBut("me"), 1, 10).expect("rescue");
+        assert_eq!((r.retrying, r.skipped), (0, 1));
+        assert_eq!(q.status(b).0, "skipped");
+        // Raised after they were queued under 1: they keep being retried.
+        replay(&mut q.conn, &Selector::AllSkipped, 20).expect("replay");
+        q.policy.max_attempts = 3;
+        let p = q.policy;
+        let batch = q.claim(W, 20).expect("again");
+        let out = fail(&mut q.conn, &batch, "boom", &p, 20, None).expect("fail");
+        assert_eq!((out.retrying, out.skipped), (1, 0));
+        q.claim("dead-worker", 1_000).expect("other");
+        let r = rescue(&mut q.conn, RescueScope::AllBut("me"), 3, 1_010).expect("rescue");
+        assert_eq!((r.retrying, r.skipped), (1, 0));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::queue::claim::{JobKind, JobStatus};
+use crate::queue::claim::{JobKind, JobStatus, Policy};
 
 /// A job as listed by `cairn queue`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -177,4 +177,162 @@ pub fn stats(conn: &Connection, now: i64) -> Result<Stats> {
         },
     )?;
     Ok(out)
+}
+
+/// Why a pending job is not taken yet, or that it is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "wait", content = "until")]
+pub enum Wait {
+    /// Ready: the worker takes it at its next claim.
+    Ready,
+    /// A failed attempt's backoff (or a provider's `Retry-After`): tried again then.
+    Retry(i64),
+    /// Given back without an attempt counted (token budget spent, rate limit, shutdown):
+    /// taken again then.
+    Released(i64),
+    /// An observation waiting for more of its turn's events (`batch.max_wait_secs`): taken
+    /// at this time at the latest, sooner when its turn ends or the batch fills.
+    BatchWindow(i64),
+}
+
+/// Why `job` (pending) waits at `now` under `policy`. Pure; a job in another state is
+/// `Ready` (it is not waiting to be claimed).
+pub fn wait(job: &JobRow, policy: &Policy, now: i64) -> Wait {
+    if job.status != JobStatus::Pending {
+        return Wait::Ready;
+    }
+    let window_end = window_end(job, policy);
+    // It waits for the later of the two.
+    if job.available_at > now && job.available_at >= window_end {
+        return match job.attempts {
+            0 => Wait::Released(job.available_at),
+            _ => Wait::Retry(job.available_at),
+        };
+    }
+    if window_end > now {
+        return Wait::BatchWindow(window_end);
+    }
+    Wait::Ready
+}
+
+/// When a pending observation's batch window ends (`i64::MIN` for jobs without one).
+fn window_end(job: &JobRow, policy: &Policy) -> i64 {
+    match job.kind == JobKind::Observation && policy.batching {
+        true => job.created_at.saturating_add(policy.max_wait_ms),
+        false => i64::MIN,
+    }
+}
+
+/// When a pending job is (or was) due at the latest: its retry time, or the end of its
+/// batch window, whichever is later.
+pub fn due_at(job: &JobRow, policy: &Policy) -> i64 {
+    job.available_at.max(window_end(job, policy))
+}
+
+/// The pending job due first (its retry time, or the end of its batch window), with why it
+/// waits; `None` when nothing is pending. The batch window is its longest: a turn that
+/// ended makes its observations ready sooner.
+pub fn next_due(conn: &Connection, policy: &Policy, now: i64) -> Result<Option<(JobRow, Wait)>> {
+    let row = conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM pending_messages WHERE status = 'pending'
+             ORDER BY CASE WHEN kind = 'observation' AND ?1
+                           THEN max(available_at, created_at + ?2) ELSE available_at END, id
+             LIMIT 1"
+        ))?
+        .query_row(params![policy.batching, policy.max_wait_ms], job_row)
+        .optional()?;
+    Ok(row.map(|r| {
+        let w = wait(&r, policy, now);
+        (r, w)
+    }))
+}
+
+/// Jobs that ended `skipped` at or after `since` (what a worker run gave up on).
+pub fn skipped_since(conn: &Connection, since: i64) -> Result<i64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT count(*) FROM pending_messages WHERE status = 'skipped' AND updated_at >= ?1",
+        )?
+        .query_row([since], |r| r.get(0))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::claim::{NewJob, claim_batch, enqueue, fail};
+    use crate::store::db;
+
+    /// Each reason a job waits, and the job due first: a retry before a batch window
+    /// ending later, a ready summary before both.
+    #[test]
+    fn says_why_each_job_waits_and_which_is_due_first() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = crate::store::paths::DataDir::new(tmp.path());
+        let mut conn = db::open_data_dir(&dd, db::OpenOptions::default()).expect("open");
+        let policy = Policy {
+            batching: true,
+            max_size: 10,
+            max_wait_ms: 100_000,
+            lease_ms: 1_000,
+            max_attempts: 3,
+            retry_base_ms: 1_000,
+            retry_max_ms: 1_000,
+        };
+        let add = |conn: &mut Connection, kind, key: &str, now| {
+            db::write(conn, |tx| {
+                crate::memory::sessions::ensure(tx, key, "p", "", now)?;
+                let job = NewJob {
+                    session_id: key,
+                    project: "p",
+                    kind,
+                    prompt_number: 1,
+                    payload: "{}",
+                    dedupe_key: key,
+                };
+                enqueue(tx, &job, 3, now)
+            })
+            .expect("enqueue");
+        };
+        assert_eq!(next_due(&conn, &policy, 0).expect("none"), None);
+        add(&mut conn, JobKind::Observation, "window", 10_000);
+        let (row, w) = next_due(&conn, &policy, 20_000)
+            .expect("due")
+            .expect("some");
+        assert_eq!(
+            (row.dedupe_key.as_str(), w),
+            ("window", Wait::BatchWindow(110_000))
+        );
+        assert_eq!(due_at(&row, &policy), 110_000);
+        // A failed observation of another session, retried after that window ends.
+        add(&mut conn, JobKind::Observation, "failed", 0);
+        let unbatched = Policy {
+            batching: false,
+            ..policy
+        };
+        let batch = claim_batch(&mut conn, "w", &unbatched, 1_000)
+            .expect("claim")
+            .expect("batch");
+        assert_eq!(batch.jobs[0].session_id, "failed");
+        fail(&mut conn, &batch, "boom", &policy, 1_000, Some(150_000)).expect("fail");
+        let (row, w) = next_due(&conn, &policy, 20_000)
+            .expect("due")
+            .expect("some");
+        assert_eq!(
+            (row.dedupe_key.as_str(), w),
+            ("window", Wait::BatchWindow(110_000))
+        );
+        let (failed, _, _) = get(&conn, batch.jobs[0].id).expect("get").expect("row");
+        assert_eq!(wait(&failed, &policy, 20_000), Wait::Retry(150_000));
+        assert_eq!(wait(&failed, &policy, 150_000), Wait::Ready);
+        add(&mut conn, JobKind::Summarize, "summary", 20_000);
+        let (row, w) = next_due(&conn, &policy, 20_000)
+            .expect("due")
+            .expect("some");
+        assert_eq!((row.dedupe_key.as_str(), w), ("summary", Wait::Ready));
+        let mut released = row.clone();
+        released.available_at = 90_000;
+        assert_eq!(wait(&released, &policy, 20_000), Wait::Released(90_000));
+        assert_eq!(skipped_since(&conn, 0).expect("skipped"), 0);
+    }
 }

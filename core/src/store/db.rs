@@ -54,6 +54,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0009_type_index",
         include_str!("../../../migrations/0009_type_index.sql"),
     ),
+    (
+        "0010_worker_provider",
+        include_str!("../../../migrations/0010_worker_provider.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.
@@ -296,6 +300,47 @@ pub fn write<T>(conn: &mut Connection, f: impl FnOnce(&Transaction) -> Result<T>
     Ok(value)
 }
 
+/// The WAL size above which [`bound_wal`] empties it: SQLite's automatic checkpoint runs
+/// at 1,000 pages (about 4 MB at 4 KiB pages), so with another connection open the WAL
+/// stays under this and `bound_wal` seldom has anything to do.
+pub const WAL_BOUND_BYTES: u64 = 4 << 20;
+
+/// Keeps the WAL bounded for a connection that may be the only one, and that closes
+/// without the checkpoint on close (hooks, `capture::handle::open_for_hook`). Alone, the
+/// automatic checkpoint cannot shorten the WAL: each lone process rebuilds the WAL index
+/// from the whole WAL, which forgets what was already copied back, so the WAL is never
+/// restarted and grows with every event (and every process pays to read it). When the
+/// WAL file is larger than [`WAL_BOUND_BYTES`] (one `stat`, the common case), a TRUNCATE
+/// checkpoint copies it into the database and empties it, without waiting on anyone: a
+/// reader or writer in the way makes it a passive one this time, and a later call tries
+/// again. Returns true when the WAL was emptied.
+pub fn bound_wal(conn: &Connection) -> Result<bool> {
+    let Some(db) = conn.path().filter(|p| !p.is_empty()) else {
+        return Ok(false);
+    };
+    let wal = format!("{db}-wal");
+    let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    if size <= WAL_BOUND_BYTES {
+        return Ok(false);
+    }
+    let wait: i64 = conn.query_row("PRAGMA busy_timeout", [], |r| r.get(0))?;
+    conn.busy_timeout(Duration::ZERO)?;
+    let busy = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    });
+    conn.busy_timeout(Duration::from_millis(wait.max(0).unsigned_abs()))?;
+    let busy = busy?;
+    log::debug!(
+        "WAL of {size} bytes {}",
+        if busy == 0 {
+            "checkpointed and emptied"
+        } else {
+            "checkpointed in part (another connection is busy)"
+        }
+    );
+    Ok(busy == 0)
+}
+
 /// Runs `PRAGMA integrity_check` and the FTS5 integrity checks; returns the problems found.
 pub fn integrity_problems(conn: &Connection) -> Result<Vec<String>> {
     let mut problems = Vec::new();
@@ -471,6 +516,44 @@ mod tests {
         let err = open_data_dir(&dd, opts).expect_err("missing");
         assert!(err.to_string().contains("no cairn database"), "{err}");
         assert!(!dd.exists());
+    }
+
+    /// A connection that finds the WAL over the bound empties it; one under it, or one
+    /// blocked by another connection's read, leaves it (and says so).
+    #[test]
+    fn bound_wal_empties_a_large_wal_unless_someone_reads() {
+        let (_tmp, dd) = temp_db();
+        let mut conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
+            .expect("no automatic checkpoint");
+        let wal = || std::fs::metadata(format!("{}-wal", dd.db().display())).map_or(0, |m| m.len());
+        assert!(!bound_wal(&conn).expect("small"), "nothing to do");
+        let reader = open_data_dir(&dd, OpenOptions::default()).expect("reader");
+        let mut i = 0;
+        while wal() <= WAL_BOUND_BYTES {
+            write(&mut conn, |tx| {
+                tx.execute(
+                    "INSERT INTO quarantine (event, reason, raw, raw_len, created_at)
+                     VALUES (NULL, 'x', zeroblob(8192), 8192, ?1)",
+                    [i],
+                )?;
+                Ok(())
+            })
+            .expect("grow");
+            i += 1;
+        }
+        reader
+            .execute_batch("BEGIN; SELECT count(*) FROM quarantine;")
+            .expect("read");
+        assert!(!bound_wal(&conn).expect("blocked"), "a reader holds it");
+        assert!(wal() > WAL_BOUND_BYTES);
+        reader.execute_batch("COMMIT").expect("end read");
+        assert!(bound_wal(&conn).expect("bound"));
+        assert_eq!(wal(), 0);
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM quarantine", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(n, i, "every row kept");
     }
 
     #[test]

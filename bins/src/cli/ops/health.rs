@@ -17,6 +17,22 @@ pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         let n = cairn_core::store::incidents::acknowledge(&ctx.data_dir)?;
         log::info!("acknowledged {n} item(s)");
     }
+    if !ctx.data_dir.db().exists() {
+        // Installed (or not yet), no event so far: a normal state, not a failure.
+        if args.json {
+            print_json(&serde_json::json!({
+                "data_dir": ctx.data_dir.root(),
+                "waiting_for_first_event": true,
+                "attention": [],
+            }))?;
+        } else {
+            emit(&format!(
+                "cairn status of {}\n\nno database yet: waiting for the first event (the hooks create it; `cairn install` adds them to Claude Code and creates it now; if events were expected, check CAIRN_DATA_DIR)\n",
+                ctx.data_dir.root().display()
+            ))?;
+        }
+        return Ok(exit::OK);
+    }
     let conn = open(ctx)?;
     let now = clock::now_ms();
     let s = status::gather(&ctx.data_dir, &conn, ctx.settings(), now)?;
@@ -24,6 +40,9 @@ pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         print_json(&s)?;
     } else {
         emit(&render_status(&s))?;
+        if let Some(note) = provider_note(ctx, &s) {
+            emit(&note)?;
+        }
     }
     Ok(if s.needs_attention() {
         exit::NEGATIVE
@@ -39,9 +58,16 @@ fn render_status(s: &status::Status) -> String {
         Some(a) => format!("last heartbeat {} ago", age(a)),
         None => "no heartbeat recorded".into(),
     };
+    let uses = match (&w.provider, &w.model) {
+        (Some(p), Some(m)) => format!(", provider {p} ({m})"),
+        _ => String::new(),
+    };
     let worker = match (w.running, w.pid) {
+        (true, Some(pid)) if w.process_stopped => {
+            format!("pid {pid} holds the lock but is stopped, {heartbeat}{uses}")
+        }
         (true, Some(pid)) => format!(
-            "running, pid {pid}, up {}, {heartbeat}",
+            "running, pid {pid}, up {}, {heartbeat}{uses}",
             age(w.uptime_ms.unwrap_or(0))
         ),
         _ => format!("not running ({heartbeat})"),
@@ -57,6 +83,14 @@ fn render_status(s: &status::Status) -> String {
         queue.push_str(&format!("; oldest pending {}", age(a)));
     }
     out.push_str(&format!("{:<11}{queue}\n", "queue"));
+    if let Some(d) = &s.next_due {
+        out.push_str(&format!(
+            "{:<11}job #{} {}\n",
+            "next",
+            d.job_id,
+            super::queue::why_waiting(d.wait, s.now)
+        ));
+    }
     for job in &q.recent_skipped {
         out.push_str(&format!(
             "{:<11}#{} {} of session {} turn {}: {}\n",
@@ -150,6 +184,12 @@ fn render_status(s: &status::Status) -> String {
             "recovered", s.recovered_last_week
         ));
     }
+    if s.waiting_for_first_event() {
+        out.push_str(&format!(
+            "{:<11}waiting for the first event (start a Claude Code session)\n",
+            "capture"
+        ));
+    }
     if s.attention.is_empty() {
         out.push_str("\nall good\n");
     } else {
@@ -159,6 +199,19 @@ fn render_status(s: &status::Status) -> String {
         }
     }
     out
+}
+
+/// A note when this shell's environment would pick another provider than the one the
+/// running worker uses (it chose from its own environment, e.g. Claude Code's).
+fn provider_note(ctx: &Ctx, s: &status::Status) -> Option<String> {
+    let worker = s.worker.provider.as_deref().filter(|_| s.worker.running)?;
+    let env = |k: &str| std::env::var(k).ok();
+    let shell = cairn_core::worker::model::resolve(&ctx.settings().model, &env).provider;
+    (shell != worker).then(|| {
+        format!(
+            "note: this shell's environment would pick the {shell} provider; the running worker, started with another environment, uses {worker} (`cairn doctor` says more)\n"
+        )
+    })
 }
 
 /// `cairn doctor`: exit 0 when nothing failed, 1 when a check failed, 2 when the database

@@ -10,6 +10,7 @@ use crate::exit;
 
 pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
     let now = clock::now_ms();
+    let policy = queue::claim::Policy::from_settings(ctx.settings());
     match cmd {
         QueueCommand::List {
             status,
@@ -61,7 +62,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
                     outln!(o, "{head}  now");
                 }
                 for r in &rows {
-                    let error = state(r, now);
+                    let error = state(r, &policy, now);
                     let error = error.as_str();
                     let row = format!(
                         "{:>7}  {:<8} {:<11} {:<session_w$} {:>4}  {:<20}",
@@ -141,6 +142,11 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
             outln!(o, "updated    {}", clock::iso_utc(row.updated_at));
             if row.status == queue::claim::JobStatus::Pending {
                 outln!(o, "available  {}", clock::iso_utc(row.available_at));
+                outln!(
+                    o,
+                    "now        {}",
+                    why_waiting(queue::stats::wait(&row, &policy, now), now)
+                );
             }
             if let Some(w) = &row.claimed_by {
                 outln!(o, "claimed by {w}");
@@ -244,13 +250,31 @@ fn found(n: usize) -> u8 {
     if n == 0 { exit::NEGATIVE } else { exit::OK }
 }
 
-/// What a job is doing now, in a few words: ready, waiting (until when), claimed, done, or
-/// skipped (why: the error that decides whether to replay it).
-fn state(r: &queue::stats::JobRow, now: i64) -> String {
+/// Why a pending job waits, in words: `ready`, `waiting for the batch window, ready in
+/// 1m40s (sooner when its turn ends)`, `retry at … (in 30s)`.
+pub(super) fn why_waiting(wait: queue::stats::Wait, now: i64) -> String {
+    use queue::stats::Wait;
+    let at = |t: i64| format!("{} (in {})", clock::iso_utc(t), super::age(t - now));
+    match wait {
+        Wait::Ready => "ready".into(),
+        Wait::BatchWindow(t) => format!(
+            "waiting for the batch window, ready in {} (sooner when its turn ends or the batch fills; batch.max_wait_secs)",
+            super::age(t - now)
+        ),
+        Wait::Retry(t) => format!("retry at {}", at(t)),
+        Wait::Released(t) => format!(
+            "given back without an attempt counted, taken again at {}",
+            at(t)
+        ),
+    }
+}
+
+/// What a job is doing now, in a few words: ready, waiting (for what, until when),
+/// claimed, done, or skipped (why: the error that decides whether to replay it).
+fn state(r: &queue::stats::JobRow, policy: &queue::claim::Policy, now: i64) -> String {
     use queue::claim::JobStatus;
     match r.status {
-        JobStatus::Pending if r.available_at <= now => "ready".into(),
-        JobStatus::Pending => format!("waits until {}", clock::iso_utc(r.available_at)),
+        JobStatus::Pending => why_waiting(queue::stats::wait(r, policy, now), now),
         JobStatus::Claimed => format!(
             "claimed by {}",
             r.claimed_by.as_deref().unwrap_or("a worker")

@@ -113,6 +113,7 @@ pub fn run(
     hooks::check_hooks(env, &mut out);
     worker::check_worker(dir, settings, conn.as_ref(), now, &mut out);
     model::check_provider(settings, env, &mut out);
+    worker::check_worker_provider(dir, settings, conn.as_ref(), env, &mut out);
     model::check_search(dir, settings, conn.as_ref(), &mut out);
     if let Some(n) = conn
         .as_ref()

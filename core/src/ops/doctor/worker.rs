@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::{Finding, Level, finding, ok};
+use super::{Env, Finding, Level, finding, ok};
 use crate::settings::Settings;
 use crate::store::paths::DataDir;
 
@@ -86,6 +86,52 @@ pub(super) fn check_worker(
             "worker",
             "no worker running and no work waiting".into(),
         )),
+    }
+}
+
+/// The provider and model the running worker uses, as it recorded them (it chose them
+/// from its own environment: a worker started by a hook has Claude Code's), and a warning
+/// when this shell's environment would pick another provider, since `check_provider`
+/// above judged the shell's choice.
+pub(super) fn check_worker_provider(
+    dir: &DataDir,
+    settings: &Settings,
+    conn: Option<&Connection>,
+    env: &Env,
+    out: &mut Vec<Finding>,
+) {
+    let Some(holder) = crate::store::lock::holder(&dir.worker_lock())
+        .ok()
+        .flatten()
+    else {
+        return;
+    };
+    let Some(w) = conn
+        .and_then(|c| crate::queue::workers::latest(c).ok().flatten())
+        .filter(|w| w.pid == holder.pid && w.stopped_at.is_none())
+    else {
+        return;
+    };
+    let (Some(provider), Some(model)) = (w.provider, w.model) else {
+        return;
+    };
+    out.push(ok(
+        "provider",
+        format!(
+            "the running worker (pid {}) uses {provider} ({model})",
+            w.pid
+        ),
+    ));
+    let shell = super::model::resolve_provider(settings, env).provider;
+    if shell != provider {
+        out.push(finding(
+            "provider",
+            Level::Warn,
+            format!(
+                "this shell's environment would pick {shell}, but the running worker uses {provider}: it was started with another environment (by a hook, with Claude Code's)"
+            ),
+            Some("set model.provider in the data dir's settings.json to choose one for every worker, then restart the worker".into()),
+        ));
     }
 }
 

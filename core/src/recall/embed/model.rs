@@ -261,7 +261,7 @@ fn install(
     progress: Progress,
     open: &mut dyn FnMut(&str) -> Result<Opened>,
 ) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create", dir, e))?;
+    crate::store::paths::ensure_private_dir(dir)?;
     // Every file arrives as `<name>.part` and is checked; only when all are good do they
     // replace what was there, so a failed fetch leaves the old model (or none) in place.
     let mut arrived: Vec<(PathBuf, PathBuf)> = Vec::new();
@@ -273,8 +273,7 @@ fn install(
             };
             let target = dir.join(file);
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| Error::io("cannot create", parent, e))?;
+                crate::store::paths::ensure_private_dir(parent)?;
             }
             let part = target.with_extension("part");
             arrived.push((part.clone(), target));
@@ -303,7 +302,8 @@ fn install(
     };
     let text = serde_json::to_string_pretty(&manifest)
         .map_err(|e| Error::Embedding(format!("manifest: {e}")))?;
-    std::fs::write(dir.join(MANIFEST), text)
+    crate::store::paths::create_private(&dir.join(MANIFEST))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
         .map_err(|e| Error::io("cannot write", dir.join(MANIFEST), e))?;
     // The model must load before anyone relies on it.
     Bert::load(dir).map(|_| ())
@@ -315,7 +315,8 @@ fn copy_hashing(
     total: u64,
     tick: &mut dyn FnMut(u64),
 ) -> Result<String> {
-    let mut out = std::fs::File::create(to).map_err(|e| Error::io("cannot create", to, e))?;
+    let mut out =
+        crate::store::paths::create_private(to).map_err(|e| Error::io("cannot create", to, e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut done = 0u64;

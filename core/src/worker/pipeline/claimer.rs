@@ -295,6 +295,13 @@ impl Claimer {
                     log::warn!("worker.concurrency changes take effect at the next start");
                 }
                 log::info!("settings reloaded: provider {} ({})", p.name(), p.model());
+                if let Err(e) = crate::queue::workers::uses(
+                    &mut self.conn,
+                    &self.opts.worker_id,
+                    (p.name(), p.model()),
+                ) {
+                    log::warn!("cannot record the provider in use: {e}");
+                }
                 self.policy = Policy::from_settings(&s);
                 self.provider = p;
                 self.settings = s;

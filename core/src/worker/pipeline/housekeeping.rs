@@ -133,7 +133,7 @@ impl Housekeeping {
             // the ack will be refused (fenced), storing nothing.
             log::debug!("batch {token} is no longer held by this worker");
         }
-        if let Err(e) = queue::claim::rescue(conn, RescueScope::Expired, now) {
+        if let Err(e) = queue::claim::rescue(conn, RescueScope::Expired, policy.max_attempts, now) {
             log::warn!("rescue failed: {e}");
         }
         match ingest::ingest(&self.dir, conn, settings, now) {

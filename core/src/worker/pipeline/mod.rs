@@ -101,9 +101,16 @@ pub fn run(
     }
     let writer_conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let now = now_ms();
-    workers::register(&mut conn, &opts.worker_id, std::process::id(), now)?;
+    let uses = (provider.name(), provider.model());
+    workers::register(&mut conn, &opts.worker_id, std::process::id(), uses, now)?;
     // We hold the single-instance lock: every claim not ours belongs to a dead worker.
-    queue::claim::rescue(&mut conn, RescueScope::AllBut(&opts.worker_id), now)?;
+    let max_attempts = queue::claim::Policy::from_settings(&settings).max_attempts;
+    queue::claim::rescue(
+        &mut conn,
+        RescueScope::AllBut(&opts.worker_id),
+        max_attempts,
+        now,
+    )?;
 
     let budget_spent = Arc::new(AtomicBool::new(false));
     let (work_tx, work_rx) = crossbeam_channel::bounded::<Work>(concurrency);
