@@ -201,6 +201,16 @@ impl Batch {
     pub fn ids(&self) -> Vec<i64> {
         self.jobs.iter().map(|j| j.id).collect()
     }
+    /// When the newest of the jobs `ids` happened: its event's time (`created_at` is the
+    /// hook's or the transcript's time), never when it was claimed. `None` when no job of
+    /// the batch is named.
+    pub fn happened_at(&self, ids: &[i64]) -> Option<i64> {
+        self.jobs
+            .iter()
+            .filter(|j| ids.contains(&j.id))
+            .map(|j| j.created_at)
+            .max()
+    }
     /// The jobs of this batch whose ids are in `ids`, under the same claim (to settle part
     /// of a batch: the chunks that succeeded, or the ones that did not).
     pub fn part(&self, ids: &[i64]) -> Batch {

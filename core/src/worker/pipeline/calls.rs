@@ -469,7 +469,8 @@ fn to_observation(
         content,
         source_job_ids: job_ids.to_vec(),
         origin: origin.to_string(),
-        created_at: now,
+        // A memory carries the time of what it describes, however late the worker ran.
+        created_at: batch.happened_at(job_ids).unwrap_or(now),
     }
 }
 
@@ -572,7 +573,8 @@ fn to_summary(
         files_edited: ctx.files_edited.to_vec(),
         source_job_ids: batch.ids(),
         origin: origin.to_string(),
-        created_at: now,
+        // The turn's end, as the summarize job recorded it.
+        created_at: batch.happened_at(&batch.ids()).unwrap_or(now),
     }
 }
 
@@ -613,6 +615,56 @@ mod tests {
             ]
         );
         assert!(attribute_edits(&[], &edited).is_empty());
+    }
+
+    fn job(id: i64, kind: JobKind, created_at: i64) -> queue::claim::Job {
+        queue::claim::Job {
+            id,
+            session_id: "s".into(),
+            project: "p".into(),
+            kind,
+            prompt_number: 1,
+            payload: "{}".into(),
+            attempts: 0,
+            created_at,
+        }
+    }
+
+    #[test]
+    fn memories_carry_the_time_of_their_events_not_of_the_worker() {
+        const DAY: i64 = 86_400_000;
+        let (t1, t2, now) = (
+            1_790_000_000_000,
+            1_790_000_060_000,
+            1_790_000_000_000 + 2 * DAY,
+        );
+        let batch = Batch {
+            worker: "w".into(),
+            token: 7,
+            lease_until: 0,
+            jobs: vec![
+                job(1, JobKind::Observation, t1),
+                job(2, JobKind::Observation, t2),
+            ],
+        };
+        let first = to_observation(&batch, parsed("change", "a"), vec![], &[1], "model", now);
+        assert_eq!(first.created_at, t1);
+        let both = to_observation(&batch, parsed("change", "b"), vec![], &[1, 2], "model", now);
+        assert_eq!(both.created_at, t2);
+        let turn = Batch {
+            jobs: vec![job(3, JobKind::Summarize, t2)],
+            ..batch
+        };
+        let ctx = TurnContext {
+            project: "p",
+            request: "fix it",
+            observations: &[],
+            files_read: &[],
+            files_edited: &[],
+            turn: &TurnEnd::default(),
+        };
+        let s = to_summary(&turn, &ctx, ParsedSummary::default(), "model", now);
+        assert_eq!(s.created_at, t2);
     }
 
     #[test]
