@@ -1,15 +1,21 @@
 //! cairn's library. Every decision lives here; the binaries parse arguments, load settings,
 //! call into this crate and map errors to exit codes. See ARCHITECTURE.md for the map.
 //!
-//! The folders are the pipeline's stages, and dependencies point down:
+//! The folders are the pipeline's stages, and dependencies point down (each line may use
+//! every line below it, never one above):
 //!
 //! ```text
-//! leaves (clock, error, rand, settings, text, privacy)
-//!   ← store (paths, db, lock, backup)
-//!   ← queue, memory
-//!   ← capture, worker, recall
-//!   ← mcp, ops, viewer
-//!   ← the binaries
+//! the binaries
+//!   → mcp, ops, viewer        (the viewer uses ops for status)
+//!   → worker                  (ingests the hooks' spool through capture's records)
+//!   → capture                 (renders the SessionStart context through recall)
+//!   → recall                  (reads memory; cleans what it shows through privacy)
+//!   → queue                   (job payloads; sessions are memory's)
+//!   → privacy                 (cleans memory's new observations by the capture settings)
+//!   → memory
+//!   → settings                (finds settings.json through store::paths)
+//!   → store (paths, db, lock, backup)
+//!   → leaves (clock, error, rand, text)
 //! ```
 //!
 //! Data flows capture → queue → worker → memory → recall. No two folders import each
