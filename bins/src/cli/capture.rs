@@ -206,7 +206,7 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
             let (new, changes) = install::uninstall(&current)
                 .with_context(|| format!("cannot remove hooks from {}", path.display()))?;
             if changes.changed() {
-                let written = save(ctx, path, true, &new)?;
+                let written = put_back(ctx, path, &new)?;
                 crate::cli::out::say!(
                     "removed cairn hooks from {} for {}",
                     written.display(),
@@ -226,7 +226,7 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
         let (new, changed) = install::remove_mcp(&current)
             .with_context(|| format!("cannot remove the MCP server from {}", t.mcp.display()))?;
         if changed {
-            let written = save(ctx, &t.mcp, true, &new)?;
+            let written = put_back(ctx, &t.mcp, &new)?;
             crate::cli::out::say!(
                 "removed the MCP server \"{}\" from {}",
                 install::MCP_NAME,
@@ -247,15 +247,10 @@ fn save(ctx: &Ctx, path: &Path, existed: bool, value: &Value) -> anyhow::Result<
     let dir = path.parent().context("settings path has no parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut mode = 0o600;
+    let backups = backups_dir(ctx)?;
+    let name = backup_name(path);
     if existed {
         let stamp = cairn_core::clock::iso_utc(cairn_core::clock::now_ms()).replace([':', '-'], "");
-        let backups = ctx.data_dir.root().join("install-backups");
-        ctx.data_dir.ensure_sub(&backups)?;
-        let name = path
-            .display()
-            .to_string()
-            .trim_start_matches('/')
-            .replace('/', "%");
         let mut b = backups.join(format!("{name}.cairn-backup-{stamp}"));
         let mut n = 1;
         while b.exists() {
@@ -271,10 +266,91 @@ fn save(ctx: &Ctx, path: &Path, existed: bool, value: &Value) -> anyhow::Result<
     }
     let mut text = serde_json::to_string_pretty(value).context("cannot encode settings")?;
     text.push('\n');
+    write_atomically(path, text.as_bytes(), mode)?;
+    if !existed {
+        // So that uninstall deletes the file instead of leaving an empty document.
+        let marker = backups.join(format!("{name}{CREATED}"));
+        cairn_core::store::paths::create_private(&marker)
+            .with_context(|| format!("cannot write {}", marker.display()))?;
+    }
+    Ok(path.clone())
+}
+
+/// The suffix of the note, beside the backups, that install created a file that did not
+/// exist before.
+const CREATED: &str = ".cairn-created";
+
+/// `install-backups/` in the data dir, owner-only.
+fn backups_dir(ctx: &Ctx) -> anyhow::Result<PathBuf> {
+    let backups = ctx.data_dir.root().join("install-backups");
+    ctx.data_dir.ensure_sub(&backups)?;
+    Ok(backups)
+}
+
+/// A file's name among the backups: its whole real path, `/` as `%`.
+fn backup_name(real: &Path) -> String {
+    real.display()
+        .to_string()
+        .trim_start_matches('/')
+        .replace('/', "%")
+}
+
+/// Writes what uninstall leaves of a settings file, as it was before cairn came: deleted
+/// when install created it and nothing else is in it now; else, byte for byte, the newest
+/// backup that holds exactly `value` (the file before install, its formatting kept);
+/// else `value` (someone changed the file since), through [`save`].
+fn put_back(ctx: &Ctx, path: &Path, value: &Value) -> anyhow::Result<PathBuf> {
+    let real = real_path(path);
+    let backups = backups_dir(ctx)?;
+    let name = backup_name(&real);
+    let marker = backups.join(format!("{name}{CREATED}"));
+    let empty = value.as_object().is_some_and(|m| m.is_empty());
+    if empty && marker.exists() {
+        std::fs::remove_file(&real).with_context(|| format!("cannot remove {}", real.display()))?;
+        let _ = std::fs::remove_file(&marker);
+        crate::cli::out::say!("removed {}: cairn install had created it", real.display());
+        return Ok(real);
+    }
+    let mut earlier: Vec<PathBuf> = std::fs::read_dir(&backups)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("{name}.cairn-backup-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // Newest first: the stamp sorts by time, a `-n` suffix after it.
+    earlier.sort_by(|a, b| b.cmp(a));
+    let same = earlier.into_iter().find_map(|b| {
+        let bytes = std::fs::read(&b).ok()?;
+        let v: Value = serde_json::from_slice(&bytes).ok()?;
+        (&v == value).then_some((b, bytes))
+    });
+    let written = save(ctx, path, true, value)?;
+    if let Some((backup, bytes)) = same {
+        let mode = std::fs::metadata(&written)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0o600);
+        write_atomically(&written, &bytes, mode)?;
+        crate::cli::out::say!(
+            "{} is back as it was before cairn install (from {})",
+            written.display(),
+            backup.display()
+        );
+    }
+    Ok(written)
+}
+
+/// Replaces `path` with `bytes` (temp file + rename, mode `mode`).
+fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    let dir = path.parent().context("settings path has no parent")?;
     let tmp = dir.join(format!(".{}.cairn-tmp", std::process::id()));
     let write = || -> std::io::Result<()> {
         let mut f = cairn_core::store::paths::create_private(&tmp)?;
-        f.write_all(text.as_bytes())?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
         std::fs::rename(&tmp, path)
@@ -283,7 +359,7 @@ fn save(ctx: &Ctx, path: &Path, existed: bool, value: &Value) -> anyhow::Result<
         let _ = std::fs::remove_file(&tmp);
         return Err(e).with_context(|| format!("cannot write {}", path.display()));
     }
-    Ok(path.clone())
+    Ok(())
 }
 
 /// The file `path` names, through any symlinks (also one whose target does not exist
