@@ -183,6 +183,38 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
             .any(|t| t.starts_with("mcp__") && t.contains("cairn"))
     };
 
+    // The build the launcher is about to run, run once beforehand with the same command,
+    // toolchain and target directory: `cargo install` resolves features for the `cairn`
+    // package alone, so on a fresh checkout its dependencies differ from the test build's
+    // and take minutes, longer than Claude Code waits for an MCP server. With this, the
+    // launcher's own `cargo install` finds everything up to date, as it would on a
+    // developer's machine that built cairn before; the path it takes is the same.
+    let warm = env.tmp.path().join("warm-build");
+    let mut build = Command::new(&cargo);
+    build
+        .args([
+            "install",
+            "--locked",
+            "--force",
+            "--profile",
+            "dev",
+            "--path",
+        ])
+        .arg(repo().join("bins"))
+        .arg("--root")
+        .arg(&warm)
+        .env_clear()
+        .stdin(Stdio::null());
+    for (k, v) in &vars {
+        build.env(k, v);
+    }
+    let out = build.output().expect("cargo install");
+    assert!(
+        out.status.success(),
+        "warming the build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     cli(&[
         "plugin",
         "marketplace",
