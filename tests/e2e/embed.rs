@@ -395,10 +395,17 @@ fn fetch_checks_every_file_and_keeps_nothing_bad() {
     assert!(!installed.join("tokenizer.json").exists());
     assert_eq!(status_json(&env)["model"], Value::Null);
 
-    // No server at all: a clear error, nothing installed.
+    // No server at all: a clear error, nothing installed, and the way to install the
+    // files obtained another way.
     let o = fetch_from(&env, "http://127.0.0.1:9");
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("cannot download"), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("cannot download"), "{err}");
+    assert!(err.contains("cairn embed --from DIR"), "{err}");
+    for file in ["config.json", "tokenizer.json", "model.safetensors"] {
+        assert!(err.contains(file), "{file}: {err}");
+    }
+    assert!(!installed.join("model.safetensors").exists());
 
     // The real files: installed, checked, and every memory embedded.
     let url = serve_model(&model, None);

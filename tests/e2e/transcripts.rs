@@ -90,20 +90,16 @@ fn import_reports_the_cost_first_asks_and_adds_nothing_twice() {
         &env,
         &["import", "transcripts", "--yes", "--project", "acme-*"],
     );
-    assert!(
-        stdout(&o).contains("imported 0 events (7 already there"),
-        "{}",
-        stdout(&o)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("already in memory: 7 events"), "{text}");
+    assert!(text.contains("nothing to import"), "{text}");
     let o = cairn(
         &env,
         &["import", "transcripts", "--yes", "--project", "other"],
     );
-    assert!(
-        stdout(&o).contains("imported 0 events (0 already there"),
-        "{}",
-        stdout(&o)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("nothing to import"), "{}", stdout(&o));
     assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 5);
 
     // The worker summarises the turn once, under its own prompt.
@@ -119,6 +115,103 @@ fn import_reports_the_cost_first_asks_and_adds_nothing_twice() {
         env.count("SELECT count(*) FROM pending_messages WHERE status <> 'done'"),
         0
     );
+}
+
+#[test]
+fn import_says_why_turns_are_open_and_nothing_to_import_is_success() {
+    let env = TestEnv::new();
+    // A session written to a minute ago: it may still be going.
+    let path = put(&env, SID, &sample());
+    std::fs::File::options()
+        .append(true)
+        .open(&path)
+        .expect("open")
+        .set_modified(SystemTime::now() - Duration::from_secs(60))
+        .expect("mtime");
+
+    let o = cairn(&env, &["import", "transcripts", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("acme-api"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols, ["acme-api", "1", "0", "4", "4"], "{text}");
+    // The 0 turns are explained: how many are open, why, and when they are imported.
+    assert!(text.contains("1 turn is still open"), "{text}");
+    assert!(text.contains("changed in the last 10 minutes"), "{text}");
+    assert!(text.contains("An import from 20"), "{text}");
+    assert!(text.contains(" UTC includes it"), "{text}");
+
+    // Everything already in memory, no terminal and no --yes: a success saying so.
+    let o = cairn(&env, &["import", "transcripts", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = cairn(&env, &["import", "transcripts"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("nothing to import"), "{text}");
+    assert!(text.contains("1 turn is still open"), "{text}");
+    assert!(!stderr(&o).contains("confirmation"), "{}", stderr(&o));
+    // No transcripts matching at all: the same.
+    let o = cairn(&env, &["import", "transcripts", "--project", "other"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("nothing to import"), "{}", stdout(&o));
+}
+
+#[test]
+fn the_estimate_counts_the_subscription_of_a_logged_in_claude() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    put(&env, SID, &sample());
+    // A `claude` on PATH, logged in, that must never be asked for a completion.
+    let bin = env.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let claude = bin.join("claude");
+    let asked = env.tmp.path().join("asked");
+    std::fs::write(
+        &claude,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = auth ] && {{ echo '{{\"loggedIn\": true}}'; exit 0; }}\ntouch {}\nexit 1\n",
+            asked.display()
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for provider in ["auto", "claude-cli"] {
+        let mut c = env.cmd("cairn");
+        c.args(["import", "transcripts", "--dry-run"])
+            .env("PATH", &path)
+            .env("CAIRN_MODEL__PROVIDER", provider);
+        let o = crate::support::run_with_stdin(c, b"");
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = stdout(&o);
+        assert!(!text.contains("no model calls"), "{provider}: {text}");
+        assert!(
+            text.contains("cost: about 2 model calls and "),
+            "{provider}: {text}"
+        );
+        assert!(text.contains("with claude-cli"), "{provider}: {text}");
+        assert!(
+            text.contains("your Claude subscription's usage limits"),
+            "{provider}: {text}"
+        );
+        let mut c = env.cmd("cairn");
+        c.args(["import", "transcripts", "--dry-run", "--json"])
+            .env("PATH", &path)
+            .env("CAIRN_MODEL__PROVIDER", provider);
+        let o = crate::support::run_with_stdin(c, b"");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["provider"], "claude-cli", "{v}");
+        assert_eq!(v["estimated_model_calls"], 2, "{v}");
+        assert!(v["estimated_input_tokens"].as_u64().expect("tokens") > 1000);
+    }
+    assert!(!asked.exists(), "an estimate spends nothing");
 }
 
 #[test]

@@ -30,25 +30,24 @@ pub struct Args<'a> {
 /// it).
 const QUIET_MS: i64 = 10 * 60_000;
 
-/// The settings with `model.provider = auto` resolved as the worker resolves it (an API
-/// key in the environment: anthropic; none: the offline extractor), for the estimate.
-fn effective(settings: &cairn_core::settings::Settings) -> cairn_core::settings::Settings {
+/// The settings with `model.provider` resolved as the worker resolves it (`auto`: an API
+/// key, else a logged-in `claude` CLI, else the offline extractor), and why, for the
+/// estimate.
+fn effective(
+    settings: &cairn_core::settings::Settings,
+) -> (cairn_core::settings::Settings, String) {
+    let env = |k: &str| std::env::var(k).ok();
+    let r = cairn_core::worker::model::resolve(&settings.model, &env);
     let mut s = settings.clone();
-    if s.model.provider == "auto" {
-        let var = if s.model.api_key_env.is_empty() {
-            "ANTHROPIC_API_KEY"
-        } else {
-            s.model.api_key_env.as_str()
-        };
-        let key = std::env::var(var).is_ok_and(|k| !k.trim().is_empty());
-        s.model.provider = if key { "anthropic" } else { "offline" }.into();
+    if r.provider != "unknown" {
+        s.model.provider = r.provider.into();
     }
-    s
+    (s, r.why)
 }
 
 pub fn import(ctx: &Ctx, args: &Args) -> anyhow::Result<u8> {
     let sources = find(args)?;
-    let resolved = effective(ctx.settings());
+    let (resolved, why) = effective(ctx.settings());
     let settings = &resolved;
     let now = clock::now_ms();
     let total: u64 = sources.iter().map(|s| s.size).sum();
@@ -84,10 +83,20 @@ pub fn import(ctx: &Ctx, args: &Args) -> anyhow::Result<u8> {
         return Ok(exit::OK);
     }
     let mut o = String::new();
-    describe_plan(&mut o, &plan, settings, calls, tokens);
+    describe_plan(&mut o, &plan, settings, &why, calls, tokens);
     let new = plan.total();
-    if new.new_jobs == 0 && new.prompts <= new.existing {
+    let nothing = new.new_jobs == 0 && new.prompts <= new.existing;
+    if nothing {
         outln!(o, "nothing to import");
+    }
+    if nothing && !args.dry_run {
+        // Nothing to confirm: a success, whatever the terminal.
+        if args.json {
+            print_json(&plan)?;
+        } else {
+            emit(&o)?;
+        }
+        return Ok(exit::OK);
     }
     if args.dry_run {
         outln!(o, "dry run: nothing was written");
@@ -157,6 +166,7 @@ fn describe_plan(
     o: &mut String,
     plan: &Report,
     settings: &cairn_core::settings::Settings,
+    why: &str,
     calls: u64,
     tokens: u64,
 ) {
@@ -212,22 +222,50 @@ fn describe_plan(
             s.oversized_lines
         );
     }
+    if t.open_turns > 0 {
+        let when = plan
+            .open_until
+            .map(|t| format!(" from {} UTC", clock::minute_utc(t)))
+            .unwrap_or_default();
+        let (n, file, it) = if t.open_turns == 1 {
+            ("1 turn is".to_string(), "its transcript", "it")
+        } else {
+            (
+                format!("{} turns are", t.open_turns),
+                "their transcripts",
+                "them",
+            )
+        };
+        outln!(
+            o,
+            "{n} still open: {file} changed in the last {} minutes, so the session may still \
+             be going; a turn's end and summary are not counted yet. An import{when} \
+             includes {it} (and the worker does, once a session it captured is over)",
+            QUIET_MS / 60_000
+        );
+    }
     if calls == 0 {
         outln!(
             o,
-            "cost: no model calls (provider {}: the offline extractor)",
+            "cost: no model calls (provider {}: the offline extractor; {why})",
             settings.model.provider
         );
     } else {
         let budget = settings.model.daily_token_budget;
+        let cli = settings.model.provider == "claude-cli";
         outln!(
             o,
-            "cost: about {calls} model calls and {tokens} input tokens with {}{}{}",
+            "cost: about {calls} model calls and {tokens} input tokens with {}{} ({why}){}{}",
             settings.model.provider,
             if settings.model.model.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", settings.model.model)
+                format!(" {}", settings.model.model)
+            },
+            if cli {
+                ", spent from your Claude subscription's usage limits"
+            } else {
+                ""
             },
             if budget > 0 {
                 format!(

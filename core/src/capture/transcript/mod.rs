@@ -154,6 +154,12 @@ impl SessionEvents {
         s
     }
 
+    /// True once every event was read and the session's last turn is left open (the
+    /// session was not read as finished).
+    pub fn left_open(&self) -> bool {
+        self.main.left_open()
+    }
+
     fn open_agent(&mut self, agent: Agent) {
         let Some(id) = agent.agent_id.as_deref() else {
             return;
@@ -241,6 +247,9 @@ pub struct Counts {
     pub new_chars: u64,
     /// Estimated model calls for the new jobs.
     pub model_calls: u64,
+    /// Turns left open: their transcript changed within `Options::quiet_ms`, so the
+    /// session may still be writing them; their end (and summary) is not counted.
+    pub open_turns: u64,
 }
 
 impl Counts {
@@ -254,6 +263,7 @@ impl Counts {
         self.new_jobs += o.new_jobs;
         self.new_chars += o.new_chars;
         self.model_calls += o.model_calls;
+        self.open_turns += o.open_turns;
     }
 }
 
@@ -268,6 +278,10 @@ pub struct Report {
     /// Rows written: prompts added and jobs queued.
     pub added: u64,
     pub stats: Stats,
+    /// When the last transcript holding an open turn will have been quiet for
+    /// `Options::quiet_ms` (ms since the epoch): an import from then on reads its turn as
+    /// finished.
+    pub open_until: Option<i64>,
 }
 
 impl Report {
@@ -379,6 +393,8 @@ fn import_one(
     let mut batch: Vec<Record> = Vec::with_capacity(WRITE_BATCH);
     let mut reported = 0u64;
     let mut n = 0u64;
+    // The project of the last event counted, for a turn left open at the end.
+    let mut last_project: Option<String> = None;
     while let Some(Timed { at, event }) = events.next() {
         n += 1;
         if n.is_multiple_of(1024) {
@@ -414,6 +430,7 @@ fn import_one(
             report.not_captured += 1;
             continue;
         };
+        last_project = Some(project.clone());
         let counts = report.projects.entry(project.clone()).or_default();
         let sid = rec.session_id.clone();
         let session = sessions_seen.entry(sid).or_insert_with(|| {
@@ -442,6 +459,13 @@ fn import_one(
     }
     if !batch.is_empty() {
         write_batch(conn, &mut batch, settings, report, &mut sessions_seen)?;
+    }
+    if events.left_open()
+        && let Some(p) = last_project
+    {
+        report.projects.entry(p).or_default().open_turns += 1;
+        let until = src.mtime_ms + opts.quiet_ms;
+        report.open_until = Some(report.open_until.map_or(until, |u| u.max(until)));
     }
     let stats = events.stats();
     progress(stats.bytes.saturating_sub(reported));

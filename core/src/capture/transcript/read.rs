@@ -635,6 +635,12 @@ impl<R: BufRead> Reader<R> {
         });
     }
 
+    /// True when the whole source was read without finishing it, and its last turn is
+    /// left open (no turn end emitted: a later read of the finished session emits it).
+    pub fn left_open(&self) -> bool {
+        self.done && !self.finished && self.agent.is_none() && self.turn.is_some()
+    }
+
     fn end_turn(&mut self) {
         if let Some(t) = self.turn.take() {
             self.out.push_back(Timed {

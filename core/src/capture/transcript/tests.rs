@@ -433,6 +433,40 @@ fn captured_live_then_imported_stores_nothing_twice() {
 }
 
 #[test]
+fn a_plan_counts_the_turns_left_open_and_says_when_they_close() {
+    let (tmp, dd, s) = env();
+    let text = std::fs::read_to_string(fixture("transcript.sample.jsonl")).expect("sample");
+    let src = write_transcript(tmp.path(), SAMPLE_SID, &text);
+    let mut c = conn(&dd);
+    let plan = |c: &mut Connection, now: i64| {
+        import(
+            c,
+            std::slice::from_ref(&src),
+            &s,
+            &Options {
+                dry_run: true,
+                mark_ended: true,
+                quiet_ms: 600_000,
+                ..Options::default()
+            },
+            now,
+            &mut |_| {},
+        )
+        .expect("plan")
+    };
+    // Written a minute ago: the turn is open, its end and summary not counted.
+    let recent = plan(&mut c, src.mtime_ms + 60_000);
+    let t = recent.total();
+    assert_eq!((t.turns, t.open_turns, t.new_jobs), (0, 1, 4), "{t:?}");
+    assert_eq!(recent.open_until, Some(src.mtime_ms + 600_000));
+    // Quiet long enough: the turn is read to its end.
+    let quiet = plan(&mut c, src.mtime_ms + 600_000);
+    let t = quiet.total();
+    assert_eq!((t.turns, t.open_turns, t.new_jobs), (1, 0, 5), "{t:?}");
+    assert_eq!(quiet.open_until, None);
+}
+
+#[test]
 fn importing_twice_adds_nothing_and_keeps_real_times() {
     let (tmp, dd, s) = env();
     let text = std::fs::read_to_string(fixture("transcript.sample.jsonl")).expect("sample");

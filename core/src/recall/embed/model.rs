@@ -214,14 +214,15 @@ pub fn fetch(base_url: &str, dir: &Path, progress: Progress) -> Result<()> {
         let resp = agent
             .get(&url)
             .call()
-            .map_err(|e| Error::Embedding(format!("cannot download {url}: {e}")))?;
+            .map_err(|e| Error::Embedding(format!("cannot download {url}: {e}{}", from_hint())))?;
         let status = resp.status().as_u16();
         if status == 404 && OPTIONAL_FILES.contains(&file) {
             return Ok(None);
         }
         if status != 200 {
             return Err(Error::Embedding(format!(
-                "cannot download {url}: HTTP {status}"
+                "cannot download {url}: HTTP {status}{}",
+                from_hint()
             )));
         }
         let total = resp
@@ -233,6 +234,17 @@ pub fn fetch(base_url: &str, dir: &Path, progress: Progress) -> Result<()> {
         let reader: Box<dyn Read> = Box::new(resp.into_body().into_reader());
         Ok(Some((reader, total)))
     })
+}
+
+/// What a failed download adds: how to install the files obtained another way.
+fn from_hint() -> String {
+    format!(
+        "; with files obtained another way (another machine, a mirror of \
+         sentence-transformers/{DEFAULT_MODEL}), run `cairn embed --from DIR`, DIR holding {} \
+         (and optionally {})",
+        REQUIRED_FILES.join(", "),
+        OPTIONAL_FILES.join(", ")
+    )
 }
 
 /// Copies the model's files from `source` (a directory holding them) into `dir`.
