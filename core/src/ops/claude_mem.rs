@@ -394,7 +394,7 @@ pub fn import(conn: &mut Connection, source: &Path, now: i64) -> Result<Report> 
                     b.lines()
                         .map(str::trim)
                         .find(|l| !l.is_empty())
-                        .map(|l| l.chars().take(120).collect())
+                        .map(|l| crate::text::head(l, 120, crate::text::Unit::Chars).to_string())
                 })
             });
         let Some(title) = title else {

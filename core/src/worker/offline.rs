@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::memory::rows::ObservationContent;
 use crate::queue::payload::ToolEvent;
+use crate::text;
 use crate::worker::parse::{ParsedObservation, ParsedSummary};
 use crate::worker::prompt::cap;
 
@@ -217,9 +218,7 @@ fn short(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         return s.to_string();
     }
-    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
-    out.push('…');
-    out
+    format!("{}…", text::head(s, n.saturating_sub(1), text::Unit::Chars))
 }
 
 /// How an edit touched a definition.

@@ -15,6 +15,7 @@ use quick_xml::Reader;
 use quick_xml::events::{BytesStart, Event};
 
 use crate::memory::rows::ObservationContent;
+use crate::text;
 
 /// The explicit "nothing worth recording" answer the prompt asks for.
 pub const EMPTY_ANSWER: &str = "<none/>";
@@ -511,14 +512,12 @@ fn clean(s: &str) -> String {
 /// The first `max` characters of `s`, cut at a word boundary when possible.
 fn first_words(s: &str, max: usize) -> String {
     let s = s.trim();
-    match s.char_indices().nth(max) {
-        None => s.to_string(),
-        Some((cut, _)) => {
-            let head = &s[..cut];
-            let head = head.rsplit_once(' ').map_or(head, |(h, _)| h);
-            format!("{}…", head.trim_end())
-        }
+    let head = text::head(s, max, text::Unit::Chars);
+    if head.len() == s.len() {
+        return s.to_string();
     }
+    let head = head.rsplit_once(' ').map_or(head, |(h, _)| h);
+    format!("{}…", head.trim_end())
 }
 
 #[cfg(test)]

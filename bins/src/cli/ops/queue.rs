@@ -3,6 +3,7 @@
 use cairn_core::clock;
 use cairn_core::queue;
 use cairn_core::queue::stats::ListFilter;
+use cairn_core::text;
 
 use super::{QueueCommand, emit, one_line, open, outln, print_json};
 use crate::cli::Ctx;
@@ -44,7 +45,7 @@ pub fn queue(ctx: &Ctx, cmd: &QueueCommand) -> anyhow::Result<u8> {
                 };
                 let session = |id: &str| match width {
                     Some(w) if w < 120 && id.chars().count() > 9 => {
-                        format!("{}…", id.chars().take(8).collect::<String>())
+                        format!("{}…", text::head(id, 8, text::Unit::Chars))
                     }
                     _ => id.to_string(),
                 };

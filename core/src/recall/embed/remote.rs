@@ -59,7 +59,7 @@ impl Remote {
             .read_to_string()
             .map_err(|e| fail(e.to_string()))?;
         if status != 200 {
-            let short: String = text.chars().take(300).collect();
+            let short = crate::text::head(&text, 300, crate::text::Unit::Chars);
             return Err(fail(format!("HTTP {status}: {}", short.trim())));
         }
         let v: Value = serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
