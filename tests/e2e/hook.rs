@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{TestEnv, hook_fixture, run_with_stdin, stderr, stdout};
+use crate::support::{TestEnv, hook_fixture, run_with_stdin, session_end_that_ran, stderr, stdout};
 
 const PLAIN: &str = r#"{"continue":true,"suppressOutput":true}"#;
 const SESSION: &str = "4268b601-cbcd-45ac-b3f1-4f61c888c668";
@@ -335,7 +335,7 @@ fn a_stdin_that_never_closes_does_not_hang_the_hook() {
     let mut child = c.spawn().expect("spawn");
     let mut stdin = child.stdin.take().expect("stdin");
     stdin
-        .write_all(hook_fixture("SessionEnd.json").as_bytes())
+        .write_all(session_end_that_ran(env.tmp.path()).as_bytes())
         .expect("write");
     let out = child.wait_with_output().expect("output");
     drop(stdin);
@@ -640,7 +640,7 @@ fn the_worker_is_autostarted_once_detached() {
 #[test]
 fn an_event_name_on_the_command_line_serves_payloads_without_one() {
     let env = TestEnv::new();
-    let mut v: Value = serde_json::from_str(&hook_fixture("SessionEnd.json")).expect("json");
+    let mut v: Value = serde_json::from_str(&session_end_that_ran(env.tmp.path())).expect("json");
     v.as_object_mut().expect("object").remove("hook_event_name");
     let out = env.run("cairn-hook", &["SessionEnd"], v.to_string().as_bytes());
     assert_eq!(out.status.code(), Some(0));

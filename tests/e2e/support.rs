@@ -27,6 +27,18 @@ pub fn hook_fixture(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
+/// The real `SessionEnd` payload, its `transcript_path` pointing at a transcript that
+/// exists (in `dir`): the session ran. An end with no transcript behind it (what `claude
+/// mcp list` sends) ends only a session cairn already knows.
+pub fn session_end_that_ran(dir: &Path) -> String {
+    let transcript = dir.join("ran.jsonl");
+    std::fs::write(&transcript, "{}\n").expect("transcript");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&hook_fixture("SessionEnd.json")).expect("json");
+    v["transcript_path"] = transcript.display().to_string().into();
+    v.to_string()
+}
+
 /// A temp dir holding a data dir that does not exist yet, removed on drop.
 pub struct TestEnv {
     pub tmp: tempfile::TempDir,

@@ -190,13 +190,27 @@ pub fn handle_with(
         );
         return plain(Stored::Nothing);
     }
-    let Some(record) = prepare(&event, &project, &cwd, &settings.capture, now) else {
+    let Some(mut record) = prepare(&event, &project, &cwd, &settings.capture, now) else {
         log::debug!(
             "{} skipped (capture.skip_tools or cairn's own tool)",
             event.name()
         );
         return plain(Stored::Nothing);
     };
+    if let (
+        Event::SessionEnd {
+            transcript_path, ..
+        },
+        Action::End { if_known, .. },
+    ) = (&event, &mut record.action)
+    {
+        // No transcript, nothing ever ran (`claude mcp list` ends a session it never
+        // started): end a session cairn knows, create none. With a transcript, an unknown
+        // session is kept for reconciliation to fill in.
+        *if_known = transcript_path
+            .as_deref()
+            .is_some_and(|p| !std::path::Path::new(p).exists());
+    }
 
     let mut conn = None;
     let stored = match connect().and_then(|mut c| {
@@ -525,6 +539,49 @@ mod tests {
             replay(&mut conn, &s, &[ok, cut]).expect("replay"),
             vec![Replayed::Unknown { id: ok }, Replayed::Cut { id: cut }]
         );
+    }
+
+    #[test]
+    fn an_end_with_no_transcript_behind_it_creates_no_session() {
+        let (t, dd) = env();
+        let s = settings();
+        let end = |sid: &str, transcript: &std::path::Path| {
+            format!(
+                r#"{{"hook_event_name":"SessionEnd","session_id":"{sid}","cwd":"/nowhere/acme-api","reason":"other","transcript_path":"{}"}}"#,
+                transcript.display()
+            )
+        };
+        // `claude mcp list`: an end for a session that never ran; its transcript was never
+        // written.
+        let never = t.path().join("never.jsonl");
+        assert_eq!(
+            run(&dd, &s, &end("listing", &never), 1).stored,
+            Stored::Database
+        );
+        let conn = open_for_hook(&dd, &s).expect("open");
+        assert_eq!(q(&conn, "SELECT count(*) FROM sessions"), 0);
+        // A session that ran, unseen by cairn: kept, for reconciliation to fill in.
+        let ran = t.path().join("ran.jsonl");
+        std::fs::write(&ran, "{}\n").expect("transcript");
+        run(&dd, &s, &end("unseen", &ran), 2);
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT count(*) FROM sessions WHERE session_id = 'unseen' AND status = 'ended'"
+            ),
+            1
+        );
+        // A session cairn knows is ended, whatever became of its transcript.
+        run(&dd, &s, &ev("SessionStart", r#","source":"startup""#), 3);
+        run(&dd, &s, &end(SID, &never), 4);
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT count(*) FROM sessions WHERE session_id = 's1' AND status = 'ended'"
+            ),
+            1
+        );
+        assert_eq!(q(&conn, "SELECT count(*) FROM sessions"), 2);
     }
 
     const SID: &str = "s1";

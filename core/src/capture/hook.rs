@@ -104,6 +104,8 @@ pub struct Wire {
     pub last_assistant_message: Option<Value>,
     /// SessionEnd.
     pub reason: Option<Value>,
+    /// Every event; cairn reads it for SessionEnd only.
+    pub transcript_path: Option<Value>,
 }
 
 /// Longest identifier kept (`session_id`, `tool_use_id`, `prompt_id`, `agent_id`, and
@@ -272,6 +274,8 @@ pub enum Event {
     SessionEnd {
         common: Common,
         reason: String,
+        /// The session's transcript, when Claude Code named one.
+        transcript_path: Option<String>,
     },
 }
 
@@ -455,6 +459,9 @@ pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeErro
         },
         EventName::SessionEnd => Event::SessionEnd {
             reason: f.text("reason", wire.reason).map(id).unwrap_or_default(),
+            transcript_path: f
+                .text("transcript_path", wire.transcript_path)
+                .map(|p| cap_id(p, MAX_PATH_BYTES)),
             common,
         },
         _ => return Err(DecodeError::NotCaptured(raw_name)),

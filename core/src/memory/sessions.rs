@@ -90,12 +90,20 @@ pub fn start(tx: &Transaction, session_id: &str, project: &str, cwd: &str, now: 
 /// Marks a session ended (creating its row if this is the first event seen of it).
 pub fn end(tx: &Transaction, session_id: &str, project: &str, cwd: &str, now: i64) -> Result<()> {
     ensure(tx, session_id, project, cwd, now)?;
-    tx.prepare_cached(
-        "UPDATE sessions SET status = 'ended', ended_at = ?2, updated_at = max(updated_at, ?2)
-         WHERE session_id = ?1",
-    )?
-    .execute(params![session_id, now])?;
+    end_if_known(tx, session_id, now)?;
     Ok(())
+}
+
+/// Ends the session when it has a row; a session cairn never saw stays unknown. Whether
+/// there was one to end.
+pub fn end_if_known(tx: &Transaction, session_id: &str, now: i64) -> Result<bool> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE sessions SET status = 'ended', ended_at = ?2, updated_at = max(updated_at, ?2)
+             WHERE session_id = ?1",
+        )?
+        .execute(params![session_id, now])?;
+    Ok(n > 0)
 }
 
 /// A user prompt to record.

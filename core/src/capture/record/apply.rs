@@ -50,6 +50,10 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
             sessions::ensure(tx, sid, project, cwd, at)?;
             Ok(Applied::Session)
         }
+        Action::End { if_known: true, .. } => {
+            sessions::end_if_known(tx, sid, at)?;
+            Ok(Applied::Session)
+        }
         Action::End { .. } => {
             sessions::end(tx, sid, project, cwd, at)?;
             Ok(Applied::Session)

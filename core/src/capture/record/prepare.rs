@@ -94,6 +94,7 @@ pub fn prepare(
         }),
         Event::SessionEnd { reason, .. } => Action::End {
             reason: reason.clone(),
+            if_known: false,
         },
     };
     Some(Record {

@@ -66,6 +66,12 @@ pub enum Action {
     Tool(ToolEvent),
     /// A `summarize` job.
     TurnEnd(TurnEnd),
-    /// `SessionEnd`.
-    End { reason: String },
+    /// `SessionEnd`. With `if_known`, it only ends a session cairn has a row of: an end
+    /// with no transcript behind it (what `claude mcp list` sends for a session that never
+    /// ran) creates nothing.
+    End {
+        reason: String,
+        #[serde(default)]
+        if_known: bool,
+    },
 }

@@ -674,6 +674,7 @@ impl<R: BufRead> Reader<R> {
                         ignored: Vec::new(),
                     },
                     reason: "transcript".to_string(),
+                    transcript_path: None,
                 },
             });
         }
