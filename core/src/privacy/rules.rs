@@ -177,7 +177,12 @@ pub static EXTRA: [Rule; 10] = [
                 r"^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$",
                 r"^<[^>]*>$",
                 r"^\[REDACTED",
-                r"^(?:true|false|null|none|undefined)$",
+                r"(?i)^(?:true|false|null|none|nil|undefined)$",
+                // Code, not a value: a call, an index, a dotted path, a macro variable.
+                r"[(\[]",
+                r"^[A-Za-z_][A-Za-z0-9_:]*<",
+                r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$",
+                r"^\$",
             ],
             stopwords: "",
         }],
