@@ -238,6 +238,8 @@ struct Found {
     key_material: bool,
     /// A field ended in a token's known prefix with too little after it to be one.
     split_prefix: bool,
+    /// Those token heads.
+    pieces: Vec<String>,
 }
 
 /// Copies shorter than this are not hunted for elsewhere (a short password is redacted
@@ -279,12 +281,21 @@ impl Found {
         });
         if cut {
             self.split_prefix = true;
-            self.secrets.push(last.to_string());
+            self.pieces.push(last.to_string());
         }
     }
 
     fn ready(mut self) -> Ready {
-        self.secrets.retain(|s| s.len() >= MIN_COPY);
+        // Only what surely is a secret is hunted for elsewhere: a doubtful finding removed
+        // from every field would multiply a false positive.
+        self.secrets.retain(|s| {
+            s.len() >= MIN_COPY
+                && !s.contains(char::is_whitespace)
+                && !rules::code_like(s)
+                && s.len() >= 8
+                && rules::entropy(s.as_bytes()) >= 3.0
+        });
+        self.secrets.append(&mut self.pieces);
         self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         self.secrets.dedup();
         Ready(self)
@@ -934,7 +945,14 @@ fn looks_like_secret(v: &str, quoted: bool) -> bool {
         if v.contains(['<', '>', '(', '{']) || v.contains("::") {
             return false;
         }
-    } else if v.len() < 4 {
+    } else if v.len() < 4
+        || (v.contains('{') && v.contains('}'))
+        || v.contains("%s")
+        || v.contains("%(")
+    {
+        return false;
+    }
+    if rules::code_like(v) || ident(v) && v.contains('_') && !quoted {
         return false;
     }
     true
