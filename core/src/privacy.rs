@@ -4,9 +4,12 @@
 //! Order: tags are stripped first, then secrets redacted, then the field capped, so a cut
 //! never splits a secret into an unrecognisable (and so unredacted) half.
 //!
-//! Invariants: pure; never panics on any input (property-tested); an unclosed `<private>`
-//! hides everything after it, and a `</private>` with no opening hides everything before
-//! it, so a span cut in half by Claude Code leaks nothing; a capped field is at most
+//! Invariants: pure; never panics on any input (property-tested); what a whole
+//! `<private>…</private>` span holds never survives, while a tag that opens or closes no
+//! span, or is quoted (`` `<private>` ``, `"<private>"`), is text: code and notes that
+//! mention the tags are kept whole; a secret found in one field of an event is removed from
+//! all of them ([`Privacy::values`]); a value assigned to a secret-named key is redacted
+//! only when it looks like a secret, not code; a capped field is at most
 //! `max_field_bytes` long (or [`MARKER_MAX`] when the limit is smaller than the marker) and
 //! says how many bytes were cut.
 
@@ -290,6 +293,7 @@ impl Found {
         // from every field would multiply a false positive.
         self.secrets.retain(|s| {
             s.len() >= MIN_COPY
+                && s.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
                 && !s.contains(char::is_whitespace)
                 && !rules::code_like(s)
                 && s.len() >= 8
@@ -913,7 +917,8 @@ fn looks_like_secret(v: &str, quoted: bool) -> bool {
     {
         return false;
     }
-    if v.contains(char::is_whitespace) {
+    // Prose, or code with escapes (`"…: true\r\nHost: …"`).
+    if v.contains(char::is_whitespace) || !quoted && v.contains('\\') {
         return false;
     }
     let ident = |t: &str| {
