@@ -362,7 +362,12 @@ pub fn code_like(s: &str) -> bool {
                 || w.bytes()
                     .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
         });
-    s.contains("::") || s.starts_with(':') || s.contains(['(', ')']) || dotted || snake
+    s.contains("::")
+        || s.contains("->")
+        || s.starts_with(':')
+        || s.contains(['(', ')'])
+        || dotted
+        || snake
 }
 
 /// Shannon entropy in bits per byte, as gitleaks computes it.
