@@ -1,5 +1,6 @@
 //! Turns gitleaks' rule file (`src/privacy/gitleaks.toml`, kept as data with its licence
-//! beside it) into static tables the redactor reads: no parsing at run time, so a hook pays
+//! beside it) and cairn's own (`src/privacy/cairn.toml`, same format) into static tables
+//! the redactor reads: no parsing at run time, so a hook pays
 //! nothing for rules whose keywords do not occur in what it captures.
 //!
 //! Kept from each rule: id, pattern, secret group, entropy threshold, keywords (lowercased,
@@ -42,18 +43,10 @@ fn allow(t: &toml::Table) -> String {
     )
 }
 
-fn main() {
-    let src = "src/privacy/gitleaks.toml";
-    println!("cargo::rerun-if-changed={src}");
-    let text = std::fs::read_to_string(src).expect("read gitleaks.toml");
-    let doc: toml::Table = toml::from_str(&text).expect("parse gitleaks.toml");
-    let mut out = String::new();
-    let global = doc
-        .get("allowlist")
-        .and_then(toml::Value::as_table)
-        .map(allow)
-        .expect("global allowlist");
-    writeln!(out, "pub static GLOBAL_ALLOW: Allow = {global};").expect("fmt");
+/// The rules of one rule file, as Rust expressions. `semi_generic`: whether a rule is
+/// gitleaks' `<keyword> = <secret>` form is read from its pattern (gitleaks' file) or from
+/// the rule's `assignment` key (cairn's).
+fn rules_of(doc: &toml::Table, from_pattern: bool) -> Vec<String> {
     let mut rules = Vec::new();
     for r in doc
         .get("rules")
@@ -88,25 +81,56 @@ fn main() {
         // secret itself (`live_…`, `NRAK-…`): it need not be followed by an operator.
         const OPERATORS: &str = r#"(?:=|>|:{1,3}=|\|\||:|=>|\?=|,)"#;
         let keywords = strings(r.get("keywords"), true);
-        let assignment = regex.split_once(OPERATORS).is_some_and(|(_, secret)| {
-            let secret = secret.to_lowercase();
-            !keywords.iter().any(|k| {
-                let stem = k.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-                !stem.is_empty() && secret.contains(stem)
+        let assignment = if from_pattern {
+            regex.split_once(OPERATORS).is_some_and(|(_, secret)| {
+                let secret = secret.to_lowercase();
+                !keywords.iter().any(|k| {
+                    let stem = k.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+                    !stem.is_empty() && secret.contains(stem)
+                })
             })
-        });
+        } else {
+            r.get("assignment").and_then(toml::Value::as_bool) == Some(true)
+        };
         rules.push(format!(
             "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, assignment: {assignment}, keywords: &{:?}, allowlists: &[{}] }}",
             keywords,
             allows.join(", "),
         ));
     }
-    writeln!(out, "pub const RULE_COUNT: usize = {};", rules.len()).expect("fmt");
-    writeln!(out, "pub static RULES: [Rule; RULE_COUNT] = [").expect("fmt");
-    for r in &rules {
-        writeln!(out, "    {r},").expect("fmt");
+    rules
+}
+
+fn read(src: &str) -> toml::Table {
+    println!("cargo::rerun-if-changed={src}");
+    let text = std::fs::read_to_string(src).unwrap_or_else(|e| panic!("read {src}: {e}"));
+    toml::from_str(&text).unwrap_or_else(|e| panic!("parse {src}: {e}"))
+}
+
+fn main() {
+    let doc = read("src/privacy/gitleaks.toml");
+    let mut out = String::new();
+    let global = doc
+        .get("allowlist")
+        .and_then(toml::Value::as_table)
+        .map(allow)
+        .expect("global allowlist");
+    writeln!(out, "pub static GLOBAL_ALLOW: Allow = {global};").expect("fmt");
+    for (count, name, rules) in [
+        ("RULE_COUNT", "RULES", rules_of(&doc, true)),
+        (
+            "CAIRN_RULE_COUNT",
+            "CAIRN_RULES",
+            rules_of(&read("src/privacy/cairn.toml"), false),
+        ),
+    ] {
+        writeln!(out, "pub const {count}: usize = {};", rules.len()).expect("fmt");
+        writeln!(out, "pub static {name}: [Rule; {count}] = [").expect("fmt");
+        for r in &rules {
+            writeln!(out, "    {r},").expect("fmt");
+        }
+        writeln!(out, "];").expect("fmt");
     }
-    writeln!(out, "];").expect("fmt");
     let dest =
         std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("gitleaks.rs");
     std::fs::write(dest, out).expect("write rules");

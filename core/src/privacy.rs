@@ -4,9 +4,12 @@
 //! Order: tags are stripped first, then secrets redacted, then the field capped, so a cut
 //! never splits a secret into an unrecognisable (and so unredacted) half.
 //!
-//! Invariants: pure; never panics on any input (property-tested); an unclosed `<private>`
-//! hides everything after it, and a `</private>` with no opening hides everything before
-//! it, so a span cut in half by Claude Code leaks nothing; a capped field is at most
+//! Invariants: pure; never panics on any input (property-tested); what a whole
+//! `<private>…</private>` span holds never survives, while a tag that opens or closes no
+//! span, or is quoted (`` `<private>` ``, `"<private>"`), is text: code and notes that
+//! mention the tags are kept whole; a secret found in one field of an event is removed from
+//! all of them ([`Privacy::values`]); a value assigned to a secret-named key is redacted
+//! only when it looks like a secret, not code; a capped field is at most
 //! `max_field_bytes` long (or [`MARKER_MAX`] when the limit is smaller than the marker) and
 //! says how many bytes were cut.
 
@@ -45,18 +48,12 @@ impl Privacy {
         }
     }
 
-    /// A text field, cleaned: tags stripped, secrets redacted, capped.
+    /// A text field, cleaned: tags stripped, secrets redacted (every copy of a secret found
+    /// anywhere in it), capped.
     pub fn text(&self, s: &str) -> String {
-        let stripped = strip_tags(s);
-        let redacted = if self.redact_secrets {
-            match redact(&stripped) {
-                Cow::Borrowed(_) => stripped,
-                Cow::Owned(o) => Cow::Owned(o),
-            }
-        } else {
-            stripped
-        };
-        cap(&redacted, self.max_field_bytes).into_owned()
+        let mut found = Found::default();
+        let raw = self.raw_text(s, &mut found);
+        self.finish_text(&raw, &found.ready())
     }
 
     /// A memory saved by hand (`cairn save`, the MCP tool `save_memory`), cleaned like
@@ -81,51 +78,298 @@ impl Privacy {
 
     /// A JSON field (tool input or response), cleaned: every string (and object key)
     /// cleaned like [`Privacy::text`], values of secret-looking keys (`"password": …`)
-    /// redacted; when the whole value is still larger than the limit, it becomes a string
-    /// holding its capped JSON text.
+    /// redacted, a span of JSON values between a `"<private>"` and a `"</private>"` item
+    /// (or under a `"<private>"` key) dropped; when the whole value is still larger than
+    /// the limit, it becomes a string holding its capped JSON text.
     pub fn value(&self, v: &Value) -> Value {
-        let cleaned = self.walk(v);
-        if matches!(cleaned, Value::String(_) | Value::Null | Value::Bool(_)) {
-            return cleaned;
-        }
-        let text = cleaned.to_string();
-        if text.len() <= self.max_field_bytes {
-            cleaned
-        } else {
-            Value::String(cap(&text, self.max_field_bytes).into_owned())
-        }
+        let [v] = self.values([v]);
+        v
+    }
+
+    /// The fields of one event, cleaned together like [`Privacy::value`]: a secret found in
+    /// any of them is removed from all of them (`export TOKEN=…` in the command and the
+    /// token in its output); a private key's header in one makes base64 runs in every one
+    /// key material; a token prefix ending one field makes the token-like run starting
+    /// another its rest.
+    pub fn values<const N: usize>(&self, vs: [&Value; N]) -> [Value; N] {
+        let mut found = Found::default();
+        let raw = vs.map(|v| self.walk(v, &mut found));
+        let ready = found.ready();
+        raw.map(|v| {
+            let cleaned = self.finish(v, &ready);
+            if matches!(cleaned, Value::String(_) | Value::Null | Value::Bool(_)) {
+                return cleaned;
+            }
+            let text = cleaned.to_string();
+            if text.len() <= self.max_field_bytes {
+                cleaned
+            } else {
+                Value::String(cap(&text, self.max_field_bytes).into_owned())
+            }
+        })
     }
 
     /// A JSON value cleaned leaf by leaf like [`Privacy::value`], but never turned into a
     /// capped string as a whole (each string is still capped).
     pub fn tree(&self, v: &Value) -> Value {
-        self.walk(v)
+        let mut found = Found::default();
+        let raw = self.walk(v, &mut found);
+        self.finish(raw, &found.ready())
     }
 
-    fn walk(&self, v: &Value) -> Value {
+    /// Tags stripped and secrets redacted, not capped; what was redacted goes to `found`.
+    fn raw_text(&self, s: &str, found: &mut Found) -> String {
+        let stripped = strip_tags(s);
+        if !self.redact_secrets {
+            return stripped.into_owned();
+        }
+        found.note(&stripped);
+        redact_into(&stripped, &mut found.secrets).into_owned()
+    }
+
+    /// Every copy of a found secret removed, then capped.
+    fn finish_text(&self, s: &str, ready: &Ready) -> String {
+        let cleaned = if self.redact_secrets {
+            ready.apply(s)
+        } else {
+            Cow::Borrowed(s)
+        };
+        cap(&cleaned, self.max_field_bytes).into_owned()
+    }
+
+    fn walk(&self, v: &Value, found: &mut Found) -> Value {
         match v {
-            Value::String(s) => Value::String(self.text(s)),
-            Value::Array(items) => Value::Array(items.iter().map(|i| self.walk(i)).collect()),
+            Value::String(s) => Value::String(self.raw_text(s, found)),
+            Value::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                let mut i = 0;
+                while i < items.len() {
+                    if let Some(end) = private_items(&items[i..]) {
+                        i += end;
+                        continue;
+                    }
+                    out.push(self.walk(&items[i], found));
+                    i += 1;
+                }
+                Value::Array(out)
+            }
             Value::Object(map) => {
                 let mut out = Map::new();
                 for (k, v) in map {
-                    let key = if self.redact_secrets {
-                        redact(&strip_tags(k)).into_owned()
-                    } else {
-                        strip_tags(k).into_owned()
-                    };
-                    let secret_value =
-                        matches!(v, Value::String(s) if !s.is_empty()) || v.is_number();
-                    let value = if self.redact_secrets && secret_value && is_secret_key(k) {
-                        Value::String(REDACTED.into())
-                    } else {
-                        self.walk(v)
+                    if whole_tag(k) == Some(true) {
+                        continue;
+                    }
+                    let key = self.raw_text(k, found);
+                    let value = match v {
+                        Value::String(s)
+                            if self.redact_secrets
+                                && is_secret_key(k)
+                                && looks_like_secret(s, true) =>
+                        {
+                            found.secrets.push(s.clone());
+                            Value::String(REDACTED.into())
+                        }
+                        Value::Number(n)
+                            if self.redact_secrets
+                                && is_secret_key(k)
+                                && n.to_string().len() >= 4 =>
+                        {
+                            Value::String(REDACTED.into())
+                        }
+                        _ => self.walk(v, found),
                     };
                     out.insert(key, value);
                 }
                 Value::Object(out)
             }
             other => other.clone(),
+        }
+    }
+
+    fn finish(&self, v: Value, ready: &Ready) -> Value {
+        match v {
+            Value::String(s) => Value::String(self.finish_text(&s, ready)),
+            Value::Array(items) => {
+                Value::Array(items.into_iter().map(|i| self.finish(i, ready)).collect())
+            }
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .map(|(k, v)| (self.finish_text(&k, ready), self.finish(v, ready)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+}
+
+/// How many items from the start of `items` form a private span (a `"<private>"` item, the
+/// items after it, and the `"</private>"` item closing it), if they do.
+fn private_items(items: &[Value]) -> Option<usize> {
+    let Some(Value::String(first)) = items.first() else {
+        return None;
+    };
+    if whole_tag(first) != Some(true) {
+        return None;
+    }
+    let mut depth = 0usize;
+    for (n, item) in items.iter().enumerate() {
+        if let Value::String(s) = item {
+            match whole_tag(s) {
+                Some(true) => depth += 1,
+                Some(false) => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(n + 1);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+    None
+}
+
+/// What redaction found in the fields of one event so far.
+#[derive(Debug, Default)]
+struct Found {
+    /// The text of every secret redacted.
+    secrets: Vec<String>,
+    /// A private key's header or footer was seen: base64 runs are key material.
+    key_material: bool,
+    /// A field ended in a token's known prefix with too little after it to be one.
+    split_prefix: bool,
+    /// Those token heads.
+    pieces: Vec<String>,
+}
+
+/// Copies shorter than this are not hunted for elsewhere (a short password is redacted
+/// where its assignment is, but `abc` is not removed from every word of the event).
+const MIN_COPY: usize = 6;
+
+/// Token prefixes whose rest may be cut into another field (stdout and stderr), with the
+/// token's shortest whole length.
+const SPLIT_PREFIXES: &[(&str, usize)] = &[
+    ("ghp_", 40),
+    ("gho_", 40),
+    ("ghu_", 40),
+    ("ghs_", 40),
+    ("ghr_", 40),
+    ("github_pat_", 82),
+    ("glpat-", 26),
+    ("sk-ant-", 40),
+    ("sk-proj-", 40),
+    ("xoxb-", 20),
+    ("xoxp-", 20),
+    ("AKIA", 20),
+    ("npm_", 40),
+];
+
+impl Found {
+    fn note(&mut self, s: &str) {
+        if s.contains("PRIVATE KEY-----") || s.contains("PRIVATE KEY BLOCK-----") {
+            self.key_material = true;
+        }
+        let tail = s.trim_end();
+        let last = tail
+            .rsplit(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '='))
+            .next()
+            .unwrap_or_default();
+        let cut = SPLIT_PREFIXES.iter().any(|&(p, whole)| {
+            last.starts_with(p)
+                && last.len() < whole
+                && last[p.len()..].bytes().all(|c| c.is_ascii_alphanumeric())
+        });
+        if cut {
+            self.split_prefix = true;
+            self.pieces.push(last.to_string());
+        }
+    }
+
+    fn ready(mut self) -> Ready {
+        // Only what surely is a secret is hunted for elsewhere: a doubtful finding removed
+        // from every field would multiply a false positive.
+        self.secrets.retain(|s| {
+            s.len() >= MIN_COPY
+                && s.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                && !s.contains(char::is_whitespace)
+                && !rules::code_like(s)
+                && s.len() >= 8
+                && rules::entropy(s.as_bytes()) >= 3.0
+        });
+        self.secrets.append(&mut self.pieces);
+        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        self.secrets.dedup();
+        Ready(self)
+    }
+}
+
+/// [`Found`], sorted for replacing.
+struct Ready(Found);
+
+impl Ready {
+    fn apply<'a>(&self, s: &'a str) -> Cow<'a, str> {
+        let f = &self.0;
+        let mut out = Cow::Borrowed(s);
+        for secret in &f.secrets {
+            if out.contains(secret.as_str()) {
+                out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
+            }
+        }
+        if f.key_material {
+            out = match redact_base64_runs(&out) {
+                Cow::Borrowed(_) => out,
+                Cow::Owned(o) => Cow::Owned(o),
+            };
+        }
+        if f.split_prefix {
+            let lead = out.len() - out.trim_start().len();
+            let n = run_len(out.as_bytes(), lead, b64url);
+            if n >= 8 && rules::entropy(&out.as_bytes()[lead..lead + n]) > 3.0 {
+                let mut o = String::with_capacity(out.len());
+                o.push_str(&out[..lead]);
+                o.push_str(REDACTED);
+                o.push_str(&out[lead + n..]);
+                out = Cow::Owned(o);
+            }
+        }
+        out
+    }
+}
+
+/// Runs of at least 64 base64 characters (line breaks inside allowed), redacted: in an
+/// event holding a private key's header, the body of a key.
+fn redact_base64_runs(s: &str) -> Cow<'_, str> {
+    let b = s.as_bytes();
+    let is_b64 = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
+    let mut out: Option<String> = None;
+    let (mut cursor, mut i) = (0, 0);
+    while i < b.len() {
+        if !is_b64(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let (mut chars, mut last) = (0, i);
+        while i < b.len() && (is_b64(b[i]) || b[i] == b'\n' || b[i] == b'\r') {
+            if is_b64(b[i]) {
+                chars += 1;
+                last = i;
+            }
+            i += 1;
+        }
+        i = last + 1;
+        if chars >= 64 {
+            let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+            o.push_str(&s[cursor..start]);
+            o.push_str("[REDACTED:private-key]");
+            cursor = i;
+        }
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[cursor..]);
+            Cow::Owned(o)
         }
     }
 }
@@ -136,51 +380,70 @@ const REDACTED: &str = "[REDACTED]";
 // Tags
 
 /// Removes every span of a [`STRIPPED_TAGS`] tag, with its content. Tag names match
-/// without regard to ASCII case; an opening tag may carry attributes.
+/// without regard to ASCII case; an opening tag may carry attributes. Only whole spans are
+/// removed: an opening tag with no closing one after it, a closing tag with no opening one
+/// before it, and a tag quoted on both sides (`"<private>"`, `` `<private>` ``: code or
+/// prose that mentions the tag) are text and kept. Nested spans go with their outermost.
 pub fn strip_tags(s: &str) -> Cow<'_, str> {
     if !s.contains('<') {
         return Cow::Borrowed(s);
     }
     let b = s.as_bytes();
-    let mut out = String::new();
-    let mut cursor = 0; // next input byte not yet copied or dropped
-    let mut depth = 0usize;
-    let mut changed = false;
+    // Every tag: (start, end, opens).
+    let mut tags = Vec::new();
     let mut i = 0;
     while let Some(off) = s[i..].find('<') {
         let at = i + off;
         match tag_at(b, at) {
-            Some((end, true)) => {
-                if depth == 0 {
-                    out.push_str(&s[cursor..at]);
+            Some((end, opens)) => {
+                if !quoted(b, at, end) {
+                    tags.push((at, end, opens));
                 }
-                depth += 1;
-                changed = true;
-                i = end;
-            }
-            Some((end, false)) => {
-                if depth > 0 {
-                    depth -= 1;
-                } else {
-                    // A closing tag with no opening: hide everything before it.
-                    out.clear();
-                }
-                if depth == 0 {
-                    cursor = end;
-                }
-                changed = true;
                 i = end;
             }
             None => i = at + 1,
         }
     }
-    if !changed {
+    // Pair each closing tag with the latest unpaired opening one; the outermost pairs are
+    // the spans removed.
+    let mut open: Vec<usize> = Vec::new();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for &(at, end, opens) in &tags {
+        if opens {
+            open.push(at);
+        } else if let Some(start) = open.pop() {
+            while spans.last().is_some_and(|&(s0, _)| s0 >= start) {
+                spans.pop();
+            }
+            spans.push((start, end));
+        }
+    }
+    if spans.is_empty() {
         return Cow::Borrowed(s);
     }
-    if depth == 0 {
-        out.push_str(&s[cursor..]);
+    let mut out = String::with_capacity(s.len());
+    let mut cursor = 0;
+    for (start, end) in spans {
+        out.push_str(&s[cursor..start]);
+        cursor = end;
     }
+    out.push_str(&s[cursor..]);
     Cow::Owned(out)
+}
+
+/// True when the tag at `b[at..end]` sits between two equal quotes (`"`, `'`, `` ` ``).
+fn quoted(b: &[u8], at: usize, end: usize) -> bool {
+    at > 0 && matches!(b[at - 1], b'"' | b'\'' | b'`') && b.get(end) == Some(&b[at - 1])
+}
+
+/// True when `s` (trimmed) is exactly an opening (`Some(true)`) or closing (`Some(false)`)
+/// stripped tag.
+fn whole_tag(s: &str) -> Option<bool> {
+    let t = s.trim();
+    match tag_at(t.as_bytes(), 0) {
+        Some((end, opens)) if t.starts_with('<') && end == t.len() => Some(opens),
+        _ => None,
+    }
 }
 
 /// At `b[at] == b'<'`: a stripped tag ending before `end`, and whether it opens.
@@ -204,8 +467,14 @@ fn tag_at(b: &[u8], at: usize) -> Option<(usize, bool)> {
             Some(c) if c.is_ascii_whitespace() || (*c == b'/' && !closing) => {
                 // Attributes (or spaces) up to the closing `>`, on a bounded stretch.
                 let limit = (q + 512).min(b.len());
-                let rel = b[q..limit].iter().position(|&c| c == b'>')?;
+                let rel = b[q..limit].iter().position(|&c| c == b'>' || c == b'<')?;
                 let end = q + rel + 1;
+                // A closing tag has no attributes; a tag never holds another `<`.
+                if b[end - 1] == b'<'
+                    || closing && !b[q..end - 1].iter().all(u8::is_ascii_whitespace)
+                {
+                    return None;
+                }
                 // `<private/>` is an empty span: treat as an open and a close.
                 if !closing && end >= 2 && b[end - 2] == b'/' {
                     return None;
@@ -312,6 +581,16 @@ fn secret_at(b: &[u8], at: usize) -> Option<(usize, &'static str)> {
             let s = run_len(b, p0 + p + 1, b64url);
             Some((h + 1 + p + 1 + s, "jwt"))
         }
+        b'L' if boundary && starts_with_at(b, at, b"LS0tLS1CRUdJTi") => {
+            // Base64 of `-----BEGIN …`: a key file encoded whole (a Kubernetes secret, an
+            // environment variable). Decoded far enough to read the label.
+            let n = run_len(b, at, |c| {
+                c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=' | b'\n' | b'\r')
+            });
+            let head = decode_base64(&b[at..at + n.min(120)]);
+            let key = head.windows(11).any(|w| w == b"PRIVATE KEY");
+            key.then_some((n, "private-key"))
+        }
         b'-' if starts_with_at(b, at, b"-----BEGIN ") => {
             let label_start = at + 11;
             let label = run_len(b, label_start, |c| {
@@ -332,6 +611,31 @@ fn secret_at(b: &[u8], at: usize) -> Option<(usize, &'static str)> {
         }
         _ => None,
     }
+}
+
+/// Standard base64 decoded, skipping line breaks and stopping at padding or anything else.
+fn decode_base64(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in b {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'\n' | b'\r' => continue,
+            _ => break,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
 }
 
 fn find(b: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
@@ -375,18 +679,23 @@ pub fn is_secret_key(key: &str) -> bool {
 /// [`rules`] (gitleaks' rules and the generic credential forms, `[REDACTED:<rule id>]`),
 /// then `key = value` assignments of secret-named keys.
 pub fn redact(s: &str) -> Cow<'_, str> {
-    let tokens = redact_tokens(s);
-    let ruled = match redact_rules(&tokens) {
+    redact_into(s, &mut Vec::new())
+}
+
+/// [`redact`], pushing the text of every secret it redacts onto `secrets`.
+fn redact_into<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
+    let tokens = redact_tokens(s, secrets);
+    let ruled = match redact_rules(&tokens, secrets) {
         Cow::Borrowed(_) => tokens,
         Cow::Owned(o) => Cow::Owned(o),
     };
-    match redact_assignments(&ruled) {
+    match redact_assignments(&ruled, secrets) {
         Cow::Borrowed(_) => ruled,
         Cow::Owned(o) => Cow::Owned(o),
     }
 }
 
-fn redact_rules(s: &str) -> Cow<'_, str> {
+fn redact_rules<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let found = rules::find(s);
     if found.is_empty() {
         return Cow::Borrowed(s);
@@ -394,6 +703,7 @@ fn redact_rules(s: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(s.len());
     let mut cursor = 0;
     for f in found {
+        secrets.push(s[f.start..f.end].to_string());
         out.push_str(&s[cursor..f.start]);
         out.push_str("[REDACTED:");
         out.push_str(f.rule);
@@ -404,15 +714,16 @@ fn redact_rules(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-fn redact_tokens(s: &str) -> Cow<'_, str> {
+fn redact_tokens<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let b = s.as_bytes();
     let mut out: Option<String> = None;
     let mut cursor = 0;
     let mut i = 0;
     while i < b.len() {
-        if matches!(b[i], b'A' | b'g' | b's' | b'x' | b'h' | b'e' | b'-')
+        if matches!(b[i], b'A' | b'g' | b's' | b'x' | b'h' | b'e' | b'-' | b'L')
             && let Some((len, kind)) = secret_at(b, i)
         {
+            secrets.push(s[i..i + len].to_string());
             let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
             o.push_str(&s[cursor..i]);
             o.push_str("[REDACTED:");
@@ -433,7 +744,7 @@ fn redact_tokens(s: &str) -> Cow<'_, str> {
     }
 }
 
-fn redact_assignments(s: &str) -> Cow<'_, str> {
+fn redact_assignments<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let b = s.as_bytes();
     let mut out: Option<String> = None;
     let mut cursor = 0;
@@ -478,9 +789,13 @@ fn redact_assignments(s: &str) -> Cow<'_, str> {
         while b.get(v).is_some_and(|&c| c == b' ' || c == b'\t') {
             v += 1;
         }
+        let quoted = matches!(b.get(v), Some(b'"' | b'\''));
         let (v_start, v_end) = match b.get(v) {
             Some(&q @ (b'"' | b'\'')) => {
                 let len = run_len(b, v + 1, |c| c != q && c != b'\n');
+                if b.get(v + 1 + len) != Some(&q) {
+                    continue;
+                }
                 (v + 1, v + 1 + len)
             }
             _ => {
@@ -496,9 +811,19 @@ fn redact_assignments(s: &str) -> Cow<'_, str> {
                 (v, v + len)
             }
         };
-        if v_end == v_start || s[v_start..v_end].starts_with("[REDACTED") {
+        let value = &s[v_start..v_end];
+        // After an authorization scheme (`Bearer …`), whatever follows is the credential.
+        let scheme = ["bearer ", "basic ", "token "].iter().any(|w| {
+            value.len() > w.len()
+                && value
+                    .get(..w.len())
+                    .is_some_and(|p| p.eq_ignore_ascii_case(w))
+        });
+        let called = !quoted && matches!(b.get(v_end), Some(b'(' | b'[' | b'.'));
+        if !scheme && (called || !looks_like_secret(value, quoted)) {
             continue;
         }
+        secrets.push(value.to_string());
         let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
         o.push_str(&s[cursor..v_start]);
         o.push_str(REDACTED);
@@ -515,7 +840,136 @@ fn redact_assignments(s: &str) -> Cow<'_, str> {
 }
 
 fn is_value_end(c: u8) -> bool {
-    c.is_ascii_whitespace() || matches!(c, b'"' | b'\'' | b',' | b';' | b'&' | b'}' | b')')
+    c.is_ascii_whitespace()
+        || matches!(
+            c,
+            b'"' | b'\'' | b',' | b';' | b'&' | b'}' | b')' | b'(' | b'[' | b']' | b'`'
+        )
+}
+
+/// Words a secret-named key is assigned in code that are not its value: types, empty
+/// values, the language's own words.
+const NOT_SECRETS: &[&str] = &[
+    "none",
+    "null",
+    "nil",
+    "true",
+    "false",
+    "undefined",
+    "str",
+    "string",
+    "bytes",
+    "int",
+    "bool",
+    "optional",
+    "any",
+    "self",
+    "this",
+    "cls",
+    "new",
+    "await",
+    "function",
+    "lambda",
+    "secret",
+    "password",
+    "token",
+    "redacted",
+    "required",
+    "changeme",
+    "xxx",
+    "xxxx",
+    "xxxxxx",
+    "xxxxxxxx",
+    "******",
+    "********",
+    "example",
+    "default",
+    "empty",
+];
+
+/// Whether a value assigned to a secret-named key looks like a secret rather than code: not
+/// empty, not a placeholder (`${VAR}`, `<token>`, `{{ x }}`, `%s`, `***`), not a word of the
+/// language or a type (`None`, `str`, `u64`), not a dotted path or an identifier
+/// (`self.token`, `os.environ`, `get_token`) unless it mixes letters and digits the way a
+/// password does (`hunter2`); quoted text with spaces is prose, not a secret.
+fn looks_like_secret(v: &str, quoted: bool) -> bool {
+    let v = v.trim();
+    if v.is_empty() || v.starts_with("[REDACTED") || v.len() > 512 {
+        return false;
+    }
+    let lower = v.to_ascii_lowercase();
+    if NOT_SECRETS.contains(&lower.as_str()) {
+        return false;
+    }
+    let first = v.as_bytes()[0];
+    if matches!(
+        first,
+        b'$' | b'<' | b'{' | b'%' | b'@' | b'*' | b'#' | b'&' | b'!'
+    ) && !quoted
+        || v.starts_with("${")
+        || v.starts_with("{{")
+        || (v.starts_with('<') && v.ends_with('>'))
+        || v.bytes()
+            .all(|c| c == b'*' || c == b'x' || c == b'X' || c == b'.')
+    {
+        return false;
+    }
+    // Prose, or code with escapes (`"…: true\r\nHost: …"`).
+    if v.contains(char::is_whitespace) || !quoted && v.contains('\\') {
+        return false;
+    }
+    let ident = |t: &str| {
+        let t = t.as_bytes();
+        !t.is_empty() && !t[0].is_ascii_digit() && t.iter().all(|&c| is_word(c))
+    };
+    let letters = v.bytes().any(|c| c.is_ascii_alphabetic());
+    let digits = v.bytes().any(|c| c.is_ascii_digit());
+    if !quoted {
+        // Code: a dotted path, a type (`u64`, `int32`), a call's name, a lone identifier.
+        if v.split('.').all(ident) && v.contains('.') {
+            return false;
+        }
+        if v.bytes()
+            .all(|c| c.is_ascii_digit() || c == b'.' || c == b'-' || c == b'_')
+        {
+            return false;
+        }
+        if ident(v) && !(letters && digits && v.len() >= 6) {
+            return false;
+        }
+        if ident(v) && is_type_like(&lower) {
+            return false;
+        }
+        if v.starts_with('-') || v.starts_with('/') || v.starts_with("./") {
+            return false;
+        }
+        // Generics, paths and operators: `Option<PathBuf>`, `std::env::var`, `a->b`.
+        if v.contains(['<', '>', '(', '{']) || v.contains("::") {
+            return false;
+        }
+    } else if v.len() < 4
+        || (v.contains('{') && v.contains('}'))
+        || v.contains("%s")
+        || v.contains("%(")
+    {
+        return false;
+    }
+    if rules::code_like(v) || ident(v) && v.contains('_') && !quoted {
+        return false;
+    }
+    true
+}
+
+/// `u64`, `int32`, `float64`, `sha256`, `utf8`, `base64`: names with digits that are types
+/// or encodings, not passwords.
+fn is_type_like(lower: &str) -> bool {
+    let stem = lower.trim_end_matches(|c: char| c.is_ascii_digit());
+    stem.len() < lower.len()
+        && [
+            "u", "i", "f", "int", "uint", "float", "sha", "utf", "base", "md", "crc", "ucs",
+            "latin", "x", "bytes", "str", "complex", "ascii",
+        ]
+        .contains(&stem)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -549,8 +1003,23 @@ mod tests {
         check("a <private>b</private> c", "a  c");
         check("<PRIVATE>x</Private>y", "y");
         check("a <private note=\"1\">b</private >c", "a c");
-        check("keep <private>open to the end", "keep ");
-        check("hidden before</private> shown", " shown");
+        check(
+            "keep <private>open to the end",
+            "keep <private>open to the end",
+        );
+        check(
+            "shown before</private> shown",
+            "shown before</private> shown",
+        );
+        check("a <private>b</private>c</private>d", "a c</private>d");
+        check("x <private> y <private>z</private>", "x <private> y ");
+        // Mentioned, not used: quoted tags are text.
+        check(
+            "strip `<private>` spans and \"<cairn-context>\" blocks",
+            "strip `<private>` spans and \"<cairn-context>\" blocks",
+        );
+        check("if s == '<private>': drop()", "if s == '<private>': drop()");
+        check("`<private>S</private>`", "``");
         check("<private>a<private>b</private>c</private>d", "d");
         check("x<cairn-context>old memory</cairn-context>y", "xy");
         check("<privately>kept</privately>", "<privately>kept</privately>");
@@ -610,7 +1079,8 @@ mod tests {
         check("password=hunter2 next", "password=[REDACTED] next");
         check("DB_PASSWORD: 's3cr3t!'", "DB_PASSWORD: '[REDACTED]'");
         check("{\"api_key\": \"abc123\"}", "{\"api_key\": \"[REDACTED]\"}");
-        check("client_secret = xyz;", "client_secret = [REDACTED];");
+        check("client_secret = Xy9zQ2;", "client_secret = [REDACTED];");
+        check("client_secret = xyz;", "client_secret = xyz;");
         check(
             "Authorization: Bearer abc.def.ghi\nnext",
             "Authorization: [REDACTED]\nnext",
@@ -619,6 +1089,93 @@ mod tests {
         check("max_tokens: 2048", "max_tokens: 2048");
         check("std::secret::Thing", "std::secret::Thing");
         check("password=", "password=");
+    }
+
+    #[test]
+    fn code_that_names_secrets_is_not_a_secret() {
+        for line in [
+            "pwd = os.getcwd()",
+            "token = self.get_token()",
+            "pat = re.compile(r'^[a-z]+$')",
+            "password = None",
+            "    password: str,",
+            "def login(self, password: str = None) -> bool:",
+            "\"SECRET_KEY\": None,",
+            "secret = secrets.token_bytes(32)",
+            "api_key = config.api_key",
+            "let token = tokens[i];",
+            "let secret = [b'A'; 32 * 1024];",
+            "token: u64,",
+            "auth_token = get_auth_token(user)",
+            "password = getpass.getpass(prompt)",
+            "private_key: Option<PathBuf>,",
+            "credentials = credentials or {}",
+            "($value:expr, $pattern:pat => $result:expr) => {",
+            "secret_key = os.environ['SECRET_KEY']",
+            "token = ''",
+            "password = \"\"",
+            "    passwd = pwd.getpwuid(os.getuid())",
+            "password=${DB_PASSWORD}",
+            "persist-credentials: false",
+        ] {
+            check(line, line);
+        }
+    }
+
+    #[test]
+    fn a_secret_is_removed_from_every_field_of_an_event() {
+        let input = serde_json::json!({"command": "export TOKEN='Zq8vLm2Xw9Pt4Rk7'; run"});
+        let response = serde_json::json!({"stdout": "token is Zq8vLm2Xw9Pt4Rk7\n", "stderr": ""});
+        let [i, r] = P.values([&input, &response]);
+        assert!(!i.to_string().contains("Zq8vLm2Xw9Pt4Rk7"), "{i}");
+        assert!(!r.to_string().contains("Zq8vLm2Xw9Pt4Rk7"), "{r}");
+        // A key's header in one field, its body in another.
+        let body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxKLxoS2tFczGkPLPgizskuemMghRniWaoLcyehkd3qqGElvW/VDL5AaWTg0nLVkjRo9z+40RQzuVaE8AkAFmxZzow3x+VJYKdjykkJ0iT9wCS0DRTXu269V264Vf/3jvredZiKRkgwlL9xNAwxXFg0x/XFw005UWVRIkdgcKWTjpBP2dPwVZ4WWC+9aGVd+Gyn1o0CLelf4rEjGoXbAAEgAqeGUxrcIlbjXfbcmwIDAQAB";
+        let a = serde_json::json!({"stdout": "-----BEGIN RSA PRIVATE KEY-----\n"});
+        let b = serde_json::json!({"stderr": format!("{}\n{}\n-----END RSA PRIVATE KEY-----", &body[..64], &body[64..])});
+        let [_, b] = P.values([&a, &b]);
+        assert!(!b.to_string().contains(&body[..64]), "{b}");
+        // A token cut between stdout and stderr.
+        let a = serde_json::json!({"stdout": "export GH=ghp_abcd"});
+        let b = serde_json::json!({"stderr": "EFGHijklmnopQRSTuvwxyz012345 done"});
+        let [a, b] = P.values([&a, &b]);
+        assert!(!a.to_string().contains("ghp_abcd"), "{a}");
+        assert!(!b.to_string().contains("EFGHijklmnop"), "{b}");
+        // Base64 of a whole key file.
+        let pem = format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n");
+        let encoded = encode_base64(pem.as_bytes());
+        let got = P.text(&format!("data:\n  tls.key: {encoded}\n"));
+        assert!(!got.contains(&encoded[..40]), "{got}");
+    }
+
+    fn encode_base64(b: &[u8]) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for c in b.chunks(3) {
+            let n = (u32::from(c[0]) << 16)
+                | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+                | u32::from(*c.get(2).unwrap_or(&0));
+            for k in 0..4 {
+                if k <= c.len() {
+                    out.push(A[((n >> (18 - 6 * k)) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn tags_as_json_values_and_keys_hide_what_they_wrap() {
+        let v = serde_json::json!({
+            "list": ["a", "<private>", "SECRET-1", {"x": "SECRET-2"}, "</private>", "b"],
+            "<private>": "SECRET-3",
+            "lone": ["<private>", "kept"],
+        });
+        let got = P.value(&v).to_string();
+        assert!(!got.contains("SECRET"), "{got}");
+        assert!(got.contains("\"a\"") && got.contains("\"b\"") && got.contains("kept"));
     }
 
     #[test]

@@ -250,7 +250,8 @@ fn bad_inputs_exit_zero_and_are_quarantined() {
         vec![
         ("empty", Vec::new(), "empty input"),
         ("invalid json", b"{\"hook_event_name\": ".to_vec(), "not valid JSON"),
-        ("invalid utf-8", b"{\"prompt\": \"\xff\xfe\"}".to_vec(), "not valid UTF-8"),
+        // Bad bytes are replaced; what is missing is the name.
+        ("invalid utf-8", b"{\"prompt\": \"\xff\xfe\"}".to_vec(), "missing field hook_event_name"),
         ("huge", huge, "larger than"),
         (
             "missing session",
@@ -751,12 +752,29 @@ fn fields_of_the_wrong_type_no_longer_send_the_event_to_quarantine() {
         format!(r#"{{"hook_event_name":"Stop","session_id":"{SESSION}","cwd":"/x","last_assistant_message":[{{"type":"text","text":"done"}}]}}"#).into_bytes(),
         format!(r#"{{"hook_event_name":"SessionEnd","session_id":"{SESSION}","cwd":"/x","reason":{{}}}}"#).into_bytes(),
         format!(r#"{{"hook_event_name":"SessionStart","session_id":"{SESSION}","cwd":"/x","source":1}}"#).into_bytes(),
+        format!(r#"{{"hook_event_name":"Stop","session_id":"{SESSION}","cwd":["/x"],"last_assistant_message":"ok"}}"#).into_bytes(),
+        format!(r#"{{"hook_event_name":"UserPromptSubmit","session_id":"{SESSION}","cwd":"/x","prompt":42}}"#).into_bytes(),
+        // A string JavaScript cut inside an emoji, and bytes that are not UTF-8.
+        [
+            format!(r#"{{"hook_event_name":"UserPromptSubmit","session_id":"{SESSION}","cwd":"/x","prompt":"cut \ud83d here "#).as_bytes(),
+            b"\xff\xfe".as_slice(),
+            b"\"}".as_slice(),
+        ]
+        .concat(),
     ];
     for input in &inputs {
         hook(&env, input);
     }
-    assert_eq!(quarantine_reasons(&env), Vec::<String>::new());
+    // A `cwd` that is no path, with no project dir to fall back on: quarantined, saying so.
+    assert_eq!(
+        quarantine_reasons(&env),
+        vec!["field cwd has the wrong type".to_string()]
+    );
     assert_eq!(env.count("SELECT count(*) FROM pending_messages"), 6);
+    assert_eq!(
+        env.count("SELECT count(*) FROM user_prompts WHERE prompt_text IN ('42', 'cut \u{fffd} here \u{fffd}\u{fffd}')"),
+        2
+    );
     let logs = read_logs(&env);
     assert!(
         logs.contains("field(s) of the wrong type ignored: agent_type"),

@@ -1,8 +1,10 @@
 //! Secret redaction measured from the outside: a sample generated from each rule of the
 //! shipped gitleaks rule set, put through the real hook as a Bash command and its output,
-//! must stay out of the data dir (at least 95% of them); and ordinary engineering text
-//! (the commit messages of the recall-eval corpus) must be left alone (at most 0.5% of the
-//! memories changed).
+//! must stay out of the data dir (at least 99.5% of them), and so must an independent set
+//! written from other projects' detectors (`tests/fixtures/secrets/detectors.jsonl`, at
+//! least 95%); a secret typed in a command must not come back in its output; and ordinary
+//! text must be left alone: the commit messages of the recall-eval corpus (at most 0.5% of
+//! the memories changed) and source lines that only name secrets (none).
 
 use regex_syntax::hir::{Class, Hir, HirKind};
 use serde_json::Value;
@@ -217,10 +219,105 @@ fn generated_samples_of_every_gitleaks_rule_stay_out_of_the_data_dir() {
         "too few samples"
     );
     assert!(
+        share >= 0.995,
+        "only {:.1}% kept out; leaked: {leaked:?}",
+        share * 100.0
+    );
+}
+
+/// Puts each text through the real hook, as a command and its output (the secret in both),
+/// eight an event; returns the secrets found anywhere in the data dir afterwards.
+fn leaks_through_the_hook<'a>(
+    env: &TestEnv,
+    samples: &[(&'a str, String, String)],
+) -> Vec<(&'a str, String)> {
+    let base: Value = serde_json::from_str(&hook_fixture("PostToolUse.json")).expect("json");
+    for (i, chunk) in samples.chunks(8).enumerate() {
+        let mut ev = base.clone();
+        ev["tool_use_id"] = format!("toolu_detector_{i}").into();
+        let lines: Vec<&str> = chunk.iter().map(|(_, t, _)| t.as_str()).collect();
+        ev["tool_input"]["command"] = lines.join("\n").into();
+        ev["tool_response"]["stdout"] = lines.join("\n").into();
+        let out = run_with_stdin(env.cmd("cairn-hook"), ev.to_string().as_bytes());
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let everything = all_bytes_under(&env.data_dir);
+    let escaped = |s: &str| Value::from(s).to_string().trim_matches('"').to_string();
+    samples
+        .iter()
+        .filter(|(_, _, s)| contains(&everything, s) || contains(&everything, &escaped(s)))
+        .map(|(d, _, s)| (*d, s.clone()))
+        .collect()
+}
+
+#[test]
+fn an_independent_sample_set_stays_out_of_the_data_dir() {
+    let text = std::fs::read_to_string(crate::support::fixtures().join("secrets/detectors.jsonl"))
+        .expect("samples");
+    let parsed: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("jsonl"))
+        .collect();
+    let samples: Vec<(&str, String, String)> = parsed
+        .iter()
+        .map(|v| {
+            (
+                v["detector"].as_str().expect("detector"),
+                v["text"].as_str().expect("text").to_string(),
+                v["secret"].as_str().expect("secret").to_string(),
+            )
+        })
+        .collect();
+    let env = TestEnv::new();
+    let leaked = leaks_through_the_hook(&env, &samples);
+    let share = 1.0 - leaked.len() as f64 / samples.len() as f64;
+    eprintln!(
+        "independent samples kept out: {} of {} ({:.1}%); leaked: {leaked:?}",
+        samples.len() - leaked.len(),
+        samples.len(),
+        share * 100.0
+    );
+    assert!(samples.len() >= 80);
+    assert!(
         share >= 0.95,
         "only {:.1}% kept out; leaked: {leaked:?}",
         share * 100.0
     );
+}
+
+#[test]
+fn a_secret_in_a_command_is_not_stored_from_its_output() {
+    let env = TestEnv::new();
+    let mut ev: Value = serde_json::from_str(&hook_fixture("PostToolUse.json")).expect("json");
+    let secret = "Qm9vYXJ0aGlzIGlzIGEgdGVzdA7x";
+    ev["tool_input"]["command"] = format!("export TOKEN='{secret}'; ./deploy.sh").into();
+    ev["tool_response"]["stdout"] = format!("using token {secret}\ndone").into();
+    ev["tool_response"]["stderr"] = format!("debug: {secret}").into();
+    let out = run_with_stdin(env.cmd("cairn-hook"), ev.to_string().as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    let everything = all_bytes_under(&env.data_dir);
+    assert!(contains(&everything, "deploy.sh"), "the event was stored");
+    assert!(!contains(&everything, secret), "the secret was stored");
+}
+
+#[test]
+fn source_lines_that_name_secrets_are_left_alone() {
+    let text = std::fs::read_to_string(crate::support::fixtures().join("secrets/code-lines.txt"))
+        .expect("lines");
+    let p = Privacy {
+        redact_secrets: true,
+        max_field_bytes: 1 << 20,
+    };
+    // As a `Read` tool's response holds a file: the whole text, and each line alone.
+    let response =
+        serde_json::json!({"type": "text", "file": {"filePath": "x.py", "content": text}});
+    assert_eq!(p.value(&response), response);
+    let changed: Vec<(&str, String)> = text
+        .lines()
+        .filter(|l| p.text(l) != *l)
+        .map(|l| (l, p.text(l)))
+        .collect();
+    assert!(changed.is_empty(), "{changed:#?}");
 }
 
 #[test]

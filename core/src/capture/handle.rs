@@ -419,9 +419,15 @@ fn accept(input: &HookInput) -> std::result::Result<(Event, String), Rejected> {
     let cwd = match (event.common().cwd.as_str(), input.project_dir) {
         ("", Some(dir)) if !dir.is_empty() => hook::cap_id(dir.to_string(), hook::MAX_PATH_BYTES),
         ("", _) => {
+            // Dropped for its type, or absent: the reason says which.
+            let reason = if event.common().ignored.contains(&"cwd") {
+                DecodeError::WrongType("cwd")
+            } else {
+                DecodeError::Missing("cwd")
+            };
             return Err(Rejected {
                 event: Some(event.name().to_string()),
-                reason: DecodeError::Missing("cwd").to_string(),
+                reason: reason.to_string(),
                 uncaptured: false,
             });
         }

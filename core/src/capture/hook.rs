@@ -9,6 +9,8 @@
 //! Invariants: pure (no I/O, no clock); [`decode`] never panics and returns either an event
 //! or a [`DecodeError`] saying why the input is unusable.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde::de::IntoDeserializer;
 use serde_json::Value;
@@ -151,9 +153,11 @@ impl Fields {
         }
     }
 
-    /// A message: a string, or content blocks (`[{"type":"text","text":…}, "…"]`) joined.
+    /// A message: a string, a number or boolean as its text, or content blocks
+    /// (`[{"type":"text","text":…}, "…"]`) joined.
     fn message(&mut self, name: &'static str, v: Option<Value>) -> Option<String> {
         match v {
+            Some(v @ (Value::Number(_) | Value::Bool(_))) => Some(v.to_string()),
             Some(Value::Array(items)) => {
                 let parts: Vec<String> = items
                     .into_iter()
@@ -318,8 +322,6 @@ impl Event {
 pub enum DecodeError {
     #[error("empty input")]
     Empty,
-    #[error("input is not valid UTF-8")]
-    InvalidUtf8,
     #[error("input is not valid JSON: {0}")]
     InvalidJson(String),
     #[error("input is not a JSON object")]
@@ -353,9 +355,11 @@ pub fn decode(input: &[u8], explicit: Option<&str>) -> Result<Event, DecodeError
     if input.iter().all(u8::is_ascii_whitespace) {
         return Err(DecodeError::Empty);
     }
-    if std::str::from_utf8(input).is_err() {
-        return Err(DecodeError::InvalidUtf8);
-    }
+    // Bytes that are not UTF-8, and `\ud83d` escapes that JavaScript leaves when it cuts a
+    // string inside an emoji, become U+FFFD: one bad character never costs the event.
+    let text = String::from_utf8_lossy(input);
+    let text = replace_lone_surrogates(&text);
+    let input = text.as_bytes();
     if input.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return match serde_json::from_slice::<Value>(input) {
             Ok(_) => Err(DecodeError::NotAnObject),
@@ -365,6 +369,55 @@ pub fn decode(input: &[u8], explicit: Option<&str>) -> Result<Event, DecodeError
     let wire: Wire =
         serde_json::from_slice(input).map_err(|e| DecodeError::InvalidJson(e.to_string()))?;
     from_wire(wire, explicit)
+}
+
+/// JSON text with every `\uXXXX` escape of a surrogate that has no partner replaced by
+/// `\ufffd` (serde_json refuses them). Escaped backslashes are skipped, so `\\ud83d` (a
+/// backslash, then text) is left alone.
+fn replace_lone_surrogates(s: &str) -> Cow<'_, str> {
+    fn unit(b: &[u8], at: usize) -> Option<u16> {
+        if b.get(at) != Some(&b'\\') || b.get(at + 1) != Some(&b'u') {
+            return None;
+        }
+        let hex = std::str::from_utf8(b.get(at + 2..at + 6)?).ok()?;
+        u16::from_str_radix(hex, 16).ok()
+    }
+    let b = s.as_bytes();
+    if !s.contains("\\u") {
+        return Cow::Borrowed(s);
+    }
+    let mut out: Option<String> = None;
+    let (mut cursor, mut i) = (0, 0);
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(u) = unit(b, i) else {
+            i += 2; // an escape such as `\\` or `\n`: skip both bytes
+            continue;
+        };
+        let high = (0xD800..0xDC00).contains(&u);
+        let low = (0xDC00..0xE000).contains(&u);
+        if high && unit(b, i + 6).is_some_and(|n| (0xDC00..0xE000).contains(&n)) {
+            i += 12; // a whole pair
+            continue;
+        }
+        if high || low {
+            let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+            o.push_str(&s[cursor..i]);
+            o.push_str("\\ufffd");
+            cursor = i + 6;
+        }
+        i += 6;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[cursor..]);
+            Cow::Owned(o)
+        }
+    }
 }
 
 /// Maps a wire payload to an event. A field of the wrong type that the event can do
@@ -381,7 +434,10 @@ pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeErro
         None | Some(Value::Null) => explicit
             .map(str::to_string)
             .ok_or(DecodeError::Missing("hook_event_name"))?,
-        Some(_) => return Err(DecodeError::WrongType("hook_event_name")),
+        // A name of no clear meaning: the one given on the command line, if any.
+        Some(_) => explicit
+            .map(str::to_string)
+            .ok_or(DecodeError::WrongType("hook_event_name"))?,
     };
     let raw_name = id(raw_name);
     let name = EventName::parse(&raw_name);
@@ -558,9 +614,25 @@ mod tests {
             decode(b"{\"a\":", None),
             Err(DecodeError::InvalidJson(_))
         ));
-        assert_eq!(
-            decode(b"{\"a\":\"\xff\"}", None),
-            Err(DecodeError::InvalidUtf8)
+        // Bad characters are replaced, not a reason to refuse the event.
+        let e = decode(
+            b"{\"hook_event_name\":\"UserPromptSubmit\",\"session_id\":\"s\",\"prompt\":\"a\xff\xfeb \\ud83d c \\udc00 \\ud83d\\ude00 \\\\ud83d\"}",
+            None,
+        );
+        assert!(
+            matches!(e, Ok(Event::UserPrompt { ref prompt, .. }) if prompt == "a\u{fffd}\u{fffd}b \u{fffd} c \u{fffd} \u{1f600} \\ud83d"),
+            "{e:?}"
+        );
+        // A wrong-typed name with one on the command line: the command line's.
+        let e = decode(br#"{"hook_event_name":7,"session_id":"s"}"#, Some("Stop"));
+        assert_eq!(e.map(|e| e.name()), Ok("Stop"));
+        check(
+            r#"{"hook_event_name":7,"session_id":"s"}"#,
+            Err(DecodeError::WrongType("hook_event_name")),
+        );
+        check(
+            r#"{"hook_event_name":"PostToolUse","session_id":"s","tool_name":{"a":1},"tool_use_id":"t"}"#,
+            Err(DecodeError::WrongType("tool_name")),
         );
         // A required field of a type with no clear meaning says so.
         check(
@@ -597,6 +669,17 @@ mod tests {
         assert!(c.ignored.is_empty());
         let e = decode(br#"{"hook_event_name":"Stop","session_id":42}"#, None).expect("stop");
         assert_eq!(e.common().session_id, "42");
+        let e = decode(
+            br#"{"hook_event_name":"Stop","session_id":"s","cwd":["/a"]}"#,
+            None,
+        )
+        .expect("stop");
+        assert_eq!(e.common().ignored, vec!["cwd"]);
+        let e = decode(
+            br#"{"hook_event_name":"UserPromptSubmit","session_id":"s","prompt":42}"#,
+            None,
+        );
+        assert!(matches!(e, Ok(Event::UserPrompt { ref prompt, .. }) if prompt == "42"));
 
         let e = decode(
             br#"{"hook_event_name":"Stop","session_id":"s","last_assistant_message":[{"type":"text","text":"done"},"more"]}"#,

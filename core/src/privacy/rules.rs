@@ -1,7 +1,9 @@
-//! Secret detection by rule set: gitleaks' default rules (`gitleaks.toml`, turned into
-//! [`RULES`] by the build script) plus cairn's own [`EXTRA`] rules for generic forms no
-//! single service owns (credentials in URLs, `curl -u`, `--password`, `-pPASS`,
-//! `?token=`, `token: …`).
+//! Secret detection by rule set: gitleaks' default rules (`gitleaks.toml`) and cairn's
+//! own (`cairn.toml`, the same format), both data, turned into [`RULES`] and [`EXTRA`] by
+//! the build script. cairn's cover generic forms no single service owns (credentials in
+//! URLs, `curl -u`, `--password`, `-pPASS`, `sshpass -p`, `?token=`, any identifier
+//! containing a secret word, in several languages, assigned a secret-looking value) and
+//! services gitleaks' set misses.
 //!
 //! A rule is tried only when one of its keywords occurs in the text (ignoring ASCII case, as
 //! gitleaks does; one pass over the text with a table of the keywords' first two bytes,
@@ -69,138 +71,9 @@ include!(concat!(env!("OUT_DIR"), "/gitleaks.rs"));
 /// The gitleaks release the rule file comes from.
 pub const GITLEAKS_VERSION: &str = "v8.30.0-27-gb58d3f10";
 
-const NO_ALLOW: &[Allow] = &[];
-
-/// cairn's own rules: generic credential forms.
-pub static EXTRA: [Rule; 10] = [
-    Rule {
-        id: "url-credentials",
-        // scheme://user:password@host, scheme://:password@host
-        regex: r"(?i)\b[a-z][a-z0-9+.-]{1,30}://[^\s:/@'`]{0,128}:([^\s@/'`]{1,256})@[^\s@/'`]",
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &["://"],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "cli-user-password",
-        // curl -u user:pw, --user user:pw, --user=user:pw
-        regex: r#"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)?['"]?[^\s:'"]{0,128}:([^\s'"]{1,256})"#,
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &["-u", "--user", "--proxy-user"],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "cli-password-flag",
-        // mysql --password pw, --password=pw, --token xyz, --api-key=…
-        regex: r#"(?i)(?:^|\s)--(?:password|passwd|pass|token|secret|api-?key|access-token|auth-token|client-secret)(?:\s+|=)['"]?([^\s'"-][^\s'"]{0,255})"#,
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &[
-            "--pass", "--token", "--secret", "--api", "--access", "--auth", "--client",
-        ],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "mysql-password",
-        // mysql -uroot -pPASS (a bare -p asks for the password: nothing to hide)
-        regex: r#"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlsh)\b[^\n|;&]{0,256}?\s-p['"]?([^\s'"]{1,256})"#,
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &["mysql", "mariadb"],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "registry-login-password",
-        // docker login -u ci -p PASS, podman login --password PASS
-        regex: r#"\b(?:docker|podman|buildah|skopeo|nerdctl|helm|oras)\b[^\n|;&]{0,128}?\blogin\b[^\n|;&]{0,256}?\s(?:-p|--password)(?:\s+|=)['"]?([^\s'"]{1,256})"#,
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &["login"],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "connection-string-key",
-        // Azure and .NET connection strings: AccountKey=…; SharedAccessKey=…;
-        regex: r#"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|SharedSecret)\s*=\s*([^;\s'"]{8,})"#,
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &["accountkey", "sharedaccess", "sharedsecret"],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "url-query-secret",
-        // ?token=…, &api_key=…, ?sig=…
-        regex: r#"(?i)[?&;](?:token|access_token|auth_token|id_token|refresh_token|api_?key|key|secret|client_secret|password|passwd|pwd|sig|signature|auth|x-amz-signature|x-amz-credential|x-goog-signature)=([^&\s#'"<>]{4,})"#,
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &[
-            "token=",
-            "key=",
-            "secret=",
-            "password=",
-            "passwd=",
-            "pwd=",
-            "sig=",
-            "signature=",
-            "auth=",
-            "credential=",
-        ],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "token-assignment",
-        // token: …, TOKEN=…, "token": "…", github_token = …
-        regex: r#"(?i)(?:^|[^a-z0-9])(?:[a-z0-9]+[_.-])?(?:token|pat|secret|credential|cred|creds|pass|pwd|api_?key|private_?key|auth)["']?\s*(?::|=|:=|=>)\s*["']?([^\s"'`,;)]{8,})"#,
-        entropy: 2.5,
-        secret_group: 1,
-        assignment: false,
-        keywords: &[
-            "token", "pat", "secret", "cred", "pass", "pwd", "key", "auth",
-        ],
-        allowlists: &[Allow {
-            target: Target::Secret,
-            and: false,
-            // Not secrets: plain words, paths, numbers, placeholders, variables.
-            regexes: &[
-                r"^[a-zA-Z_.-]+$",
-                r"^[0-9._-]+$",
-                r"^(?:[a-zA-Z]:)?[/\\~.][^\s]*$",
-                r"^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$",
-                r"^<[^>]*>$",
-                r"^\[REDACTED",
-                r"^(?:true|false|null|none|undefined)$",
-            ],
-            stopwords: "",
-        }],
-    },
-    Rule {
-        id: "gcp-api-key",
-        regex: r"\b(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)",
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &["aiza"],
-        allowlists: NO_ALLOW,
-    },
-    Rule {
-        id: "npm-access-token",
-        regex: r"\b(npm_[A-Za-z0-9]{36})(?:[^A-Za-z0-9]|$)",
-        entropy: 0.0,
-        secret_group: 1,
-        assignment: false,
-        keywords: &["npm_"],
-        allowlists: NO_ALLOW,
-    },
-];
+/// cairn's own rules (`cairn.toml`, data like gitleaks' file): generic credential forms,
+/// command-line password forms, and services gitleaks' set misses.
+pub static EXTRA: &[Rule; CAIRN_RULE_COUNT] = &CAIRN_RULES;
 
 const TOTAL: usize = RULE_COUNT + EXTRA.len();
 
@@ -470,6 +343,33 @@ pub fn uncompilable() -> Vec<&'static str> {
         .collect()
 }
 
+/// True when a would-be secret is code: a path (`a::b`, `:Name`), a dotted name
+/// (`win32api.RegEnumKey`), a call or index, a snake_case or camelCase identifier.
+pub fn code_like(s: &str) -> bool {
+    let ident = |t: &str| {
+        let t = t.as_bytes();
+        !t.is_empty()
+            && (t[0].is_ascii_alphabetic() || t[0] == b'_')
+            && t.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
+    };
+    // Segments as names are: a token's dotted parts (`pk.eyJ1….Xy`) are long.
+    let dotted = s.contains('.') && s.split('.').all(|t| ident(t) && t.len() < 24);
+    let snake = ident(s)
+        && s.contains('_')
+        && s.split('_').all(|w| {
+            w.bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                || w.bytes()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        });
+    s.contains("::")
+        || s.contains("->")
+        || s.starts_with(':')
+        || s.contains(['(', ')'])
+        || dotted
+        || snake
+}
+
 /// Shannon entropy in bits per byte, as gitleaks computes it.
 pub fn entropy(s: &[u8]) -> f64 {
     if s.is_empty() {
@@ -526,6 +426,12 @@ pub fn find(s: &str) -> Vec<Finding> {
             };
             let sb = secret.as_bytes();
             if r.entropy > 0.0 && entropy(sb) <= r.entropy {
+                continue;
+            }
+            // A generic rule (a keyword, an operator, a value) on code: not a secret.
+            if (r.assignment || r.id == "token-assignment")
+                && std::str::from_utf8(sb).is_ok_and(code_like)
+            {
                 continue;
             }
             let line_start = b[..whole.start()]

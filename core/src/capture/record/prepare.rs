@@ -65,12 +65,22 @@ pub fn prepare(
             {
                 return None;
             }
+            // Cleaned together: a secret found in one field is removed from all three.
+            let error = call.error.clone().map(serde_json::Value::String);
+            let [tool_input, tool_response, error] = p.values([
+                &call.tool_input,
+                &call.tool_response,
+                error.as_ref().unwrap_or(&serde_json::Value::Null),
+            ]);
             Action::Tool(ToolEvent {
                 tool_name: call.tool_name.clone(),
                 tool_use_id: call.tool_use_id.clone(),
-                tool_input: p.value(&call.tool_input),
-                tool_response: p.value(&call.tool_response),
-                error: call.error.as_deref().map(|e| p.text(e)),
+                tool_input,
+                tool_response,
+                error: match error {
+                    serde_json::Value::String(e) => Some(e),
+                    _ => None,
+                },
                 failed: call.failed,
                 is_interrupt: call.is_interrupt,
                 cwd: cwd.to_string(),
