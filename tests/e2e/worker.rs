@@ -1424,6 +1424,76 @@ fn an_autostarted_worker_exits_when_idle() {
     );
 }
 
+/// A worker stopped by SIGSTOP holds its lock forever: once its heartbeat is older than
+/// the wedged threshold, a hook's autostart ends it and starts a new worker, which does
+/// the jobs the stopped one left (claimed or pending) and those that came meanwhile.
+#[test]
+fn a_stopped_worker_is_replaced_by_the_hooks() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = TestEnv::new();
+    let model = FakeModel::always(Reply::anthropic(GOOD_XML));
+    std::fs::create_dir_all(&env.data_dir).expect("dir");
+    let mut c = worker(&env, &model);
+    c.env("CAIRN_BATCH__ENABLED", "false")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut first = c.spawn().expect("spawn worker");
+    let lock_path = DataDir::new(&env.data_dir).worker_lock();
+    let holder = || lock::holder(&lock_path).expect("holder").map(|h| h.pid);
+    wait_until(|| holder() == Some(first.id()));
+    let hook = |i: usize| {
+        let mut v: Value = serde_json::from_str(&hook_fixture("PostToolUse.json")).expect("json");
+        v["tool_use_id"] = json!(format!("toolu_frozen_{i}"));
+        // The worker's environment (the fake model, a one-second heartbeat), which the
+        // worker the hook starts inherits.
+        let mut h = Command::new(crate::support::bin("cairn-hook"));
+        h.envs(
+            worker(&env, &model)
+                .get_envs()
+                .filter_map(|(k, v)| Some((k, v?))),
+        )
+        .env("CAIRN_BATCH__ENABLED", "false")
+        .env("CAIRN_WORKER__AUTOSTART", "true")
+        .env("CAIRN_WORKER__IDLE_EXIT_SECS", "2")
+        .env("CAIRN_CAPTURE__LOCK_WAIT_MS", "200");
+        let out = crate::support::run_with_stdin(h, v.to_string().as_bytes());
+        assert!(out.status.success());
+    };
+    hook(0);
+    wait_until(|| env.count("SELECT count(*) FROM pending_messages WHERE status = 'done'") == 1);
+    signal(&first, "-STOP");
+    // Hooks keep coming while it is stopped; one of them replaces it once its heartbeat
+    // (every second here) is four periods old.
+    let mut fired = 1;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while first.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the stopped worker was never replaced"
+        );
+        hook(fired);
+        fired += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = first.wait().expect("wait");
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    hook(fired);
+    fired += 1;
+    wait_until(|| {
+        env.count("SELECT count(*) FROM pending_messages WHERE status = 'done'") == fired as i64
+    });
+    let notices = std::fs::read_dir(DataDir::new(&env.data_dir).notices())
+        .expect("notices")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("worker-replaced"))
+        .count();
+    assert_eq!(notices, 1);
+    let status = env.run("cairn", &["status"], b"");
+    assert!(stdout(&status).contains("killed"), "{}", stdout(&status));
+    // The new worker goes when idle.
+    wait_until(|| holder().is_none());
+}
+
 #[test]
 fn sighup_reloads_settings() {
     let env = TestEnv::new();

@@ -14,6 +14,7 @@ use crate::logging::{self, Target};
 use cairn_core::capture;
 use cairn_core::capture::handle::{HookInput, Stored};
 use cairn_core::capture::hook::PLAIN_ANSWER;
+use cairn_core::ops::liveness;
 use cairn_core::settings::Settings;
 use cairn_core::store::paths::DataDir;
 
@@ -122,13 +123,13 @@ fn run(explicit: Option<String>) -> String {
     {
         log::warn!("cannot checkpoint the WAL: {e}");
     }
-    std::mem::forget(conn);
     if settings_error.is_none()
         && settings.worker.autostart
         && matches!(outcome.stored, Stored::Database | Stored::Spooled(_))
     {
-        autostart(&dir);
+        autostart(&dir, &settings, conn.as_ref());
     }
+    std::mem::forget(conn);
     outcome.answer
 }
 
@@ -216,21 +217,36 @@ fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
     }
 }
 
-/// Starts `cairn-worker --autostarted` when no worker holds the lock: detached in its own
-/// session, stdio closed, never waited on. An `O_EXCL` marker file, fresh for a few
-/// seconds, lets one of many hooks firing at once do it.
-fn autostart(dir: &DataDir) {
-    match cairn_core::store::lock::holder(&dir.worker_lock()) {
-        Ok(Some(_)) => return,
-        Ok(None) => {}
+/// Starts `cairn-worker --autostarted` when no worker holds the lock, or when the one
+/// holding it is stopped and silent past the wedged threshold (it is ended first,
+/// `ops::liveness::replace_wedged`): detached in its own session, stdio closed, never
+/// waited on. An `O_EXCL` marker file, fresh for a few seconds, lets one of many hooks
+/// firing at once do it.
+fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqlite::Connection>) {
+    let stopped_holder = match cairn_core::store::lock::holder(&dir.worker_lock()) {
+        Ok(Some(h)) if !liveness::process_stopped(h.pid) => return,
+        Ok(Some(_)) => true,
+        Ok(None) => false,
         Err(e) => {
             log::warn!("cannot check the worker lock: {e}");
             return;
         }
-    }
+    };
     let marker = dir.root().join("worker.autostart");
     if !claim_marker(&marker) {
         return;
+    }
+    if stopped_holder {
+        let Some(conn) = conn else { return };
+        let now = cairn_core::clock::now_ms();
+        match liveness::replace_wedged(dir, conn, settings.worker.heartbeat_secs, now) {
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(e) => {
+                log::warn!("cannot check the stopped worker: {e}");
+                return;
+            }
+        }
     }
     let worker = match std::env::current_exe() {
         Ok(exe) => exe.with_file_name("cairn-worker"),

@@ -2,7 +2,8 @@
 //! data dir, `install` merges cairn's hooks into Claude Code's settings (`claude_settings`
 //! tells which hooks there are cairn's, for install and doctor alike), `exchange`
 //! exports and imports JSONL (and exports Markdown), `claude_mem` imports claude-mem's
-//! database.
+//! database. `liveness` replaces a worker that holds the lock but is stopped (the hook's
+//! autostart asks it).
 //!
 //! `status`, `doctor` and `install` write nothing (install is pure; the CLI writes the
 //! settings file). The importers write `sessions`, `user_prompts`, `observations` and
@@ -17,4 +18,5 @@ pub mod claude_settings;
 pub mod doctor;
 pub mod exchange;
 pub mod install;
+pub mod liveness;
 pub mod status;

@@ -1,10 +1,11 @@
 //! `cairn status`: the health of one data dir gathered into one serializable report, and
 //! the rule that decides whether it needs attention. Reads only.
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::ops::liveness::{last_heartbeat, process_stopped, wedged_after_ms};
 use crate::queue;
 use crate::queue::claim::JobStatus;
 use crate::settings::Settings;
@@ -13,10 +14,6 @@ use crate::store::paths::DataDir;
 /// Quarantined hook inputs need attention for this long (7 days); older ones are only
 /// counted, so that `cairn status` can become healthy again without deleting evidence.
 pub const QUARANTINE_WINDOW_MS: i64 = 7 * 86_400_000;
-
-/// A running worker whose heartbeat is older than this many heartbeat periods is wedged
-/// (stopped, hung): its heartbeat runs beside its model calls, never behind them.
-pub const WEDGED_AFTER_PERIODS: i64 = 4;
 
 /// A ready job not taken this long after it was due needs attention (the worker runs but
 /// does not work).
@@ -51,10 +48,11 @@ pub struct WorkerStatus {
 }
 
 impl WorkerStatus {
-    /// Holds the lock but has not heartbeaten for [`WEDGED_AFTER_PERIODS`] periods (since
+    /// Holds the lock but has not heartbeaten for
+    /// [`WEDGED_AFTER_PERIODS`](crate::ops::liveness::WEDGED_AFTER_PERIODS) periods (since
     /// its start when it recorded none), or its process is stopped.
     pub fn wedged(&self) -> bool {
-        let limit = self.heartbeat_period_ms.max(1000) * WEDGED_AFTER_PERIODS;
+        let limit = wedged_after_ms(self.heartbeat_period_ms);
         self.running
             && (self.process_stopped
                 || self
@@ -242,31 +240,6 @@ pub fn recent_calls(conn: &Connection, now: i64) -> Result<RecentCalls> {
         }
     }
     Ok(out)
-}
-
-/// True when the process `pid` is stopped (Linux `/proc`; false where unknown).
-fn process_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next())
-        })
-        .is_some_and(|state| state == 'T' || state == 't')
-}
-
-/// The latest heartbeat of the live worker (`pid`, not stopped), or of any worker when none
-/// is live.
-pub fn last_heartbeat(conn: &Connection, pid: Option<u32>) -> Result<Option<i64>> {
-    Ok(conn
-        .query_row(
-            "SELECT max(heartbeat_at) FROM workers
-             WHERE ?1 IS NULL OR (pid = ?1 AND stopped_at IS NULL)",
-            [pid],
-            |r| r.get(0),
-        )
-        .optional()?
-        .flatten())
 }
 
 fn count(conn: &Connection, sql: &str) -> Result<i64> {

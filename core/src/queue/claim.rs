@@ -24,6 +24,14 @@ use crate::text::{self, Unit};
 /// Longest error text kept per failed attempt.
 const MAX_ERROR_CHARS: usize = 2_000;
 
+/// How far in the future a job's times may lie before the queue concludes the clock was
+/// stepped back since they were written. Time only moves forward for the queue: a job last
+/// scheduled (`updated_at`) further ahead than this is due now, and one created
+/// (`created_at`) further ahead has waited out its batch window, instead of both waiting for
+/// the length of the jump. Processes on one machine read one clock; this covers the
+/// milliseconds between a hook's reading and the worker's.
+pub const CLOCK_TOLERANCE_MS: i64 = 2_000;
+
 /// What a job asks the worker to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -254,7 +262,8 @@ pub fn enqueue(tx: &Transaction, job: &NewJob, max_attempts: u32, now: i64) -> R
         .query_row([job.dedupe_key], |r| Ok((r.get(0)?, r.get(1)?)))?;
     if job.kind == JobKind::Summarize && status == "pending" {
         tx.prepare_cached(
-            "UPDATE pending_messages SET payload = ?2, updated_at = ?3 WHERE id = ?1 AND status = 'pending'",
+            "UPDATE pending_messages SET payload = ?2, updated_at = max(updated_at, ?3)
+             WHERE id = ?1 AND status = 'pending'",
         )?
         .execute(params![id, job.payload, now])?;
         return Ok(Enqueued::Refreshed(id));
@@ -263,6 +272,9 @@ pub fn enqueue(tx: &Transaction, job: &NewJob, max_attempts: u32, now: i64) -> R
 }
 
 /// Picks the oldest ready job of a session with nothing in flight: the batch starts there.
+/// A job is due at its `available_at`, or at once when it was scheduled in what is now the
+/// future (the clock went back, [`CLOCK_TOLERANCE_MS`]); a batch window counts from
+/// `created_at`, and is over when that lies in the future.
 ///
 /// The batch size is written into the text (`{max_size}`, an integer from the settings),
 /// not bound: SQLite re-prepares a statement at every new binding of a parameter used as
@@ -270,7 +282,7 @@ pub fn enqueue(tx: &Transaction, job: &NewJob, max_attempts: u32, now: i64) -> R
 const READY_SQL: &str = "
 SELECT p.session_id, p.kind, p.prompt_number
 FROM pending_messages p
-WHERE p.status = 'pending' AND p.available_at <= ?1
+WHERE p.status = 'pending' AND (p.available_at <= ?1 OR p.updated_at > ?1 + ?4)
   AND NOT EXISTS (SELECT 1 FROM pending_messages c
                   WHERE c.session_id = p.session_id AND c.status = 'claimed')
   AND CASE p.kind
@@ -280,6 +292,7 @@ WHERE p.status = 'pending' AND p.available_at <= ?1
             AND o.kind = 'observation' AND o.prompt_number <= p.prompt_number)
       ELSE ?2
         OR p.created_at <= ?1 - ?3
+        OR p.created_at > ?1 + ?4
         OR EXISTS (SELECT 1 FROM pending_messages s
                    WHERE s.session_id = p.session_id AND s.status = 'pending'
                      AND s.kind = 'summarize')
@@ -305,7 +318,7 @@ UPDATE pending_messages
 SET status = 'claimed', claimed_by = ?1, claim_token = ?2, lease_until = ?3, updated_at = ?4
 WHERE id IN (SELECT id FROM pending_messages
              WHERE session_id = ?5 AND kind = ?6 AND prompt_number = ?7
-               AND status = 'pending' AND available_at <= ?4
+               AND status = 'pending' AND (available_at <= ?4 OR updated_at > ?4 + ?8)
              ORDER BY id LIMIT {max_size})
   AND status = 'pending'
 RETURNING id, session_id, project, kind, prompt_number, payload, attempts, created_at";
@@ -320,13 +333,21 @@ pub fn claim_batch(
     db::write(conn, |tx| {
         let start = tx
             .prepare_cached(&with_limit(READY_SQL, policy.max_size))?
-            .query_row(params![now, !policy.batching, policy.max_wait_ms], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            })
+            .query_row(
+                params![
+                    now,
+                    !policy.batching,
+                    policy.max_wait_ms,
+                    CLOCK_TOLERANCE_MS
+                ],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                },
+            )
             .optional()?;
         let Some((session_id, kind, prompt_number)) = start else {
             return Ok(None);
@@ -348,7 +369,8 @@ pub fn claim_batch(
                     now,
                     session_id,
                     kind,
-                    prompt_number
+                    prompt_number,
+                    CLOCK_TOLERANCE_MS
                 ],
                 |r| {
                     Ok(Job {
@@ -948,6 +970,59 @@ mod tests {
     }
 
     #[test]
+    fn a_clock_stepped_back_does_not_hold_the_queue() {
+        use crate::queue::stats::{Wait, get, wait};
+        let mut q = q();
+        q.session("s", 1);
+        let t = 100_000_000;
+        let back = t - 3_600_000;
+        let wait_at = |q: &Q, id: i64, now: i64| {
+            let (row, _, _) = get(&q.conn, id).expect("get").expect("row");
+            wait(&row, &q.policy, now)
+        };
+        // Queued at T, mid-turn: it waits for its batch window; then the turn ends.
+        let a = q.obs("s", 1, "a", t);
+        assert_eq!(q.claim(W, t), None, "inside its batch window");
+        assert_eq!(wait_at(&q, a, t), Wait::BatchWindow(t + 60_000));
+        let sum = match q.add("s", JobKind::Summarize, 1, "turn:1", t) {
+            Enqueued::Added(id) => id,
+            other => panic!("{other:?}"),
+        };
+        // The clock goes back an hour; the turn's Stop fires again and refreshes the summary.
+        assert_eq!(
+            q.add("s", JobKind::Summarize, 1, "turn:1", back),
+            Enqueued::Refreshed(sum)
+        );
+        assert_eq!(wait_at(&q, a, back), Wait::Ready);
+        let b = q
+            .claim(W, back)
+            .expect("queued before the jump, claimable after");
+        assert_eq!(b.ids(), vec![a]);
+        ack(&mut q.conn, &b, back, |_| Ok(())).expect("ack");
+        assert_eq!(wait_at(&q, sum, back + 1), Wait::Ready);
+        let s = q.claim(W, back + 1).expect("the summary is ready");
+        assert_eq!(s.ids(), vec![sum]);
+        // A failure after the jump keeps its backoff: time moves forward from there.
+        let p = q.policy;
+        let failed = fail(&mut q.conn, &s, "boom", &p, back + 2, None);
+        assert!(failed.is_ok(), "{failed:?}");
+        assert_eq!(q.claim(W, back + 2), None, "backing off");
+        assert!(matches!(wait_at(&q, sum, back + 2), Wait::Retry(_)));
+        let (_, _, due) = q.status(sum);
+        assert_eq!(q.claim(W, due).expect("retried").ids(), vec![sum]);
+        // Mid-turn, queued before the jump: its batch window is over after it.
+        q.session("u", 1);
+        let c = q.obs("u", 1, "c", due + 3_600_000);
+        assert_eq!(wait_at(&q, c, due), Wait::Ready);
+        assert_eq!(q.claim(W, due).expect("window over").ids(), vec![c]);
+        // A few milliseconds ahead (another process's reading) is no jump: the window holds.
+        q.session("v", 1);
+        let d = q.obs("v", 1, "d", due + 500);
+        assert_eq!(q.claim(W, due), None);
+        assert_eq!(wait_at(&q, d, due), Wait::BatchWindow(due + 500 + 60_000));
+    }
+
+    #[test]
     fn a_summary_waits_for_observations_that_are_backing_off() {
         let mut q = q();
         q.session("s", 1);
@@ -1536,7 +1611,7 @@ mod tests {
                 .expect("collect");
             rows.join("\n")
         };
-        for (name, sql, n) in [("ready", READY_SQL, 3), ("claim", CLAIM_SQL, 7)] {
+        for (name, sql, n) in [("ready", READY_SQL, 4), ("claim", CLAIM_SQL, 8)] {
             let p = plan(&with_limit(sql, 20), n);
             assert!(!p.contains("TEMP B-TREE"), "{name} sorts:\n{p}");
             for line in p.lines() {

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::queue::claim::{JobKind, JobStatus, Policy};
+use crate::queue::claim::{CLOCK_TOLERANCE_MS, JobKind, JobStatus, Policy};
 
 /// A job as listed by `cairn queue`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -201,9 +201,15 @@ pub fn wait(job: &JobRow, policy: &Policy, now: i64) -> Wait {
     if job.status != JobStatus::Pending {
         return Wait::Ready;
     }
-    let window_end = window_end(job, policy);
+    // Times in what is now the future: the clock went back since they were written, and
+    // the job does not wait for the length of the jump (as `claim_batch` decides).
+    let rescheduled = job.updated_at > now + CLOCK_TOLERANCE_MS;
+    let window_end = match job.created_at > now + CLOCK_TOLERANCE_MS {
+        true => i64::MIN,
+        false => window_end(job, policy),
+    };
     // It waits for the later of the two.
-    if job.available_at > now && job.available_at >= window_end {
+    if job.available_at > now && job.available_at >= window_end && !rescheduled {
         return match job.attempts {
             0 => Wait::Released(job.available_at),
             _ => Wait::Retry(job.available_at),
@@ -310,11 +316,11 @@ mod tests {
             batching: false,
             ..policy
         };
-        let batch = claim_batch(&mut conn, "w", &unbatched, 1_000)
+        let batch = claim_batch(&mut conn, "w", &unbatched, 9_000)
             .expect("claim")
             .expect("batch");
         assert_eq!(batch.jobs[0].session_id, "failed");
-        fail(&mut conn, &batch, "boom", &policy, 1_000, Some(150_000)).expect("fail");
+        fail(&mut conn, &batch, "boom", &policy, 9_000, Some(150_000)).expect("fail");
         let (row, w) = next_due(&conn, &policy, 20_000)
             .expect("due")
             .expect("some");

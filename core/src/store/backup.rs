@@ -4,7 +4,9 @@
 //! - a backup copies the database in one backup step under one read transaction, so it is a
 //!   consistent snapshot while hooks and the worker keep writing (WAL readers do not block
 //!   writers); it is written to a temporary file, checked, made `0600`, and only then
-//!   renamed into place, so a backup file that exists is complete;
+//!   renamed into place, so a backup file that exists is complete; the temporary files of a
+//!   backup or restore whose process was killed are deleted by the next backup into that
+//!   folder and by the worker's housekeeping, which runs at its start ([`remove_partials`]);
 //! - a restore is refused while a worker holds the worker lock; the source is copied and its
 //!   integrity checked before the live database is touched; the live database is first
 //!   backed up next to the others (`cairn-replaced-…`), then overwritten through the backup
@@ -66,6 +68,58 @@ fn temp_beside(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// The pid in the name of a temporary file [`temp_beside`] made (with or without its
+/// `-wal` / `-shm` / `-journal` companion suffix).
+fn partial_pid(name: &str) -> Option<i32> {
+    let (_, rest) = name.rsplit_once(".partial-")?;
+    let digits = ["-wal", "-shm", "-journal"]
+        .iter()
+        .find_map(|s| rest.strip_suffix(s))
+        .unwrap_or(rest);
+    digits.parse().ok().filter(|pid| *pid > 0)
+}
+
+/// True while process `pid` exists (it may belong to another user).
+fn process_exists(pid: i32) -> bool {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e != rustix::io::Errno::SRCH,
+    }
+}
+
+/// Deletes, in `folder`, the temporary files of backups and restores whose process is gone
+/// (killed mid-copy: its file never became a backup). A backup still running in another
+/// process keeps its file. Returns how many files were deleted; errors are logged.
+pub fn remove_partials(folder: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(partial_pid) else {
+            continue;
+        };
+        if process_exists(pid) {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => {
+                log::info!(
+                    "removed {}, left by an interrupted backup",
+                    entry.path().display()
+                );
+                removed += 1;
+            }
+            Err(e) => log::warn!("cannot remove {}: {e}", entry.path().display()),
+        }
+    }
+    removed
+}
+
 fn remove_quietly(path: &Path) {
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut p = path.as_os_str().to_os_string();
@@ -114,6 +168,7 @@ pub fn online(conn: &Connection, dest: &Path) -> Result<BackupInfo> {
     }
     let tmp = temp_beside(dest);
     remove_quietly(&tmp);
+    remove_partials(tmp.parent().unwrap_or(Path::new(".")));
     let result = (|| {
         // Created 0600 before SQLite opens it (SQLite would create it 0644 less the umask,
         // readable while the copy is written); its journal takes the same mode.
@@ -497,6 +552,41 @@ mod tests {
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
         assert_eq!(session_ids(&conn), vec!["a".to_string()]);
         assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
+    }
+
+    #[test]
+    fn partials_of_a_killed_backup_are_removed_and_a_running_ones_kept() {
+        let (_tmp, dd, conn) = data_dir();
+        std::fs::create_dir_all(dd.backups()).expect("backups");
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let gone = child.id();
+        child.wait().expect("wait");
+        let killed: Vec<_> = ["", "-wal", "-journal"]
+            .iter()
+            .map(|s| {
+                dd.backups()
+                    .join(format!("cairn-2026-01-01.db.partial-{gone}{s}"))
+            })
+            .collect();
+        let running = dd
+            .backups()
+            .join(format!("cairn-manual-x.db.partial-{}", std::process::id()));
+        let other = dd.backups().join("notes.partial-x");
+        for p in killed.iter().chain([&running, &other]) {
+            std::fs::write(p, b"half").expect("write");
+        }
+        let staged = dd.root().join(format!("restore.db.partial-{gone}"));
+        std::fs::write(&staged, b"half").expect("write");
+        online(&conn, &dd.backups().join("b.db")).expect("backup");
+        for p in &killed {
+            assert!(!p.exists(), "{} left behind", p.display());
+        }
+        assert!(running.exists() && other.exists(), "not ours to remove");
+        assert!(staged.exists(), "another folder");
+        assert_eq!(remove_partials(dd.root()), 1);
+        assert!(!staged.exists());
+        assert_eq!(partial_pid("a.db.partial-12-shm"), Some(12));
+        assert_eq!(partial_pid("a.db.partial-0"), None);
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(super) fn check_worker(
         }
     };
     let heartbeat: Option<i64> = conn.and_then(|c| {
-        crate::ops::status::last_heartbeat(c, holder.as_ref().map(|h| h.pid))
+        crate::ops::liveness::last_heartbeat(c, holder.as_ref().map(|h| h.pid))
             .ok()
             .flatten()
     });

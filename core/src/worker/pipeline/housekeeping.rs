@@ -166,6 +166,8 @@ impl Housekeeping {
                 ),
                 Err(e) => log::warn!("purge failed: {e}"),
             }
+            backup::remove_partials(&self.dir.backups());
+            backup::remove_partials(self.dir.root());
             if settings.backup.daily {
                 match backup::daily(&self.dir, conn, settings.backup.keep, now) {
                     Ok(Some(path)) => log::info!("daily backup written to {}", path.display()),
