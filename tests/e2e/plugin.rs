@@ -136,12 +136,17 @@ fn run(data: &Path, url: &str, args: &[&str], stdin: &str) -> std::process::Outp
         .stderr(Stdio::piped())
         .spawn()
         .expect("launcher");
-    child
+    // The program may exit without reading its input (the release's stand-in binaries
+    // do): a closed pipe is not the test's concern, what the program printed is.
+    match child
         .stdin
         .take()
         .expect("stdin")
         .write_all(stdin.as_bytes())
-        .expect("write");
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("write: {e}"),
+        _ => {}
+    }
     child.wait_with_output().expect("wait")
 }
 
