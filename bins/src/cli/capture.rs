@@ -243,6 +243,13 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
 /// data dir's `install-backups/` (never beside it: that may be a repository). Returns the
 /// path written and says where the backup is.
 fn save(ctx: &Ctx, path: &Path, existed: bool, value: &Value) -> anyhow::Result<PathBuf> {
+    let mut text = serde_json::to_string_pretty(value).context("cannot encode settings")?;
+    text.push('\n');
+    save_bytes(ctx, path, existed, text.as_bytes())
+}
+
+/// [`save`] with the file's new bytes as they are.
+fn save_bytes(ctx: &Ctx, path: &Path, existed: bool, bytes: &[u8]) -> anyhow::Result<PathBuf> {
     let path = &real_path(path);
     let dir = path.parent().context("settings path has no parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -264,9 +271,7 @@ fn save(ctx: &Ctx, path: &Path, existed: bool, value: &Value) -> anyhow::Result<
         }
         crate::cli::out::say!("backup of {}: {}", path.display(), b.display());
     }
-    let mut text = serde_json::to_string_pretty(value).context("cannot encode settings")?;
-    text.push('\n');
-    write_atomically(path, text.as_bytes(), mode)?;
+    write_atomically(path, bytes, mode)?;
     if !existed {
         // So that uninstall deletes the file instead of leaving an empty document.
         let marker = backups.join(format!("{name}{CREATED}"));
@@ -298,7 +303,8 @@ fn backup_name(real: &Path) -> String {
 /// Writes what uninstall leaves of a settings file, as it was before cairn came: deleted
 /// when install created it and nothing else is in it now; else, byte for byte, the newest
 /// backup that holds exactly `value` (the file before install, its formatting kept);
-/// else `value` (someone changed the file since), through [`save`].
+/// else `value` (someone changed the file since). Either way through [`save_bytes`]: the
+/// file as it is now is backed up first.
 fn put_back(ctx: &Ctx, path: &Path, value: &Value) -> anyhow::Result<PathBuf> {
     let real = real_path(path);
     let backups = backups_dir(ctx)?;
@@ -329,18 +335,15 @@ fn put_back(ctx: &Ctx, path: &Path, value: &Value) -> anyhow::Result<PathBuf> {
         let v: Value = serde_json::from_slice(&bytes).ok()?;
         (&v == value).then_some((b, bytes))
     });
-    let written = save(ctx, path, true, value)?;
-    if let Some((backup, bytes)) = same {
-        let mode = std::fs::metadata(&written)
-            .map(|m| m.permissions().mode() & 0o777)
-            .unwrap_or(0o600);
-        write_atomically(&written, &bytes, mode)?;
-        crate::cli::out::say!(
-            "{} is back as it was before cairn install (from {})",
-            written.display(),
-            backup.display()
-        );
-    }
+    let Some((backup, bytes)) = same else {
+        return save(ctx, path, true, value);
+    };
+    let written = save_bytes(ctx, path, true, &bytes)?;
+    crate::cli::out::say!(
+        "{} is back as it was before cairn install (from {})",
+        written.display(),
+        backup.display()
+    );
     Ok(written)
 }
 
