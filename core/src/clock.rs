@@ -126,6 +126,19 @@ pub fn parse_duration_ms(s: &str) -> Option<i64> {
     n.checked_mul(unit_ms)
 }
 
+/// A duration in words for a message: `45s`, `3m` (`3m 5s` with `minute_seconds`), `2h 5m`,
+/// `4d 3h`; a negative duration is `0s`.
+pub fn span(ms: i64, minute_seconds: bool) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 if minute_seconds => format!("{}m {}s", s / 60, s % 60),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

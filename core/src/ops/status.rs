@@ -370,7 +370,7 @@ pub fn attention(s: &Status) -> Vec<String> {
     }
     if w.wedged() {
         let pid = w.pid.unwrap_or(0);
-        let silent = span(w.heartbeat_age_ms.or(w.uptime_ms).unwrap_or(0));
+        let silent = crate::clock::span(w.heartbeat_age_ms.or(w.uptime_ms).unwrap_or(0), true);
         out.push(if w.process_stopped {
             format!(
                 "the worker (pid {pid}) holds the lock but its process is stopped, with no heartbeat for {silent}: resume it with `kill -CONT {pid}`, or end it with `kill {pid}` (a hook starts a new one)"
@@ -407,7 +407,7 @@ pub fn attention(s: &Status) -> Vec<String> {
         out.push(format!(
             "job #{} has been ready for {} but the worker (pid {}) has not taken it: see the worker's log in the data dir's logs/, and restart it if it stays so (`kill {}`; a hook starts a new one)",
             d.job_id,
-            span(s.now - d.due_at),
+            crate::clock::span(s.now - d.due_at, true),
             w.pid.unwrap_or(0),
             w.pid.unwrap_or(0)
         ));
@@ -478,17 +478,6 @@ fn discard_selector(s: &Status) -> String {
         format!("--id {}", ids.join(" "))
     } else {
         "--all-skipped".into()
-    }
-}
-
-/// A duration in words for a message: `45s`, `12m`, `3h 5m`, `2d 4h`.
-pub fn span(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m {}s", s / 60, s % 60),
-        3600..86_400 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
     }
 }
 

@@ -373,13 +373,7 @@ fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 
 /// `5s`, `3m`, `2h 5m`, `4d 3h`.
 fn age(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86_400 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
-        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
-    }
+    cairn_core::clock::span(ms, false)
 }
 
 /// `512 B`, `3.2 KiB`, `1.5 MiB`.
