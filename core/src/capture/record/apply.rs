@@ -32,6 +32,17 @@ pub enum Applied {
     Job(Enqueued),
 }
 
+/// The queue's dedupe key of a tool call's `observation` job: a call queued twice (a hook
+/// and a transcript import) is one job.
+pub fn tool_key(tool_use_id: &str) -> String {
+    format!("tool:{tool_use_id}")
+}
+
+/// The queue's dedupe key of a turn's `summarize` job.
+pub fn turn_key(session_id: &str, prompt_number: i64) -> String {
+    format!("turn:{session_id}:{prompt_number}")
+}
+
 /// Writes a record in the caller's transaction: the session upsert plus the prompt or job.
 /// Idempotent for jobs (dedupe keys) and prompts with an id.
 pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applied> {
@@ -74,7 +85,7 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
             let prompt_number = turn_of(tx, rec)?;
             let payload = serde_json::to_string(ev)
                 .map_err(|e| crate::Error::Invalid(format!("cannot encode tool event: {e}")))?;
-            let key = format!("tool:{}", ev.tool_use_id);
+            let key = tool_key(&ev.tool_use_id);
             Ok(Applied::Job(queue::claim::enqueue(
                 tx,
                 &NewJob {
@@ -94,7 +105,7 @@ pub fn apply(tx: &Transaction, rec: &Record, max_attempts: u32) -> Result<Applie
             let prompt_number = turn_of(tx, rec)?;
             let payload = serde_json::to_string(turn)
                 .map_err(|e| crate::Error::Invalid(format!("cannot encode turn end: {e}")))?;
-            let key = format!("turn:{sid}:{prompt_number}");
+            let key = turn_key(sid, prompt_number);
             Ok(Applied::Job(queue::claim::enqueue(
                 tx,
                 &NewJob {

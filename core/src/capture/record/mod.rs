@@ -8,6 +8,6 @@ mod apply;
 mod prepare;
 mod types;
 
-pub use apply::{Applied, apply, turn_of};
+pub use apply::{Applied, apply, tool_key, turn_key, turn_of};
 pub use prepare::{is_excluded, is_own_tool, prepare};
 pub use types::{Action, Record};

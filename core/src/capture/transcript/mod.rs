@@ -585,7 +585,7 @@ fn standing(conn: &Connection, rec: &Record) -> Result<Standing> {
             if forgotten::is_forgotten(conn, &Key::ToolUse(&ev.tool_use_id))? {
                 return Ok(Standing::Forgotten);
             }
-            if job_exists(conn, &format!("tool:{}", ev.tool_use_id))? {
+            if job_exists(conn, &record::tool_key(&ev.tool_use_id))? {
                 return Ok(Standing::Existing);
             }
             match turn_number(conn, rec)? {
@@ -620,7 +620,7 @@ fn turn_standing(conn: &Connection, sid: &str, n: i64, is_turn_end: bool) -> Res
     if forgotten::is_forgotten(conn, &turn)? {
         return Ok(Standing::Forgotten);
     }
-    let job = job_exists(conn, &format!("turn:{sid}:{n}"))?;
+    let job = job_exists(conn, &record::turn_key(sid, n))?;
     if is_turn_end && job {
         return Ok(Standing::Existing);
     }
