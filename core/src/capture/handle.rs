@@ -14,7 +14,9 @@
 //! Invariants: every event's rows are written in one `db::write` transaction; nothing is
 //! written before the privacy filter ran; an event that cannot be written (the database
 //! stayed locked, or cannot be opened) is spooled to a file, already cleaned, and the
-//! same [`apply`] writes it later, idempotently (dedupe keys, prompt ids).
+//! same [`apply`] writes it later, idempotently (dedupe keys, prompt ids); when the data
+//! dir cannot take the file, it goes to the data dir's `store::fallback`, and when that
+//! fails too, the loss is counted (`store::incidents`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -367,23 +369,43 @@ pub fn replay(conn: &mut Connection, settings: &Settings, ids: &[i64]) -> Result
 }
 
 fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i64) -> Stored {
-    match spool::write(dir, item, now) {
+    let in_data_dir = match spool::write(dir, item, now) {
         Ok(path) => {
             log::warn!(
                 "database not writable ({cause}); event spooled to {}",
                 path.display()
             );
-            Stored::Spooled(path)
+            return Stored::Spooled(path);
         }
-        Err(e) => {
-            log::error!("event lost: database not writable ({cause}) and cannot spool ({e})");
-            let why = format!("database not writable ({cause}); cannot spool ({e})");
-            if let Err(e) = crate::store::incidents::record_lost(dir, &why, now) {
-                log::error!("cannot record the lost event for `cairn status`: {e}");
-            }
-            Stored::Lost
+        Err(e) => e,
+    };
+    // The data dir cannot take even a spool file (a read-only or failing disk): the
+    // user's private fallback keeps the event until the data dir is writable again.
+    let outside = match crate::store::fallback::ensure(dir)
+        .and_then(|fb| spool::write(&fb, item, now))
+    {
+        Ok(path) => {
+            log::warn!(
+                "database not writable ({cause}) and cannot spool in the data dir ({in_data_dir}); event kept in {}",
+                path.display()
+            );
+            return Stored::Spooled(path);
         }
+        Err(e) => e,
+    };
+    log::error!(
+        "event lost: database not writable ({cause}), cannot spool ({in_data_dir}), nor outside the data dir ({outside})"
+    );
+    let why = format!("database not writable ({cause}); cannot spool ({in_data_dir})");
+    let recorded = crate::store::incidents::record_lost(dir, &why, now).or_else(|e| {
+        crate::store::fallback::ensure(dir)
+            .and_then(|fb| crate::store::incidents::record_lost(&fb, &why, now))
+            .map_err(|_| e)
+    });
+    if let Err(e) = recorded {
+        log::error!("cannot record the lost event for `cairn status`: {e}");
     }
+    Stored::Lost
 }
 
 /// The event of an input and its working directory (`CLAUDE_PROJECT_DIR` when the payload

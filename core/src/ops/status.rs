@@ -148,6 +148,14 @@ pub struct Status {
     pub database_bytes: u64,
     /// Hook events waiting in the spool for the worker.
     pub spooled: usize,
+    /// Hook events kept outside the data dir because it could not take them (a read-only
+    /// or failing disk), waiting for the worker once it can (`store::fallback`).
+    pub spooled_outside: usize,
+    /// Where those are kept, when there are any.
+    pub outside_dir: Option<String>,
+    /// Why the database or the data dir cannot be written, when it cannot (`cairn status`
+    /// then reads it read-only).
+    pub read_only: Option<String>,
     /// Why `settings.json` cannot be read, when it cannot (events wait in the spool).
     pub settings_error: Option<String>,
     /// Hook events that neither the database nor the spool could keep.
@@ -194,6 +202,7 @@ impl Status {
     pub fn waiting_for_first_event(&self) -> bool {
         self.memories.sessions == 0
             && self.spooled == 0
+            && self.spooled_outside == 0
             && JobStatus::ALL.iter().all(|s| self.queue.count(*s) == 0)
     }
 }
@@ -309,6 +318,13 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let mut wal = dir.db().into_os_string();
     wal.push("-wal");
     let database_bytes = size(dir.db()) + size(wal.into());
+    let outside = crate::store::fallback::existing(dir);
+    let spooled_outside = outside
+        .as_ref()
+        .and_then(|fb| crate::capture::spool::pending(fb).ok())
+        .map_or(0, |f| f.len());
+    let read_only = crate::store::paths::read_only_reason(&dir.db())
+        .or_else(|| crate::store::paths::read_only_reason(dir.root()));
     let mut status = Status {
         data_dir: dir.root().display().to_string(),
         now,
@@ -324,6 +340,11 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         memories,
         database_bytes,
         spooled: crate::capture::spool::pending(dir).map_or(0, |f| f.len()),
+        spooled_outside,
+        outside_dir: (spooled_outside > 0)
+            .then(|| outside.map(|fb| fb.root().display().to_string()))
+            .flatten(),
+        read_only,
         settings_error: Settings::load(dir).err().map(|e| e.to_string()),
         lost: crate::store::incidents::lost(dir),
         notices: crate::store::incidents::notices(dir),
@@ -439,9 +460,22 @@ pub fn attention(s: &Status) -> Vec<String> {
             s.spooled
         ));
     }
+    if let Some(why) = &s.read_only {
+        out.push(format!(
+            "the database cannot be written ({why}): shown read-only; hooks keep their events outside the data dir ({} so far) until it can be written again, then the worker stores them",
+            s.spooled_outside
+        ));
+    }
+    if s.spooled_outside > 0 && s.read_only.is_none() {
+        out.push(format!(
+            "{} kept outside the data dir, in {}, while it could not be written: the worker stores them at its next start (a hook starts it)",
+            plural(i64::try_from(s.spooled_outside).unwrap_or(i64::MAX), "hook event is", "hook events are"),
+            s.outside_dir.as_deref().unwrap_or("?")
+        ));
+    }
     if let Some(l) = &s.lost {
         out.push(format!(
-            "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir, then `cairn status --acknowledge`",
+            "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir (or make it writable), then `cairn status --acknowledge`",
             plural(i64::try_from(l.count).unwrap_or(i64::MAX), "hook event", "hook events"),
             crate::clock::minute_utc(l.last_at),
             l.cause

@@ -171,11 +171,21 @@ fn render_status(s: &status::Status) -> String {
         (None, None) => "by words only".into(),
     };
     out.push_str(&format!("{:<11}{search}\n", "search"));
-    out.push_str(&format!("{:<11}{}\n", "database", bytes(s.database_bytes)));
+    let database = match &s.read_only {
+        Some(why) => format!("{}, read-only ({why})", bytes(s.database_bytes)),
+        None => bytes(s.database_bytes),
+    };
+    out.push_str(&format!("{:<11}{database}\n", "database"));
     if s.spooled > 0 {
         out.push_str(&format!(
             "{:<11}{} hook events waiting for the worker\n",
             "spool", s.spooled
+        ));
+    }
+    if let (1.., Some(outside)) = (s.spooled_outside, &s.outside_dir) {
+        out.push_str(&format!(
+            "{:<11}{} hook events kept in {outside} while the data dir could not be written\n",
+            "", s.spooled_outside
         ));
     }
     if s.recovered_last_week > 0 {
