@@ -71,7 +71,9 @@ pub fn holder(path: &Path) -> Result<Option<Holder>> {
     if !path.exists() {
         return Ok(None);
     }
-    let mut file = open(path)?;
+    // Read only: a shared lock needs no write access, and a data dir on a read-only file
+    // system still answers who holds it.
+    let mut file = File::open(path).map_err(|e| Error::io("cannot open lock file", path, e))?;
     match file.try_lock_shared() {
         Ok(()) => {
             let _ = file.unlock();
