@@ -224,7 +224,7 @@ fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
 /// firing at once do it.
 fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqlite::Connection>) {
     let stopped_holder = match cairn_core::store::lock::holder(&dir.worker_lock()) {
-        Ok(Some(h)) if !liveness::process_stopped(h.pid) => return,
+        Ok(Some(h)) if !cairn_core::store::lock::process_stopped(h.pid) => return,
         Ok(Some(_)) => true,
         Ok(None) => false,
         Err(e) => {

@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use rusqlite::OptionalExtension;
 
 use crate::error::Result;
-use crate::store::lock::{self, Holder};
+use crate::store::lock::{self, Holder, process_stopped};
 use crate::store::paths::DataDir;
 
 /// A running worker whose heartbeat is older than this many heartbeat periods is wedged
@@ -49,20 +49,6 @@ const WORKER_COMM: &str = "cairn-worker";
 
 /// How long [`replace_wedged`] waits for the killed worker's lock to be released.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
-
-/// The state letter of process `pid` (`R`, `S`, `T`…), from `/proc/<pid>/stat`; `None`
-/// where unknown (no such process, no `/proc`).
-fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.trim_start().chars().next()
-}
-
-/// True when the process `pid` is stopped (SIGSTOP, a debugger; Linux `/proc`, false where
-/// unknown). Cheap: one small read, what a hook can afford on every event.
-pub fn process_stopped(pid: u32) -> bool {
-    process_state(pid).is_some_and(|state| state == 'T' || state == 't')
-}
 
 /// True when the process `pid` runs the worker binary.
 fn is_worker(pid: u32) -> bool {
@@ -154,10 +140,8 @@ mod tests {
     #[test]
     fn this_process_runs_and_is_no_worker() {
         let me = std::process::id();
-        assert!(matches!(process_state(me), Some('R' | 'S')));
         assert!(!process_stopped(me));
         assert!(!is_worker(me));
-        assert_eq!(process_state(u32::MAX), None);
     }
 
     #[test]

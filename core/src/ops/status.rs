@@ -5,10 +5,11 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::ops::liveness::{last_heartbeat, process_stopped, wedged_after_ms};
+use crate::ops::liveness::{last_heartbeat, wedged_after_ms};
 use crate::queue;
 use crate::queue::claim::JobStatus;
 use crate::settings::Settings;
+use crate::store::lock::process_stopped;
 use crate::store::paths::DataDir;
 
 /// Quarantined hook inputs need attention for this long (7 days); older ones are only
