@@ -19,7 +19,7 @@
 //! fails too, the loss is counted (`store::incidents`).
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, Transaction};
 
@@ -70,13 +70,21 @@ fn with_hook_time_facts(dir: &DataDir, conn: Option<&Connection>, mut rec: Recor
 /// foreign one (`db::open` reads the schema version and the table list in two separate
 /// snapshots), so a `NotADatabase` refusal is retried once after a short pause; a file
 /// that really is not cairn's is refused twice.
+///
+/// Every lock wait of the connection, together, stays within the hook's budget
+/// (`capture.lock_wait_ms`, from the moment it starts opening): not per statement, so a
+/// hook that waits to open, then to write, never waits twice its budget. A wait ends at
+/// once when the worker lock's holder is stopped (SIGSTOP, a debugger): a frozen worker
+/// may hold the write lock for good, and the event is spooled instead of waited out.
 pub fn open_for_hook(dir: &DataDir, settings: &Settings) -> Result<Connection> {
+    let budget = Duration::from_millis(settings.capture.lock_wait_ms);
+    let started = Instant::now();
     let opts = OpenOptions {
-        busy_timeout: Duration::from_millis(settings.capture.lock_wait_ms),
+        busy_timeout: budget,
         create: true,
         upgrade: false,
     };
-    let conn = match db::open_data_dir(dir, opts) {
+    let mut conn = match db::open_data_dir(dir, opts) {
         Err(crate::Error::NotADatabase { .. }) => {
             std::thread::sleep(Duration::from_millis(5 + crate::rand::below(10)));
             db::open_data_dir(dir, opts)?
@@ -87,7 +95,62 @@ pub fn open_for_hook(dir: &DataDir, settings: &Settings) -> Result<Connection> {
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
         true,
     )?;
+    let lock_path = dir.worker_lock();
+    let left = budget.saturating_sub(started.elapsed());
+    let mut waited = Duration::ZERO;
+    conn.busy_handler(Some(move |attempt: i32| {
+        let stopped = attempt % STOPPED_CHECK_EVERY == 0 && holder_stopped(&lock_path);
+        match next_pause(attempt, waited, left, stopped) {
+            Some(pause) => {
+                std::thread::sleep(pause);
+                waited += pause;
+                true
+            }
+            None => {
+                if stopped {
+                    log::warn!(
+                        "the database is locked and the worker holding {} is stopped: not waiting for it",
+                        lock_path.display()
+                    );
+                }
+                false
+            }
+        }
+    }))?;
     Ok(conn)
+}
+
+/// SQLite's own pauses between tries of a busy lock, in ms (its default busy handler's).
+const BUSY_PAUSES_MS: [u64; 12] = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100];
+
+/// A waiting hook looks whether the worker lock's holder is stopped at its first try and
+/// every this many tries after (about every quarter second once the pauses are long).
+const STOPPED_CHECK_EVERY: i32 = 4;
+
+/// The pause before try `attempt + 1` of a busy lock, having waited `waited` of `budget`
+/// already; `None` gives up (the event is spooled): the budget is spent, or the lock's
+/// likely holder is stopped. Pure.
+fn next_pause(
+    attempt: i32,
+    waited: Duration,
+    budget: Duration,
+    holder_stopped: bool,
+) -> Option<Duration> {
+    if holder_stopped || waited >= budget {
+        return None;
+    }
+    let i = usize::try_from(attempt)
+        .unwrap_or(0)
+        .min(BUSY_PAUSES_MS.len() - 1);
+    Some(Duration::from_millis(BUSY_PAUSES_MS[i]).min(budget - waited))
+}
+
+/// True when a process holds the worker lock and is stopped.
+fn holder_stopped(lock_path: &std::path::Path) -> bool {
+    crate::store::lock::holder(lock_path)
+        .ok()
+        .flatten()
+        .is_some_and(|h| crate::store::lock::process_stopped(h.pid))
 }
 
 /// The hook's input as read from stdin.
@@ -511,6 +574,52 @@ mod tests {
     use super::*;
     use crate::capture::testing::{env, q, run, settings};
     use crate::queue::payload::{ToolEvent, TurnEnd};
+
+    #[test]
+    fn lock_waits_stay_within_the_budget_and_end_when_the_holder_is_stopped() {
+        let ms = Duration::from_millis;
+        let budget = ms(100);
+        assert_eq!(next_pause(0, ms(0), budget, false), Some(ms(1)));
+        assert_eq!(next_pause(500, ms(0), budget, false), Some(ms(100)));
+        assert_eq!(next_pause(500, ms(70), budget, false), Some(ms(30)));
+        assert_eq!(next_pause(3, ms(100), budget, false), None);
+        assert_eq!(next_pause(0, ms(0), budget, true), None);
+        // Every pause together never passes the budget.
+        let mut waited = ms(0);
+        let mut attempt = 0;
+        while let Some(p) = next_pause(attempt, waited, budget, false) {
+            waited += p;
+            attempt += 1;
+        }
+        assert_eq!(waited, budget);
+    }
+
+    #[test]
+    fn a_hook_gives_up_on_a_lock_after_its_budget_whatever_it_waited_for() {
+        let (_t, dd) = env();
+        let mut s = settings();
+        s.capture.lock_wait_ms = 150;
+        let mut holder = open_for_hook(&dd, &s).expect("open");
+        let tx = holder
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("hold the write lock");
+        let input = r#"{"hook_event_name":"SessionStart","session_id":"s-budget","cwd":"/tmp/acme","source":"startup"}"#;
+        let out = handle(
+            &dd,
+            &s,
+            &HookInput {
+                bytes: input.as_bytes(),
+                total_len: input.len() as u64,
+                incomplete: None,
+                explicit_event: None,
+                project_dir: None,
+                settings_error: None,
+            },
+            1_000,
+        );
+        assert!(matches!(out.stored, Stored::Spooled(_)), "{out:?}");
+        drop(tx);
+    }
 
     #[test]
     fn quarantined_inputs_are_replayed_once_understood() {
