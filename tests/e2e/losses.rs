@@ -218,6 +218,10 @@ fn a_data_dir_that_cannot_exist_keeps_events_until_it_can() {
     let kept = kept_outside(&env);
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert_private(kept[0].parent().expect("spool"));
+    let status = env.run("cairn", &["status"], b"");
+    let text = stdout(&status);
+    assert_eq!(status.status.code(), Some(1), "{text}{}", stderr(&status));
+    assert!(text.contains("2 hook event(s) kept in"), "{text}");
 
     std::fs::remove_file(&parent).expect("rm");
     let out = worker_once(&env);

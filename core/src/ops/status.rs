@@ -319,11 +319,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let mut wal = dir.db().into_os_string();
     wal.push("-wal");
     let database_bytes = size(dir.db()) + size(wal.into());
-    let outside = crate::store::fallback::existing(dir);
-    let spooled_outside = outside
-        .as_ref()
-        .and_then(|fb| crate::capture::spool::pending(fb).ok())
-        .map_or(0, |f| f.len());
+    let (spooled_outside, outside_dir) = kept_outside(dir).unzip();
     let read_only = crate::store::paths::read_only_reason(&dir.db())
         .or_else(|| crate::store::paths::read_only_reason(dir.root()));
     let mut status = Status {
@@ -341,10 +337,8 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         memories,
         database_bytes,
         spooled: crate::capture::spool::pending(dir).map_or(0, |f| f.len()),
-        spooled_outside,
-        outside_dir: (spooled_outside > 0)
-            .then(|| outside.map(|fb| fb.root().display().to_string()))
-            .flatten(),
+        spooled_outside: spooled_outside.unwrap_or(0),
+        outside_dir,
         read_only,
         settings_error: Settings::load(dir).err().map(|e| e.to_string()),
         lost: crate::store::incidents::lost(dir),
@@ -361,6 +355,15 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     };
     status.attention = attention(&status);
     Ok(status)
+}
+
+/// How many hook events wait outside the data dir (`store::fallback`) and where, when
+/// any do. Also asked when there is no database at all (the data dir could never be
+/// created), where it is the one thing to report.
+pub fn kept_outside(dir: &DataDir) -> Option<(usize, String)> {
+    let fb = crate::store::fallback::existing(dir)?;
+    let n = crate::capture::spool::pending(&fb).ok()?.len();
+    (n > 0).then(|| (n, fb.root().display().to_string()))
 }
 
 fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Result<SearchStatus> {
