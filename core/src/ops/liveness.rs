@@ -6,7 +6,8 @@
 //!
 //! Invariants (never kill a healthy worker): a process is killed only when it holds the
 //! worker lock, is stopped (`/proc/<pid>/stat` state `T`), is a `cairn-worker` by its
-//! command name, and its heartbeat is older than [`WEDGED_AFTER_PERIODS`] periods; each
+//! command name, and its heartbeat is older than [`WEDGED_AFTER_PERIODS`] periods (or from
+//! before the clock was stepped back, which says nothing of its age); each
 //! replacement is logged and raises a notice (`store::incidents`). The new worker rescues
 //! the killed one's claimed jobs at its start, as after any crash.
 
@@ -66,7 +67,16 @@ fn wedged(conn: &Connection, holder: &Holder, heartbeat_secs: u64, now: i64) -> 
     let period = i64::try_from(heartbeat_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
     let limit = wedged_after_ms(period);
     let last = last_heartbeat(conn, Some(holder.pid))?.unwrap_or(holder.started_at);
-    Ok(now.saturating_sub(last) > limit)
+    Ok(silent_too_long(last, now, limit))
+}
+
+/// True when a heartbeat at `last` is more than `limit` old at `now`, or lies further in
+/// the future than the queue's clock tolerance: the clock was stepped back since, the
+/// stopped worker has not heartbeaten after the jump, and its silence must not count as
+/// fresh for the length of the jump. Pure.
+fn silent_too_long(last: i64, now: i64, limit: i64) -> bool {
+    let age = now.saturating_sub(last);
+    age > limit || age < -crate::queue::claim::CLOCK_TOLERANCE_MS
 }
 
 /// Ends the worker holding the lock when it is stopped, is a `cairn-worker`, and its
@@ -142,6 +152,21 @@ mod tests {
         let me = std::process::id();
         assert!(!process_stopped(me));
         assert!(!is_worker(me));
+    }
+
+    #[test]
+    fn silence_is_measured_forward_only() {
+        let limit = 4_000;
+        assert!(!silent_too_long(10_000, 12_000, limit));
+        assert!(silent_too_long(10_000, 14_001, limit));
+        assert!(
+            !silent_too_long(10_000, 9_000, limit),
+            "another process's reading"
+        );
+        assert!(
+            silent_too_long(10_000, 10_000 - 3_600_000, limit),
+            "a heartbeat from before the clock went back an hour"
+        );
     }
 
     #[test]
