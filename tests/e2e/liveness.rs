@@ -1,5 +1,6 @@
 //! Liveness seen from the hooks: a frozen worker holding the database's write lock costs a
-//! hook no wait at all, and the events it could not write are spooled and stored later.
+//! hook no wait at all, and the events it could not write are spooled and stored later;
+//! a clock stepped back holds neither the queue nor the worker's autostart.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -133,4 +134,72 @@ fn hooks_never_wait_on_a_frozen_worker_holding_the_write_lock() {
     let out = crate::support::run_with_stdin(c, b"");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(env.count("SELECT count(*) FROM user_prompts"), 4);
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Reported: with the clock stepped back one hour, jobs queued before the jump and the
+/// next turn's summary stayed pending for about the length of the jump. Here the jump is
+/// made by moving what was written before it an hour ahead (the queue's times, and the
+/// autostart marker a hook left as it started the last worker), which is what the
+/// processes see after the clock goes back; the next turn's hooks must start a worker,
+/// and every job of both turns must be done.
+#[test]
+fn a_clock_stepped_back_an_hour_holds_no_job_and_no_autostart() {
+    const HOUR_MS: i64 = 3_600_000;
+    let env = TestEnv::new();
+    let event = |name: &str, n: usize, extra: &str| {
+        format!(
+            r#"{{"hook_event_name":"{name}","session_id":"s-clock","cwd":"/home/dev/acme-api","prompt_id":"p{n}"{extra}}}"#
+        )
+    };
+    let turn = |n: usize, autostart: bool| {
+        for input in [
+            event("UserPromptSubmit", n, &format!(r#","prompt":"turn {n}""#)),
+            event(
+                "PostToolUse",
+                n,
+                &format!(
+                    r#","tool_name":"Bash","tool_use_id":"t{n}","tool_input":{{"command":"make {n}"}},"tool_response":{{"stdout":"built {n}"}}"#
+                ),
+            ),
+            event("Stop", n, r#","last_assistant_message":"done""#),
+        ] {
+            let mut c = env.cmd("cairn-hook");
+            c.env("CAIRN_WORKER__AUTOSTART", autostart.to_string())
+                .env("CAIRN_MODEL__PROVIDER", "offline")
+                .env("CAIRN_WORKER__IDLE_EXIT_SECS", "2");
+            let out = crate::support::run_with_stdin(c, input.as_bytes());
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        }
+    };
+    turn(1, false);
+    // Before the jump: the queue's times, and a worker's start a moment ago.
+    let moved = env
+        .db()
+        .execute(
+            "UPDATE pending_messages SET created_at = created_at + ?1,
+                    updated_at = updated_at + ?1, available_at = available_at + ?1",
+            [HOUR_MS],
+        )
+        .expect("move");
+    assert_eq!(moved, 2);
+    let marker = env.data_dir.join("worker.autostart");
+    std::fs::File::create(&marker)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now() + Duration::from_secs(3_600)))
+        .expect("marker");
+
+    turn(2, true);
+    let done = || env.count("SELECT count(*) FROM pending_messages WHERE status = 'done'");
+    wait_until("every job of both turns done", || done() == 4);
+    let lock_path = DataDir::new(&env.data_dir).worker_lock();
+    wait_until("the worker gone when idle", || {
+        lock::holder(&lock_path).expect("holder").is_none()
+    });
 }
