@@ -15,10 +15,10 @@ fn tool_event(i: usize) -> String {
 }
 
 /// A small tmpfs mounted for the test's life (needs root and a kernel that allows it).
-struct Tmpfs(PathBuf);
+pub(crate) struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+    pub(crate) fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
         std::fs::create_dir_all(at).ok()?;
         let ok = Command::new("mount")
             .args([
@@ -95,9 +95,15 @@ fn a_full_disk_shows_every_lost_event_in_status_and_skips_the_backup() {
             Some(c)
         }
     };
+    // No place outside the data dir either (`store::fallback`): no runtime dir, and a
+    // temp dir that is a file.
+    let no_temp = env.tmp.path().join("no-temp");
+    std::fs::write(&no_temp, b"").expect("temp dir as a file");
     for i in 0..3 {
         let mut c = env.cmd("cairn-hook");
-        c.env("CAIRN_CAPTURE__LOCK_WAIT_MS", "50");
+        c.env("CAIRN_CAPTURE__LOCK_WAIT_MS", "50")
+            .env("XDG_RUNTIME_DIR", env.tmp.path().join("no-runtime"))
+            .env("TMPDIR", &no_temp);
         let out = run_with_stdin(c, tool_event(i).as_bytes());
         assert_eq!(out.status.code(), Some(0));
         assert_eq!(stdout(&out), PLAIN);

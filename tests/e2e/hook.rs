@@ -357,9 +357,14 @@ fn an_unusable_data_dir_is_logged_and_answered() {
     let out = run_with_stdin(c, hook_fixture("PostToolUse.json").as_bytes());
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stdout(&out), PLAIN);
+    // Kept outside the data dir (`store::fallback`), which the test's runtime dir holds.
     let err = stderr(&out);
     assert!(
-        err.contains("event lost") && err.contains("a-file"),
+        err.contains("event kept in") && err.contains("a-file"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&env.runtime_dir().display().to_string()),
         "{err}"
     );
 

@@ -9,6 +9,8 @@ mod faults;
 mod first_contact;
 mod hook;
 mod install;
+mod liveness;
+mod losses;
 mod mcp;
 mod ops;
 mod pipeline;

@@ -58,11 +58,22 @@ impl TestEnv {
         let mut c = Command::new(bin(name));
         c.env("CAIRN_DATA_DIR", &self.data_dir)
             .env("HOME", self.tmp.path())
+            // Where hooks keep events the data dir cannot take: private to the test.
+            .env("XDG_RUNTIME_DIR", self.runtime_dir())
             .env("CAIRN_WORKER__AUTOSTART", "false")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_BASE_URL")
             .env_remove("CAIRN_SUPPRESS_HOOKS");
         c
+    }
+
+    /// The test's private runtime dir (`XDG_RUNTIME_DIR`, mode 0700), where hooks keep the
+    /// events the data dir cannot take.
+    pub fn runtime_dir(&self) -> PathBuf {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = self.tmp.path().join("run");
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        dir
     }
 
     /// Runs a binary with `stdin` as input and waits for it.

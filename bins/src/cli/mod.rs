@@ -219,9 +219,27 @@ pub(crate) fn read_opts() -> OpenOptions {
     }
 }
 
-/// Opens the existing database of the data dir, or explains why it cannot.
+/// Opens the existing database of the data dir, or explains why it cannot. A database
+/// that cannot be written (a read-only file system, permissions) is opened read-only,
+/// saying so on stderr: reading commands work, writing ones fail at their first write.
 pub(crate) fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
-    db::open_data_dir(&ctx.data_dir, read_opts()).map_err(explain)
+    let err = match db::open_data_dir(&ctx.data_dir, read_opts()) {
+        Ok(conn) => return Ok(conn),
+        Err(e) => e,
+    };
+    let path = ctx.data_dir.db();
+    let Some(why) = cairn_core::store::paths::read_only_reason(&path)
+        .or_else(|| cairn_core::store::paths::read_only_reason(ctx.data_dir.root()))
+    else {
+        return Err(explain(err));
+    };
+    let (conn, how) = db::open_read_only(&path, read_opts().busy_timeout).map_err(explain)?;
+    let seen = match how {
+        db::ReadOnly::Shared => "",
+        db::ReadOnly::Immutable => " (the file alone: changes still in its WAL are not seen)",
+    };
+    out::note!("note: {why}; the database is read without writing{seen}");
+    Ok(conn)
 }
 
 /// A core error as one line that says what to do.

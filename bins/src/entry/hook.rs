@@ -224,7 +224,7 @@ fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
 /// firing at once do it.
 fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqlite::Connection>) {
     let stopped_holder = match cairn_core::store::lock::holder(&dir.worker_lock()) {
-        Ok(Some(h)) if !liveness::process_stopped(h.pid) => return,
+        Ok(Some(h)) if !cairn_core::store::lock::process_stopped(h.pid) => return,
         Ok(Some(_)) => true,
         Ok(None) => false,
         Err(e) => {
@@ -336,6 +336,20 @@ fn cloexec_from(first: std::os::fd::RawFd) {
     }
 }
 
+/// True when a marker written at `written` is fresh: younger than
+/// [`AUTOSTART_MARKER_FRESH`]. A marker written in what is now the future (the clock was
+/// stepped back since) is stale, not fresh until the clock catches up: otherwise no hook
+/// would start a worker for the length of the jump.
+fn marker_fresh(written: std::time::SystemTime) -> bool {
+    match written.elapsed() {
+        Ok(age) => age < AUTOSTART_MARKER_FRESH,
+        Err(ahead) => {
+            ahead.duration()
+                <= Duration::from_millis(cairn_core::queue::claim::CLOCK_TOLERANCE_MS as u64)
+        }
+    }
+}
+
 /// Creates the marker exclusively; an old marker (a start that failed or finished long
 /// ago) is replaced once.
 fn claim_marker(marker: &Path) -> bool {
@@ -350,9 +364,7 @@ fn claim_marker(marker: &Path) -> bool {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let fresh = std::fs::metadata(marker)
                     .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_none_or(|age| age < AUTOSTART_MARKER_FRESH);
+                    .is_ok_and(marker_fresh);
                 if fresh {
                     return false;
                 }
@@ -365,4 +377,25 @@ fn claim_marker(marker: &Path) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marker_from_before_the_clock_went_back_is_stale() {
+        let now = std::time::SystemTime::now();
+        assert!(marker_fresh(now));
+        assert!(!marker_fresh(now - Duration::from_secs(60)));
+        assert!(marker_fresh(now + Duration::from_millis(500)));
+        assert!(!marker_fresh(now + Duration::from_secs(3_600)));
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let marker = tmp.path().join("worker.autostart");
+        let f = std::fs::File::create(&marker).expect("marker");
+        f.set_modified(now + Duration::from_secs(3_600))
+            .expect("mtime an hour ahead");
+        assert!(claim_marker(&marker), "replaced, not taken for fresh");
+        assert!(!claim_marker(&marker), "the new one is fresh");
+    }
 }

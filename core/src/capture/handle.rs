@@ -14,10 +14,12 @@
 //! Invariants: every event's rows are written in one `db::write` transaction; nothing is
 //! written before the privacy filter ran; an event that cannot be written (the database
 //! stayed locked, or cannot be opened) is spooled to a file, already cleaned, and the
-//! same [`apply`] writes it later, idempotently (dedupe keys, prompt ids).
+//! same [`apply`] writes it later, idempotently (dedupe keys, prompt ids); when the data
+//! dir cannot take the file, it goes to the data dir's `store::fallback`, and when that
+//! fails too, the loss is counted (`store::incidents`).
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, Transaction};
 
@@ -68,13 +70,21 @@ fn with_hook_time_facts(dir: &DataDir, conn: Option<&Connection>, mut rec: Recor
 /// foreign one (`db::open` reads the schema version and the table list in two separate
 /// snapshots), so a `NotADatabase` refusal is retried once after a short pause; a file
 /// that really is not cairn's is refused twice.
+///
+/// Every lock wait of the connection, together, stays within the hook's budget
+/// (`capture.lock_wait_ms`, from the moment it starts opening): not per statement, so a
+/// hook that waits to open, then to write, never waits twice its budget. A wait ends at
+/// once when the worker lock's holder is stopped (SIGSTOP, a debugger): a frozen worker
+/// may hold the write lock for good, and the event is spooled instead of waited out.
 pub fn open_for_hook(dir: &DataDir, settings: &Settings) -> Result<Connection> {
+    let budget = Duration::from_millis(settings.capture.lock_wait_ms);
+    let started = Instant::now();
     let opts = OpenOptions {
-        busy_timeout: Duration::from_millis(settings.capture.lock_wait_ms),
+        busy_timeout: budget,
         create: true,
         upgrade: false,
     };
-    let conn = match db::open_data_dir(dir, opts) {
+    let mut conn = match db::open_data_dir(dir, opts) {
         Err(crate::Error::NotADatabase { .. }) => {
             std::thread::sleep(Duration::from_millis(5 + crate::rand::below(10)));
             db::open_data_dir(dir, opts)?
@@ -85,7 +95,62 @@ pub fn open_for_hook(dir: &DataDir, settings: &Settings) -> Result<Connection> {
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
         true,
     )?;
+    let lock_path = dir.worker_lock();
+    let left = budget.saturating_sub(started.elapsed());
+    let mut waited = Duration::ZERO;
+    conn.busy_handler(Some(move |attempt: i32| {
+        let stopped = attempt % STOPPED_CHECK_EVERY == 0 && holder_stopped(&lock_path);
+        match next_pause(attempt, waited, left, stopped) {
+            Some(pause) => {
+                std::thread::sleep(pause);
+                waited += pause;
+                true
+            }
+            None => {
+                if stopped {
+                    log::warn!(
+                        "the database is locked and the worker holding {} is stopped: not waiting for it",
+                        lock_path.display()
+                    );
+                }
+                false
+            }
+        }
+    }))?;
     Ok(conn)
+}
+
+/// SQLite's own pauses between tries of a busy lock, in ms (its default busy handler's).
+const BUSY_PAUSES_MS: [u64; 12] = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100];
+
+/// A waiting hook looks whether the worker lock's holder is stopped at its first try and
+/// every this many tries after (about every quarter second once the pauses are long).
+const STOPPED_CHECK_EVERY: i32 = 4;
+
+/// The pause before try `attempt + 1` of a busy lock, having waited `waited` of `budget`
+/// already; `None` gives up (the event is spooled): the budget is spent, or the lock's
+/// likely holder is stopped. Pure.
+fn next_pause(
+    attempt: i32,
+    waited: Duration,
+    budget: Duration,
+    holder_stopped: bool,
+) -> Option<Duration> {
+    if holder_stopped || waited >= budget {
+        return None;
+    }
+    let i = usize::try_from(attempt)
+        .unwrap_or(0)
+        .min(BUSY_PAUSES_MS.len() - 1);
+    Some(Duration::from_millis(BUSY_PAUSES_MS[i]).min(budget - waited))
+}
+
+/// True when a process holds the worker lock and is stopped.
+fn holder_stopped(lock_path: &std::path::Path) -> bool {
+    crate::store::lock::holder(lock_path)
+        .ok()
+        .flatten()
+        .is_some_and(|h| crate::store::lock::process_stopped(h.pid))
 }
 
 /// The hook's input as read from stdin.
@@ -367,23 +432,43 @@ pub fn replay(conn: &mut Connection, settings: &Settings, ids: &[i64]) -> Result
 }
 
 fn spool_record(dir: &DataDir, item: &spool::Item, cause: &crate::Error, now: i64) -> Stored {
-    match spool::write(dir, item, now) {
+    let in_data_dir = match spool::write(dir, item, now) {
         Ok(path) => {
             log::warn!(
                 "database not writable ({cause}); event spooled to {}",
                 path.display()
             );
-            Stored::Spooled(path)
+            return Stored::Spooled(path);
         }
-        Err(e) => {
-            log::error!("event lost: database not writable ({cause}) and cannot spool ({e})");
-            let why = format!("database not writable ({cause}); cannot spool ({e})");
-            if let Err(e) = crate::store::incidents::record_lost(dir, &why, now) {
-                log::error!("cannot record the lost event for `cairn status`: {e}");
-            }
-            Stored::Lost
+        Err(e) => e,
+    };
+    // The data dir cannot take even a spool file (a read-only or failing disk): the
+    // user's private fallback keeps the event until the data dir is writable again.
+    let outside = match crate::store::fallback::ensure(dir)
+        .and_then(|fb| spool::write(&fb, item, now))
+    {
+        Ok(path) => {
+            log::warn!(
+                "database not writable ({cause}) and cannot spool in the data dir ({in_data_dir}); event kept in {}",
+                path.display()
+            );
+            return Stored::Spooled(path);
         }
+        Err(e) => e,
+    };
+    log::error!(
+        "event lost: database not writable ({cause}), cannot spool ({in_data_dir}), nor outside the data dir ({outside})"
+    );
+    let why = format!("database not writable ({cause}); cannot spool ({in_data_dir})");
+    let recorded = crate::store::incidents::record_lost(dir, &why, now).or_else(|e| {
+        crate::store::fallback::ensure(dir)
+            .and_then(|fb| crate::store::incidents::record_lost(&fb, &why, now))
+            .map_err(|_| e)
+    });
+    if let Err(e) = recorded {
+        log::error!("cannot record the lost event for `cairn status`: {e}");
     }
+    Stored::Lost
 }
 
 /// The event of an input and its working directory (`CLAUDE_PROJECT_DIR` when the payload
@@ -489,6 +574,52 @@ mod tests {
     use super::*;
     use crate::capture::testing::{env, q, run, settings};
     use crate::queue::payload::{ToolEvent, TurnEnd};
+
+    #[test]
+    fn lock_waits_stay_within_the_budget_and_end_when_the_holder_is_stopped() {
+        let ms = Duration::from_millis;
+        let budget = ms(100);
+        assert_eq!(next_pause(0, ms(0), budget, false), Some(ms(1)));
+        assert_eq!(next_pause(500, ms(0), budget, false), Some(ms(100)));
+        assert_eq!(next_pause(500, ms(70), budget, false), Some(ms(30)));
+        assert_eq!(next_pause(3, ms(100), budget, false), None);
+        assert_eq!(next_pause(0, ms(0), budget, true), None);
+        // Every pause together never passes the budget.
+        let mut waited = ms(0);
+        let mut attempt = 0;
+        while let Some(p) = next_pause(attempt, waited, budget, false) {
+            waited += p;
+            attempt += 1;
+        }
+        assert_eq!(waited, budget);
+    }
+
+    #[test]
+    fn a_hook_gives_up_on_a_lock_after_its_budget_whatever_it_waited_for() {
+        let (_t, dd) = env();
+        let mut s = settings();
+        s.capture.lock_wait_ms = 150;
+        let mut holder = open_for_hook(&dd, &s).expect("open");
+        let tx = holder
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("hold the write lock");
+        let input = r#"{"hook_event_name":"SessionStart","session_id":"s-budget","cwd":"/tmp/acme","source":"startup"}"#;
+        let out = handle(
+            &dd,
+            &s,
+            &HookInput {
+                bytes: input.as_bytes(),
+                total_len: input.len() as u64,
+                incomplete: None,
+                explicit_event: None,
+                project_dir: None,
+                settings_error: None,
+            },
+            1_000,
+        );
+        assert!(matches!(out.stored, Stored::Spooled(_)), "{out:?}");
+        drop(tx);
+    }
 
     #[test]
     fn quarantined_inputs_are_replayed_once_understood() {

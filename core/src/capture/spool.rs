@@ -2,7 +2,10 @@
 //! `capture.lock_wait_ms`, or could not be opened), one JSON file each under
 //! `<data dir>/spool/`, written already cleaned. The worker feeds them back
 //! (`worker::ingest`, through the same `capture::record::apply` the hook uses); this module
-//! only writes and lists the files, so it knows nothing of how they are applied.
+//! only writes and lists the files, so it knows nothing of how they are applied. When the
+//! data dir cannot take a file at all, the hook writes it to the data dir's fallback
+//! (`store::fallback`), a private directory laid out the same way; [`everywhere`] lists
+//! both.
 //!
 //! Invariants: a spool file appears whole or not at all (written to a dot-file, then
 //! renamed); names sort in arrival order; a file is removed only after its event is
@@ -18,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::capture::quarantine;
 use crate::capture::record::Record;
 use crate::error::{Error, Result};
+use crate::store::fallback;
 use crate::store::paths::DataDir;
 
 /// What a spool file holds.
@@ -85,7 +89,7 @@ fn session_tag(session_id: &str) -> String {
 /// the order they happened.
 pub fn holds_session(dir: &DataDir, session_id: &str) -> bool {
     let suffix = format!("-{}.json", session_tag(session_id));
-    pending(dir).is_ok_and(|files| {
+    everywhere(dir).is_ok_and(|files| {
         files.iter().any(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
@@ -133,6 +137,18 @@ pub fn pending(dir: &DataDir) -> Result<Vec<PathBuf>> {
         .filter(|p| is_spool_file(p))
         .collect();
     files.sort();
+    Ok(files)
+}
+
+/// The spool files waiting for `dir`, in its spool and in its fallback outside it
+/// (`store::fallback`, where hooks keep events while the data dir cannot take them), in
+/// arrival order across both (file names start with the time).
+pub fn everywhere(dir: &DataDir) -> Result<Vec<PathBuf>> {
+    let mut files = pending(dir)?;
+    if let Some(fb) = fallback::existing(dir) {
+        files.extend(pending(&fb)?);
+        files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    }
     Ok(files)
 }
 

@@ -6,7 +6,8 @@
 //!
 //! Invariants (never kill a healthy worker): a process is killed only when it holds the
 //! worker lock, is stopped (`/proc/<pid>/stat` state `T`), is a `cairn-worker` by its
-//! command name, and its heartbeat is older than [`WEDGED_AFTER_PERIODS`] periods; each
+//! command name, and its heartbeat is older than [`WEDGED_AFTER_PERIODS`] periods (or from
+//! before the clock was stepped back, which says nothing of its age); each
 //! replacement is logged and raises a notice (`store::incidents`). The new worker rescues
 //! the killed one's claimed jobs at its start, as after any crash.
 
@@ -18,7 +19,7 @@ use rusqlite::Connection;
 use rusqlite::OptionalExtension;
 
 use crate::error::Result;
-use crate::store::lock::{self, Holder};
+use crate::store::lock::{self, Holder, process_stopped};
 use crate::store::paths::DataDir;
 
 /// A running worker whose heartbeat is older than this many heartbeat periods is wedged
@@ -50,20 +51,6 @@ const WORKER_COMM: &str = "cairn-worker";
 /// How long [`replace_wedged`] waits for the killed worker's lock to be released.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
-/// The state letter of process `pid` (`R`, `S`, `T`…), from `/proc/<pid>/stat`; `None`
-/// where unknown (no such process, no `/proc`).
-fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.trim_start().chars().next()
-}
-
-/// True when the process `pid` is stopped (SIGSTOP, a debugger; Linux `/proc`, false where
-/// unknown). Cheap: one small read, what a hook can afford on every event.
-pub fn process_stopped(pid: u32) -> bool {
-    process_state(pid).is_some_and(|state| state == 'T' || state == 't')
-}
-
 /// True when the process `pid` runs the worker binary.
 fn is_worker(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -80,7 +67,16 @@ fn wedged(conn: &Connection, holder: &Holder, heartbeat_secs: u64, now: i64) -> 
     let period = i64::try_from(heartbeat_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
     let limit = wedged_after_ms(period);
     let last = last_heartbeat(conn, Some(holder.pid))?.unwrap_or(holder.started_at);
-    Ok(now.saturating_sub(last) > limit)
+    Ok(silent_too_long(last, now, limit))
+}
+
+/// True when a heartbeat at `last` is more than `limit` old at `now`, or lies further in
+/// the future than the queue's clock tolerance: the clock was stepped back since, the
+/// stopped worker has not heartbeaten after the jump, and its silence must not count as
+/// fresh for the length of the jump. Pure.
+fn silent_too_long(last: i64, now: i64, limit: i64) -> bool {
+    let age = now.saturating_sub(last);
+    age > limit || age < -crate::queue::claim::CLOCK_TOLERANCE_MS
 }
 
 /// Ends the worker holding the lock when it is stopped, is a `cairn-worker`, and its
@@ -154,10 +150,23 @@ mod tests {
     #[test]
     fn this_process_runs_and_is_no_worker() {
         let me = std::process::id();
-        assert!(matches!(process_state(me), Some('R' | 'S')));
         assert!(!process_stopped(me));
         assert!(!is_worker(me));
-        assert_eq!(process_state(u32::MAX), None);
+    }
+
+    #[test]
+    fn silence_is_measured_forward_only() {
+        let limit = 4_000;
+        assert!(!silent_too_long(10_000, 12_000, limit));
+        assert!(silent_too_long(10_000, 14_001, limit));
+        assert!(
+            !silent_too_long(10_000, 9_000, limit),
+            "another process's reading"
+        );
+        assert!(
+            silent_too_long(10_000, 10_000 - 3_600_000, limit),
+            "a heartbeat from before the clock went back an hour"
+        );
     }
 
     #[test]

@@ -5,10 +5,11 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::ops::liveness::{last_heartbeat, process_stopped, wedged_after_ms};
+use crate::ops::liveness::{last_heartbeat, wedged_after_ms};
 use crate::queue;
 use crate::queue::claim::JobStatus;
 use crate::settings::Settings;
+use crate::store::lock::process_stopped;
 use crate::store::paths::DataDir;
 
 /// Quarantined hook inputs need attention for this long (7 days); older ones are only
@@ -148,6 +149,14 @@ pub struct Status {
     pub database_bytes: u64,
     /// Hook events waiting in the spool for the worker.
     pub spooled: usize,
+    /// Hook events kept outside the data dir because it could not take them (a read-only
+    /// or failing disk), waiting for the worker once it can (`store::fallback`).
+    pub spooled_outside: usize,
+    /// Where those are kept, when there are any.
+    pub outside_dir: Option<String>,
+    /// Why the database or the data dir cannot be written, when it cannot (`cairn status`
+    /// then reads it read-only).
+    pub read_only: Option<String>,
     /// Why `settings.json` cannot be read, when it cannot (events wait in the spool).
     pub settings_error: Option<String>,
     /// Hook events that neither the database nor the spool could keep.
@@ -194,6 +203,7 @@ impl Status {
     pub fn waiting_for_first_event(&self) -> bool {
         self.memories.sessions == 0
             && self.spooled == 0
+            && self.spooled_outside == 0
             && JobStatus::ALL.iter().all(|s| self.queue.count(*s) == 0)
     }
 }
@@ -309,6 +319,9 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let mut wal = dir.db().into_os_string();
     wal.push("-wal");
     let database_bytes = size(dir.db()) + size(wal.into());
+    let (spooled_outside, outside_dir) = kept_outside(dir).unzip();
+    let read_only = crate::store::paths::read_only_reason(&dir.db())
+        .or_else(|| crate::store::paths::read_only_reason(dir.root()));
     let mut status = Status {
         data_dir: dir.root().display().to_string(),
         now,
@@ -324,6 +337,9 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         memories,
         database_bytes,
         spooled: crate::capture::spool::pending(dir).map_or(0, |f| f.len()),
+        spooled_outside: spooled_outside.unwrap_or(0),
+        outside_dir,
+        read_only,
         settings_error: Settings::load(dir).err().map(|e| e.to_string()),
         lost: crate::store::incidents::lost(dir),
         notices: crate::store::incidents::notices(dir),
@@ -339,6 +355,15 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     };
     status.attention = attention(&status);
     Ok(status)
+}
+
+/// How many hook events wait outside the data dir (`store::fallback`) and where, when
+/// any do. Also asked when there is no database at all (the data dir could never be
+/// created), where it is the one thing to report.
+pub fn kept_outside(dir: &DataDir) -> Option<(usize, String)> {
+    let fb = crate::store::fallback::existing(dir)?;
+    let n = crate::capture::spool::pending(&fb).ok()?.len();
+    (n > 0).then(|| (n, fb.root().display().to_string()))
 }
 
 fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Result<SearchStatus> {
@@ -439,9 +464,22 @@ pub fn attention(s: &Status) -> Vec<String> {
             s.spooled
         ));
     }
+    if let Some(why) = &s.read_only {
+        out.push(format!(
+            "the database cannot be written ({why}): shown read-only; hooks keep their events outside the data dir ({} so far) until it can be written again, then the worker stores them",
+            s.spooled_outside
+        ));
+    }
+    if s.spooled_outside > 0 && s.read_only.is_none() {
+        out.push(format!(
+            "{} kept outside the data dir, in {}, while it could not be written: the worker stores them at its next start (a hook starts it)",
+            plural(i64::try_from(s.spooled_outside).unwrap_or(i64::MAX), "hook event is", "hook events are"),
+            s.outside_dir.as_deref().unwrap_or("?")
+        ));
+    }
     if let Some(l) = &s.lost {
         out.push(format!(
-            "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir, then `cairn status --acknowledge`",
+            "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir (or make it writable), then `cairn status --acknowledge`",
             plural(i64::try_from(l.count).unwrap_or(i64::MAX), "hook event", "hook events"),
             crate::clock::minute_utc(l.last_at),
             l.cause

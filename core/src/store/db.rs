@@ -165,6 +165,75 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
     Ok(conn)
 }
 
+/// How a read-only connection sees the database ([`open_read_only`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOnly {
+    /// `mode=ro`: the database with its WAL, as other connections see it.
+    Shared,
+    /// `immutable=1`: the database file alone, without locks, when not even the WAL's
+    /// shared-memory file can be made (a read-only file system without one); changes still
+    /// in the WAL are not seen.
+    Immutable,
+}
+
+/// Opens a database that cannot be written (a read-only file system, or permissions that
+/// deny writing) for reading: `mode=ro`, else `immutable=1` when even that fails. Nothing
+/// is created, switched or migrated; a database of another schema version is refused
+/// (an older one cannot be upgraded here).
+pub fn open_read_only(path: &Path, busy_timeout: Duration) -> Result<(Connection, ReadOnly)> {
+    match open_read_only_as(path, "mode=ro", busy_timeout) {
+        Ok(c) => Ok((c, ReadOnly::Shared)),
+        Err(Error::Sqlite(first)) => {
+            log::debug!("{} cannot be read with its WAL: {first}", path.display());
+            open_read_only_as(path, "immutable=1", busy_timeout).map(|c| (c, ReadOnly::Immutable))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn open_read_only_as(path: &Path, param: &str, busy_timeout: Duration) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let mut conn = Connection::open_with_flags(file_uri(path, param), flags)?;
+    trace_if_asked(&mut conn);
+    let not_db = |e: rusqlite::Error| classify_open_error(path, e);
+    conn.busy_timeout(busy_timeout).map_err(not_db)?;
+    let version = schema_version(&conn).map_err(not_db)?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < SCHEMA_VERSION {
+        return Err(Error::UpgradePending {
+            path: path.to_path_buf(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(conn)
+}
+
+/// The `file:` URI of `path` with `params` (every byte but unreserved ones and `/`
+/// percent-encoded).
+pub(crate) fn file_uri(path: &Path, params: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push('?');
+    uri.push_str(params);
+    uri
+}
+
 /// Environment variable naming a directory: when it is set, every connection cairn opens
 /// appends each distinct statement it runs to `<dir>/<pid>.sql`, one line each, whitespace
 /// collapsed (the SQL text only, never a bound value; a trigger shows as

@@ -11,6 +11,9 @@
 //!   replaced under the worker, a damaged database restored), each a needs-attention item
 //!   until acknowledged (`cairn status --acknowledge`).
 //!
+//! When the data dir cannot take even these (a read-only file system), the hook records the
+//! loss in the data dir's fallback (`store::fallback`), which [`lost`] adds in.
+//!
 //! Invariants: recording never panics and never fails its caller (the hook logs what it
 //! could not record); the lost-events file never grows.
 
@@ -128,8 +131,28 @@ pub fn record_lost(dir: &DataDir, cause: &str, now: i64) -> Result<Lost> {
     Ok(lost)
 }
 
-/// The events hooks could not keep since the last acknowledgement, if any.
+/// The events hooks could not keep since the last acknowledgement, if any: counted in the
+/// data dir, and in its fallback outside it (`store::fallback`) when the data dir could
+/// not take even that.
 pub fn lost(dir: &DataDir) -> Option<Lost> {
+    let here = lost_here(dir);
+    let outside = crate::store::fallback::existing(dir).and_then(|fb| lost_here(&fb));
+    match (here, outside) {
+        (Some(a), Some(b)) => Some(Lost {
+            count: a.count + b.count,
+            first_at: a.first_at.min(b.first_at),
+            last_at: a.last_at.max(b.last_at),
+            cause: if b.last_at > a.last_at {
+                b.cause
+            } else {
+                a.cause
+            },
+        }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn lost_here(dir: &DataDir) -> Option<Lost> {
     std::fs::read(dir.lost_events())
         .ok()
         .and_then(|b| decode(&b))
@@ -195,13 +218,16 @@ pub fn notices(dir: &DataDir) -> Vec<Notice> {
 /// allocated) and the notices are removed. Returns how many items were cleared.
 pub fn acknowledge(dir: &DataDir) -> Result<usize> {
     let mut cleared = 0;
-    if lost(dir).is_some() {
-        let path = dir.lost_events();
-        let mut f = open_lost(dir, false).map_err(|e| Error::io("cannot open", &path, e))?;
-        lock_exclusive(&f);
-        f.write_all(&encode(None))
-            .map_err(|e| Error::io("cannot write", &path, e))?;
-        cleared += 1;
+    let outside = crate::store::fallback::existing(dir);
+    for place in std::iter::once(dir).chain(outside.as_ref()) {
+        if lost_here(place).is_some() {
+            let path = place.lost_events();
+            let mut f = open_lost(place, false).map_err(|e| Error::io("cannot open", &path, e))?;
+            lock_exclusive(&f);
+            f.write_all(&encode(None))
+                .map_err(|e| Error::io("cannot write", &path, e))?;
+            cleared += 1;
+        }
     }
     for n in notices(dir) {
         std::fs::remove_file(&n.path).map_err(|e| Error::io("cannot remove", &n.path, e))?;

@@ -1,6 +1,7 @@
 //! The worker's single-instance lock: an exclusive `flock` on `worker.lock` in the data dir,
 //! held for the worker's life and released by the kernel when it dies, however it dies.
-//! The file also records the holder's pid and start time for `cairn status`.
+//! The file also records the holder's pid and start time for `cairn status`, and whether
+//! that process is stopped ([`process_stopped`]) is read here for liveness and the hook.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -71,7 +72,9 @@ pub fn holder(path: &Path) -> Result<Option<Holder>> {
     if !path.exists() {
         return Ok(None);
     }
-    let mut file = open(path)?;
+    // Read only: a shared lock needs no write access, and a data dir on a read-only file
+    // system still answers who holds it.
+    let mut file = File::open(path).map_err(|e| Error::io("cannot open lock file", path, e))?;
     match file.try_lock_shared() {
         Ok(()) => {
             let _ = file.unlock();
@@ -90,9 +93,31 @@ pub fn holder(path: &Path) -> Result<Option<Holder>> {
     Ok(Some(Holder { pid, started_at }))
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T`…), from `/proc/<pid>/stat`; `None`
+/// where unknown (no such process, no `/proc`).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
+}
+
+/// True when the process `pid` is stopped (SIGSTOP, a debugger; Linux `/proc`, false where
+/// unknown). Cheap: one small read, what a hook can afford on every event.
+pub fn process_stopped(pid: u32) -> bool {
+    process_state(pid).is_some_and(|state| state == 'T' || state == 't')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_runs() {
+        let me = std::process::id();
+        assert!(matches!(process_state(me), Some('R' | 'S')));
+        assert!(!process_stopped(me));
+        assert_eq!(process_state(u32::MAX), None);
+    }
 
     #[test]
     fn one_holder_at_a_time() {

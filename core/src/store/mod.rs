@@ -3,7 +3,9 @@
 //!
 //! Owns the data dir layout (`paths`), connections, pragmas and migrations (`db`), the
 //! worker's single-instance lock (`lock`), the record of what went wrong
-//! outside the database (`incidents`: events hooks could not keep, notices of repairs) and online backups and restores (`backup`).
+//! outside the database (`incidents`: events hooks could not keep, notices of repairs), the
+//! private place hook events go when the data dir cannot take them (`fallback`) and online
+//! backups and restores (`backup`).
 //! Writes no table of its own: `db::migrate` creates the schema, and `backup::restore`
 //! replaces the whole database file.
 //!
@@ -15,6 +17,7 @@
 
 pub mod backup;
 pub mod db;
+pub mod fallback;
 pub mod incidents;
 pub mod lock;
 pub mod paths;

@@ -27,11 +27,16 @@ pub fn ingest(
     now: i64,
 ) -> Result<usize> {
     let mut done = 0;
-    let swept = spool::sweep_temporary(dir, 60_000);
+    let outside = crate::store::fallback::existing(dir);
+    let swept = spool::sweep_temporary(dir, 60_000)
+        + outside
+            .as_ref()
+            .map_or(0, |fb| spool::sweep_temporary(fb, 60_000));
     if swept > 0 {
         log::info!("removed {swept} temporary spool files left by killed hooks");
     }
-    for path in spool::pending(dir)? {
+    let mut from_outside = 0;
+    for path in spool::everywhere(dir)? {
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -72,9 +77,22 @@ pub fn ingest(
             Err(e) => return Err(Error::io("cannot remove spool file", &path, e)),
         }
         done += 1;
+        if !path.starts_with(dir.root()) {
+            from_outside += 1;
+        }
     }
     if done > 0 {
         log::info!("ingested {done} spooled events");
+    }
+    if let (Some(fb), 1..) = (&outside, from_outside) {
+        let message = format!(
+            "{from_outside} hook event(s) were kept in {} while the data dir could not be written (a read-only or failing disk); they are stored now",
+            fb.root().display()
+        );
+        log::warn!("{message}");
+        if let Err(e) = crate::store::incidents::raise(dir, "kept-outside", &message, now) {
+            log::warn!("{e}");
+        }
     }
     Ok(done)
 }

@@ -18,6 +18,9 @@ pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         log::info!("acknowledged {n} item(s)");
     }
     if !ctx.data_dir.db().exists() {
+        if let Some(code) = no_database_but_losses(ctx, args)? {
+            return Ok(code);
+        }
         // Installed (or not yet), no event so far: a normal state, not a failure.
         if args.json {
             print_json(&serde_json::json!({
@@ -49,6 +52,49 @@ pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
     } else {
         exit::OK
     })
+}
+
+/// No database, but hooks kept events outside the data dir or counted losses (the data dir
+/// could not be created): that, not "waiting for the first event", is the status.
+fn no_database_but_losses(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<Option<u8>> {
+    let kept = status::kept_outside(&ctx.data_dir);
+    let lost = cairn_core::store::incidents::lost(&ctx.data_dir);
+    if kept.is_none() && lost.is_none() {
+        return Ok(None);
+    }
+    let mut attention = Vec::new();
+    if let Some((n, dir)) = &kept {
+        attention.push(format!(
+            "{n} hook event(s) kept in {dir} because the data dir could not be written: make it writable (`cairn doctor` says why); the worker stores them then"
+        ));
+    }
+    if let Some(l) = &lost {
+        attention.push(format!(
+            "{} hook event(s) could not be kept anywhere, the last at {}: {}; then `cairn status --acknowledge`",
+            l.count,
+            clock::minute_utc(l.last_at),
+            l.cause
+        ));
+    }
+    if args.json {
+        print_json(&serde_json::json!({
+            "data_dir": ctx.data_dir.root(),
+            "spooled_outside": kept.as_ref().map_or(0, |k| k.0),
+            "outside_dir": kept.as_ref().map(|k| &k.1),
+            "lost": lost,
+            "attention": attention,
+        }))?;
+    } else {
+        let mut text = format!(
+            "cairn status of {}\n\nno database: the data dir could not be written\n\nneeds attention:\n",
+            ctx.data_dir.root().display()
+        );
+        for a in &attention {
+            text.push_str(&format!("  - {a}\n"));
+        }
+        emit(&text)?;
+    }
+    Ok(Some(exit::NEGATIVE))
 }
 
 fn render_status(s: &status::Status) -> String {
@@ -171,11 +217,21 @@ fn render_status(s: &status::Status) -> String {
         (None, None) => "by words only".into(),
     };
     out.push_str(&format!("{:<11}{search}\n", "search"));
-    out.push_str(&format!("{:<11}{}\n", "database", bytes(s.database_bytes)));
+    let database = match &s.read_only {
+        Some(why) => format!("{}, read-only ({why})", bytes(s.database_bytes)),
+        None => bytes(s.database_bytes),
+    };
+    out.push_str(&format!("{:<11}{database}\n", "database"));
     if s.spooled > 0 {
         out.push_str(&format!(
             "{:<11}{} hook events waiting for the worker\n",
             "spool", s.spooled
+        ));
+    }
+    if let (1.., Some(outside)) = (s.spooled_outside, &s.outside_dir) {
+        out.push_str(&format!(
+            "{:<11}{} hook events kept in {outside} while the data dir could not be written\n",
+            "", s.spooled_outside
         ));
     }
     if s.recovered_last_week > 0 {

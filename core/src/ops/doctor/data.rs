@@ -32,7 +32,8 @@ fn read_only_finding(dir: &DataDir) -> Option<Finding> {
         "database",
         Level::Fail,
         format!(
-            "read-only: {why}; cairn cannot write its database (hooks spool nothing, the worker cannot run)"
+            "read-only: {why}; cairn cannot write its database (hooks keep their events outside the data dir, in {}, until it can; the worker cannot run)",
+            crate::store::fallback::location(dir).display()
         ),
         Some(format!(
             "make {} writable again (remount it read-write, or give it back its write permission); the database was not changed",

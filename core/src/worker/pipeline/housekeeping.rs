@@ -26,6 +26,15 @@ const RECONCILE_EVERY_MS: i64 = 5 * 60 * 1000;
 /// Sessions compared per pass (each reads one transcript).
 const RECONCILE_PER_PASS: usize = 20;
 
+/// True when a task scheduled for `next`, one `period` after its last run, is due at
+/// `now`. Time only moves forward for housekeeping: a `next` more than a period ahead
+/// means the clock was stepped back since the last run, and the task is due now rather
+/// than after the length of the jump (the heartbeat, lease renewals and the spool's
+/// ingestion would stop for that long).
+fn passed(next: i64, period: i64, now: i64) -> bool {
+    now >= next || next.saturating_sub(now) > period
+}
+
 /// Periodic work the binary adds to housekeeping (log pruning): called with the current
 /// settings and `now`.
 pub type Periodic = Box<dyn FnMut(&Settings, i64) + Send>;
@@ -77,10 +86,11 @@ impl Housekeeping {
     /// True when a heartbeat period has passed since the last pass (or none was made);
     /// the next pass is then scheduled one period from `now`.
     pub(super) fn due(&mut self, settings: &Settings, now: i64) -> bool {
-        if now < self.next {
+        let period = (settings.worker.heartbeat_secs.max(1) * 1000) as i64;
+        if !passed(self.next, period, now) {
             return false;
         }
-        self.next = now + (settings.worker.heartbeat_secs.max(1) * 1000) as i64;
+        self.next = now + period;
         true
     }
 
@@ -141,7 +151,7 @@ impl Housekeeping {
             Ok(n) => log::info!("ingested {n} spooled hook events"),
             Err(e) => log::warn!("spool ingestion failed (the files stay for the next try): {e}"),
         }
-        if now >= self.next_reconcile {
+        if passed(self.next_reconcile, RECONCILE_EVERY_MS, now) {
             self.next_reconcile = now + RECONCILE_EVERY_MS;
             if let Some(projects) = self.projects_dir.as_deref() {
                 match transcript::reconcile(conn, settings, projects, now, RECONCILE_PER_PASS) {
@@ -155,7 +165,7 @@ impl Housekeeping {
                 }
             }
         }
-        if now >= self.next_slow {
+        if passed(self.next_slow, SLOW_HOUSEKEEPING_MS, now) {
             self.next_slow = now + SLOW_HOUSEKEEPING_MS;
             let keep_ms = (settings.queue.retention_days as i64).saturating_mul(86_400_000);
             match queue::admin::purge(conn, now.saturating_sub(keep_ms)) {
@@ -222,5 +232,29 @@ impl Housekeeping {
             log::error!("cannot record the notice for `cairn status`: {e}");
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_stepped_back_does_not_pause_housekeeping() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut h = Housekeeping::new(DataDir::new(tmp.path()), None, None);
+        let mut s = Settings::default();
+        s.worker.heartbeat_secs = 5;
+        let t = 100_000_000;
+        assert!(h.due(&s, t), "at once at start");
+        assert!(!h.due(&s, t + 1_000), "within the period");
+        assert!(h.due(&s, t + 5_000), "a period later");
+        // The clock goes back an hour: the next pass is not an hour away.
+        assert!(h.due(&s, t - 3_600_000), "at once after the jump");
+        assert!(!h.due(&s, t - 3_600_000 + 1_000));
+        assert!(h.due(&s, t - 3_600_000 + 5_000));
+        assert!(passed(0, 10, 5));
+        assert!(!passed(10, 10, 5));
+        assert!(passed(100, 10, 5), "more than a period ahead");
     }
 }
