@@ -70,6 +70,10 @@ impl DataDir {
     pub fn backups(&self) -> PathBuf {
         self.root.join("backups")
     }
+    /// `cairn ui`'s address and access token, kept across runs (owner-only).
+    pub fn viewer(&self) -> PathBuf {
+        self.root.join("viewer.json")
+    }
 
     /// True when the directory exists.
     pub fn exists(&self) -> bool {
