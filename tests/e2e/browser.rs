@@ -297,7 +297,7 @@ fn the_viewer_works_in_a_real_browser() {
     d.screenshot("feed");
 
     // Search, with highlighted matches.
-    d.go(&format!("http://127.0.0.1:{}/search", ui.port));
+    d.go(&ui.page("/search"));
     let q = d.wait("#q");
     d.type_in(&q, "lease\n");
     d.wait(".hits mark");
@@ -316,7 +316,7 @@ fn the_viewer_works_in_a_real_browser() {
     d.screenshot("memory");
 
     // Replay a skipped job from the health page.
-    d.go(&format!("http://127.0.0.1:{}/health", ui.port));
+    d.go(&ui.page("/health"));
     d.wait(".chart");
     d.screenshot("health");
     let button = d.wait(&format!("#replay-{job}"));
@@ -329,7 +329,7 @@ fn the_viewer_works_in_a_real_browser() {
         )),
         1
     );
-    d.go(&format!("http://127.0.0.1:{}/session/s2", ui.port));
+    d.go(&ui.page("/session/s2"));
     d.wait(".turn");
     d.screenshot("session");
 }
