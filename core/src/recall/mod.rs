@@ -20,6 +20,7 @@
 
 pub mod context;
 pub mod embed;
+pub mod moment;
 pub mod query;
 pub mod rank;
 pub mod request;
