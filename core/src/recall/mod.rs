@@ -22,6 +22,7 @@ pub mod context;
 pub mod embed;
 pub mod query;
 pub mod rank;
+pub mod ranker;
 pub mod request;
 pub mod search;
 pub mod searcher;
