@@ -154,6 +154,9 @@ pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) ->
         limit: settings.max_memories.max(1) * FETCH_FACTOR,
         offset: 0,
         asking_session: None,
+        // Every candidate: `at_prompt` holds them to `recall.min_relevance` and says which
+        // fell under it.
+        min_relevance: Some(0.0),
     }
 }
 
@@ -167,10 +170,9 @@ pub struct Found {
 
 /// The hit's relevance in [0, 1], comparable across prompts: what `recall.min_relevance`
 /// is compared with. The one place the score is read.
-pub fn relevance(hit: &Hit, by_meaning: bool) -> f64 {
-    use crate::recall::rank::{W_COVERAGE, W_MEANING, W_PHRASE, W_TEXT};
-    let most = W_TEXT + W_COVERAGE + W_PHRASE + if by_meaning { W_MEANING } else { 0.0 };
-    (hit.score.unwrap_or(0.0) / most).clamp(0.0, 1.0)
+pub fn relevance(hit: &Hit, _by_meaning: bool) -> f64 {
+    // The search's own estimate (`Hit::relevance`, in [0, 1] and comparable across queries).
+    hit.relevance.clamp(0.0, 1.0)
 }
 
 /// The memories a prompt of `session` receives out of what its search `found`: the most
