@@ -20,7 +20,7 @@ use crate::exit;
 
 #[derive(Debug, Args)]
 pub struct UiArgs {
-    /// Port on 127.0.0.1 (default: a free one).
+    /// Port on the viewer's loopback address (default: the last run's, else a free one).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
     /// Print the URL but do not open a browser.

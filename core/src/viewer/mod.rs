@@ -44,6 +44,7 @@ use crate::queue::admin::{self, Selector};
 use crate::queue::claim::JobStatus;
 use crate::queue::stats::{self, ListFilter};
 use crate::recall::context;
+use crate::recall::moment;
 use crate::recall::request::SearchFields;
 use crate::recall::search::{self, SearchRequest};
 use crate::recall::searcher::Searcher;
@@ -522,7 +523,7 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
             let rows = loaded
                 .effective()
                 .into_iter()
-                .filter(|(k, _, _)| k.starts_with("context."))
+                .filter(|(k, _, _)| k.starts_with("context.") || k.starts_with("recall."))
                 .map(|(k, v, src)| (k, v.to_string(), src.to_string()))
                 .collect::<Vec<_>>();
             (loaded.settings, rows, None)
@@ -540,9 +541,41 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
             headers: Vec::new(),
         });
     }
+    // What a prompt typed here would receive: the hook's own choice (`recall::moment`),
+    // by words and by meaning when the model is there, for a session given nothing yet.
+    let prompt = req.query.get("prompt").cloned().unwrap_or_default();
+    let recalled = if prompt.trim().is_empty() {
+        None
+    } else {
+        let mut searcher = lock(&app.searcher);
+        let found = searcher
+            .search(
+                &conn,
+                &moment::prompt_request(&project, &prompt, &settings.recall),
+            )
+            .map(|hits| moment::Found {
+                hits,
+                by_meaning: searcher.unavailable().is_none(),
+            });
+        drop(searcher);
+        Some(
+            found
+                .and_then(|f| moment::at_prompt(&conn, None, &f, &settings.recall))
+                .map_err(|e| e.to_string()),
+        )
+    };
     Ok(Answer::html(
         200,
-        pages::context(&project, &projects, &text, tokens, &rows, error.as_deref()),
+        pages::context(pages::ContextView {
+            project: &project,
+            projects: &projects,
+            text: &text,
+            tokens,
+            settings: &rows,
+            settings_error: error.as_deref(),
+            prompt: &prompt,
+            recalled: recalled.as_ref().map(|r| r.as_ref().map_err(Clone::clone)),
+        }),
     ))
 }
 
@@ -595,7 +628,15 @@ fn search_page(app: &App, req: &Req) -> Result<Answer> {
     });
     Ok(Answer::html(
         200,
-        pages::search(&form, &projects, hits_ref, offset, more, by_meaning),
+        pages::search(
+            &form,
+            &projects,
+            hits_ref,
+            offset,
+            more,
+            by_meaning,
+            app.settings.search.min_relevance,
+        ),
     ))
 }
 

@@ -9,6 +9,7 @@ use crate::clock;
 use crate::ops::status::{Status, Topic};
 use crate::queue::claim::JobStatus;
 use crate::queue::stats::JobRow;
+use crate::recall::moment::{Recalled, Verdict};
 use crate::recall::search::Hit;
 use crate::recall::snippet::{HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN};
 use crate::recall::timeline::{Record, Timeline};
@@ -253,7 +254,9 @@ pub fn search(
     offset: usize,
     more: bool,
     by_meaning: bool,
+    floor: f64,
 ) -> String {
+    let ranked = form.order == "relevance" && !form.q.trim().is_empty();
     let opt = |name: &str, values: &[&str], current: &str| {
         let mut s = format!("<select name=\"{name}\">");
         for v in values {
@@ -269,6 +272,15 @@ pub fn search(
             esc(value)
         )
     };
+    let how = format!(
+        "{} Ordered by relevance, results under {:.0}% relevance are not shown.",
+        if by_meaning {
+            "Searching by words and by meaning."
+        } else {
+            "Searching by words (no sentence model: `cairn embed --fetch` adds search by meaning)."
+        },
+        floor * 100.0
+    );
     let mut body = format!(
         "<h1>Search</h1><form class=\"search\" method=\"get\" action=\"/search\">\
          <input type=\"search\" name=\"q\" id=\"q\" value=\"{q}\" placeholder=\"words, &quot;a phrase&quot;, -not, prefix*, OR\" autofocus>\
@@ -287,16 +299,19 @@ pub fn search(
         file = input("file", &form.file, "file path contains"),
         since = input("since", &form.since, "since: 7d, 2026-01-31"),
         until = input("until", &form.until, "until"),
-        how = if by_meaning {
-            "Searching by words and by meaning."
-        } else {
-            "Searching by words (no sentence model: `cairn embed --fetch` adds search by meaning)."
-        }
+        how = esc(&how)
     );
     match hits {
         None => {}
         Some(Err(e)) => {
             let _ = write!(body, "<p class=\"error\">{}</p>", esc(&e));
+        }
+        Some(Ok([])) if offset == 0 && ranked => {
+            let _ = write!(
+                body,
+                "<p class=\"empty\" id=\"none-relevant\">Nothing relevant: no memory reaches the relevance floor ({:.0}%, the setting <code>search.min_relevance</code>).</p>",
+                floor * 100.0
+            );
         }
         Some(Ok([])) if offset == 0 => body.push_str("<p class=\"empty\">No results.</p>"),
         Some(Ok(hits)) => {
@@ -316,8 +331,16 @@ pub fn search(
                     body,
                     "<li class=\"item\"><div class=\"meta\"><a href=\"/memory/{r}\">{r}</a> \
                      <span class=\"label\">{label}</span> <span class=\"project\">{project}</span> \
-                     {time} <a class=\"side\" href=\"/timeline/{r}\">timeline</a></div>\
+                     {time}{score} <a class=\"side\" href=\"/timeline/{r}\">timeline</a></div>\
                      <div class=\"title\">{title}</div><div class=\"snippet\">{snippet}</div></li>",
+                    score = if ranked {
+                        format!(
+                            " <span class=\"score\" title=\"estimated chance that it answers the query\">relevance {:.0}%</span>",
+                            h.relevance * 100.0
+                        )
+                    } else {
+                        String::new()
+                    },
                     r = esc(&h.reference()),
                     label = esc(&h.label),
                     project = esc(&h.project),
@@ -646,17 +669,37 @@ pub fn session(page: &SessionPage, csrf: &str) -> String {
     layout("Session", "Sessions", &body)
 }
 
-/// The context page: exactly what the next session of `project` is told at its start (the
-/// block `cairn context` prints), its size, and the settings that shape it. app.js keeps
-/// the block current from `/context.json`.
-pub fn context(
-    project: &str,
-    projects: &[String],
-    text: &str,
-    tokens: usize,
-    settings: &[(String, String, String)],
-    settings_error: Option<&str>,
-) -> String {
+/// What the context page shows.
+#[derive(Debug)]
+pub struct ContextView<'a> {
+    pub project: &'a str,
+    pub projects: &'a [String],
+    /// The SessionStart block and its tokens.
+    pub text: &'a str,
+    pub tokens: usize,
+    /// `(key, value, source)` of the settings that shape it.
+    pub settings: &'a [(String, String, String)],
+    pub settings_error: Option<&'a str>,
+    /// A prompt typed on the page, and what it would receive.
+    pub prompt: &'a str,
+    pub recalled: Option<Result<&'a Recalled, String>>,
+}
+
+/// The context page: exactly what the next session of a project is told at its start (the
+/// block `cairn context` prints), its size, what a prompt typed there would receive with
+/// its scores, and the settings that shape both. app.js keeps the block current from
+/// `/context.json`.
+pub fn context(v: ContextView<'_>) -> String {
+    let ContextView {
+        project,
+        projects,
+        text,
+        tokens,
+        settings,
+        settings_error,
+        prompt,
+        recalled,
+    } = v;
     let mut body = format!(
         "<h1>What the next session is told</h1><form class=\"bar\" method=\"get\" action=\"/context\">{}\
          <button class=\"show\">Show</button></form>\
@@ -671,6 +714,58 @@ pub fn context(
     );
     if text.is_empty() {
         body.push_str("<p class=\"empty\" id=\"context-empty\">Nothing to tell yet: this project has no summary or observation.</p>");
+    }
+    let _ = write!(
+        body,
+        "<h2>What a prompt would receive</h2><form class=\"search\" method=\"get\" action=\"/context\">\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">\
+         <input type=\"search\" name=\"prompt\" id=\"prompt\" value=\"{}\" placeholder=\"a prompt, as you would type it to Claude\">\
+         <button>What would it receive?</button></form>",
+        esc(project),
+        esc(prompt)
+    );
+    match recalled {
+        None => {}
+        Some(Err(e)) => {
+            let _ = write!(body, "<p class=\"error\">{}</p>", esc(&e));
+        }
+        Some(Ok(r)) => {
+            if r.block.is_empty() {
+                body.push_str("<p class=\"empty\" id=\"prompt-nothing\">Nothing: no memory is relevant enough (or recall with prompts is off).</p>");
+            } else {
+                let _ = write!(
+                    body,
+                    "<p class=\"hint\"><strong id=\"prompt-tokens\">{}</strong> tokens, given with the prompt:</p><pre class=\"context\" id=\"prompt-block\">{}</pre>",
+                    crate::recall::context::tokens(&r.block),
+                    esc(&r.block)
+                );
+            }
+            if !r.offered.is_empty() {
+                body.push_str("<table id=\"offered\"><thead><tr><th>memory</th><th>relevance</th><th>given?</th><th>title</th></tr></thead><tbody>");
+                for o in &r.offered {
+                    let verdict = match o.verdict {
+                        Verdict::Given => "given",
+                        Verdict::BelowThreshold => "below recall.min_relevance",
+                        Verdict::AlreadyGiven => "already given this session",
+                        Verdict::OverCount => "over recall.max_memories",
+                        Verdict::OverBudget => "over recall.budget_tokens",
+                    };
+                    let _ = write!(
+                        body,
+                        "<tr class=\"{}\"><td><a href=\"/memory/{r}\">{r}</a></td><td class=\"score\">{:.0}%</td><td>{verdict}</td><td>{}</td></tr>",
+                        if o.verdict == Verdict::Given {
+                            ""
+                        } else {
+                            "weak"
+                        },
+                        o.relevance * 100.0,
+                        esc(&o.title),
+                        r = esc(&o.reference()),
+                    );
+                }
+                body.push_str("</tbody></table>");
+            }
+        }
     }
     body.push_str("<h2>Settings that shape it</h2>");
     if let Some(e) = settings_error {
@@ -688,7 +783,7 @@ pub fn context(
     }
     body.push_str(
         "</tbody></table><p class=\"hint\">They live in the data dir's <code>settings.json</code> \
-         (or <code>CAIRN_CONTEXT__*</code> variables); <code>cairn config</code> lists them all.</p>",
+         (or <code>CAIRN_CONTEXT__*</code>, <code>CAIRN_RECALL__*</code> variables); <code>cairn config</code> lists them all.</p>",
     );
     layout("Context", "Context", &body)
 }
