@@ -201,6 +201,13 @@ fn every_page_answers_only_with_the_token_from_this_host() {
         "/sessions?project=acme".into(),
         "/session/s2".into(),
         "/health".into(),
+        "/context".into(),
+        "/context?project=acme&prompt=why+does+the+lease+expire".into(),
+        "/context.json?project=acme".into(),
+        "/?before=9999.9999.9999&from=50".into(),
+        "/sessions?from=50".into(),
+        "/search?q=lease&from=50".into(),
+        "/session/s2?from=500".into(),
         format!("/memory/{}", s.title_hit),
         format!("/memory/S{}", s.summary),
         format!("/memory/P{}", s.prompt),
@@ -449,6 +456,15 @@ fn hostile_memory_text_shows_as_text() {
     }
     let hit = ui.get("/search?q=pwned").body;
     assert!(hit.contains("<mark>pwned</mark>"), "{hit}");
+    // Bidirectional controls cannot reorder what is shown.
+    let out = cairn(
+        &env,
+        &["save", "invoice \u{202E}fdp.exe", "--project", "acme"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let feed = ui.get("/").body;
+    assert!(feed.contains("invoice \u{FFFD}fdp.exe"), "{feed}");
+    assert!(!feed.contains('\u{202E}'));
 }
 
 #[test]
