@@ -213,15 +213,25 @@ pub fn latest(
     })
 }
 
-/// Memories of one project or all: observations, summaries, prompts (one statement).
+/// Memories of one project or all: observations, summaries, prompts (one statement; one
+/// per case, so a project's count searches its index and the total counts whole tables).
 pub fn count(conn: &Connection, project: Option<&str>) -> Result<i64> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT (SELECT count(*) FROM observations WHERE ?1 IS NULL OR project = ?1)
-                  + (SELECT count(*) FROM session_summaries WHERE ?1 IS NULL OR project = ?1)
-                  + (SELECT count(*) FROM user_prompts WHERE ?1 IS NULL OR project = ?1)",
-        )?
-        .query_row([project], |r| r.get(0))?)
+    Ok(match project {
+        Some(p) => conn
+            .prepare_cached(
+                "SELECT (SELECT count(*) FROM observations WHERE project = ?1)
+                      + (SELECT count(*) FROM session_summaries WHERE project = ?1)
+                      + (SELECT count(*) FROM user_prompts WHERE project = ?1)",
+            )?
+            .query_row([p], |r| r.get(0))?,
+        None => conn
+            .prepare_cached(
+                "SELECT (SELECT count(*) FROM observations)
+                      + (SELECT count(*) FROM session_summaries)
+                      + (SELECT count(*) FROM user_prompts)",
+            )?
+            .query_row([], |r| r.get(0))?,
+    })
 }
 
 /// Memories written after `seen` (at most `limit` of each kind), oldest first, and the new
@@ -538,6 +548,7 @@ mod tests {
         f.prompt("acme", 1, "p1", T0 + 1);
         assert_eq!(count(&f.conn, Some("acme")).expect("count"), 9);
         assert_eq!(count(&f.conn, Some("none")).expect("count"), 0);
+        assert_eq!(count(&f.conn, None).expect("count"), 9);
         let mut before = None;
         let mut titles = Vec::new();
         for _ in 0..10 {
