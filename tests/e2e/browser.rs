@@ -492,6 +492,21 @@ fn the_viewer_works_in_a_real_browser() {
     d.go(&ui.page("/sessions"));
     let h1 = d.wait("h1");
     assert_eq!(d.text(&h1), "Sessions");
+    // Sessions read as a history; choosing a project shows it, no "Show" click.
+    assert!(d.text(&d.wait(".sessions .title a")).len() > 3);
+    d.script(
+        "const s = document.querySelector('form.bar select[name=project]'); \
+         s.value = 'archive'; s.dispatchEvent(new Event('change')); return null",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while d.script("return location.search") != json!("?project=archive") {
+        assert!(
+            Instant::now() < deadline,
+            "choosing a project did not show it"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(d.text(&d.wait(".count")).contains("of 1 sessions"));
 }
 
 fn thousands(n: i64) -> String {

@@ -1,23 +1,31 @@
-//! The viewer: `cairn ui`, a local web page onto the memory. A live feed, search (the same
-//! engine as `cairn search`, by meaning too when a model is there), sessions and their
-//! turns, the timeline around a memory, one memory in full, health with replay and discard
-//! of skipped jobs, and forgetting.
+//! The viewer: `cairn ui`, a local web page onto the memory. A live feed paged back to the
+//! oldest memory, search (the same engine as `cairn search`, by meaning too when a model
+//! is there, each hit with its relevance), sessions as a history and their turns, the
+//! timeline around a memory, one memory in full, what the next session is told (the
+//! context page), health as `cairn status` reports it with its remedies as buttons, and
+//! forgetting.
 //!
-//! - `http`: who may ask (token, `Host`, `Origin`, the form token) and request decoding.
-//! - `data`: the reads only the viewer makes (feed, sessions, tokens per day).
+//! - `server`: the HTTP/1.1 server, bounded (connections, read time, sizes) and unkillable
+//!   by accept errors.
+//! - `access`: the loopback address, port and token, kept across runs.
+//! - `http`: who may ask (token, `Host`, `Origin`, the form token), request decoding, the
+//!   first visit's redirect.
+//! - `data`: the reads only the viewer makes (feed, counts, sessions, tokens per day).
 //! - `pages`: the HTML, pure; every memory text escaped.
-//! - `assets/`: the stylesheet and the script, embedded in the binary.
+//! - `assets/`: the stylesheet, the script and the icon, embedded in the binary.
 //!
-//! Writes nothing itself: replay and discard go through `queue::admin`, forgetting through
-//! `memory::forget`.
+//! Writes nothing itself: replay and discard go through `queue::admin`, clearing the
+//! quarantine through `capture::quarantine`, acknowledging through `store::incidents`,
+//! forgetting through `memory::forget`.
 //!
-//! Invariants: it listens on 127.0.0.1 only, and only while `cairn ui` runs; every request
-//! carries the access token (`?token=` once, then an HttpOnly, SameSite=Strict cookie);
-//! `Host` must name the loopback address and port (DNS rebinding), `Origin` and
-//! `Sec-Fetch-Site` must not name another site; changes are POSTs carrying the form token;
-//! every answer has a strict Content-Security-Policy (no inline script or style); each
-//! request opens its own connection and reads in autocommit, so no read transaction
-//! outlives a statement and the WAL checkpoint is never held back.
+//! Invariants: it listens on its own loopback address only, and only while `cairn ui`
+//! runs; every request for a page carries the access token (`?token=` once, then an
+//! HttpOnly, SameSite=Strict cookie); `Host` must name the address and port (DNS
+//! rebinding), `Origin` and `Sec-Fetch-Site` must not name another site; changes are POSTs
+//! carrying the form token, and those that cannot be undone are asked first; every answer
+//! has a strict Content-Security-Policy (no inline script or style); each request opens
+//! its own connection and reads in autocommit, so no read transaction outlives a
+//! statement and the WAL checkpoint is never held back.
 
 pub mod access;
 pub mod data;
