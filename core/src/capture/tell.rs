@@ -5,7 +5,7 @@
 //!
 //! A prompt's memories are found by words in the hook's own process, or by meaning as
 //! well when the running worker answers within `recall.worker_deadline_ms`
-//! (`recall::ask`); no model is loaded here. Every failure is logged and gives nothing:
+//! (`recall::moment::find`, through `recall::ask`); no model is loaded here. Every failure is logged and gives nothing:
 //! the event was stored before, and the hook's answer is then its plain answer.
 
 use std::time::Duration;
@@ -15,8 +15,8 @@ use rusqlite::Connection;
 use crate::capture::hook::{self, EventName};
 use crate::error::Result;
 use crate::memory::told::{self, Given, Moment};
-use crate::recall::moment::{self, Found};
-use crate::recall::{ask, context};
+use crate::recall::context;
+use crate::recall::moment;
 use crate::settings::Settings;
 use crate::store::db;
 use crate::store::paths::DataDir;
@@ -62,18 +62,10 @@ pub fn prompt(
     }
     let req = moment::prompt_request(project, prompt, &settings.recall);
     let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
-    let found =
-        match (!deadline.is_zero()).then(|| ask::search(&dir.recall_socket(), &req, deadline)) {
-            Some(Ok(hits)) => Found {
-                hits,
-                by_meaning: true,
-            },
-            Some(Err(e)) => {
-                log::debug!("recall by words alone: {e}");
-                words_alone(conn, &req)?
-            }
-            None => words_alone(conn, &req)?,
-        };
+    let found = moment::find(conn, &dir.recall_socket(), &req, deadline)?;
+    if let Some(why) = &found.words_alone_because {
+        log::debug!("a prompt's memories by words alone: {why}");
+    }
     let recalled = moment::at_prompt(conn, Some(session), &found, &settings.recall)?;
     record(
         conn,
@@ -88,14 +80,6 @@ pub fn prompt(
         EventName::UserPromptSubmit,
         &recalled.block,
     ))
-}
-
-/// Words alone, in this process: what a prompt finds without the worker.
-fn words_alone(conn: &Connection, req: &crate::recall::search::SearchRequest) -> Result<Found> {
-    Ok(Found {
-        hits: crate::recall::search::search(conn, req)?,
-        by_meaning: false,
-    })
 }
 
 /// The PreToolUse answer for a call that reads or edits `file`: what is known about the

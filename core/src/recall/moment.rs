@@ -163,6 +163,38 @@ pub struct Found {
     pub hits: Vec<Hit>,
     /// True when the hits were ranked by meaning as well as words.
     pub by_meaning: bool,
+    /// Why the search went by words alone, when it did and was meant not to.
+    pub words_alone_because: Option<String>,
+}
+
+/// Runs a prompt's search as the hook does: by the running worker listening on `socket`
+/// (words and meaning) when it answers within `deadline`, else by words alone on `conn`
+/// (at once when `deadline` is zero).
+pub fn find(
+    conn: &Connection,
+    socket: &std::path::Path,
+    req: &SearchRequest,
+    deadline: std::time::Duration,
+) -> Result<Found> {
+    let why = if deadline.is_zero() {
+        None
+    } else {
+        match crate::recall::ask::search(socket, req, deadline) {
+            Ok(hits) => {
+                return Ok(Found {
+                    hits,
+                    by_meaning: true,
+                    words_alone_because: None,
+                });
+            }
+            Err(e) => Some(e.to_string()),
+        }
+    };
+    Ok(Found {
+        hits: crate::recall::search::search(conn, req)?,
+        by_meaning: false,
+        words_alone_because: why,
+    })
 }
 
 /// The hit's relevance in [0, 1], comparable across prompts: what `recall.min_relevance`
@@ -455,7 +487,7 @@ mod tests {
                 session,
                 &Found {
                     hits,
-                    by_meaning: false,
+                    ..Found::default()
                 },
                 &s,
             )
@@ -495,7 +527,7 @@ mod tests {
                 None,
                 &Found {
                     hits,
-                    by_meaning: false,
+                    ..Found::default()
                 },
                 &s,
             )
