@@ -30,6 +30,24 @@ pub struct Settings {
     pub recall: RecallSettings,
     pub backup: BackupSettings,
     pub embed: EmbedSettings,
+    pub search: SearchSettings,
+}
+
+/// `search.*`: what a search shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SearchSettings {
+    /// A search by relevance hides results whose relevance (the estimated probability
+    /// that the memory answers the query, 0 to 1) is below this; 0 shows every candidate.
+    pub min_relevance: f64,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            min_relevance: 0.05,
+        }
+    }
 }
 
 /// `log.*`
@@ -520,6 +538,9 @@ impl Settings {
         }
         if !(0.0..=1.0).contains(&self.recall.min_relevance) {
             return bad("recall.min_relevance", "must be between 0 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.search.min_relevance) {
+            return bad("search.min_relevance", "must be between 0 and 1");
         }
         if self.queue.lease_secs == 0 {
             return bad("queue.lease_secs", "must be at least 1");

@@ -1,28 +1,38 @@
 //! Recall quality: does `cairn search` put the memory a question is about in its top
-//! results? Run on the recall benchmark in `tests/fixtures/recall-eval/` (the commits of a
-//! real project as memories, its changelog lines as the questions; see the README there).
+//! results? Run on every recall benchmark under `tests/fixtures/recall-eval/` (one folder
+//! per project: the commits of a real project as memories, its changelog lines as the
+//! questions; see the README there), each in a database of its own.
 //!
 //! ```sh
-//! cargo bench -p cairn --bench recall_quality
+//! cargo bench -p cairn --bench recall_quality            # every project
+//! CAIRN_BENCH_PROJECTS=bat,jq cargo bench -p cairn --bench recall_quality
 //! ```
 //!
 //! Needs the all-MiniLM-L6-v2 files: `CAIRN_BENCH_MODEL_DIR`, else the copy the end-to-end
 //! tests fetch into `target/test-model/` (`cargo test -p cairn --test e2e embed::`).
 //!
-//! Reports recall@5, recall@10 and MRR@10 of `cairn search` (words and meaning), of
-//! `cairn search` with no model (words only), and of the baseline the README there names
-//! (SQLite FTS5 BM25 over the question's words OR-ed), all in the same run, for both halves
-//! of the questions (split by the parity of the question's SHA-256) and all of them.
-//! The ranking weights were chosen on half 0; half 1 is the honest figure. It also reports
-//! how often the bit-index scan returns the exact 10 nearest vectors (agreement with an
-//! exhaustive scan) and the search latency with the model loaded.
+//! Reports, per project and over all questions, recall@5, recall@10 and MRR@10 of
+//! `cairn search` (words and meaning), of `cairn search` with no model (words only), of the
+//! baseline the README there names (SQLite FTS5 BM25 over the question's words OR-ed), of
+//! the model alone (cosine similarity, every stored vector scanned) and of the plain
+//! reciprocal rank fusion (k = 60) of the top [`POOL`] of those two, all in the same run.
+//! For bat it also reports the two halves of the questions (split by the parity of the
+//! question's SHA-256): the hand-set ranking weights were chosen on half 0. It also reports
+//! how often the bit-index scan returns the exact 10 nearest vectors (agreement with the
+//! exhaustive scan), the worker's embedding rate and the search latency with the model
+//! loaded.
+//!
+//! `CAIRN_BENCH_KEEP=DIR` keeps, per project, the database (`DIR/<project>/cairn.db`) and
+//! each question's rankings with the two candidate pools and their raw scores
+//! (`DIR/<project>/rankings.jsonl`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cairn_core::memory::kind::Kind;
 use cairn_core::recall::embed::index::{Scope, VectorIndex};
+use cairn_core::recall::embed::model::Embedder;
 use cairn_core::recall::embed::{cosine_i8, model, store};
 use cairn_core::recall::search::SearchRequest;
 use cairn_core::recall::searcher::Searcher;
@@ -32,6 +42,23 @@ use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+/// Candidates the baseline fusion takes from each side, as `cairn search` does.
+const POOL: usize = 50;
+/// The reciprocal rank fusion constant.
+const RRF_K: f64 = 60.0;
+
+/// The methods measured, in the order of the report.
+const METHODS: [&str; 5] = [
+    "cairn search (words + meaning)",
+    "cairn search, no model (words)",
+    "BM25, words OR-ed (baseline)",
+    "MiniLM cosine, exhaustive",
+    "RRF k=60 of BM25-OR + cosine",
+];
+const SEARCH: usize = 0;
+const BM25: usize = 2;
+const FUSION: usize = 4;
 
 struct Question {
     text: String,
@@ -58,15 +85,36 @@ impl Score {
             }
         }
     }
-    fn line(&self) -> String {
-        let n = self.n.max(1) as f64;
-        format!(
-            "{:>6.3} {:>6.3} {:>6.3}",
-            self.at5 as f64 / n,
-            self.at10 as f64 / n,
-            self.rr / n
-        )
+    fn merge(&mut self, other: &Score) {
+        self.n += other.n;
+        self.at5 += other.at5;
+        self.at10 += other.at10;
+        self.rr += other.rr;
     }
+    fn figures(&self) -> [f64; 3] {
+        let n = self.n.max(1) as f64;
+        [self.at5 as f64 / n, self.at10 as f64 / n, self.rr / n]
+    }
+    fn line(&self) -> String {
+        let [a, b, c] = self.figures();
+        format!("{a:>6.3} {b:>6.3} {c:>6.3}")
+    }
+    fn cell(&self) -> String {
+        let [a, b, c] = self.figures();
+        format!("{a:.3} / {b:.3} / {c:.3}")
+    }
+}
+
+/// One project's results: per method, half 0, half 1 and all of its questions.
+struct Measured {
+    project: String,
+    memories: i64,
+    scores: [[Score; 3]; METHODS.len()],
+    misses: usize,
+    /// Milliseconds of each `cairn search` with the model loaded.
+    latencies: Vec<f64>,
+    /// Of the exact 10 nearest vectors, how many the bit-index scan returned, of how many.
+    agreement: (usize, usize),
 }
 
 fn fixtures() -> PathBuf {
@@ -86,8 +134,30 @@ fn model_dir() -> PathBuf {
     d
 }
 
-fn questions() -> Vec<Question> {
-    let text = std::fs::read_to_string(fixtures().join("bat/queries.jsonl")).expect("queries");
+/// The benchmarks: every folder of the fixtures holding a corpus and its questions, by
+/// name, or those `CAIRN_BENCH_PROJECTS` (comma-separated) names.
+fn projects() -> Vec<String> {
+    let only: Option<HashSet<String>> = std::env::var("CAIRN_BENCH_PROJECTS")
+        .ok()
+        .map(|s| s.split(',').map(|p| p.trim().to_string()).collect());
+    let mut found: Vec<String> = std::fs::read_dir(fixtures())
+        .expect("fixtures")
+        .filter_map(|e| {
+            let path = e.expect("entry").path();
+            let complete =
+                path.join("corpus.jsonl").is_file() && path.join("queries.jsonl").is_file();
+            let name = path.file_name()?.to_str()?.to_string();
+            (complete && only.as_ref().is_none_or(|o| o.contains(&name))).then_some(name)
+        })
+        .collect();
+    found.sort();
+    assert!(!found.is_empty(), "no benchmark found");
+    found
+}
+
+fn questions(project: &str) -> Vec<Question> {
+    let path = fixtures().join(project).join("queries.jsonl");
+    let text = std::fs::read_to_string(path).expect("queries");
     text.lines()
         .map(|l| {
             let v: Value = serde_json::from_str(l).expect("json");
@@ -116,23 +186,29 @@ fn or_words(q: &str) -> String {
         .join(" OR ")
 }
 
-fn main() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = DataDir::new(tmp.path().join("data"));
+/// Reciprocal rank fusion of rankings: each id scores the sum of 1 / (k + rank).
+fn fuse(rankings: &[&[i64]]) -> Vec<i64> {
+    let mut score: HashMap<i64, f64> = HashMap::new();
+    for ranking in rankings {
+        for (i, id) in ranking.iter().enumerate() {
+            *score.entry(*id).or_default() += 1.0 / (RRF_K + (i + 1) as f64);
+        }
+    }
+    let mut fused: Vec<(i64, f64)> = score.into_iter().collect();
+    fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    fused.into_iter().map(|(id, _)| id).collect()
+}
+
+/// Imports a project's corpus into a fresh data directory and has the worker embed it, on
+/// one core (RAYON_NUM_THREADS=1), measured from outside: wall time and peak RSS (GNU time,
+/// when there is one).
+fn load(project: &str, root: &Path, settings: &EmbedSettings) -> DataDir {
+    let dir = DataDir::new(root.join(project));
     let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
-    let corpus = fixtures().join("bat/corpus.jsonl");
+    let corpus = fixtures().join(project).join("corpus.jsonl");
     let file = std::io::BufReader::new(std::fs::File::open(&corpus).expect("corpus"));
     cairn_core::ops::exchange::import_jsonl(&mut conn, file).expect("import corpus");
-    let settings = EmbedSettings {
-        model_dir: model_dir().display().to_string(),
-        ..EmbedSettings::default()
-    };
-    let source = model::locate(&settings, &dir).expect("model");
-    let bert = source.load().expect("load model");
     drop(conn);
-
-    // The worker embeds what was imported, on one core (RAYON_NUM_THREADS=1), measured
-    // from outside: wall time and peak RSS (GNU time, when there is one).
     let queued: i64 = {
         let c = rusqlite::Connection::open(dir.db()).expect("open");
         c.query_row("SELECT count(*) FROM embedding_queue", [], |r| r.get(0))
@@ -170,35 +246,55 @@ fn main() {
         .filter(|_| gnu_time)
         .unwrap_or_else(|| "?".into());
     println!(
-        "worker --once embedded {queued} memories on one core in {secs:.1} s ({:.0}/s); peak RSS {rss} KiB",
+        "{project}: worker --once embedded {queued} memories on one core in {secs:.1} s ({:.0}/s); peak RSS {rss} KiB",
         queued as f64 / secs
     );
-    let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
-    let left = store::backfill(&mut conn, &bert, &source.id, 32).expect("embed");
-    assert_eq!(left, 0, "the worker left memories without vectors");
-    // CAIRN_BENCH_KEEP=DIR keeps the database and each question's ranking for inspection.
-    let keep = std::env::var_os("CAIRN_BENCH_KEEP").map(PathBuf::from);
-    let mut kept_rankings = String::new();
+    dir
+}
 
-    let qs = questions();
-    let hash_of = |conn: &rusqlite::Connection, id: i64| -> String {
-        conn.query_row(
-            "SELECT subtitle FROM observations WHERE id = ?1",
-            [id],
-            |r| r.get(0),
-        )
-        .expect("subtitle")
-    };
-    let mut with_model = Searcher::open(&settings, &dir);
+/// Runs every question of one project through every method.
+fn measure(
+    project: &str,
+    dir: &DataDir,
+    settings: &EmbedSettings,
+    bert: &Embedder,
+    model_id: &str,
+    keep: Option<&Path>,
+) -> Measured {
+    let mut conn = db::open_data_dir(dir, OpenOptions::default()).expect("open");
+    let left = store::backfill(&mut conn, bert, model_id, 32).expect("embed");
+    assert_eq!(left, 0, "the worker left memories without vectors");
+    let hash_of: HashMap<i64, String> = conn
+        .prepare("SELECT id, subtitle FROM observations")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .collect::<rusqlite::Result<_>>()
+        .expect("subtitles");
+    let vectors: Vec<(i64, Vec<u8>)> = conn
+        .prepare("SELECT ref_id, vector FROM embeddings WHERE kind = 0")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .collect::<rusqlite::Result<_>>()
+        .expect("vectors");
+    let mut index = VectorIndex::new(model_id);
+    index.refresh(&conn).expect("refresh");
+    let mut with_model = Searcher::open(settings, dir);
     assert!(with_model.unavailable().is_none(), "model did not load");
     let mut words_only = Searcher::full_text_only("benchmark");
-    let mut scores = [[Score::default(); 3]; 3]; // [method][half 0, half 1, all]
+    let mut scores = [[Score::default(); 3]; METHODS.len()];
+    let mut misses = 0;
     let mut latencies = Vec::new();
-    for q in &qs {
+    let mut agreement = (0, 0);
+    let mut kept = String::new();
+    let hashes =
+        |ids: &[i64]| -> Vec<String> { ids.iter().map(|id| hash_of[id].clone()).collect() };
+    for q in questions(project) {
         let req = SearchRequest {
             query: q.text.clone(),
             filters: Filters {
-                project: Some("bat".into()),
+                project: Some(project.into()),
                 ..Filters::default()
             },
             kinds: vec![Kind::Observation],
@@ -208,114 +304,202 @@ fn main() {
         let t = Instant::now();
         let hits = with_model.search(&conn, &req).expect("search");
         latencies.push(t.elapsed().as_secs_f64() * 1000.0);
-        let ranked: Vec<String> = hits.iter().map(|h| hash_of(&conn, h.id)).collect();
-        let plain: Vec<String> = words_only
+        let search: Vec<i64> = hits.iter().map(|h| h.id).collect();
+        let words: Vec<i64> = words_only
             .search(&conn, &req)
             .expect("search")
             .iter()
-            .map(|h| hash_of(&conn, h.id))
+            .map(|h| h.id)
             .collect();
-        let baseline: Vec<String> = conn
+        let bm25: Vec<(i64, f64)> = conn
             .prepare_cached(
-                "SELECT o.subtitle FROM observations_fts f JOIN observations o ON o.id = f.rowid
-                 WHERE observations_fts MATCH ?1 ORDER BY bm25(observations_fts) LIMIT 10",
+                "SELECT rowid, bm25(observations_fts) FROM observations_fts
+                 WHERE observations_fts MATCH ?1 ORDER BY bm25(observations_fts) LIMIT ?2",
             )
             .expect("prepare")
-            .query_map([or_words(&q.text)], |r| r.get(0))
+            .query_map(rusqlite::params![or_words(&q.text), POOL as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .expect("baseline")
             .collect::<rusqlite::Result<_>>()
             .expect("rows");
-        if keep.is_some() {
-            let line = serde_json::json!({
-                "query": q.text, "half": q.half, "relevant": q.relevant,
-                "search": ranked, "words": plain, "baseline": baseline,
-                "vector": bert.embed(&[q.text.as_str()]).expect("embed")[0],
-            });
-            kept_rankings.push_str(&format!("{line}\n"));
+        let v = &bert.embed(&[q.text.as_str()]).expect("embed")[0];
+        let mut exact: Vec<(i64, f32)> = vectors
+            .iter()
+            .map(|(id, s)| (*id, cosine_i8(v, s)))
+            .collect();
+        exact.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        exact.truncate(POOL);
+        let bm25_ids: Vec<i64> = bm25.iter().map(|c| c.0).collect();
+        let cosine_ids: Vec<i64> = exact.iter().map(|c| c.0).collect();
+        let fused = fuse(&[&bm25_ids, &cosine_ids]);
+
+        // The bit-index scan against the exhaustive one.
+        let kinds = [Kind::Observation];
+        let scope = Scope {
+            kinds: &kinds,
+            project: Some(project),
+            ..Scope::default()
+        };
+        let want: HashSet<i64> = cosine_ids.iter().take(10).copied().collect();
+        let got: HashSet<i64> = index
+            .nearest(&conn, v, 10, &scope)
+            .expect("nearest")
+            .iter()
+            .map(|n| n.id)
+            .collect();
+        agreement.0 += want.intersection(&got).count();
+        agreement.1 += want.len();
+
+        let pooled: HashSet<String> = hashes(&bm25_ids)
+            .into_iter()
+            .chain(hashes(&cosine_ids))
+            .collect();
+        if pooled.is_disjoint(&q.relevant) {
+            misses += 1;
         }
-        for (m, list) in [&ranked, &plain, &baseline].into_iter().enumerate() {
+        let lists = [&search, &words, &bm25_ids, &cosine_ids, &fused].map(|ids| hashes(ids));
+        for (m, list) in lists.iter().enumerate() {
             scores[m][q.half as usize].add(list, &q.relevant);
             scores[m][2].add(list, &q.relevant);
         }
+        if keep.is_some() {
+            let line = serde_json::json!({
+                "query": q.text, "half": q.half, "relevant": q.relevant,
+                "search": lists[0], "words": lists[1], "fusion": &lists[4][..10.min(lists[4].len())],
+                "bm25_pool": bm25.iter().map(|(id, s)| serde_json::json!([hash_of[id], s])).collect::<Vec<_>>(),
+                "cosine_pool": exact.iter().map(|(id, s)| serde_json::json!([hash_of[id], s])).collect::<Vec<_>>(),
+            });
+            kept.push_str(&format!("{line}\n"));
+        }
     }
-    println!(
-        "\n{} questions (half 0: {}, half 1: {}); recall@5 recall@10 MRR@10",
-        qs.len(),
-        scores[0][0].n,
-        scores[0][1].n
-    );
-    println!(
-        "{:<34} {:^20}  {:^20}  {:^20}",
-        "method", "half 0 (tuned on)", "half 1 (held out)", "all"
-    );
-    for (m, name) in [
-        "cairn search (words + meaning)",
-        "cairn search, no model (words)",
-        "BM25, words OR-ed (baseline)",
-    ]
-    .iter()
-    .enumerate()
-    {
-        println!(
-            "{name:<34} {}  {}  {}",
-            scores[m][0].line(),
-            scores[m][1].line(),
-            scores[m][2].line()
-        );
-    }
-    if let Some(k) = &keep {
-        std::fs::create_dir_all(k).expect("keep dir");
-        std::fs::write(k.join("rankings.jsonl"), &kept_rankings).expect("rankings");
+    if let Some(k) = keep {
+        let k = k.join(project);
+        std::fs::create_dir_all(&k).expect("keep dir");
+        std::fs::write(k.join("rankings.jsonl"), &kept).expect("rankings");
         let _ = std::fs::remove_file(k.join("cairn.db"));
         conn.execute("VACUUM INTO ?1", [k.join("cairn.db").display().to_string()])
             .expect("copy the database");
-        println!("kept the database and rankings in {}", k.display());
     }
+    Measured {
+        project: project.to_string(),
+        memories: vectors.len() as i64,
+        scores,
+        misses,
+        latencies,
+        agreement,
+    }
+}
+
+fn main() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let settings = EmbedSettings {
+        model_dir: model_dir().display().to_string(),
+        ..EmbedSettings::default()
+    };
+    let keep = std::env::var_os("CAIRN_BENCH_KEEP").map(PathBuf::from);
+    let mut results = Vec::new();
+    for project in projects() {
+        let dir = load(&project, tmp.path(), &settings);
+        let source = model::locate(&settings, &dir).expect("model");
+        let bert = source.load().expect("load model");
+        results.push(measure(
+            &project,
+            &dir,
+            &settings,
+            &bert,
+            &source.id,
+            keep.as_deref(),
+        ));
+    }
+
+    let mut all = [Score::default(); METHODS.len()];
+    println!("\nrecall@5 recall@10 MRR@10 per project (questions, memories)");
+    for r in &results {
+        println!(
+            "\n{} ({} questions, {} memories; {} with no relevant memory in either top {POOL})",
+            r.project, r.scores[0][2].n, r.memories, r.misses
+        );
+        for (m, name) in METHODS.iter().enumerate() {
+            println!("  {name:<34} {}", r.scores[m][2].line());
+            all[m].merge(&r.scores[m][2]);
+        }
+    }
+    let total: usize = results.iter().map(|r| r.scores[0][2].n).sum();
+    let misses: usize = results.iter().map(|r| r.misses).sum();
+    println!("\nall ({total} questions; {misses} with no relevant memory in either top {POOL})");
+    for (m, name) in METHODS.iter().enumerate() {
+        println!("  {name:<34} {}", all[m].line());
+    }
+    if let Some(bat) = results.iter().find(|r| r.project == "bat") {
+        println!(
+            "\nbat by halves: {:^20}  {:^20}",
+            "half 0 (tuned on)", "half 1 (held out)"
+        );
+        for (m, name) in METHODS.iter().enumerate() {
+            println!(
+                "  {name:<34} {}  {}",
+                bat.scores[m][0].line(),
+                bat.scores[m][1].line()
+            );
+        }
+    }
+
+    // The same figures as a Markdown table (recall@5 / recall@10 / MRR@10).
+    println!(
+        "\n| project (questions) | {} | {} | {} | {} |",
+        METHODS[BM25], METHODS[FUSION], METHODS[SEARCH], METHODS[1]
+    );
+    println!("| --- | --- | --- | --- | --- |");
+    for r in &results {
+        println!(
+            "| {} ({}) | {} | {} | {} | {} |",
+            r.project,
+            r.scores[0][2].n,
+            r.scores[BM25][2].cell(),
+            r.scores[FUSION][2].cell(),
+            r.scores[SEARCH][2].cell(),
+            r.scores[1][2].cell()
+        );
+    }
+    println!(
+        "| all ({total}) | {} | {} | {} | {} |",
+        all[BM25].cell(),
+        all[FUSION].cell(),
+        all[SEARCH].cell(),
+        all[1].cell()
+    );
+    let mean = |m: usize| -> String {
+        let n = results.len() as f64;
+        let sum = results.iter().fold([0.0; 3], |acc, r| {
+            let f = r.scores[m][2].figures();
+            [acc[0] + f[0], acc[1] + f[1], acc[2] + f[2]]
+        });
+        format!("{:.3} / {:.3} / {:.3}", sum[0] / n, sum[1] / n, sum[2] / n)
+    };
+    println!(
+        "| mean of projects | {} | {} | {} | {} |",
+        mean(BM25),
+        mean(FUSION),
+        mean(SEARCH),
+        mean(1)
+    );
+    if let Some(k) = &keep {
+        println!("\nkept the databases and rankings in {}", k.display());
+    }
+
+    let mut latencies: Vec<f64> = results.iter().flat_map(|r| r.latencies.clone()).collect();
+    let agreement = results.iter().fold((0, 0), |acc, r| {
+        (acc.0 + r.agreement.0, acc.1 + r.agreement.1)
+    });
     latencies.sort_by(f64::total_cmp);
     println!(
         "\nsearch with the model loaded (query embedded each time): p50 {:.1} ms, p99 {:.1} ms",
         latencies[latencies.len() / 2],
         latencies[latencies.len() * 99 / 100]
     );
-
-    // The bit-index scan against an exhaustive scan of every stored vector.
-    let mut index = VectorIndex::new(&source.id);
-    index.refresh(&conn).expect("refresh");
-    let all: Vec<(i64, Vec<u8>)> = conn
-        .prepare("SELECT ref_id, vector FROM embeddings WHERE kind = 0")
-        .expect("prepare")
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("rows")
-        .collect::<rusqlite::Result<_>>()
-        .expect("collect");
-    let mut same = 0usize;
-    let mut total = 0usize;
-    for q in &qs {
-        let v = &bert.embed(&[q.text.as_str()]).expect("embed")[0];
-        let mut exact: Vec<(f32, i64)> = all.iter().map(|(id, s)| (cosine_i8(v, s), *id)).collect();
-        exact.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let want: HashSet<i64> = exact.iter().take(10).map(|e| e.1).collect();
-        let kinds = [Kind::Observation];
-        let got: HashSet<i64> = index
-            .nearest(
-                &conn,
-                v,
-                10,
-                &Scope {
-                    kinds: &kinds,
-                    project: Some("bat"),
-                    ..Scope::default()
-                },
-            )
-            .expect("nearest")
-            .iter()
-            .map(|n| n.id)
-            .collect();
-        same += want.intersection(&got).count();
-        total += want.len();
-    }
     println!(
         "bit-index scan vs exhaustive: {:.1}% of the exact 10 nearest returned",
-        100.0 * same as f64 / total as f64
+        100.0 * agreement.0 as f64 / agreement.1 as f64
     );
 }

@@ -24,6 +24,7 @@ pub mod embed;
 pub mod moment;
 pub mod query;
 pub mod rank;
+pub mod ranker;
 pub mod request;
 pub mod search;
 pub mod searcher;
