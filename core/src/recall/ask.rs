@@ -34,6 +34,8 @@ pub struct Request {
     /// `memory::kind::Kind::code`s; empty is every kind.
     pub kinds: Vec<i64>,
     pub limit: usize,
+    /// `SearchRequest::min_relevance`.
+    pub min_relevance: Option<f64>,
 }
 
 impl Request {
@@ -45,6 +47,7 @@ impl Request {
             project: req.filters.project.clone(),
             kinds: req.kinds.iter().map(|k| k.code()).collect(),
             limit: req.limit,
+            min_relevance: req.min_relevance,
         }
     }
 
@@ -65,6 +68,7 @@ impl Request {
             limit: self.limit,
             offset: 0,
             asking_session: None,
+            min_relevance: self.min_relevance,
         }
     }
 }
@@ -80,6 +84,7 @@ struct WireHit {
     title: String,
     snippet: String,
     score: Option<f64>,
+    relevance: f64,
 }
 
 /// The worker's answer.
@@ -121,6 +126,17 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Error::Invalid(format!(
+                    "the worker did not answer within {} ms",
+                    deadline.as_millis()
+                )));
+            }
             Err(e) => return Err(io("cannot read the worker's answer", e)),
         };
         if n == 0 {
@@ -156,6 +172,7 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
                 title: h.title,
                 snippet: h.snippet,
                 score: h.score,
+                relevance: h.relevance,
             })
         })
         .collect())
@@ -196,6 +213,7 @@ pub fn answer(
                     title: h.title,
                     snippet: h.snippet,
                     score: h.score,
+                    relevance: h.relevance,
                 })
                 .collect(),
             error: None,
@@ -228,6 +246,7 @@ mod tests {
             title: "t".into(),
             snippet: "s".into(),
             score: Some(0.7),
+            relevance: 0.6,
         }
     }
 

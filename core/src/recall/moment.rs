@@ -154,6 +154,8 @@ pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) ->
         limit: settings.max_memories.max(1) * FETCH_FACTOR,
         offset: 0,
         asking_session: None,
+        // Every candidate: the threshold is applied (and shown) by `at_prompt`.
+        min_relevance: Some(0.0),
     }
 }
 
@@ -197,12 +199,11 @@ pub fn find(
     })
 }
 
-/// The hit's relevance in [0, 1], comparable across prompts: what `recall.min_relevance`
-/// is compared with. The one place the score is read.
-pub fn relevance(hit: &Hit, by_meaning: bool) -> f64 {
-    use crate::recall::rank::{W_COVERAGE, W_MEANING, W_PHRASE, W_TEXT};
-    let most = W_TEXT + W_COVERAGE + W_PHRASE + if by_meaning { W_MEANING } else { 0.0 };
-    (hit.score.unwrap_or(0.0) / most).clamp(0.0, 1.0)
+/// The hit's relevance in [0, 1], comparable across prompts (the ranker's calibrated
+/// estimate that the memory answers the query): what `recall.min_relevance` is compared
+/// with. The one place the score is read.
+pub fn relevance(hit: &Hit) -> f64 {
+    hit.relevance
 }
 
 /// The memories a prompt of `session` receives out of what its search `found`: the most
@@ -215,7 +216,7 @@ pub fn at_prompt(
 ) -> Result<Recalled> {
     let mut offered = Vec::with_capacity(found.hits.len());
     for hit in &found.hits {
-        let relevance = relevance(hit, found.by_meaning);
+        let relevance = relevance(hit);
         let verdict = if relevance < settings.min_relevance {
             Verdict::BelowThreshold
         } else if let Some(s) = session
