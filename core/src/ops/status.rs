@@ -165,6 +165,9 @@ pub struct Status {
     /// Events the hooks missed that reconciliation recovered from the sessions'
     /// transcripts in the last 7 days (a hook is failing, or was not installed).
     pub recovered_last_week: i64,
+    /// Memories given to sessions in the last 7 days, per moment (SessionStart index,
+    /// prompts, files), with their tokens (`memory::told`).
+    pub given_last_week: Vec<crate::memory::told::Totals>,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -335,6 +338,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             conn,
             now - 7 * 86_400_000,
         )?,
+        given_last_week: crate::memory::told::totals_since(conn, now - 7 * 86_400_000)?,
         attention: Vec::new(),
     };
     status.attention = attention(&status);

@@ -154,8 +154,7 @@ pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) ->
         limit: settings.max_memories.max(1) * FETCH_FACTOR,
         offset: 0,
         asking_session: None,
-        // Every candidate: `at_prompt` holds them to `recall.min_relevance` and says which
-        // fell under it.
+        // Every candidate: the threshold is applied (and shown) by `at_prompt`.
         min_relevance: Some(0.0),
     }
 }
@@ -166,13 +165,45 @@ pub struct Found {
     pub hits: Vec<Hit>,
     /// True when the hits were ranked by meaning as well as words.
     pub by_meaning: bool,
+    /// Why the search went by words alone, when it did and was meant not to.
+    pub words_alone_because: Option<String>,
 }
 
-/// The hit's relevance in [0, 1], comparable across prompts: what `recall.min_relevance`
-/// is compared with. The one place the score is read.
-pub fn relevance(hit: &Hit, _by_meaning: bool) -> f64 {
-    // The search's own estimate (`Hit::relevance`, in [0, 1] and comparable across queries).
-    hit.relevance.clamp(0.0, 1.0)
+/// Runs a prompt's search as the hook does: by the running worker listening on `socket`
+/// (words and meaning) when it answers within `deadline`, else by words alone on `conn`
+/// (at once when `deadline` is zero).
+pub fn find(
+    conn: &Connection,
+    socket: &std::path::Path,
+    req: &SearchRequest,
+    deadline: std::time::Duration,
+) -> Result<Found> {
+    let why = if deadline.is_zero() {
+        None
+    } else {
+        match crate::recall::ask::search(socket, req, deadline) {
+            Ok(hits) => {
+                return Ok(Found {
+                    hits,
+                    by_meaning: true,
+                    words_alone_because: None,
+                });
+            }
+            Err(e) => Some(e.to_string()),
+        }
+    };
+    Ok(Found {
+        hits: crate::recall::search::search(conn, req)?,
+        by_meaning: false,
+        words_alone_because: why,
+    })
+}
+
+/// The hit's relevance in [0, 1], comparable across prompts (the ranker's calibrated
+/// estimate that the memory answers the query): what `recall.min_relevance` is compared
+/// with. The one place the score is read.
+pub fn relevance(hit: &Hit) -> f64 {
+    hit.relevance
 }
 
 /// The memories a prompt of `session` receives out of what its search `found`: the most
@@ -185,7 +216,7 @@ pub fn at_prompt(
 ) -> Result<Recalled> {
     let mut offered = Vec::with_capacity(found.hits.len());
     for hit in &found.hits {
-        let relevance = relevance(hit, found.by_meaning);
+        let relevance = relevance(hit);
         let verdict = if relevance < settings.min_relevance {
             Verdict::BelowThreshold
         } else if let Some(s) = session
@@ -457,7 +488,7 @@ mod tests {
                 session,
                 &Found {
                     hits,
-                    by_meaning: false,
+                    ..Found::default()
                 },
                 &s,
             )
@@ -497,7 +528,7 @@ mod tests {
                 None,
                 &Found {
                     hits,
-                    by_meaning: false,
+                    ..Found::default()
                 },
                 &s,
             )

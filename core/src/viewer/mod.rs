@@ -549,26 +549,27 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
             headers: Vec::new(),
         });
     }
-    // What a prompt typed here would receive: the hook's own choice (`recall::moment`),
-    // by words and by meaning when the model is there, for a session given nothing yet.
+    // What a prompt typed here would receive: the hook's own search and choice
+    // (`recall::moment`): by the running worker, words and meaning, when it answers in
+    // time, else by words alone; for a session given nothing yet.
     let prompt = req.query.get("prompt").cloned().unwrap_or_default();
     let recalled = if prompt.trim().is_empty() {
         None
     } else {
-        let mut searcher = lock(&app.searcher);
-        let found = searcher
-            .search(
-                &conn,
-                &moment::prompt_request(&project, &prompt, &settings.recall),
-            )
-            .map(|hits| moment::Found {
-                hits,
-                by_meaning: searcher.unavailable().is_none(),
-            });
-        drop(searcher);
+        let request = moment::prompt_request(&project, &prompt, &settings.recall);
+        let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
         Some(
-            found
-                .and_then(|f| moment::at_prompt(&conn, None, &f, &settings.recall))
+            moment::find(&conn, &app.dir.recall_socket(), &request, deadline)
+                .and_then(|f| {
+                    let how = match (&f.by_meaning, &f.words_alone_because) {
+                        (true, _) => {
+                            "by words and by meaning (the running worker answered)".to_string()
+                        }
+                        (false, Some(why)) => format!("by words alone: {why}"),
+                        (false, None) => "by words alone".to_string(),
+                    };
+                    Ok((moment::at_prompt(&conn, None, &f, &settings.recall)?, how))
+                })
                 .map_err(|e| e.to_string()),
         )
     };
@@ -582,7 +583,11 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
             settings: &rows,
             settings_error: error.as_deref(),
             prompt: &prompt,
-            recalled: recalled.as_ref().map(|r| r.as_ref().map_err(Clone::clone)),
+            recalled: recalled.as_ref().map(|r| {
+                r.as_ref()
+                    .map(|(r, how)| (r, how.as_str()))
+                    .map_err(Clone::clone)
+            }),
         }),
     ))
 }

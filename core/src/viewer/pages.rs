@@ -682,7 +682,8 @@ pub struct ContextView<'a> {
     pub settings_error: Option<&'a str>,
     /// A prompt typed on the page, and what it would receive.
     pub prompt: &'a str,
-    pub recalled: Option<Result<&'a Recalled, String>>,
+    /// What it would receive, and how it was found.
+    pub recalled: Option<Result<(&'a Recalled, &'a str), String>>,
 }
 
 /// The context page: exactly what the next session of a project is told at its start (the
@@ -729,7 +730,12 @@ pub fn context(v: ContextView<'_>) -> String {
         Some(Err(e)) => {
             let _ = write!(body, "<p class=\"error\">{}</p>", esc(&e));
         }
-        Some(Ok(r)) => {
+        Some(Ok((r, how))) => {
+            let _ = write!(
+                body,
+                "<p class=\"hint\" id=\"prompt-how\">Found {}.</p>",
+                esc(how)
+            );
             if r.block.is_empty() {
                 body.push_str("<p class=\"empty\" id=\"prompt-nothing\">Nothing: no memory is relevant enough (or recall with prompts is off).</p>");
             } else {
