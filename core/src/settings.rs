@@ -27,8 +27,27 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub model: ModelSettings,
     pub context: ContextSettings,
+    pub recall: RecallSettings,
     pub backup: BackupSettings,
     pub embed: EmbedSettings,
+    pub search: SearchSettings,
+}
+
+/// `search.*`: what a search shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SearchSettings {
+    /// A search by relevance hides results whose relevance (the estimated probability
+    /// that the memory answers the query, 0 to 1) is below this; 0 shows every candidate.
+    pub min_relevance: f64,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            min_relevance: 0.05,
+        }
+    }
 }
 
 /// `log.*`
@@ -148,6 +167,29 @@ pub struct ContextSettings {
     pub max_observations: usize,
     /// Start with the project's latest turn summary.
     pub show_last_summary: bool,
+}
+
+/// `recall.*`: memories given when they matter, at a prompt and beside a file's read or
+/// edit (`recall::moment`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RecallSettings {
+    /// Give the memories relevant to each prompt of the user's.
+    pub at_prompt: bool,
+    /// Give the memories about a file before Claude reads or edits it.
+    pub at_file: bool,
+    /// Most memories given with one prompt.
+    pub max_memories: usize,
+    /// Most memories given about one file.
+    pub max_file_memories: usize,
+    /// Lowest relevance (0 to 1, comparable across prompts) of a memory given with a
+    /// prompt.
+    pub min_relevance: f64,
+    /// Most tokens (characters / 4) given with one prompt or one file.
+    pub budget_tokens: usize,
+    /// How long the hook waits for the running worker to find memories by meaning before
+    /// it goes by words alone, in milliseconds (0: words alone, never ask).
+    pub worker_deadline_ms: u64,
 }
 
 /// `backup.*`
@@ -302,6 +344,20 @@ impl Default for EmbedSettings {
                 .into(),
             batch_size: 16,
             min_similarity: 0.2,
+        }
+    }
+}
+
+impl Default for RecallSettings {
+    fn default() -> Self {
+        Self {
+            at_prompt: true,
+            at_file: true,
+            max_memories: 3,
+            max_file_memories: 3,
+            min_relevance: 0.8,
+            budget_tokens: 250,
+            worker_deadline_ms: 25,
         }
     }
 }
@@ -479,6 +535,12 @@ impl Settings {
         }
         if !(-1.0..=1.0).contains(&self.embed.min_similarity) {
             return bad("embed.min_similarity", "must be between -1 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.recall.min_relevance) {
+            return bad("recall.min_relevance", "must be between 0 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.search.min_relevance) {
+            return bad("search.min_relevance", "must be between 0 and 1");
         }
         if self.queue.lease_secs == 0 {
             return bad("queue.lease_secs", "must be at least 1");

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::recall::{cairn, seed};
-use super::support::TestEnv;
+use super::recall::{T0, cairn, seed};
+use super::support::{TestEnv, model_dir, stdout};
 use super::ui::{HOSTILE, Ui};
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -265,6 +265,51 @@ fn the_viewer_works_in_a_real_browser() {
             )
             .expect("model call");
     }
+    // Older memories than one page holds, in a project of their own; the oldest of all.
+    let bulk = 130;
+    {
+        use cairn_core::memory::observations::{NewObservation, insert_observation};
+        use cairn_core::store::db::{self, OpenOptions};
+        let mut conn = db::open_data_dir(
+            &cairn_core::store::paths::DataDir::new(&env.data_dir),
+            OpenOptions::default(),
+        )
+        .expect("open");
+        db::write(&mut conn, |tx| {
+            cairn_core::memory::sessions::ensure(
+                tx,
+                "old",
+                "archive",
+                "/archive",
+                T0 - 400 * 86_400_000,
+            )?;
+            for i in 0..bulk {
+                let o = NewObservation {
+                    session_id: Some("old".into()),
+                    project: "archive".into(),
+                    prompt_number: Some(1),
+                    kind: "change".into(),
+                    origin: "model".into(),
+                    created_at: T0 - 300 * 86_400_000 + i * 60_000,
+                    content: cairn_core::memory::rows::ObservationContent {
+                        title: format!("archived change {i}"),
+                        narrative: "kept for paging".into(),
+                        ..Default::default()
+                    },
+                    ..NewObservation::default()
+                };
+                insert_observation(tx, &o)?;
+            }
+            Ok(())
+        })
+        .expect("bulk");
+    }
+    // Search by meaning with the real model: a nonsense query then finds nearest memories
+    // that must not be shown as matches.
+    let settings = json!({"embed": {"model_dir": model_dir(), "provider": "local"}});
+    std::fs::write(env.data_dir.join("settings.json"), settings.to_string()).expect("settings");
+    let embedded = env.run("cairn", &["embed"], b"");
+    assert_eq!(embedded.status.code(), Some(0), "{embedded:?}");
     let ui = Ui::start(&env);
     let d = Driver::start(&chromedriver, chromium.as_deref());
 
@@ -290,18 +335,82 @@ fn the_viewer_works_in_a_real_browser() {
     assert!(out.status.success(), "{out:?}");
     let fresh = d.wait("#feed li.fresh .title");
     assert_eq!(d.text(&fresh), HOSTILE);
+    // Delivered once, however the stream's reads and the write fell: once a later memory
+    // has arrived, the first is there exactly once.
+    let later = cairn(&env, &["save", "a later memory", "--project", "acme"]);
+    assert!(later.status.success(), "{later:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while d.script("return document.querySelectorAll('#feed li.fresh').length") != json!(2) {
+        assert!(Instant::now() < deadline, "the later memory never arrived");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        d.script(&format!(
+            "return [...document.querySelectorAll('#feed .title')].filter(e => e.textContent === {}).length",
+            json!(HOSTILE)
+        )),
+        json!(1)
+    );
+    // Times are in the browser's time zone, and the page says which.
+    assert!(d.text(&d.wait("#tz")).starts_with("Times in "), "time zone");
+    assert!(!d.text(&d.wait("#tz")).contains("UTC."));
     assert_eq!(
         d.script("return document.querySelectorAll('#feed img, #feed script').length"),
         json!(0)
     );
     d.screenshot("feed");
 
+    // Paging reaches the oldest memory.
+    let mut pages = 0;
+    loop {
+        d.wait(".count");
+        let Some(older) = d.find("#older") else { break };
+        let shown = d.script("return document.querySelector('.count').textContent");
+        d.click(&older);
+        pages += 1;
+        assert!(pages < 20, "the feed never ends");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while d.script("return (document.querySelector('.count') || {}).textContent") == shown {
+            assert!(Instant::now() < deadline, "the older page never came");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    assert!(pages >= 2, "{pages} pages");
+    let last =
+        d.script("return [...document.querySelectorAll('.items .title')].map(e => e.textContent)");
+    assert!(
+        last.as_array()
+            .expect("titles")
+            .iter()
+            .any(|t| t == "archived change 0"),
+        "{last}"
+    );
+    assert!(d.text(&d.wait(".count")).contains(&format!("of {}", thousands(env.count("SELECT (SELECT count(*) FROM observations) + (SELECT count(*) FROM session_summaries) + (SELECT count(*) FROM user_prompts)")))));
+
+    // The context page shows exactly what `cairn context` prints.
+    let printed = cairn(&env, &["context", "--project", "acme"]);
+    assert!(printed.status.success(), "{printed:?}");
+    d.go(&ui.page("/context?project=acme"));
+    let pre = d.wait("#context");
+    assert_eq!(d.text(&pre).trim(), stdout(&printed).trim());
+    d.screenshot("context");
+
     // Search, with highlighted matches.
-    d.go(&format!("http://127.0.0.1:{}/search", ui.port));
+    d.go(&ui.page("/search"));
     let q = d.wait("#q");
     d.type_in(&q, "lease\n");
     d.wait(".hits mark");
     d.screenshot("search");
+
+    // Each result shows its relevance; a nonsense query shows nothing as relevant.
+    assert!(d.text(&d.wait(".hits .score")).starts_with("relevance "));
+    d.go(&ui.page("/search?q=zzzzqqq"));
+    d.wait("#none-relevant");
+    assert_eq!(
+        d.script("return document.querySelectorAll('.hits li').length"),
+        json!(0)
+    );
+    d.go(&ui.page("/search?q=lease"));
 
     // Open a memory from the hits.
     let link = d.wait(&format!(".hits a[href='/memory/{}']", s.title_hit));
@@ -316,7 +425,7 @@ fn the_viewer_works_in_a_real_browser() {
     d.screenshot("memory");
 
     // Replay a skipped job from the health page.
-    d.go(&format!("http://127.0.0.1:{}/health", ui.port));
+    d.go(&ui.page("/health"));
     d.wait(".chart");
     d.screenshot("health");
     let button = d.wait(&format!("#replay-{job}"));
@@ -329,7 +438,77 @@ fn the_viewer_works_in_a_real_browser() {
         )),
         1
     );
-    d.go(&format!("http://127.0.0.1:{}/session/s2", ui.port));
+    d.go(&ui.page("/session/s2"));
     d.wait(".turn");
     d.screenshot("session");
+
+    // Another local server neither receives the session cookie nor replaces it: the
+    // browser visits it (it tries to set its own value of the cookie), then the viewer.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    other.set_nonblocking(true).expect("nonblocking");
+    let other_port = other.local_addr().expect("addr").port();
+    let cookie_name = format!("cairn_{}", ui.port);
+    let set = cookie_name.clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = std::sync::Arc::clone(&done);
+    let heard = std::thread::spawn(move || {
+        let mut heads = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let Ok((mut s, _)) = other.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let _ = s.set_nonblocking(false);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 8192];
+            let n = std::io::Read::read(&mut s, &mut buf).unwrap_or(0);
+            heads.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = std::io::Write::write_all(
+                &mut s,
+                format!(
+                    "HTTP/1.1 200 OK\r\nSet-Cookie: {set}=00000000000000000000000000000000; Path=/\r\n\
+                     Content-Type: text/html\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+                )
+                .as_bytes(),
+            );
+        }
+        heads
+    });
+    d.go(&format!("http://127.0.0.1:{other_port}/first"));
+    d.wait("body");
+    d.go(&format!("http://localhost:{other_port}/second"));
+    d.wait("body");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let heads = heard.join().expect("listener");
+    let first = heads
+        .iter()
+        .find(|h| h.starts_with("GET /first "))
+        .expect("the browser visited the other server");
+    // Before it set one, no cookie of the viewer's name came; never the viewer's token.
+    assert!(!first.contains(&cookie_name), "{first}");
+    for h in &heads {
+        assert!(!h.contains(&ui.token), "{h}");
+    }
+    d.go(&ui.page("/sessions"));
+    let h1 = d.wait("h1");
+    assert_eq!(d.text(&h1), "Sessions");
+    // Sessions read as a history; choosing a project shows it, no "Show" click.
+    assert!(d.text(&d.wait(".sessions .title a")).len() > 3);
+    d.script(
+        "const s = document.querySelector('form.bar select[name=project]'); \
+         s.value = 'archive'; s.dispatchEvent(new Event('change')); return null",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while d.script("return location.search") != json!("?project=archive") {
+        assert!(
+            Instant::now() < deadline,
+            "choosing a project did not show it"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(d.text(&d.wait(".count")).contains("of 1 sessions"));
+}
+
+fn thousands(n: i64) -> String {
+    cairn_core::viewer::pages::thousands(n)
 }

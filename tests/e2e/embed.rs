@@ -133,11 +133,21 @@ fn titles(o: &std::process::Output) -> Vec<String> {
         .collect()
 }
 
-/// Searches with `args` (plus `--json`) and asserts no hit's title contains `absent`.
+/// `cairn` with no relevance floor: every candidate shows, however unlikely.
+fn unfloored(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    let mut c = env.cmd("cairn");
+    c.current_dir(project_dir(env))
+        .env("CAIRN_SEARCH__MIN_RELEVANCE", "0")
+        .args(args);
+    crate::support::run_with_stdin(c, b"")
+}
+
+/// Searches with `args` (plus `--json`, and no relevance floor) and asserts no hit's title
+/// contains `absent`.
 fn never_shows(env: &TestEnv, args: &[&str], absent: &str) {
     let mut all = args.to_vec();
     all.insert(1, "--json");
-    let found = titles(&cairn(env, &all));
+    let found = titles(&unfloored(env, &all));
     assert!(
         !found.iter().any(|t| t.contains(absent)),
         "{args:?}: {found:?}"
@@ -193,6 +203,17 @@ fn questions_in_other_words_find_their_memory() {
         titles(&o)[0],
         "Added a sliding-window rate limiter to POST /login"
     );
+    // Each hit carries its relevance, best first.
+    let hits: Vec<Value> = serde_json::from_slice(&o.stdout).expect("hits");
+    let relevance: Vec<f64> = hits
+        .iter()
+        .map(|h| h["relevance"].as_f64().expect("relevance"))
+        .collect();
+    assert!(
+        relevance.iter().all(|r| (0.0..=1.0).contains(r)),
+        "{relevance:?}"
+    );
+    assert!(relevance.is_sorted_by(|a, b| a >= b), "{relevance:?}");
     let o = cairn(&env, &["search", "throttle", "--json"]);
     assert_eq!(
         titles(&o)[0],
@@ -213,7 +234,7 @@ fn questions_in_other_words_find_their_memory() {
         "{:?}",
         titles(&o)
     );
-    let o = cairn(
+    let o = unfloored(
         &env,
         &[
             "search",

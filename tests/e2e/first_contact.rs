@@ -83,16 +83,22 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
         ("CARGO_TARGET_DIR", target_dir.into()),
         ("CAIRN_BUILD_PROFILE", "dev".into()),
     ];
-    let command = |args: &[&str]| {
+    let command = |args: &[&str], extra: &[(&str, &str)]| {
         let mut c = Command::new(&claude);
         c.args(args).current_dir(&project).env_clear();
         for (k, v) in &vars {
             c.env(k, v);
         }
+        for (k, v) in extra {
+            c.env(k, v);
+        }
         c
     };
     let cli = |args: &[&str]| {
-        let out = command(args).stdin(Stdio::null()).output().expect("claude");
+        let out = command(args, &[])
+            .stdin(Stdio::null())
+            .output()
+            .expect("claude");
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -101,17 +107,20 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
         assert!(out.status.success(), "claude {args:?}: {text}");
         text
     };
-    let session = |prompt: &str| -> Session {
-        let mut child = command(&[
-            "-p",
-            prompt,
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--include-hook-events",
-            "--allowedTools",
-            "Read",
-        ])
+    let session_with = |prompt: &str, extra: &[(&str, &str)]| -> Session {
+        let mut child = command(
+            &[
+                "-p",
+                prompt,
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--include-hook-events",
+                "--allowedTools",
+                "Read",
+            ],
+            extra,
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -166,6 +175,7 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
         assert!(!s.id.is_empty(), "{all}");
         s
     };
+    let session = |prompt: &str| session_with(prompt, &[]);
     let plugin_data = home.join(".claude/plugins/data/cairn-cairn");
     let check_hooks = |s: &Session| {
         assert!(!s.hooks.is_empty(), "no hook was seen");
@@ -314,4 +324,31 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
     check_hooks(&third);
     assert!(offers_cairn(&third), "{:?}", third.tools);
     assert!(offers_cairn(&second), "{:?}", second.tools);
+
+    // A session whose start index shows nothing: the memory that answers the prompt
+    // arrives with the prompt itself.
+    seen.lock().expect("lock").clear();
+    let fourth = session_with(
+        "How often does the deploy key rotate? Check notes.txt.",
+        &[("CAIRN_CONTEXT__BUDGET_TOKENS", "0")],
+    );
+    check_hooks(&fourth);
+    let bodies = seen.lock().expect("lock").join("\n");
+    assert!(
+        bodies.contains("cairn memories that may answer this prompt"),
+        "the prompt's memories did not reach the model: {}",
+        log(&plugin_data)
+    );
+    assert!(
+        !bodies.contains("cairn memory of project"),
+        "the start index was to be empty"
+    );
+    let given = db
+        .query_row(
+            "SELECT count(*) FROM memory_given WHERE session_id = ?1 AND moment = 'prompt'",
+            [&fourth.id],
+            |r| r.get::<_, i64>(0),
+        )
+        .expect("given");
+    assert!(given >= 1, "nothing recorded as given to {}", fourth.id);
 }

@@ -15,6 +15,7 @@ mod mcp;
 mod ops;
 mod pipeline;
 mod plugin;
+mod prompt_recall;
 mod recall;
 mod secrets;
 mod support;

@@ -12,6 +12,8 @@ use crate::support::{TestEnv, stdout};
 /// A running `cairn ui`, killed on drop.
 pub struct Ui {
     child: Child,
+    /// The loopback address it listens on (its own, 127.x.y.z, on Linux).
+    pub ip: String,
     pub port: u16,
     pub token: String,
 }
@@ -19,40 +21,75 @@ pub struct Ui {
 impl Ui {
     pub fn start(env: &TestEnv) -> Ui {
         let mut c = env.cmd("cairn");
-        c.args(["ui", "--no-open"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        c.args(["ui", "--no-open"]);
+        Ui::spawn(c)
+    }
+
+    /// `cairn ui` allowed only `fds` open descriptors (`ulimit -n` in a shell that then
+    /// becomes it).
+    pub fn start_with_descriptors(env: &TestEnv, fds: u32) -> Ui {
+        let base = env.cmd("cairn");
+        let mut c = std::process::Command::new("sh");
+        c.args([
+            "-c",
+            &format!("ulimit -n {fds} && exec \"$0\" ui --no-open"),
+        ])
+        .arg(base.get_program());
+        for (k, v) in base.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        Ui::spawn(c)
+    }
+
+    fn spawn(mut c: std::process::Command) -> Ui {
+        c.stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = c.spawn().expect("spawn cairn ui");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("read url");
         let url = line.trim().trim_start_matches("cairn ui: ").to_string();
-        let rest = url.strip_prefix("http://127.0.0.1:").expect(&url);
-        let (port, token) = rest.split_once("/?token=").expect(&url);
+        let rest = url.strip_prefix("http://").expect(&url);
+        let (host, token) = rest.split_once("/?token=").expect(&url);
+        let (ip, port) = host.split_once(':').expect(&url);
+        assert!(ip.starts_with("127."), "{url}");
         Ui {
             child,
+            ip: ip.to_string(),
             port: port.parse().expect("port"),
             token: token.to_string(),
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/?token={}", self.port, self.token)
+        format!("http://{}:{}/?token={}", self.ip, self.port, self.token)
+    }
+
+    /// The page at `path` (no token).
+    pub fn page(&self, path: &str) -> String {
+        format!("http://{}:{}{path}", self.ip, self.port)
+    }
+
+    /// Where to connect.
+    pub fn at(&self) -> (&str, u16) {
+        (&self.ip, self.port)
     }
 
     pub fn cookie(&self) -> String {
         format!("cairn_{}={}", self.port, self.token)
     }
 
-    fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+    pub fn host(&self) -> String {
+        format!("{}:{}", self.ip, self.port)
     }
 
     /// A request with the cookie and the right Host.
     pub fn get(&self, path: &str) -> Answer {
         raw(
-            self.port,
+            self.at(),
             "GET",
             path,
             &[("Host", &self.host()), ("Cookie", &self.cookie())],
@@ -62,7 +99,7 @@ impl Ui {
 
     pub fn post(&self, path: &str, form: &str) -> Answer {
         raw(
-            self.port,
+            self.at(),
             "POST",
             path,
             &[
@@ -83,6 +120,13 @@ impl Ui {
     }
 }
 
+impl Ui {
+    /// The process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
 impl Drop for Ui {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -98,29 +142,46 @@ pub struct Answer {
 }
 
 /// One HTTP/1.1 request on its own connection, exactly as given (any Host, any Origin).
-pub fn raw(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
+pub fn raw(
+    at: (&str, u16),
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    try_raw(at, method, path, headers, body).expect("an answer")
+}
+
+/// [`raw`], `None` when the connection or a read or write fails.
+pub fn try_raw(
+    at: (&str, u16),
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<Answer> {
+    let addr: std::net::SocketAddr = format!("{}:{}", at.0, at.1).parse().ok()?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    s.write_all(req.as_bytes()).expect("write");
+    s.write_all(req.as_bytes()).ok()?;
     let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
+    s.read_to_string(&mut text).ok()?;
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    Answer {
+    Some(Answer {
         status,
         head: head.to_string(),
         body: body.to_string(),
-    }
+    })
 }
 
 pub const HOSTILE: &str = "<script>alert('pwned')</script><img src=x onerror=alert(1)>";
@@ -130,7 +191,7 @@ fn every_page_answers_only_with_the_token_from_this_host() {
     let env = TestEnv::new();
     let s = seed(&env);
     let ui = Ui::start(&env);
-    let host = format!("127.0.0.1:{}", ui.port);
+    let host = ui.host();
     let pages = [
         "/".to_string(),
         "/?project=acme".into(),
@@ -140,13 +201,35 @@ fn every_page_answers_only_with_the_token_from_this_host() {
         "/sessions?project=acme".into(),
         "/session/s2".into(),
         "/health".into(),
+        "/context".into(),
+        "/context?project=acme&prompt=why+does+the+lease+expire".into(),
+        "/context.json?project=acme".into(),
+        "/?before=9999.9999.9999&from=50".into(),
+        "/sessions?from=50".into(),
+        "/search?q=lease&from=50".into(),
+        "/session/s2?from=500".into(),
         format!("/memory/{}", s.title_hit),
         format!("/memory/S{}", s.summary),
         format!("/memory/P{}", s.prompt),
         format!("/timeline/{}", s.title_hit),
-        "/app.js".into(),
-        "/style.css".into(),
     ];
+    // The stylesheet, script and icon hold no memory: served without the token (the
+    // "Refused" page is styled), but only under this server's own name.
+    for p in ["/app.js", "/style.css", "/favicon.svg"] {
+        assert_eq!(
+            raw(ui.at(), "GET", p, &[("Host", &host)], "").status,
+            200,
+            "{p}"
+        );
+        let rebound = raw(ui.at(), "GET", p, &[("Host", "attacker.example")], "");
+        assert_eq!(rebound.status, 421, "{p}");
+    }
+    let refused = raw(ui.at(), "GET", "/", &[("Host", &host)], "");
+    assert!(
+        refused.body.contains("href=\"/style.css\""),
+        "{}",
+        refused.body
+    );
     for p in &pages {
         let a = ui.get(p);
         assert_eq!(a.status, 200, "{p}: {a:?}");
@@ -157,10 +240,10 @@ fn every_page_answers_only_with_the_token_from_this_host() {
         );
         assert!(a.head.contains("Server-Timing: app;dur="), "{p}");
         // No token: refused, whatever the page.
-        let none = raw(ui.port, "GET", p, &[("Host", &host)], "");
+        let none = raw(ui.at(), "GET", p, &[("Host", &host)], "");
         assert_eq!(none.status, 403, "{p} without a token");
         let wrong = raw(
-            ui.port,
+            ui.at(),
             "GET",
             p,
             &[
@@ -175,7 +258,7 @@ fn every_page_answers_only_with_the_token_from_this_host() {
         assert_eq!(wrong.status, 403, "{p} with a wrong token");
         // DNS rebinding: the right token under another name is still refused.
         let rebound = raw(
-            ui.port,
+            ui.at(),
             "GET",
             p,
             &[("Host", "attacker.example"), ("Cookie", &ui.cookie())],
@@ -183,7 +266,7 @@ fn every_page_answers_only_with_the_token_from_this_host() {
         );
         assert_eq!(rebound.status, 421, "{p} under another Host");
         let cross = raw(
-            ui.port,
+            ui.at(),
             "GET",
             p,
             &[
@@ -195,7 +278,7 @@ fn every_page_answers_only_with_the_token_from_this_host() {
         );
         assert_eq!(cross.status, 403, "{p} from another origin");
         let site = raw(
-            ui.port,
+            ui.at(),
             "GET",
             p,
             &[
@@ -224,10 +307,10 @@ fn every_page_answers_only_with_the_token_from_this_host() {
     );
     // The first visit trades the token in the URL for a cookie.
     let first = raw(
-        ui.port,
+        ui.at(),
         "GET",
         &format!("/sessions?token={}", ui.token),
-        &[("Host", &format!("localhost:{}", ui.port))],
+        &[("Host", &host)],
         "",
     );
     assert_eq!(first.status, 303, "{first:?}");
@@ -245,7 +328,7 @@ fn every_page_answers_only_with_the_token_from_this_host() {
     assert_eq!(ui.post("/queue/replay", "id=1").status, 403);
     assert_eq!(ui.post("/queue/replay", "id=1&csrf=0000").status, 403);
     let cross = raw(
-        ui.port,
+        ui.at(),
         "POST",
         "/queue/replay",
         &[
@@ -258,6 +341,84 @@ fn every_page_answers_only_with_the_token_from_this_host() {
     assert_eq!(cross.status, 403);
     // A GET never changes anything.
     assert_eq!(ui.get("/queue/replay?id=1").status, 404);
+}
+
+#[test]
+fn the_first_visit_redirects_only_to_a_path_cairn_built() {
+    let env = TestEnv::new();
+    seed(&env);
+    let ui = Ui::start(&env);
+    let host = ui.host();
+    let probe = |target: &str| {
+        let a = raw(ui.at(), "GET", target, &[("Host", &host)], "");
+        assert_eq!(a.status, 303, "{target}: {a:?}");
+        let location = a
+            .head
+            .lines()
+            .find_map(|l| l.strip_prefix("Location: "))
+            .unwrap_or_else(|| panic!("{target}: no Location in {}", a.head))
+            .to_string();
+        assert!(!a.head.contains("X-Injected:"), "{}", a.head);
+        location
+    };
+    let t = &ui.token;
+    assert_eq!(
+        probe(&format!("/%0d%0aX-Injected:%20yes?token={t}")),
+        "/%0D%0AX-Injected%3A%20yes"
+    );
+    assert_eq!(
+        probe(&format!("//evil.example/?token={t}")),
+        "/evil.example"
+    );
+    assert_eq!(
+        probe(&format!("/%2F%2Fevil.example?token={t}")),
+        "/evil.example"
+    );
+    assert_eq!(
+        probe(&format!("/search?q=lease+worker&token={t}&project=acme")),
+        "/search?project=acme&q=lease%20worker"
+    );
+}
+
+#[test]
+fn idle_connections_and_few_descriptors_leave_the_viewer_serving() {
+    let env = TestEnv::new();
+    seed(&env);
+    let mut ui = Ui::start_with_descriptors(&env, 64);
+    let addr: std::net::SocketAddr = ui.host().parse().expect("address");
+    // Hundreds of connections that never send a request, and some that never finish one:
+    // more than the viewer's connection limit and its descriptors.
+    let mut idle = Vec::new();
+    for i in 0..300 {
+        if let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            if i % 3 == 0 {
+                let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: ");
+            }
+            idle.push(s);
+        }
+    }
+    assert!(idle.len() > 100, "only {} connections", idle.len());
+    // Still running, and serving while they stay open: a page answers within the read
+    // deadline that frees their places.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(ui.alive(), "cairn ui exited");
+        let a = try_raw(
+            ui.at(),
+            "GET",
+            "/",
+            &[("Host", &ui.host()), ("Cookie", &ui.cookie())],
+            "",
+        );
+        if a.as_ref().is_some_and(|a| a.status == 200) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not served: {a:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(idle);
+    assert_eq!(ui.get("/sessions").status, 200);
+    assert!(ui.alive());
 }
 
 #[test]
@@ -295,6 +456,15 @@ fn hostile_memory_text_shows_as_text() {
     }
     let hit = ui.get("/search?q=pwned").body;
     assert!(hit.contains("<mark>pwned</mark>"), "{hit}");
+    // Bidirectional controls cannot reorder what is shown.
+    let out = cairn(
+        &env,
+        &["save", "invoice \u{202E}fdp.exe", "--project", "acme"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let feed = ui.get("/").body;
+    assert!(feed.contains("invoice \u{FFFD}fdp.exe"), "{feed}");
+    assert!(!feed.contains('\u{202E}'));
 }
 
 #[test]
@@ -303,13 +473,13 @@ fn the_live_feed_delivers_a_memory_written_by_another_process() {
     seed(&env);
     let ui = Ui::start(&env);
     let seen = env.count("SELECT max(id) FROM observations");
-    let mut s = TcpStream::connect(("127.0.0.1", ui.port)).expect("connect");
+    let mut s = TcpStream::connect(ui.at()).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(1)))
         .expect("timeout");
     write!(
         s,
-        "GET /events?project=acme&o={seen}&s=999999&p=999999 HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nCookie: {}\r\n\r\n",
-        ui.port,
+        "GET /events?project=acme&o={seen}&s=999999&p=999999 HTTP/1.1\r\nHost: {}\r\nCookie: {}\r\n\r\n",
+        ui.host(),
         ui.cookie()
     )
     .expect("write");
@@ -356,7 +526,9 @@ fn replay_discard_and_forget_from_the_page() {
     let ui = Ui::start(&env);
     let health = ui.get("/health").body;
     assert!(health.contains("model said &lt;no&gt;"), "{health}");
-    assert!(health.contains("<svg class=\"chart\""));
+    // No model call yet: said in words, not as an empty chart reading "max 1".
+    assert!(health.contains("id=\"no-tokens\""), "{health}");
+    assert!(!health.contains("max 1"), "{health}");
     let csrf = ui.csrf();
     let replay = ui.post("/queue/replay", &format!("id=1&csrf={csrf}"));
     assert_eq!(replay.status, 303, "{replay:?}");
@@ -371,8 +543,16 @@ fn replay_discard_and_forget_from_the_page() {
         env.count("SELECT count(*) FROM pending_messages WHERE id = 1 AND status = 'pending'"),
         1
     );
+    // Discarding asks first.
+    let ask = ui.post("/queue/discard", &format!("id=2&csrf={csrf}"));
+    assert_eq!(ask.status, 200, "{ask:?}");
+    assert!(ask.body.contains("Discard job 2?"), "{}", ask.body);
     assert_eq!(
-        ui.post("/queue/discard", &format!("id=2&csrf={csrf}"))
+        env.count("SELECT count(*) FROM pending_messages WHERE id = 2"),
+        1
+    );
+    assert_eq!(
+        ui.post("/queue/discard", &format!("id=2&confirm=yes&csrf={csrf}"))
             .status,
         303
     );
@@ -391,6 +571,32 @@ fn replay_discard_and_forget_from_the_page() {
             .body
             .contains("id=\"notice\">job 1 replayed")
     );
+    // Replay all, and the quarantine cleared from the page (asked first).
+    db.execute(
+        "UPDATE pending_messages SET status = 'skipped' WHERE id = 1",
+        [],
+    )
+    .expect("skip again");
+    let all = ui.post("/queue/replay", &format!("all=yes&csrf={csrf}"));
+    assert!(
+        all.head.contains("1%20skipped%20jobs%20replayed"),
+        "{}",
+        all.head
+    );
+    db.execute(
+        "INSERT INTO quarantine (event, reason, raw, raw_len, created_at) VALUES ('Stop', 'bad json', x'00', 1, 1)",
+        [],
+    )
+    .expect("quarantine");
+    let health = ui.get("/health").body;
+    assert!(!health.contains("cairn queue"), "{health}");
+    assert!(health.contains("id=\"clear-quarantine\""), "{health}");
+    let ask = ui.post("/quarantine/clear", &format!("csrf={csrf}"));
+    assert!(ask.body.contains("Clear the quarantine?"), "{}", ask.body);
+    assert_eq!(env.count("SELECT count(*) FROM quarantine"), 1);
+    let cleared = ui.post("/quarantine/clear", &format!("confirm=yes&csrf={csrf}"));
+    assert!(cleared.head.contains("1%20quarantined"), "{}", cleared.head);
+    assert_eq!(env.count("SELECT count(*) FROM quarantine"), 0);
 
     // Forget one memory: asked first, then gone from search.
     let ask = ui.post("/forget", &format!("ref={}&csrf={csrf}", s.title_hit));

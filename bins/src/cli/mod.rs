@@ -87,7 +87,8 @@ pub enum Command {
     Timeline(recall::TimelineArgs),
     /// Show full observations by id.
     Show(recall::ShowArgs),
-    /// Print the context block the next session of a project would get.
+    /// Print the context block the next session of a project would get, or (--prompt,
+    /// --file) what a prompt or a file's read would receive, and why.
     Context(recall::ContextArgs),
     /// Save a memory by hand.
     Save(recall::SaveArgs),

@@ -19,6 +19,7 @@ use cairn_core::memory::kind::Kind;
 use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use cairn_core::privacy::Privacy;
 use cairn_core::recall::context;
+use cairn_core::recall::moment;
 use cairn_core::recall::request::{RequestError, SearchFields};
 use cairn_core::recall::search;
 use cairn_core::recall::searcher::Searcher;
@@ -128,7 +129,19 @@ pub struct ContextArgs {
     /// Project name (default: the project of the current directory).
     #[arg(long)]
     pub project: Option<String>,
-    /// Print JSON ({"project", "text", "tokens"}) instead of the block.
+    /// Show what this prompt would receive, and why: every memory found with its relevance
+    /// and what became of it (given, under the threshold, already given, over the count or
+    /// the budget).
+    #[arg(long, value_name = "TEXT", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Show what a read or edit of this file would receive.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<String>,
+    /// With --prompt or --file: as in this session (leaves out what it was already given).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Print JSON ({"project", "text", "tokens"}; with --prompt or --file also "offered")
+    /// instead of the block.
     #[arg(long)]
     pub json: bool,
 }
@@ -210,7 +223,8 @@ fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
 
 /// The sentence model for a search, or full text alone (said at `-v`) when there is none.
 fn searcher(ctx: &Ctx) -> Searcher {
-    let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir);
+    let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir)
+        .with_min_relevance(ctx.settings().search.min_relevance);
     if let Some(why) = searcher.unavailable() {
         log::info!("search by words only: {why}");
     }
@@ -481,6 +495,9 @@ pub fn context(ctx: &Ctx, args: &ContextArgs) -> anyhow::Result<u8> {
         None => current_project()?,
     };
     let conn = open(ctx)?;
+    if args.prompt.is_some() || args.file.is_some() {
+        return moment_context(ctx, &conn, &project, args);
+    }
     let settings = &ctx.settings().context;
     let text = context::session_start(&conn, &project, settings, clock::now_ms())?;
     if args.json {
@@ -496,6 +513,95 @@ pub fn context(ctx: &Ctx, args: &ContextArgs) -> anyhow::Result<u8> {
         print(&text)?;
     }
     Ok(if text.is_empty() {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
+}
+
+/// `cairn context --prompt` / `--file`: what the hook would give, with the scores.
+fn moment_context(
+    ctx: &Ctx,
+    conn: &rusqlite::Connection,
+    project: &str,
+    args: &ContextArgs,
+) -> anyhow::Result<u8> {
+    let settings = ctx.settings();
+    let session = args.session.as_deref();
+    let (recalled, how) = match (&args.prompt, &args.file) {
+        (Some(prompt), _) => {
+            // As the hook sees it: cleaned of private spans and secrets.
+            let prompt = Privacy::from_settings(&settings.capture).text(prompt);
+            if !moment::is_users_prompt(&prompt) {
+                note!(
+                    "not a prompt of the user's (a command, a notification, cairn's own context): nothing is given"
+                );
+                return Ok(exit::NEGATIVE);
+            }
+            let req = moment::prompt_request(project, &prompt, &settings.recall);
+            let deadline = std::time::Duration::from_millis(settings.recall.worker_deadline_ms);
+            let found = moment::find(conn, &ctx.data_dir.recall_socket(), &req, deadline)?;
+            let how = match (&found.words_alone_because, found.by_meaning) {
+                (_, true) => "words and meaning (the running worker answered)".to_string(),
+                (Some(why), false) => format!("words alone ({why})"),
+                (None, false) => "words alone (recall.worker_deadline_ms is 0)".to_string(),
+            };
+            let recalled = moment::at_prompt(conn, session, &found, &settings.recall)?;
+            (recalled, how)
+        }
+        (None, Some(file)) => {
+            let recalled = moment::at_file(conn, project, session, file, &settings.recall)?;
+            (recalled, "the file's memories".to_string())
+        }
+        (None, None) => unreachable!("checked by the caller"),
+    };
+    if args.json {
+        print_json(&serde_json::json!({
+            "project": project,
+            "found_by": how,
+            "min_relevance": settings.recall.min_relevance,
+            "offered": recalled.offered,
+            "text": recalled.block,
+            "tokens": context::tokens(&recalled.block),
+            "budget_tokens": settings.recall.budget_tokens,
+        }))?;
+    } else {
+        let mut out = format!(
+            "found by {how}; given from relevance {:.2} up, at most {} memories and {} tokens\n",
+            settings.recall.min_relevance,
+            if args.prompt.is_some() {
+                settings.recall.max_memories
+            } else {
+                settings.recall.max_file_memories
+            },
+            settings.recall.budget_tokens
+        );
+        for o in &recalled.offered {
+            let verdict = serde_json::to_value(o.verdict)?;
+            out.push_str(&format!(
+                "{:>6} {:.2} {:<15} {} {}\n",
+                o.reference(),
+                o.relevance,
+                verdict.as_str().unwrap_or_default(),
+                one_line(&o.label),
+                shorten(&one_line(&o.title), 80)
+            ));
+        }
+        if recalled.offered.is_empty() {
+            out.push_str("no memory found\n");
+        }
+        if recalled.block.is_empty() {
+            out.push_str("\nnothing is given\n");
+        } else {
+            out.push_str(&format!(
+                "\ngiven ({} tokens):\n{}\n",
+                context::tokens(&recalled.block),
+                recalled.block
+            ));
+        }
+        print(&out)?;
+    }
+    Ok(if recalled.block.is_empty() {
         exit::NEGATIVE
     } else {
         exit::OK

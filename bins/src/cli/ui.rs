@@ -20,7 +20,7 @@ use crate::exit;
 
 #[derive(Debug, Args)]
 pub struct UiArgs {
-    /// Port on 127.0.0.1 (default: a free one).
+    /// Port on the viewer's loopback address (default: the last run's, else a free one).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
     /// Print the URL but do not open a browser.
@@ -52,7 +52,8 @@ fn parse_reference(s: &str) -> Result<(Kind, i64), String> {
 
 /// Starts the viewer and serves until Ctrl-C (or SIGTERM).
 pub fn ui(ctx: &Ctx, args: &UiArgs) -> anyhow::Result<u8> {
-    let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir);
+    let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir)
+        .with_min_relevance(ctx.settings().search.min_relevance);
     if let Some(why) = searcher.unavailable() {
         log::info!("search by words only: {why}");
     }

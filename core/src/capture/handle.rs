@@ -27,6 +27,7 @@ use crate::capture::hook::{self, DecodeError, Event, StartSource};
 use crate::capture::quarantine;
 use crate::capture::record::{Action, Record, apply, is_excluded, prepare};
 use crate::capture::spool;
+use crate::capture::tell;
 use crate::error::Result;
 use crate::memory::sessions;
 use crate::settings::{CaptureSettings, Settings};
@@ -255,6 +256,37 @@ pub fn handle_with(
         );
         return plain(Stored::Nothing);
     }
+    if let Event::BeforeTool { file, common, .. } = &event {
+        // Nothing to store: what is known about the file the call reads or edits, if any.
+        let answer = match (file, connect()) {
+            (Some(file), Ok(mut c)) => {
+                let answer = tell::file(&mut c, settings, &project, &common.session_id, file, now)
+                    .unwrap_or_else(|e| {
+                        log::error!("cannot tell what is known about {file}: {e}");
+                        hook::PLAIN_ANSWER.to_string()
+                    });
+                return (
+                    Outcome {
+                        answer,
+                        stored: Stored::Nothing,
+                    },
+                    Some(c),
+                );
+            }
+            (_, Err(e)) => {
+                log::warn!("cannot open the database for a file's memories: {e}");
+                hook::PLAIN_ANSWER.to_string()
+            }
+            (None, _) => hook::PLAIN_ANSWER.to_string(),
+        };
+        return (
+            Outcome {
+                answer,
+                stored: Stored::Nothing,
+            },
+            None,
+        );
+    }
     let Some(mut record) = prepare(&event, &project, &cwd, &settings.capture, now) else {
         log::debug!(
             "{} skipped (capture.skip_tools or cairn's own tool)",
@@ -277,6 +309,13 @@ pub fn handle_with(
             .is_some_and(|p| !std::path::Path::new(p).exists());
     }
 
+    // What the answer needs of the record, which may be moved into the spool.
+    let session = record.session_id.clone();
+    // The prompt as stored: cleaned of private spans and secrets.
+    let prompt = match &record.action {
+        Action::Prompt { text, .. } => Some(text.clone()),
+        _ => None,
+    };
     let mut conn = None;
     let stored = match connect().and_then(|mut c| {
         let r = db::write(&mut c, |tx| {
@@ -310,25 +349,24 @@ pub fn handle_with(
         }
     };
 
-    let answer = match &event {
-        Event::SessionStart { source, .. }
+    let told = match (&event, prompt, conn.as_mut()) {
+        (Event::SessionStart { source, .. }, _, Some(c))
             if *source != StartSource::Resume || settings.capture.context_on_resume =>
         {
-            match conn.as_ref() {
-                Some(c) => {
-                    match crate::recall::context::session_start(c, &project, &settings.context, now)
-                    {
-                        Ok(block) => hook::session_start_answer(&block),
-                        Err(e) => {
-                            log::error!("cannot render the context block for {project}: {e}");
-                            hook::PLAIN_ANSWER.to_string()
-                        }
-                    }
-                }
-                None => hook::PLAIN_ANSWER.to_string(),
-            }
+            Some(tell::session_start(c, settings, &project, &session, now))
         }
-        _ => hook::PLAIN_ANSWER.to_string(),
+        (Event::UserPrompt { .. }, Some(text), Some(c)) => Some(tell::prompt(
+            dir, c, settings, &project, &session, &text, now,
+        )),
+        _ => None,
+    };
+    let answer = match told {
+        Some(Ok(answer)) => answer,
+        Some(Err(e)) => {
+            log::error!("cannot tell {project}'s memories at {}: {e}", event.name());
+            hook::PLAIN_ANSWER.to_string()
+        }
+        None => hook::PLAIN_ANSWER.to_string(),
     };
     (Outcome { answer, stored }, conn)
 }
@@ -900,7 +938,7 @@ mod tests {
             ("", "empty input"),
             ("{not json", "not valid JSON"),
             (
-                r#"{"hook_event_name":"PreToolUse","session_id":"s"}"#,
+                r#"{"hook_event_name":"PostToolBatch","session_id":"s"}"#,
                 "not captured",
             ),
             (
@@ -930,7 +968,183 @@ mod tests {
         }
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
         let rows = quarantine::list(&conn, 0).expect("list");
-        assert_eq!(rows[1].event.as_deref(), Some("PreToolUse"));
+        assert_eq!(rows[1].event.as_deref(), Some("PostToolBatch"));
         assert_eq!(q(&conn, "SELECT count(*) FROM sessions"), 0);
+    }
+}
+
+#[cfg(test)]
+mod told_tests {
+    use super::*;
+    use crate::capture::testing::{env, q, run};
+    use crate::memory::observations::{NewObservation, insert_observation};
+    use crate::memory::rows::ObservationContent;
+    use crate::store::db::OpenOptions;
+
+    const T0: i64 = 1_790_000_000_000;
+
+    fn remember(dd: &DataDir, kind: &str, title: &str, files: &[&str], at: i64) -> i64 {
+        let mut conn = db::open_data_dir(dd, OpenOptions::default()).expect("open");
+        db::write(&mut conn, |tx| {
+            sessions::ensure(tx, "old", "web", "/nowhere/web", at)?;
+            let o = NewObservation {
+                session_id: Some("old".into()),
+                project: "web".into(),
+                prompt_number: Some(1),
+                kind: kind.into(),
+                origin: "model".into(),
+                created_at: at,
+                content: ObservationContent {
+                    title: title.into(),
+                    narrative: format!("{title}. The narrative."),
+                    files_modified: files.iter().map(|f| f.to_string()).collect(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            Ok(insert_observation(tx, &o)?.id())
+        })
+        .expect("remember")
+    }
+
+    fn prompt(session: &str, id: &str, text: &str) -> String {
+        serde_json::json!({
+            "hook_event_name": "UserPromptSubmit", "session_id": session,
+            "cwd": "/nowhere/web", "prompt_id": id, "prompt": text,
+        })
+        .to_string()
+    }
+
+    fn context_of(answer: &str, event: &str) -> Option<String> {
+        let v: serde_json::Value = serde_json::from_str(answer).expect("json");
+        let out = v.get("hookSpecificOutput")?;
+        assert_eq!(out["hookEventName"], event);
+        assert!(out.get("permissionDecision").is_none());
+        out["additionalContext"].as_str().map(str::to_string)
+    }
+
+    #[test]
+    fn a_prompt_gets_the_memory_that_answers_it_once_per_session() {
+        let (_t, dd) = env();
+        let mut s = Settings::default();
+        s.context.max_observations = 1;
+        let fix = remember(
+            &dd,
+            "bugfix",
+            "Login tests failed on CI because the session expiry read the wall clock",
+            &["src/session.rs"],
+            T0 - 20 * 86_400_000,
+        );
+        let recent = remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
+        let start = r#"{"hook_event_name":"SessionStart","session_id":"s1","cwd":"/nowhere/web","source":"startup"}"#;
+        let o = run(&dd, &s, start, T0);
+        let index = context_of(&o.answer, "SessionStart").expect("index");
+        assert!(index.contains(&format!("#{recent} ")), "{index}");
+        assert!(!index.contains(&format!("#{fix} ")), "{index}");
+
+        let ask = prompt("s1", "p1", "why do the login tests fail on CI again?");
+        let o = run(&dd, &s, &ask, T0 + 1);
+        assert_eq!(o.stored, Stored::Database);
+        let given = context_of(&o.answer, "UserPromptSubmit").expect("memories");
+        assert!(given.contains(&format!("- {fix} bugfix ")), "{given}");
+        assert!(given.contains("get_observations"), "{given}");
+        assert!(given.starts_with("<cairn-context>"), "{given}");
+
+        // Asked again, and about what the index showed: nothing new to give; both stored.
+        let o = run(
+            &dd,
+            &s,
+            &prompt("s1", "p2", "login tests failing on CI"),
+            T0 + 2,
+        );
+        assert_eq!(o.answer, hook::PLAIN_ANSWER);
+        let o = run(
+            &dd,
+            &s,
+            &prompt("s1", "p3", "dark mode for the settings page"),
+            T0 + 3,
+        );
+        assert_eq!(o.answer, hook::PLAIN_ANSWER);
+        // Not the user's prompt, and an unrelated one: nothing.
+        for (i, text) in ["/compact", "run the tests", "commit this"]
+            .iter()
+            .enumerate()
+        {
+            let o = run(&dd, &s, &prompt("s2", &format!("q{i}"), text), T0 + 4);
+            assert_eq!(o.answer, hook::PLAIN_ANSWER, "{text}");
+        }
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(q(&conn, "SELECT COUNT(*) FROM user_prompts"), 6);
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT COUNT(*) FROM memory_given WHERE moment = 'prompt'"
+            ),
+            1
+        );
+
+        // A private span is never searched for; an excluded project is told nothing.
+        let private = "<private>why do the login tests fail on CI</private> hello";
+        let o = run(&dd, &s, &prompt("s3", "x1", private), T0 + 5);
+        assert_eq!(o.answer, hook::PLAIN_ANSWER);
+        s.capture.excluded_projects = vec!["web".into()];
+        let o = run(&dd, &s, &ask.replace("s1", "s4"), T0 + 6);
+        assert_eq!(o.answer, hook::PLAIN_ANSWER);
+        s.capture.excluded_projects.clear();
+        s.recall.at_prompt = false;
+        let o = run(&dd, &s, &ask.replace("s1", "s5"), T0 + 7);
+        assert_eq!(o.answer, hook::PLAIN_ANSWER);
+    }
+
+    #[test]
+    fn a_read_is_told_about_its_file_once_and_never_stored_or_changed() {
+        let (_t, dd) = env();
+        let s = Settings::default();
+        let fix = remember(
+            &dd,
+            "bugfix",
+            "Session expiry reads the injected clock",
+            &["src/session.rs"],
+            T0,
+        );
+        let read = |session: &str, path: &str| {
+            serde_json::json!({
+                "hook_event_name": "PreToolUse", "session_id": session, "cwd": "/nowhere/web",
+                "tool_name": "Read", "tool_use_id": "t1",
+                "tool_input": {"file_path": path},
+            })
+            .to_string()
+        };
+        let jobs = |dd: &DataDir| {
+            let conn = db::open_data_dir(dd, OpenOptions::default()).expect("open");
+            q(&conn, "SELECT COUNT(*) FROM pending_messages")
+        };
+        let before = jobs(&dd);
+        let o = run(&dd, &s, &read("s1", "/nowhere/web/src/session.rs"), T0);
+        assert_eq!(o.stored, Stored::Nothing);
+        let told = context_of(&o.answer, "PreToolUse").expect("told");
+        assert!(told.contains(&format!("- {fix} bugfix")), "{told}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&o.answer).expect("json")["hookSpecificOutput"]
+                .as_object()
+                .expect("object")
+                .len(),
+            2,
+            "only the event's name and the context: the call itself is left as it is"
+        );
+        let again = run(&dd, &s, &read("s1", "/nowhere/web/src/session.rs"), T0 + 1);
+        assert_eq!(again.answer, hook::PLAIN_ANSWER);
+        let other = run(&dd, &s, &read("s1", "/nowhere/web/src/other.rs"), T0 + 2);
+        assert_eq!(other.answer, hook::PLAIN_ANSWER);
+        assert_eq!(jobs(&dd), before, "nothing stored for a call about to run");
+        let mut off = Settings::default();
+        off.recall.at_file = false;
+        let o = run(
+            &dd,
+            &off,
+            &read("s2", "/nowhere/web/src/session.rs"),
+            T0 + 3,
+        );
+        assert_eq!(o.answer, hook::PLAIN_ANSWER);
     }
 }

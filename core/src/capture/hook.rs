@@ -47,10 +47,12 @@ impl EventName {
         EventName::deserialize(de).unwrap_or(EventName::Unknown)
     }
 
-    /// The events cairn captures; `cairn install` registers exactly these.
-    pub const CAPTURED: [EventName; 6] = [
+    /// The events cairn captures (or, for `PreToolUse`, answers); `cairn install`
+    /// registers exactly these.
+    pub const CAPTURED: [EventName; 7] = [
         EventName::SessionStart,
         EventName::UserPromptSubmit,
+        EventName::PreToolUse,
         EventName::PostToolUse,
         EventName::PostToolUseFailure,
         EventName::Stop,
@@ -270,6 +272,13 @@ pub enum Event {
         common: Common,
         call: ToolCall,
     },
+    /// A tool is about to run (`PreToolUse`): nothing is stored; a tool that reads or edits
+    /// a file names it in `file`, and the hook may tell what is known about that file.
+    BeforeTool {
+        common: Common,
+        tool_name: String,
+        file: Option<String>,
+    },
     /// The main agent's turn ended (`Stop`).
     Stop {
         common: Common,
@@ -289,6 +298,7 @@ impl Event {
             Event::SessionStart { common, .. }
             | Event::UserPrompt { common, .. }
             | Event::Tool { common, .. }
+            | Event::BeforeTool { common, .. }
             | Event::Stop { common, .. }
             | Event::SessionEnd { common, .. } => common,
         }
@@ -299,6 +309,7 @@ impl Event {
             Event::SessionStart { common, .. }
             | Event::UserPrompt { common, .. }
             | Event::Tool { common, .. }
+            | Event::BeforeTool { common, .. }
             | Event::Stop { common, .. }
             | Event::SessionEnd { common, .. } => common,
         }
@@ -311,6 +322,7 @@ impl Event {
             Event::UserPrompt { .. } => "UserPromptSubmit",
             Event::Tool { call, .. } if call.failed => "PostToolUseFailure",
             Event::Tool { .. } => "PostToolUse",
+            Event::BeforeTool { .. } => "PreToolUse",
             Event::Stop { .. } => "Stop",
             Event::SessionEnd { .. } => "SessionEnd",
         }
@@ -507,6 +519,20 @@ pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeErro
             };
             Event::Tool { common, call }
         }
+        EventName::PreToolUse => {
+            let tool_name = id(required(&mut f, "tool_name", wire.tool_name, Fields::text)?);
+            let file = FILE_TOOLS
+                .iter()
+                .find(|(name, _)| *name == tool_name)
+                .and_then(|(_, field)| wire.tool_input.as_ref()?.get(field)?.as_str())
+                .filter(|p| !p.trim().is_empty())
+                .map(|p| cap_id(p.to_string(), MAX_PATH_BYTES));
+            Event::BeforeTool {
+                common,
+                tool_name,
+                file,
+            }
+        }
         EventName::Stop => Event::Stop {
             last_assistant_message: f
                 .message("last_assistant_message", wire.last_assistant_message)
@@ -546,6 +572,18 @@ fn nonempty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.trim().is_empty())
 }
 
+/// The tools that read or edit one file, with the `tool_input` field naming it.
+pub const FILE_TOOLS: [(&str, &str); 5] = [
+    ("Read", "file_path"),
+    ("Edit", "file_path"),
+    ("MultiEdit", "file_path"),
+    ("Write", "file_path"),
+    ("NotebookEdit", "notebook_path"),
+];
+
+/// The `PreToolUse` matcher of the tools in [`FILE_TOOLS`].
+pub const FILE_TOOLS_MATCHER: &str = "Read|Edit|MultiEdit|Write|NotebookEdit";
+
 /// The answer printed when there is nothing to say.
 pub const PLAIN_ANSWER: &str = r#"{"continue":true,"suppressOutput":true}"#;
 
@@ -554,6 +592,22 @@ pub fn session_start_answer(context: &str) -> String {
     serde_json::json!({
         "hookSpecificOutput": {
             "hookEventName": "SessionStart",
+            "additionalContext": context,
+        }
+    })
+    .to_string()
+}
+
+/// The answer of `event` (`SessionStart`, `UserPromptSubmit`, `PreToolUse`) that adds
+/// `context` to the conversation, and nothing else: a `PreToolUse` answer never decides
+/// on, delays or changes the call. The plain answer when `context` is empty.
+pub fn context_answer(event: EventName, context: &str) -> String {
+    if context.is_empty() {
+        return PLAIN_ANSWER.to_string();
+    }
+    serde_json::json!({
+        "hookSpecificOutput": {
+            "hookEventName": event.as_str(),
             "additionalContext": context,
         }
     })
@@ -574,6 +628,40 @@ mod tests {
     fn check(input: &str, expected: Result<&str, DecodeError>) {
         let got = decode(input.as_bytes(), None).map(|e| e.name());
         assert_eq!(got, expected, "{input}");
+    }
+
+    #[test]
+    fn a_call_about_to_read_or_edit_a_file_names_it() {
+        let read = decode(&fixture("PreToolUse.Read.json"), None).expect("decode");
+        let Event::BeforeTool {
+            tool_name, file, ..
+        } = read
+        else {
+            panic!("{read:?}");
+        };
+        assert_eq!(tool_name, "Read");
+        assert_eq!(file.as_deref(), Some("/home/dev/acme-api/out.txt"));
+        let bash = decode(&fixture("PreToolUse.json"), None).expect("decode");
+        assert!(
+            matches!(bash, Event::BeforeTool { file: None, .. }),
+            "{bash:?}"
+        );
+        let notebook = r#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"NotebookEdit","tool_input":{"notebook_path":"/r/a.ipynb"}}"#;
+        assert!(matches!(
+            decode(notebook.as_bytes(), None),
+            Ok(Event::BeforeTool { file: Some(f), .. }) if f == "/r/a.ipynb"
+        ));
+        assert_eq!(
+            context_answer(EventName::PreToolUse, ""),
+            PLAIN_ANSWER,
+            "nothing to tell is the plain answer"
+        );
+        let v: Value =
+            serde_json::from_str(&context_answer(EventName::PreToolUse, "x")).expect("json");
+        assert_eq!(v["hookSpecificOutput"]["hookEventName"], "PreToolUse");
+        assert_eq!(v["hookSpecificOutput"]["additionalContext"], "x");
+        assert!(v["hookSpecificOutput"].get("permissionDecision").is_none());
+        assert_eq!(v.as_object().expect("object").len(), 1);
     }
 
     #[test]
@@ -607,8 +695,8 @@ mod tests {
             Err(DecodeError::NotCaptured("BrandNewEvent".into())),
         );
         check(
-            r#"{"hook_event_name":"PreToolUse","session_id":"s"}"#,
-            Err(DecodeError::NotCaptured("PreToolUse".into())),
+            r#"{"hook_event_name":"PostToolBatch","session_id":"s"}"#,
+            Err(DecodeError::NotCaptured("PostToolBatch".into())),
         );
         assert!(matches!(
             decode(b"{\"a\":", None),

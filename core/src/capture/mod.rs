@@ -25,6 +25,7 @@ pub mod project;
 pub mod quarantine;
 pub mod record;
 pub mod spool;
+pub mod tell;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod transcript;

@@ -1,10 +1,11 @@
 //! Memory: what cairn remembers. The kinds of memory and how their ids are written
 //! (`kind`). Sessions and the user's prompts (`sessions`), the
 //! observations and turn summaries the worker distils from them (`observations`), and
-//! what the user asked to forget (`forgotten`), which nothing may bring back.
+//! what the user asked to forget (`forgotten`), which nothing may bring back, and what each
+//! session was already given of it (`told`).
 //!
 //! Owns and is the only writer of `sessions`, `user_prompts`, `observations`,
-//! `session_summaries` and `forgotten` (tombstones, written only by `forgotten`; `forget`
+//! `session_summaries`, `memory_given` (through `told`) and `forgotten` (tombstones, written only by `forgotten`; `forget`
 //! deletes memories and leaves their tombstones through it); the full-text indexes follow
 //! those tables through the migration's triggers. Capture writes sessions and prompts
 //! through it, the worker observations and summaries (inside the queue's ack transaction),
@@ -26,3 +27,4 @@ pub mod kind;
 pub mod observations;
 pub mod rows;
 pub mod sessions;
+pub mod told;

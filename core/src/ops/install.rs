@@ -37,13 +37,14 @@ pub fn hook_command(program: &Path) -> String {
     }
 }
 
-/// The matcher cairn uses for an event (`*` for tool events, none otherwise).
+/// The matcher cairn uses for an event (`*` for tool events, the tools that read or edit
+/// a file before a call, none otherwise).
 fn matcher(event: EventName) -> Option<&'static str> {
-    matches!(
-        event,
-        EventName::PostToolUse | EventName::PostToolUseFailure
-    )
-    .then_some("*")
+    match event {
+        EventName::PostToolUse | EventName::PostToolUseFailure => Some("*"),
+        EventName::PreToolUse => Some(crate::capture::hook::FILE_TOOLS_MATCHER),
+        _ => None,
+    }
 }
 
 /// What happened to one event's hooks.
@@ -361,7 +362,7 @@ mod tests {
     fn install_merges_idempotently_and_uninstall_restores() {
         let before = user_settings();
         let (once, changes) = install(&before, CMD).expect("install");
-        assert_eq!(changes.with(EventChange::Added).len(), 6);
+        assert_eq!(changes.with(EventChange::Added).len(), 7);
         assert!(detect(&once, CMD).complete());
         assert_eq!(once["model"], "opus");
         assert_eq!(
@@ -386,7 +387,7 @@ mod tests {
         assert_eq!(&event_keys[..2], ["PostToolUse", "Notification"]);
 
         let (after, changes) = uninstall(&twice).expect("uninstall");
-        assert_eq!(changes.with(EventChange::Removed).len(), 6);
+        assert_eq!(changes.with(EventChange::Removed).len(), 7);
         assert_eq!(after, before);
         assert_eq!(
             serde_json::to_string(&after).expect("text"),
@@ -406,7 +407,7 @@ mod tests {
             HookState::OtherCommand { .. }
         ));
         let (new, changes) = install(&old, CMD).expect("update");
-        assert_eq!(changes.with(EventChange::Updated).len(), 6);
+        assert_eq!(changes.with(EventChange::Updated).len(), 7);
         assert!(detect(&new, CMD).complete());
         assert_eq!(new["hooks"]["Stop"].as_array().expect("list").len(), 1);
         let (gone, _) = uninstall(&new).expect("uninstall");

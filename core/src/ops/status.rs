@@ -174,6 +174,9 @@ pub struct Status {
     /// Events the hooks missed that reconciliation recovered from the sessions'
     /// transcripts in the last 7 days (a hook is failing, or was not installed).
     pub recovered_last_week: i64,
+    /// Memories given to sessions in the last 7 days, per moment (SessionStart index,
+    /// prompts, files), with their tokens (`memory::told`).
+    pub given_last_week: Vec<crate::memory::told::Totals>,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -351,6 +354,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             conn,
             now - 7 * 86_400_000,
         )?,
+        given_last_week: crate::memory::told::totals_since(conn, now - 7 * 86_400_000)?,
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -384,27 +388,65 @@ fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Resul
 /// skipped, or hook inputs were quarantined in the last week. A spent token budget is
 /// reported but is not a fault.
 pub fn attention(s: &Status) -> Vec<String> {
+    attention_by_topic(s)
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect()
+}
+
+/// What a reason for attention is about: a page that offers the remedy itself (the
+/// viewer's Replay button) words it its own way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topic {
+    Worker,
+    ModelCalls,
+    Overdue,
+    Search,
+    Skipped,
+    LoggedOut,
+    Settings,
+    ReadOnly,
+    Lost,
+    Notice,
+    Recovered,
+    Quarantine,
+}
+
+fn push(out: &mut Vec<(Topic, String)>, topic: Topic, text: String) {
+    out.push((topic, text));
+}
+
+/// [`attention`], each reason with its topic.
+pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
     let mut out = Vec::new();
     let waiting = s.queue.count(JobStatus::Pending) + s.queue.count(JobStatus::Claimed);
     let w = &s.worker;
     if !w.running && waiting > 0 {
-        out.push(format!(
-            "the worker is not running and {} waiting: start it with `cairn-worker` (or let a hook autostart it)",
-            plural(waiting, "job is", "jobs are")
-        ));
+        push(
+            &mut out,
+            Topic::Worker,
+            format!(
+                "the worker is not running and {} waiting: start it with `cairn-worker` (or let a hook autostart it)",
+                plural(waiting, "job is", "jobs are")
+            ),
+        );
     }
     if w.wedged() {
         let pid = w.pid.unwrap_or(0);
         let silent = crate::clock::span(w.heartbeat_age_ms.or(w.uptime_ms).unwrap_or(0), true);
-        out.push(if w.process_stopped {
-            format!(
-                "the worker (pid {pid}) holds the lock but its process is stopped, with no heartbeat for {silent}: resume it with `kill -CONT {pid}`, or end it with `kill {pid}` (a hook starts a new one)"
-            )
-        } else {
-            format!(
-                "the worker (pid {pid}) holds the lock but has not heartbeaten for {silent}: it is hung; see its log in the data dir's logs/, then restart it (`kill {pid}`; a hook starts a new one)"
-            )
-        });
+        push(
+            &mut out,
+            Topic::Worker,
+            if w.process_stopped {
+                format!(
+                    "the worker (pid {pid}) holds the lock but its process is stopped, with no heartbeat for {silent}: resume it with `kill -CONT {pid}`, or end it with `kill {pid}` (a hook starts a new one)"
+                )
+            } else {
+                format!(
+                    "the worker (pid {pid}) holds the lock but has not heartbeaten for {silent}: it is hung; see its log in the data dir's logs/, then restart it (`kill {pid}`; a hook starts a new one)"
+                )
+            },
+        );
     }
     if s.recent_calls.failing() {
         let r = &s.recent_calls;
@@ -417,10 +459,14 @@ pub fn attention(s: &Status) -> Vec<String> {
                 crate::recall::snippet::one_line(&f.error)
             )
         });
-        out.push(format!(
-            "{} of the last {} model calls failed{latest}: check the provider with `cairn doctor --online` (key, model, base URL, network); failed jobs are retried, `cairn queue list` shows them",
-            r.failed, r.calls
-        ));
+        push(
+            &mut out,
+            Topic::ModelCalls,
+            format!(
+                "{} of the last {} model calls failed{latest}: check the provider with `cairn doctor --online` (key, model, base URL, network); failed jobs are retried, `cairn queue list` shows them",
+                r.failed, r.calls
+            ),
+        );
     }
     if let Some(d) = &s.next_due
         && w.running
@@ -429,80 +475,132 @@ pub fn attention(s: &Status) -> Vec<String> {
         && s.budget_spent_until.is_none()
         && s.now - d.due_at > OVERDUE_MS
     {
-        out.push(format!(
-            "job #{} has been ready for {} but the worker (pid {}) has not taken it: see the worker's log in the data dir's logs/, and restart it if it stays so (`kill {}`; a hook starts a new one)",
-            d.job_id,
-            crate::clock::span(s.now - d.due_at, true),
-            w.pid.unwrap_or(0),
-            w.pid.unwrap_or(0)
-        ));
+        push(
+            &mut out,
+            Topic::Overdue,
+            format!(
+                "job #{} has been ready for {} but the worker (pid {}) has not taken it: see the worker's log in the data dir's logs/, and restart it if it stays so (`kill {}`; a hook starts a new one)",
+                d.job_id,
+                crate::clock::span(s.now - d.due_at, true),
+                w.pid.unwrap_or(0),
+                w.pid.unwrap_or(0)
+            ),
+        );
     }
     if s.search.required
         && let Some(why) = &s.search.unavailable
     {
-        out.push(format!("embed.provider is local but {why}"));
+        push(
+            &mut out,
+            Topic::Search,
+            format!("embed.provider is local but {why}"),
+        );
     }
     let skipped = s.queue.count(JobStatus::Skipped);
     if skipped > 0 {
-        out.push(format!(
-            "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard {}` for those that can never succeed)",
-            plural(skipped, "job was", "jobs were"),
-            discard_selector(s)
-        ));
+        push(
+            &mut out,
+            Topic::Skipped,
+            format!(
+                "{} skipped after failing: see `cairn queue list --status skipped`, fix the cause, then `cairn queue replay --all-skipped` (or `cairn queue discard {}` for those that can never succeed)",
+                plural(skipped, "job was", "jobs were"),
+                discard_selector(s)
+            ),
+        );
     }
     if let Some(n) = &s.not_logged_in {
-        out.push(format!(
-            "the {} provider is not logged in (\"{}\", at {}): model jobs wait; run `claude` and log in with /login (or `claude setup-token`), and they go on within 5 minutes",
-            n.provider,
-            n.error,
-            crate::clock::minute_utc(n.at)
-        ));
+        push(
+            &mut out,
+            Topic::LoggedOut,
+            format!(
+                "the {} provider is not logged in (\"{}\", at {}): model jobs wait; run `claude` and log in with /login (or `claude setup-token`), and they go on within 5 minutes",
+                n.provider,
+                n.error,
+                crate::clock::minute_utc(n.at)
+            ),
+        );
     }
     if let Some(e) = &s.settings_error {
-        out.push(format!(
-            "cairn's settings cannot be read ({e}): fix the file; until then hook events wait in the spool ({} now), cleaned with the default privacy rules, and the settings are applied to them once they can be read",
-            s.spooled
-        ));
+        push(
+            &mut out,
+            Topic::Settings,
+            format!(
+                "cairn's settings cannot be read ({e}): fix the file; until then hook events wait in the spool ({} now), cleaned with the default privacy rules, and the settings are applied to them once they can be read",
+                s.spooled
+            ),
+        );
     }
     if let Some(why) = &s.read_only {
-        out.push(format!(
-            "the database cannot be written ({why}): shown read-only; hooks keep their events outside the data dir ({} so far) until it can be written again, then the worker stores them",
-            s.spooled_outside
-        ));
+        push(
+            &mut out,
+            Topic::ReadOnly,
+            format!(
+                "the database cannot be written ({why}): shown read-only; hooks keep their events outside the data dir ({} so far) until it can be written again, then the worker stores them",
+                s.spooled_outside
+            ),
+        );
     }
     if s.spooled_outside > 0 && s.read_only.is_none() {
-        out.push(format!(
-            "{} kept outside the data dir, in {}, while it could not be written: the worker stores them at its next start (a hook starts it)",
-            plural(i64::try_from(s.spooled_outside).unwrap_or(i64::MAX), "hook event is", "hook events are"),
-            s.outside_dir.as_deref().unwrap_or("?")
-        ));
+        push(
+            &mut out,
+            Topic::ReadOnly,
+            format!(
+                "{} kept outside the data dir, in {}, while it could not be written: the worker stores them at its next start (a hook starts it)",
+                plural(
+                    i64::try_from(s.spooled_outside).unwrap_or(i64::MAX),
+                    "hook event is",
+                    "hook events are"
+                ),
+                s.outside_dir.as_deref().unwrap_or("?")
+            ),
+        );
     }
     if let Some(l) = &s.lost {
-        out.push(format!(
-            "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir (or make it writable), then `cairn status --acknowledge`",
-            plural(i64::try_from(l.count).unwrap_or(i64::MAX), "hook event", "hook events"),
-            crate::clock::minute_utc(l.last_at),
-            l.cause
-        ));
+        push(
+            &mut out,
+            Topic::Lost,
+            format!(
+                "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir (or make it writable), then `cairn status --acknowledge`",
+                plural(
+                    i64::try_from(l.count).unwrap_or(i64::MAX),
+                    "hook event",
+                    "hook events"
+                ),
+                crate::clock::minute_utc(l.last_at),
+                l.cause
+            ),
+        );
     }
     for n in &s.notices {
-        out.push(format!(
-            "{} (at {}); `cairn status --acknowledge` once read",
-            n.message,
-            crate::clock::minute_utc(n.at)
-        ));
+        push(
+            &mut out,
+            Topic::Notice,
+            format!(
+                "{} (at {}); `cairn status --acknowledge` once read",
+                n.message,
+                crate::clock::minute_utc(n.at)
+            ),
+        );
     }
     if s.recovered_last_week > 0 {
-        out.push(format!(
-            "{} missed by the hooks recovered from Claude Code's transcripts in the last 7 days: the hooks are failing or were not running; `cairn doctor` checks them (see the hook logs in the data dir's logs/)",
-            plural(s.recovered_last_week, "event was", "events were")
-        ));
+        push(
+            &mut out,
+            Topic::Recovered,
+            format!(
+                "{} missed by the hooks recovered from Claude Code's transcripts in the last 7 days: the hooks are failing or were not running; `cairn doctor` checks them (see the hook logs in the data dir's logs/)",
+                plural(s.recovered_last_week, "event was", "events were")
+            ),
+        );
     }
     if s.quarantined_recently > 0 {
-        out.push(format!(
-            "{} quarantined as unreadable in the last 7 days: see `cairn quarantine list` (a Claude Code update may have changed its hook format), then `cairn quarantine clear --all`",
-            plural(s.quarantined_recently, "hook input was", "hook inputs were")
-        ));
+        push(
+            &mut out,
+            Topic::Quarantine,
+            format!(
+                "{} quarantined as unreadable in the last 7 days: see `cairn quarantine list` (a Claude Code update may have changed its hook format), then `cairn quarantine clear --all`",
+                plural(s.quarantined_recently, "hook input was", "hook inputs were")
+            ),
+        );
     }
     out
 }

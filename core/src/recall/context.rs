@@ -16,6 +16,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::clock;
 use crate::error::Result;
+use crate::memory::kind::Kind;
+use crate::memory::told::Given;
 use crate::recall::snippet::{one_line, shorten};
 use crate::settings::ContextSettings;
 
@@ -67,8 +69,19 @@ pub fn session_start(
     settings: &ContextSettings,
     now: i64,
 ) -> Result<String> {
+    Ok(session_start_shown(conn, project, settings, now)?.0)
+}
+
+/// [`session_start`], with the observations the block shows (for `memory::told`: a prompt
+/// of the session is not given them again).
+pub fn session_start_shown(
+    conn: &Connection,
+    project: &str,
+    settings: &ContextSettings,
+    now: i64,
+) -> Result<(String, Vec<Given>)> {
     let data = load(conn, project, settings)?;
-    Ok(render(&data, settings.budget_tokens, now))
+    Ok(render_shown(&data, settings.budget_tokens, now))
 }
 
 /// Reads the latest summary (when `show_last_summary`) and the `max_observations` newest
@@ -131,8 +144,8 @@ enum Line {
     Summary(String),
     /// A day heading; `usize` is the day's index.
     Day(usize, String),
-    /// An observation line of day `usize`.
-    Obs(usize, String),
+    /// An observation line of day `usize`, showing observation `i64`.
+    Obs(usize, i64, String),
     ObsHeading(String),
 }
 
@@ -142,7 +155,7 @@ impl Line {
             Line::Fixed(s)
             | Line::Summary(s)
             | Line::Day(_, s)
-            | Line::Obs(_, s)
+            | Line::Obs(_, _, s)
             | Line::ObsHeading(s) => s,
         }
     }
@@ -150,6 +163,12 @@ impl Line {
 
 /// Renders the block within `budget_tokens`. Pure.
 pub fn render(data: &ContextData, budget_tokens: usize, now: i64) -> String {
+    render_shown(data, budget_tokens, now).0
+}
+
+/// [`render`], with the observations the block shows: their ids and the estimated tokens
+/// of their lines. Pure.
+pub fn render_shown(data: &ContextData, budget_tokens: usize, now: i64) -> (String, Vec<Given>) {
     // The block is wrapped in cairn's context tag, which capture strips from everything it
     // stores: memory never feeds on its own injected context.
     let mut lines: Vec<Line> = vec![
@@ -205,6 +224,7 @@ pub fn render(data: &ContextData, budget_tokens: usize, now: i64) -> String {
             let (_, (hh, mm, _)) = clock::civil_utc(o.created_at);
             lines.push(Line::Obs(
                 day_index,
+                o.id,
                 format!(
                     "- #{} {hh:02}:{mm:02} {} {}",
                     o.id,
@@ -221,8 +241,8 @@ pub fn render(data: &ContextData, budget_tokens: usize, now: i64) -> String {
 }
 
 /// Drops lines until the text has at most `max_chars` characters (see the module
-/// invariants), then joins them.
-fn fit(mut lines: Vec<Line>, max_chars: usize) -> String {
+/// invariants), then joins them; with the observations left.
+fn fit(mut lines: Vec<Line>, max_chars: usize) -> (String, Vec<Given>) {
     // Each line costs its characters plus a newline.
     let cost = |l: &Line| l.text().chars().count() + 1;
     let mut total: usize = lines.iter().map(cost).sum();
@@ -232,14 +252,14 @@ fn fit(mut lines: Vec<Line>, max_chars: usize) -> String {
             .position(|l| matches!(l, Line::Obs(..)))
             .or_else(|| lines.iter().rposition(|l| matches!(l, Line::Summary(_))));
         let Some(i) = victim else {
-            return String::new();
+            return (String::new(), Vec::new());
         };
         let removed = lines.remove(i);
         total -= cost(&removed);
-        if let Line::Obs(day, _) = removed {
+        if let Line::Obs(day, _, _) = removed {
             let day_left = lines
                 .iter()
-                .any(|l| matches!(l, Line::Obs(d, _) if *d == day));
+                .any(|l| matches!(l, Line::Obs(d, _, _) if *d == day));
             if !day_left
                 && let Some(h) = lines
                     .iter()
@@ -268,14 +288,22 @@ fn fit(mut lines: Vec<Line>, max_chars: usize) -> String {
         .iter()
         .any(|l| matches!(l, Line::Obs(..) | Line::Summary(_)));
     if !has_content {
-        return String::new();
+        return (String::new(), Vec::new());
     }
     let mut out = String::with_capacity(total);
+    let mut shown = Vec::new();
     for l in &lines {
         out.push_str(l.text());
         out.push('\n');
+        if let Line::Obs(_, id, text) = l {
+            shown.push(Given {
+                kind: Kind::Observation,
+                id: *id,
+                tokens: tokens(text) + 1,
+            });
+        }
     }
-    out
+    (out, shown)
 }
 
 #[cfg(test)]

@@ -18,10 +18,13 @@
 //! the query are compared; the context block never exceeds its token budget. Data flows
 //! up from memory to the hook's answer, the CLI and the MCP server.
 
+pub mod ask;
 pub mod context;
 pub mod embed;
+pub mod moment;
 pub mod query;
 pub mod rank;
+pub mod ranker;
 pub mod request;
 pub mod search;
 pub mod searcher;

@@ -28,20 +28,13 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
+use super::ranker::{Ranker, Signals};
 use super::sql::{Candidate, Filters, full_text_led, push_filters, table};
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
 
 /// Candidates taken from each side (more when a page further down is asked for).
 pub const POOL: usize = 50;
-/// Weight of the BM25 feature.
-pub const W_TEXT: f64 = 0.2;
-/// Weight of the similarity feature.
-pub const W_MEANING: f64 = 0.6;
-/// Weight of the coverage feature.
-pub const W_COVERAGE: f64 = 0.6;
-/// Weight of the phrasing feature.
-pub const W_PHRASE: f64 = 0.4;
 /// A prompt's share of the score it would have as a memory.
 pub const PROMPT_FACTOR: f64 = 0.8;
 /// Matches counted for a word's IDF; a word in more rows than this counts as that common.
@@ -66,12 +59,22 @@ pub struct Semantic<'a> {
 struct Features {
     created_at: i64,
     bm25: Option<f64>,
+    /// Its place in its kind's full-text pool (0 is the best), when in it.
+    text_place: usize,
     similarity: Option<f32>,
 }
 
-/// The ranked candidates of a relevance search with words (`any` is the query's
-/// at-least-one-word expression), best first, at most `fetch`.
-pub(super) fn relevance(
+/// A candidate with what was measured of it.
+#[derive(Debug, Clone)]
+pub(super) struct Scored {
+    pub(super) candidate: Candidate,
+    pub(super) signals: Signals,
+}
+
+/// Every candidate of a relevance search with words (`any` is the query's
+/// at-least-one-word expression), scored, in no order: the pools are large enough for a
+/// page ending at `fetch`.
+pub(super) fn scored(
     conn: &Connection,
     q: &Query,
     any: &str,
@@ -79,7 +82,7 @@ pub(super) fn relevance(
     f: &Filters,
     fetch: usize,
     semantic: Option<&Semantic>,
-) -> Result<Vec<Candidate>> {
+) -> Result<Vec<Scored>> {
     let pool = POOL.max(fetch);
     // The ids passing the filters the vector index does not hold; read before the scan,
     // which then needs nothing from the database.
@@ -118,12 +121,13 @@ pub(super) fn relevance(
     let closest = closest?;
     let mut found: HashMap<(Kind, i64), Features> = HashMap::new();
     for (kind, rows) in pools? {
-        for (id, created_at, bm25) in rows {
+        for (place, (id, created_at, bm25)) in rows.into_iter().enumerate() {
             found.insert(
                 (kind, id),
                 Features {
                     created_at,
                     bm25: Some(bm25),
+                    text_place: place,
                     similarity: None,
                 },
             );
@@ -145,6 +149,7 @@ pub(super) fn relevance(
                         Features {
                             created_at: n.created_at,
                             bm25: None,
+                            text_place: 0,
                             similarity: Some(n.similarity),
                         },
                     );
@@ -176,7 +181,9 @@ pub(super) fn relevance(
             }
         }
     }
+    let ranker = Ranker::shipped().model(semantic.is_some());
     let wording = wording(conn, q, &found, &scratch)?;
+    let duplicates = duplicates(conn, &found, &scratch)?;
 
     let best_bm25: HashMap<Kind, f64> = kinds
         .iter()
@@ -189,43 +196,87 @@ pub(super) fn relevance(
             (*k, best)
         })
         .collect();
-    let sims: Vec<f32> = found.values().filter_map(|f| f.similarity).collect();
-    let lo = sims.iter().copied().fold(f32::INFINITY, f32::min);
-    let hi = sims.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // Places by similarity among all candidates, best first.
+    let mut by_meaning: Vec<(f32, (Kind, i64))> = found
+        .iter()
+        .filter_map(|(key, feat)| feat.similarity.map(|s| (s, *key)))
+        .collect();
+    by_meaning.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let best_similarity = by_meaning.first().map_or(0.0, |b| f64::from(b.0));
+    let meaning_place: HashMap<(Kind, i64), usize> = by_meaning
+        .iter()
+        .enumerate()
+        .map(|(i, (_, key))| (*key, i))
+        .collect();
+    let words = (q.group_expressions().len() as f64).ln_1p();
 
-    let mut ranked: Vec<Candidate> = found
+    let scored = found
         .iter()
         .map(|(&(kind, id), feat)| {
-            // BM25 scores are negative, lower is better: a share of the kind's best.
-            let text = match (feat.bm25, best_bm25.get(&kind)) {
-                (Some(b), Some(best)) if *best < 0.0 => b / best,
-                _ => 0.0,
-            };
-            let meaning = match feat.similarity {
-                Some(s) if hi > lo => f64::from((s - lo) / (hi - lo)),
-                Some(_) => 1.0,
-                None => 0.0,
-            };
             let w = wording.get(&(kind, id)).copied().unwrap_or_default();
-            let mut score = W_TEXT * text + W_COVERAGE * w.coverage + W_PHRASE * w.phrasing;
-            if semantic.is_some() {
-                score += W_MEANING * meaning;
+            let mut signals = Signals {
+                coverage: w.coverage,
+                title_coverage: w.title_coverage,
+                phrasing: w.phrasing,
+                words,
+                duplicates: (duplicates.get(&(kind, id)).copied().unwrap_or(0) as f64).ln_1p(),
+                ..Signals::default()
+            };
+            if let Some(b) = feat.bm25 {
+                signals.bm25 = -b;
+                signals.bm25_share = match best_bm25.get(&kind) {
+                    Some(best) if *best < 0.0 => b / best,
+                    _ => 0.0,
+                };
+                signals.text_rank = 1.0 / (1.0 + feat.text_place as f64);
             }
+            if semantic.is_some()
+                && let Some(s) = feat.similarity
+            {
+                signals.similarity = f64::from(s);
+                signals.similarity_gap = f64::from(s) - best_similarity;
+                signals.meaning_rank = 1.0 / (1.0 + meaning_place[&(kind, id)] as f64);
+            }
+            let mut relevance = ranker.relevance(&signals);
             if kind == Kind::Prompt {
-                score *= PROMPT_FACTOR;
+                relevance *= PROMPT_FACTOR;
             }
-            Candidate {
-                kind,
-                id,
-                created_at: feat.created_at,
-                score: Some(score),
+            Scored {
+                candidate: Candidate {
+                    kind,
+                    id,
+                    created_at: feat.created_at,
+                    score: feat.bm25,
+                    relevance,
+                },
+                signals,
             }
         })
         .collect();
+    Ok(scored)
+}
+
+/// The ranked candidates of a relevance search with words (`any` is the query's
+/// at-least-one-word expression), best first, at most `fetch`, none below `min_relevance`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn relevance(
+    conn: &Connection,
+    q: &Query,
+    any: &str,
+    kinds: &[Kind],
+    f: &Filters,
+    fetch: usize,
+    min_relevance: f64,
+    semantic: Option<&Semantic>,
+) -> Result<Vec<Candidate>> {
+    let mut ranked: Vec<Candidate> = scored(conn, q, any, kinds, f, fetch, semantic)?
+        .into_iter()
+        .map(|s| s.candidate)
+        .filter(|c| c.relevance >= min_relevance)
+        .collect();
     ranked.sort_by(|a, b| {
-        b.score
-            .unwrap_or(0.0)
-            .total_cmp(&a.score.unwrap_or(0.0))
+        b.relevance
+            .total_cmp(&a.relevance)
             .then((b.created_at, b.kind, b.id).cmp(&(a.created_at, a.kind, a.id)))
     });
     ranked.truncate(fetch);
@@ -356,6 +407,7 @@ fn allowed_ids(
 #[derive(Debug, Clone, Copy, Default)]
 struct Wording {
     coverage: f64,
+    title_coverage: f64,
     phrasing: f64,
 }
 
@@ -388,12 +440,16 @@ fn wording(
             idf.push(((total - n + 0.5) / (n + 0.5) + 1.0).ln());
         }
         let coverage = shares(conn, &scratch[&kind], &groups, &idf)?;
+        let first = t.columns.split(',').next().unwrap_or_default().trim();
+        let in_title: Vec<String> = groups.iter().map(|g| format!("{first} : ({g})")).collect();
+        let title_coverage = shares(conn, &scratch[&kind], &in_title, &idf)?;
         let phrasing = shares(conn, &scratch[&kind], &pairs, &vec![1.0; pairs.len()])?;
         for id in ids {
             out.insert(
                 (kind, id),
                 Wording {
                     coverage: coverage.get(&id).copied().unwrap_or(0.0),
+                    title_coverage: title_coverage.get(&id).copied().unwrap_or(0.0),
                     phrasing: phrasing.get(&id).copied().unwrap_or(0.0),
                 },
             );
@@ -432,6 +488,43 @@ fn scratch(
         ))?
         .execute(params_from_iter(&ids))?;
         out.insert(kind, name);
+    }
+    Ok(out)
+}
+
+/// For each candidate: how many others of its kind have the same title (its first
+/// column, compared lowercase and trimmed), such as a dozen commits titled "Fix typo".
+fn duplicates(
+    conn: &Connection,
+    found: &HashMap<(Kind, i64), Features>,
+    scratch: &HashMap<Kind, String>,
+) -> Result<HashMap<(Kind, i64), usize>> {
+    let mut out = HashMap::new();
+    for kind in by_kind(found).into_keys() {
+        let first = table(kind)
+            .columns
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .trim();
+        let titles = conn
+            .prepare_cached(&format!(
+                "SELECT rowid, lower(trim({first})) FROM temp.{}",
+                scratch[&kind]
+            ))?
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for (_, title) in &titles {
+            *count
+                .entry(title.as_deref().unwrap_or_default())
+                .or_default() += 1;
+        }
+        for (id, title) in &titles {
+            out.insert((kind, *id), count[title.as_deref().unwrap_or_default()] - 1);
+        }
     }
     Ok(out)
 }
@@ -524,12 +617,20 @@ mod tests {
                 ..filters
             };
             let kinds = [Kind::Observation];
-            let mut ids: Vec<String> =
-                relevance(&f.conn, &q, &any, &kinds, &filters, 21, Some(&semantic))
-                    .expect("rank")
-                    .iter()
-                    .map(|c| c.kind.reference(c.id))
-                    .collect();
+            let mut ids: Vec<String> = relevance(
+                &f.conn,
+                &q,
+                &any,
+                &kinds,
+                &filters,
+                21,
+                0.0,
+                Some(&semantic),
+            )
+            .expect("rank")
+            .iter()
+            .map(|c| c.kind.reference(c.id))
+            .collect();
             ids.sort();
             ids
         };

@@ -127,6 +127,7 @@ impl SearchFields {
             limit: self.limit,
             offset: self.offset,
             asking_session: self.asking_session.clone(),
+            min_relevance: None,
         })
     }
 }
@@ -182,6 +183,7 @@ mod tests {
                 limit: 5,
                 offset: 10,
                 asking_session: Some("s".into()),
+                min_relevance: None,
             }
         );
         assert_eq!(

@@ -30,10 +30,12 @@ use crate::recall::sql::Filters;
 use crate::error::Result;
 use crate::recall::query;
 use crate::recall::rank::{self, Semantic};
+use crate::recall::ranker::Signals;
 use crate::recall::snippet::{
     HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN, SnippetPair, one_line, short_title, shorten, snippets_of,
 };
 use crate::recall::sql::{Candidate, full_text_led, push_filters, table};
+use crate::settings::SearchSettings;
 
 /// Most hits one search returns, whatever the caller asks.
 pub const MAX_LIMIT: usize = 500;
@@ -42,6 +44,8 @@ pub const MAX_OFFSET: usize = 10_000;
 /// Matches ranked per kind: the newest this many that pass the filters (see the module
 /// invariants).
 pub const RANK_WINDOW: i64 = 300;
+/// The relevance of a hit when nothing was ranked (see [`Hit::relevance`]).
+pub const UNRANKED: f64 = 1.0;
 
 /// How hits are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -67,7 +71,7 @@ impl Order {
 }
 
 /// A search.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SearchRequest {
     /// What the person typed; see [`crate::recall::query`]. Empty lists by the filters alone.
     pub query: String,
@@ -82,6 +86,10 @@ pub struct SearchRequest {
     /// session is answering right now was stored just before this search; ranking may use
     /// this to keep it from crowding out the memories. Filters nothing by itself.
     pub asking_session: Option<String>,
+    /// A search by relevance hides hits whose [`Hit::relevance`] is below this; `None`
+    /// is the default of the setting `search.min_relevance` (a [`crate::recall::searcher::Searcher`]
+    /// puts the effective setting there).
+    pub min_relevance: Option<f64>,
 }
 
 impl Default for SearchRequest {
@@ -94,6 +102,7 @@ impl Default for SearchRequest {
             limit: 20,
             offset: 0,
             asking_session: None,
+            min_relevance: None,
         }
     }
 }
@@ -112,10 +121,17 @@ pub struct Hit {
     /// A short excerpt with the matched words between [`HIGHLIGHT_OPEN`] and
     /// [`HIGHLIGHT_CLOSE`].
     pub snippet: String,
-    /// BM25 score (lower is better); `None` when the query had no word to rank by or the
-    /// order is by time (newest, oldest), where no score is computed.
+    /// BM25 score (lower is better); `None` when the query had no word to rank by, the
+    /// hit was found by meaning alone, or the order is by time (newest, oldest), where no
+    /// score is computed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
+    /// The estimated probability, in [0, 1], that this memory answers the query: the same
+    /// number means the same across queries and projects (see [`crate::recall::ranker`]).
+    /// A search by relevance hides hits below [`SearchRequest::min_relevance`]. 1 when
+    /// nothing was ranked (no word to rank by, or an order by time): every hit is what
+    /// the filters and words asked for.
+    pub relevance: f64,
 }
 
 impl Hit {
@@ -161,23 +177,15 @@ pub fn search_with(
         return Ok(Vec::new());
     }
     let f = &req.filters;
-    let kinds: Vec<Kind> = if req.kinds.is_empty() {
-        Kind::ALL.to_vec()
-    } else {
-        req.kinds.clone()
-    }
-    .into_iter()
-    .filter(|kind| match kind {
-        Kind::Observation => true,
-        Kind::Summary => f.types.is_empty() && f.concept.is_none(),
-        Kind::Prompt => f.types.is_empty() && f.concept.is_none() && f.file.is_none(),
-    })
-    .collect();
+    let kinds = searched_kinds(req);
     let fetch = limit + offset;
     let any = q.fts_any();
     let hits = match (&any, req.order) {
         (Some(any), Order::Relevance) => {
-            let mut ranked = rank::relevance(conn, &q, any, &kinds, f, fetch + 1, semantic)?;
+            let floor = req
+                .min_relevance
+                .unwrap_or_else(|| SearchSettings::default().min_relevance);
+            let mut ranked = rank::relevance(conn, &q, any, &kinds, f, fetch + 1, floor, semantic)?;
             // The question being answered right now is not an answer to itself.
             if let Some(asking) = &req.asking_session
                 && let Some(current) = rank::current_prompt(conn, asking)?
@@ -228,6 +236,60 @@ pub fn search_with(
     Ok(out)
 }
 
+/// The kinds a request searches: those asked for (all when none) that its filters can
+/// hold (a summary has no type or concept; a prompt no file either).
+fn searched_kinds(req: &SearchRequest) -> Vec<Kind> {
+    let f = &req.filters;
+    if req.kinds.is_empty() {
+        Kind::ALL.to_vec()
+    } else {
+        req.kinds.clone()
+    }
+    .into_iter()
+    .filter(|kind| match kind {
+        Kind::Observation => true,
+        Kind::Summary => f.types.is_empty() && f.concept.is_none(),
+        Kind::Prompt => f.types.is_empty() && f.concept.is_none() && f.file.is_none(),
+    })
+    .collect()
+}
+
+/// One candidate of a search by relevance with what ranking measured of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    pub kind: Kind,
+    pub id: i64,
+    pub signals: Signals,
+    pub relevance: f64,
+}
+
+/// Every candidate a search by relevance weighs, before the floor and the page, in no
+/// order; empty when the query has no word to rank by. For retraining the ranker (the
+/// quality benchmark dumps these) and for explaining a ranking.
+pub fn candidates_with(
+    conn: &Connection,
+    req: &SearchRequest,
+    semantic: Option<&Semantic>,
+) -> Result<Vec<Measured>> {
+    let q = query::parse(&req.query);
+    let Some(any) = q.fts_any() else {
+        return Ok(Vec::new());
+    };
+    let fetch = req.limit.min(MAX_LIMIT) + req.offset.min(MAX_OFFSET);
+    let kinds = searched_kinds(req);
+    Ok(
+        rank::scored(conn, &q, &any, &kinds, &req.filters, fetch, semantic)?
+            .into_iter()
+            .map(|s| Measured {
+                kind: s.candidate.kind,
+                id: s.candidate.id,
+                signals: s.signals,
+                relevance: s.candidate.relevance,
+            })
+            .collect(),
+    )
+}
+
 fn search_kind(
     conn: &Connection,
     kind: Kind,
@@ -248,6 +310,7 @@ fn search_kind(
                 id: r.get(0)?,
                 created_at: r.get(1)?,
                 score: r.get(2)?,
+                relevance: UNRANKED,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -350,6 +413,7 @@ fn list_kind(
                 id: r.get(0)?,
                 created_at: r.get(1)?,
                 score: None,
+                relevance: UNRANKED,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -408,6 +472,7 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
         },
         snippet,
         score: c.score,
+        relevance: c.relevance,
     }))
 }
 
@@ -478,8 +543,35 @@ mod tests {
             "{:?}",
             hits[1]
         );
-        // Scores are the fused relevance: higher is better.
-        assert!(hits[0].score.expect("score") > hits[1].score.expect("score"));
+        // BM25 scores are lower for the better match; relevance higher.
+        assert!(hits[0].score.expect("score") < hits[1].score.expect("score"));
+        assert!(hits[0].relevance > hits[1].relevance);
+    }
+
+    #[test]
+    fn a_search_by_relevance_hides_hits_below_its_floor() {
+        let mut f = fixture();
+        f.add(obs("p", "bugfix", "Lease rescue fixed", "small change", T0));
+        f.add(obs("p", "change", "Queue note", "mentions a lease", T0 + 1));
+        let with_floor = |floor: Option<f64>, order: Order| {
+            let mut r = req("lease rescue", Some("p"));
+            r.min_relevance = floor;
+            r.order = order;
+            search(&f.conn, &r).expect("search")
+        };
+        let all = with_floor(Some(0.0), Order::Relevance);
+        assert_eq!(all.len(), 2);
+        assert!(
+            all.iter().all(|h| (0.0..1.0).contains(&h.relevance)),
+            "{all:?}"
+        );
+        let between = (all[0].relevance + all[1].relevance) / 2.0;
+        assert_eq!(with_floor(Some(between), Order::Relevance).len(), 1);
+        assert!(with_floor(Some(1.0), Order::Relevance).is_empty());
+        // Orders by time rank nothing: every hit is what was asked for.
+        let newest = with_floor(Some(1.0), Order::Newest);
+        assert_eq!(newest.len(), 1);
+        assert_eq!(newest[0].relevance, UNRANKED);
     }
 
     #[test]

@@ -14,9 +14,9 @@ use crate::recall::embed::index::VectorIndex;
 use crate::recall::embed::model::{self, Embedder};
 use crate::recall::query;
 use crate::recall::rank::Semantic;
-use crate::recall::search::{Hit, Order, SearchRequest, search_with};
+use crate::recall::search::{Hit, Measured, Order, SearchRequest, candidates_with, search_with};
 use crate::recall::timeline::{Anchor, Timeline, TimelineRequest, timeline_with};
-use crate::settings::EmbedSettings;
+use crate::settings::{EmbedSettings, SearchSettings};
 use crate::store::paths::DataDir;
 
 /// What a searching process (the CLI, the MCP server) holds to search by meaning: the
@@ -26,6 +26,8 @@ use crate::store::paths::DataDir;
 pub struct Searcher {
     loaded: std::result::Result<Loaded, String>,
     min_similarity: f32,
+    /// The floor of a request that names none (the setting `search.min_relevance`).
+    min_relevance: f64,
 }
 
 #[derive(Debug)]
@@ -53,6 +55,7 @@ impl Searcher {
         Searcher {
             loaded,
             min_similarity: settings.min_similarity as f32,
+            min_relevance: SearchSettings::default().min_relevance,
         }
     }
 
@@ -61,7 +64,15 @@ impl Searcher {
         Searcher {
             loaded: Err(why.to_string()),
             min_similarity: 1.0,
+            min_relevance: SearchSettings::default().min_relevance,
         }
+    }
+
+    /// Hides the hits of a search by relevance below `floor` (the setting
+    /// `search.min_relevance`) when the request names no floor of its own.
+    pub fn with_min_relevance(mut self, floor: f64) -> Searcher {
+        self.min_relevance = floor;
+        self
     }
 
     /// Why search is full-text only, or `None` when the model is loaded.
@@ -78,7 +89,19 @@ impl Searcher {
     /// rank by.
     pub fn search(&mut self, conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
         let text = (req.order == Order::Relevance).then_some(req.query.as_str());
-        self.with_semantic(conn, text, |semantic| search_with(conn, req, semantic))
+        let req = SearchRequest {
+            min_relevance: req.min_relevance.or(Some(self.min_relevance)),
+            ..req.clone()
+        };
+        self.with_semantic(conn, text, |semantic| search_with(conn, &req, semantic))
+    }
+
+    /// [`candidates_with`]: what a search by relevance weighs, with meaning when a model
+    /// is loaded.
+    pub fn candidates(&mut self, conn: &Connection, req: &SearchRequest) -> Result<Vec<Measured>> {
+        self.with_semantic(conn, Some(req.query.as_str()), |semantic| {
+            candidates_with(conn, req, semantic)
+        })
     }
 
     /// [`timeline_with`], a query anchor found by meaning too.

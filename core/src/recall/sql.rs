@@ -121,6 +121,8 @@ pub(super) struct Candidate {
     pub(super) id: i64,
     pub(super) created_at: i64,
     pub(super) score: Option<f64>,
+    /// See [`crate::recall::search::Hit::relevance`].
+    pub(super) relevance: f64,
 }
 
 /// The arguments and WHERE terms of a statement led by the full-text index: `?1`, the

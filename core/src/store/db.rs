@@ -58,6 +58,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0010_worker_provider",
         include_str!("../../../migrations/0010_worker_provider.sql"),
     ),
+    (
+        "0011_memory_given",
+        include_str!("../../../migrations/0011_memory_given.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

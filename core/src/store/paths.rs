@@ -70,6 +70,18 @@ impl DataDir {
     pub fn backups(&self) -> PathBuf {
         self.root.join("backups")
     }
+    /// `cairn ui`'s address and access token, kept across runs (owner-only).
+    pub fn viewer(&self) -> PathBuf {
+        self.root.join("viewer.json")
+    }
+    /// The owner-only directory of the running worker's sockets.
+    pub fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
+    /// Where the running worker answers searches by meaning (`recall::ask`).
+    pub fn recall_socket(&self) -> PathBuf {
+        self.run().join("recall.sock")
+    }
 
     /// True when the directory exists.
     pub fn exists(&self) -> bool {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::net::Ipv4Addr;
 
 /// Every answer's security headers: no inline script or style, nothing from elsewhere, no
 /// framing, no caching, no referrer to other sites (`same-origin`, not `no-referrer`: under
@@ -134,25 +135,58 @@ impl Refusal {
     }
 }
 
-/// The hosts a browser on this machine names the server by.
-pub fn allowed_host(host: Option<&str>, port: u16) -> bool {
+/// The hosts a browser on this machine names the server by: its address and port
+/// (`localhost` too when the address is 127.0.0.1).
+pub fn allowed_host(host: Option<&str>, address: Ipv4Addr, port: u16) -> bool {
     match host {
-        Some(h) => h == format!("127.0.0.1:{port}") || h == format!("localhost:{port}"),
+        Some(h) => {
+            h == format!("{address}:{port}")
+                || (address == Ipv4Addr::LOCALHOST && h == format!("localhost:{port}"))
+        }
         None => false,
     }
 }
 
 /// `Origin` absent (a typed URL or a same-origin GET) or this server; `Sec-Fetch-Site`, when
 /// the browser sends it, not another site.
-pub fn allowed_origin(origin: Option<&str>, fetch_site: Option<&str>, port: u16) -> bool {
+pub fn allowed_origin(
+    origin: Option<&str>,
+    fetch_site: Option<&str>,
+    address: Ipv4Addr,
+    port: u16,
+) -> bool {
     let origin_ok = match origin {
         None => true,
-        Some(o) => {
-            o == format!("http://127.0.0.1:{port}") || o == format!("http://localhost:{port}")
-        }
+        Some(o) => o
+            .strip_prefix("http://")
+            .is_some_and(|h| allowed_host(Some(h), address, port)),
     };
     let site_ok = !matches!(fetch_site, Some("cross-site") | Some("same-site"));
     origin_ok && site_ok
+}
+
+/// Where the first visit goes once its token is in a cookie: the decoded path's non-empty
+/// segments, each percent-encoded again, and the query without `token` (keys sorted).
+/// Built by cairn, so it is always a path on this server: never `//host`, never a line
+/// break.
+pub fn first_visit_location(path: &str, query: &HashMap<String, String>) -> String {
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_encode)
+        .collect();
+    let mut out = format!("/{}", segments.join("/"));
+    let mut keys: Vec<&String> = query.keys().filter(|k| *k != "token").collect();
+    keys.sort();
+    for (i, k) in keys.iter().enumerate() {
+        out.push(if i == 0 { '?' } else { '&' });
+        out.push_str(&format!(
+            "{}={}",
+            percent_encode(k),
+            percent_encode(&query[*k])
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -175,20 +209,48 @@ mod tests {
     }
 
     #[test]
+    fn the_first_visit_goes_to_a_path_cairn_built() {
+        let check = |target: &str, want: &str| {
+            let (path, query) = split_url(target);
+            assert_eq!(first_visit_location(&path, &query), want, "{target}");
+        };
+        check("/?token=T", "/");
+        check(
+            "/%0d%0aX-Injected:%20yes?token=T",
+            "/%0D%0AX-Injected%3A%20yes",
+        );
+        check("//evil.example/?token=T", "/evil.example");
+        check("/\\evil.example?token=T", "/%5Cevil.example");
+        check(
+            "/search?q=a+b&token=T&project=x",
+            "/search?project=x&q=a%20b",
+        );
+        check("/session/s%2F2?token=T", "/session/s/2");
+    }
+
+    #[test]
     fn checks_hosts_origins_and_secrets() {
-        assert!(allowed_host(Some("127.0.0.1:80"), 80));
-        assert!(allowed_host(Some("localhost:80"), 80));
-        assert!(!allowed_host(Some("evil.example:80"), 80));
-        assert!(!allowed_host(Some("127.0.0.1:81"), 80));
-        assert!(!allowed_host(None, 80));
-        assert!(allowed_origin(None, None, 80));
+        let lo = Ipv4Addr::LOCALHOST;
+        let own = Ipv4Addr::new(127, 9, 8, 7);
+        assert!(allowed_host(Some("127.0.0.1:80"), lo, 80));
+        assert!(allowed_host(Some("localhost:80"), lo, 80));
+        assert!(allowed_host(Some("127.9.8.7:80"), own, 80));
+        assert!(!allowed_host(Some("127.0.0.1:80"), own, 80));
+        assert!(!allowed_host(Some("localhost:80"), own, 80));
+        assert!(!allowed_host(Some("evil.example:80"), lo, 80));
+        assert!(!allowed_host(Some("127.0.0.1:81"), lo, 80));
+        assert!(!allowed_host(None, lo, 80));
+        assert!(allowed_origin(None, None, lo, 80));
         assert!(allowed_origin(
             Some("http://127.0.0.1:80"),
             Some("same-origin"),
+            lo,
             80
         ));
-        assert!(!allowed_origin(Some("http://evil.example"), None, 80));
-        assert!(!allowed_origin(None, Some("cross-site"), 80));
+        assert!(allowed_origin(Some("http://127.9.8.7:80"), None, own, 80));
+        assert!(!allowed_origin(Some("http://127.0.0.1:80"), None, own, 80));
+        assert!(!allowed_origin(Some("http://evil.example"), None, lo, 80));
+        assert!(!allowed_origin(None, Some("cross-site"), lo, 80));
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "ab"));

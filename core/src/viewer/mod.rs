@@ -1,37 +1,48 @@
-//! The viewer: `cairn ui`, a local web page onto the memory. A live feed, search (the same
-//! engine as `cairn search`, by meaning too when a model is there), sessions and their
-//! turns, the timeline around a memory, one memory in full, health with replay and discard
-//! of skipped jobs, and forgetting.
+//! The viewer: `cairn ui`, a local web page onto the memory. A live feed paged back to the
+//! oldest memory, search (the same engine as `cairn search`, by meaning too when a model
+//! is there, each hit with its relevance), sessions as a history and their turns, the
+//! timeline around a memory, one memory in full, what the next session is told (the
+//! context page), health as `cairn status` reports it with its remedies as buttons, and
+//! forgetting.
 //!
-//! - `http`: who may ask (token, `Host`, `Origin`, the form token) and request decoding.
-//! - `data`: the reads only the viewer makes (feed, sessions, tokens per day).
+//! - `server`: the HTTP/1.1 server, bounded (connections, read time, sizes) and unkillable
+//!   by accept errors.
+//! - `access`: the loopback address, port and token, kept across runs.
+//! - `http`: who may ask (token, `Host`, `Origin`, the form token), request decoding, the
+//!   first visit's redirect.
+//! - `data`: the reads only the viewer makes (feed, counts, sessions, tokens per day).
 //! - `pages`: the HTML, pure; every memory text escaped.
-//! - `assets/`: the stylesheet and the script, embedded in the binary.
+//! - `assets/`: the stylesheet, the script and the icon, embedded in the binary.
 //!
-//! Writes nothing itself: replay and discard go through `queue::admin`, forgetting through
-//! `memory::forget`.
+//! Writes nothing itself: replay and discard go through `queue::admin`, clearing the
+//! quarantine through `capture::quarantine`, acknowledging through `store::incidents`,
+//! forgetting through `memory::forget`.
 //!
-//! Invariants: it listens on 127.0.0.1 only, and only while `cairn ui` runs; every request
-//! carries the access token (`?token=` once, then an HttpOnly, SameSite=Strict cookie);
-//! `Host` must name the loopback address and port (DNS rebinding), `Origin` and
-//! `Sec-Fetch-Site` must not name another site; changes are POSTs carrying the form token;
-//! every answer has a strict Content-Security-Policy (no inline script or style); each
-//! request opens its own connection and reads in autocommit, so no read transaction
-//! outlives a statement and the WAL checkpoint is never held back.
+//! Invariants: it listens on its own loopback address only, and only while `cairn ui`
+//! runs; every request for a page carries the access token (`?token=` once, then an
+//! HttpOnly, SameSite=Strict cookie); `Host` must name the address and port (DNS
+//! rebinding), `Origin` and `Sec-Fetch-Site` must not name another site; changes are POSTs
+//! carrying the form token, and those that cannot be undone are asked first; every answer
+//! has a strict Content-Security-Policy (no inline script or style); each request opens
+//! its own connection and reads in autocommit, so no read transaction outlives a
+//! statement and the WAL checkpoint is never held back.
 
+pub mod access;
 pub mod data;
 pub mod http;
 pub mod pages;
+pub mod server;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+use crate::capture::quarantine;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::memory::forget::{self, Memory};
@@ -40,30 +51,34 @@ use crate::ops::status;
 use crate::queue::admin::{self, Selector};
 use crate::queue::claim::JobStatus;
 use crate::queue::stats::{self, ListFilter};
+use crate::recall::context;
+use crate::recall::moment;
 use crate::recall::request::SearchFields;
 use crate::recall::search::{self, SearchRequest};
 use crate::recall::searcher::Searcher;
 use crate::recall::timeline::{self, Anchor, TimelineRequest};
 use crate::settings::Settings;
 use crate::store::db::{self, OpenOptions};
+use crate::store::incidents;
 use crate::store::paths::DataDir;
 use http::{Refusal, percent_encode};
 
 const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/app.js");
+const ICON: &str = include_str!("assets/favicon.svg");
 
 /// How often the live feed looks for new rows.
 pub const FEED_POLL: Duration = Duration::from_millis(500);
 /// Memories the feed page starts with.
 pub const FEED_ITEMS: usize = 50;
-/// Search results on a page.
-pub const SEARCH_LIMIT: usize = 50;
+use pages::SEARCH_LIMIT;
 
 /// A running viewer's shared state.
 #[derive(Debug)]
 struct App {
     dir: DataDir,
     settings: Settings,
+    address: Ipv4Addr,
     port: u16,
     token: String,
     csrf: String,
@@ -73,41 +88,42 @@ struct App {
 
 /// The viewer's server, bound and ready.
 pub struct Viewer {
-    server: Arc<tiny_http::Server>,
+    listener: TcpListener,
     app: Arc<App>,
 }
 
 impl std::fmt::Debug for Viewer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Viewer")
+            .field("address", &self.app.address)
             .field("port", &self.app.port)
             .finish()
     }
 }
 
 impl Viewer {
-    /// Binds 127.0.0.1 (`port` 0: a free one) for the data dir's existing database.
+    /// Binds the viewer's loopback address (kept from the last run, see [`access`]) on
+    /// `port` (0: the last run's, else a free one) for the data dir's existing database.
     pub fn bind(dir: DataDir, settings: Settings, port: u16, searcher: Searcher) -> Result<Viewer> {
         // Fail now, not at the first page, when there is no database.
         drop(open(&dir)?);
-        let server = tiny_http::Server::http(("127.0.0.1", port))
-            .map_err(|e| Error::Invalid(format!("cannot listen on 127.0.0.1:{port}: {e}")))?;
-        let port = server
-            .server_addr()
-            .to_ip()
-            .map(|a: SocketAddr| a.port())
-            .ok_or_else(|| Error::Invalid("the server has no IP address".into()))?;
+        let (listener, access) = access::bind(&dir, port).map_err(|e| {
+            Error::Invalid(format!(
+                "cannot listen on a loopback address, port {port}: {e}"
+            ))
+        })?;
         let app = App {
             dir,
             settings,
-            port,
-            token: http::secret().map_err(io)?,
+            address: access.address,
+            port: access.port,
+            token: access.token,
             csrf: http::secret().map_err(io)?,
             searcher: Mutex::new(searcher),
             stop: Arc::new(AtomicBool::new(false)),
         };
         Ok(Viewer {
-            server: Arc::new(server),
+            listener,
             app: Arc::new(app),
         })
     }
@@ -119,22 +135,18 @@ impl Viewer {
     /// The URL to open: it carries the access token.
     pub fn url(&self) -> String {
         format!(
-            "http://127.0.0.1:{}/?token={}",
-            self.app.port, self.app.token
+            "http://{}:{}/?token={}",
+            self.app.address, self.app.port, self.app.token
         )
     }
 
-    /// Answers requests, each on its own thread, until `stop` is set.
+    /// Answers requests (see [`server`]) until `stop` is set.
     pub fn run(&self, stop: &AtomicBool) -> Result<()> {
-        while !stop.load(Ordering::Relaxed) {
-            let request = match self.server.recv_timeout(Duration::from_millis(200)) {
-                Ok(Some(r)) => r,
-                Ok(None) => continue,
-                Err(e) => return Err(io(e)),
-            };
-            let app = Arc::clone(&self.app);
-            std::thread::spawn(move || handle(&app, request));
-        }
+        let listener = self.listener.try_clone().map_err(io)?;
+        let app = Arc::clone(&self.app);
+        server::serve(listener, stop, move |request, stream| {
+            handle(&app, request, stream)
+        });
         self.app.stop.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -207,31 +219,26 @@ struct Req {
     form: HashMap<String, String>,
 }
 
-fn header<'a>(r: &'a tiny_http::Request, name: &'static str) -> Option<&'a str> {
-    r.headers()
-        .iter()
-        .find(|h| h.field.equiv(name))
-        .map(|h| h.value.as_str())
-}
-
-fn handle(app: &App, mut request: tiny_http::Request) {
+fn handle(app: &App, request: server::Request, mut stream: TcpStream) {
     let started = Instant::now();
-    let method = request.method().as_str().to_ascii_uppercase();
-    let (path, query) = http::split_url(request.url());
+    let method = request.method.clone();
+    let (path, query) = http::split_url(&request.target);
     let cookie_name = format!("cairn_{}", app.port);
     // Who is asking, before anything else is read.
-    let refusal = if !http::allowed_host(header(&request, "Host"), app.port) {
+    let refusal = if !http::allowed_host(request.header("Host"), app.address, app.port) {
         Some(Refusal::Host)
     } else if !http::allowed_origin(
-        header(&request, "Origin"),
-        header(&request, "Sec-Fetch-Site"),
+        request.header("Origin"),
+        request.header("Sec-Fetch-Site"),
+        app.address,
         app.port,
     ) {
         Some(Refusal::Origin)
     } else {
         None
     };
-    let from_cookie = header(&request, "Cookie")
+    let from_cookie = request
+        .header("Cookie")
         .and_then(|c| http::cookie(c, &cookie_name))
         .is_some_and(|t| http::same_secret(t, &app.token));
     let from_query = method == "GET"
@@ -240,9 +247,15 @@ fn handle(app: &App, mut request: tiny_http::Request) {
             .is_some_and(|t| http::same_secret(t, &app.token));
     let mut answer = if let Some(r) = refusal {
         Answer::refused(r)
+    } else if let Some(a) = (method == "GET").then(|| asset(&path)).flatten() {
+        // The stylesheet, script and icon hold no memory: served without the token, so
+        // the "Refused" page is styled too.
+        a
     } else if from_query {
         // The first visit: keep the token in a cookie and drop it from the address bar.
-        let mut a = Answer::redirect(&path);
+        // The address is rebuilt by cairn from the decoded path's segments, never copied
+        // from the request: no line break, no `//host`, the rest of the query kept.
+        let mut a = Answer::redirect(&http::first_visit_location(&path, &query));
         a.headers.push((
             "Set-Cookie".into(),
             format!(
@@ -254,15 +267,10 @@ fn handle(app: &App, mut request: tiny_http::Request) {
     } else if !from_cookie {
         Answer::refused(Refusal::Token)
     } else if method == "GET" && path == "/events" {
-        return events(app, request, &query);
+        return events(app, stream, &query);
     } else {
-        let mut body = String::new();
         let form = if method == "POST" {
-            let mut limited = request.as_reader().take(64 * 1024);
-            if limited.read_to_string(&mut body).is_err() {
-                body.clear();
-            }
-            http::parse_form(&body)
+            http::parse_form(&String::from_utf8_lossy(&request.body))
         } else {
             HashMap::new()
         };
@@ -292,21 +300,36 @@ fn handle(app: &App, mut request: tiny_http::Request) {
         "Server-Timing".into(),
         format!("app;dur={:.1}", elapsed.as_secs_f64() * 1000.0),
     ));
-    let mut response = tiny_http::Response::from_data(answer.body).with_status_code(answer.status);
     let mut headers: Vec<(String, String)> = http::security_headers()
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     headers.push(("Content-Type".into(), answer.kind.into()));
     headers.extend(answer.headers);
-    for (k, v) in headers {
-        if let Ok(h) = tiny_http::Header::from_bytes(k.as_bytes(), v.as_bytes()) {
-            response.add_header(h);
-        }
-    }
-    if let Err(e) = request.respond(response) {
+    if let Err(e) = server::respond(&mut stream, answer.status, &headers, &answer.body) {
         log::debug!("answering {path}: {e}");
     }
+}
+
+/// The embedded files, by path.
+fn asset(path: &str) -> Option<Answer> {
+    let (kind, body) = match path {
+        "/style.css" => ("text/css; charset=utf-8", STYLE),
+        "/app.js" => ("text/javascript; charset=utf-8", SCRIPT),
+        "/favicon.svg" | "/favicon.ico" => ("image/svg+xml", ICON),
+        _ => return None,
+    };
+    Some(Answer {
+        status: 200,
+        kind,
+        body: body.as_bytes().to_vec(),
+        headers: Vec::new(),
+    })
+}
+
+/// Where a page of a list starts (`from`, 0 when absent or not a number).
+fn from(q: &HashMap<String, String>) -> usize {
+    q.get("from").and_then(|f| f.parse().ok()).unwrap_or(0)
 }
 
 fn project_of(q: &HashMap<String, String>) -> Option<String> {
@@ -318,58 +341,70 @@ fn route(app: &App, req: &Req) -> Result<Answer> {
     let post = req.method == "POST";
     let path = req.path.as_str();
     Ok(match path {
-        "/style.css" if get => Answer {
-            status: 200,
-            kind: "text/css; charset=utf-8",
-            body: STYLE.as_bytes().to_vec(),
-            headers: Vec::new(),
-        },
-        "/app.js" if get => Answer {
-            status: 200,
-            kind: "text/javascript; charset=utf-8",
-            body: SCRIPT.as_bytes().to_vec(),
-            headers: Vec::new(),
-        },
         "/" if get => {
             let conn = open(&app.dir)?;
             let project = project_of(&req.query);
-            let (items, seen) = data::latest(&conn, project.as_deref(), FEED_ITEMS)?;
+            let before = req.query.get("before").and_then(|b| {
+                let mut ids = b.split('.').map(|i| i.parse::<i64>().ok());
+                Some(data::Seen {
+                    observation: ids.next()??,
+                    summary: ids.next()??,
+                    prompt: ids.next()??,
+                })
+            });
+            let page = data::latest(&conn, project.as_deref(), FEED_ITEMS, before)?;
+            let total = data::count(&conn, project.as_deref())?;
+            let offset = if before.is_some() {
+                from(&req.query)
+            } else {
+                0
+            };
             let projects = data::projects(&conn)?;
             Answer::html(
                 200,
-                pages::feed(&items, seen, &projects, project.as_deref()),
+                pages::feed(&page, total, offset, &projects, project.as_deref()),
             )
         }
         "/search" if get => search_page(app, req)?,
         "/sessions" if get => {
             let conn = open(&app.dir)?;
             let project = project_of(&req.query);
-            let rows = data::sessions(&conn, project.as_deref(), 100)?;
+            let offset = from(&req.query);
+            let rows = data::sessions(&conn, project.as_deref(), pages::SESSIONS_PAGE, offset)?;
+            let total = data::session_count(&conn, project.as_deref())?;
             let projects = data::projects(&conn)?;
-            Answer::html(200, pages::sessions(&rows, &projects, project.as_deref()))
+            Answer::html(
+                200,
+                pages::sessions(&rows, total, offset, &projects, project.as_deref()),
+            )
         }
+        "/context" | "/context.json" if get => context_page(app, req)?,
         "/health" if get => health_page(app, req.query.get("done").map(String::as_str))?,
-        "/queue/replay" | "/queue/discard" if post => {
-            let Some(id) = req.form.get("id").and_then(|i| i.parse::<i64>().ok()) else {
+        "/queue/replay" | "/queue/discard" if post => queue_action(app, req)?,
+        "/quarantine/clear" if post => {
+            if !confirmed(req) {
                 return Ok(Answer::html(
-                    400,
-                    pages::message("Bad request", "no job id"),
+                    200,
+                    pages::confirm(
+                        &pages::Confirm {
+                            title: "Clear the quarantine?",
+                            text: "This deletes every quarantined hook input for good.",
+                            action: "/quarantine/clear",
+                            fields: &[],
+                            button: "Clear",
+                            back: "/health",
+                        },
+                        &app.csrf,
+                    ),
                 ));
-            };
+            }
             let mut conn = open(&app.dir)?;
-            let selector = Selector::Ids(vec![id]);
-            let now = clock::now_ms();
-            let (n, verb) = if path == "/queue/replay" {
-                (admin::replay(&mut conn, &selector, now)?, "replayed")
-            } else {
-                (admin::discard(&mut conn, &selector, now)?, "discarded")
-            };
-            let done = if n == 1 {
-                format!("job {id} {verb}")
-            } else {
-                format!("job {id} was not skipped: nothing {verb}")
-            };
-            Answer::redirect(&format!("/health?done={}", percent_encode(&done)))
+            let n = quarantine::clear(&mut conn, &quarantine::Clear::All)?;
+            done(&format!("{n} quarantined hook inputs cleared"))
+        }
+        "/acknowledge" if post => {
+            let n = incidents::acknowledge(&app.dir)?;
+            done(&format!("{n} notices acknowledged"))
         }
         "/forget" if post => forget_action(app, req)?,
         _ if get && path.starts_with("/memory/") => {
@@ -407,13 +442,154 @@ fn route(app: &App, req: &Req) -> Result<Answer> {
         _ if get && path.starts_with("/session/") => {
             let sid = &path["/session/".len()..];
             let conn = open(&app.dir)?;
-            match data::session(&conn, sid)? {
-                Some((row, turns)) => Answer::html(200, pages::session(&row, &turns, &app.csrf)),
+            match data::session(&conn, sid, from(&req.query))? {
+                Some(page) => Answer::html(200, pages::session(&page, &app.csrf)),
                 None => Answer::not_found("no such session"),
             }
         }
         _ => Answer::not_found("no such page"),
     })
+}
+
+fn confirmed(req: &Req) -> bool {
+    req.form.get("confirm").map(String::as_str) == Some("yes")
+}
+
+/// Back to the health page, saying what was done.
+fn done(what: &str) -> Answer {
+    Answer::redirect(&format!("/health?done={}", percent_encode(what)))
+}
+
+/// Replays or discards one skipped job (`id`) or all (`all=yes`); a discard asks first.
+fn queue_action(app: &App, req: &Req) -> Result<Answer> {
+    let replay = req.path == "/queue/replay";
+    let all = req.form.get("all").map(String::as_str) == Some("yes");
+    let id = req.form.get("id").and_then(|i| i.parse::<i64>().ok());
+    let (selector, what) = match (all, id) {
+        (true, _) => (Selector::AllSkipped, "every skipped job".to_string()),
+        (false, Some(id)) => (Selector::Ids(vec![id]), format!("job {id}")),
+        (false, None) => {
+            return Ok(Answer::html(
+                400,
+                pages::message("Bad request", "no job id"),
+            ));
+        }
+    };
+    if !replay && !confirmed(req) {
+        let id_text = id.map(|i| i.to_string()).unwrap_or_default();
+        let fields: Vec<(&str, &str)> = if all {
+            vec![("all", "yes")]
+        } else {
+            vec![("id", id_text.as_str())]
+        };
+        let title = format!("Discard {what}?");
+        let text = format!(
+            "Discarding deletes {what} for good: what it held is never observed. Replay is the way to try again."
+        );
+        return Ok(Answer::html(
+            200,
+            pages::confirm(
+                &pages::Confirm {
+                    title: &title,
+                    text: &text,
+                    action: "/queue/discard",
+                    fields: &fields,
+                    button: "Discard",
+                    back: "/health",
+                },
+                &app.csrf,
+            ),
+        ));
+    }
+    let mut conn = open(&app.dir)?;
+    let now = clock::now_ms();
+    let (n, verb) = if replay {
+        (admin::replay(&mut conn, &selector, now)?, "replayed")
+    } else {
+        (admin::discard(&mut conn, &selector, now)?, "discarded")
+    };
+    Ok(done(&match (all, n) {
+        (true, n) => format!("{n} skipped jobs {verb}"),
+        (false, 1) => format!("{what} {verb}"),
+        (false, _) => format!("{what} was not skipped: nothing {verb}"),
+    }))
+}
+
+/// What the next session of a project is told, as `cairn context` renders it, with the
+/// settings read again from the data dir (so a change shows without a restart).
+fn context_page(app: &App, req: &Req) -> Result<Answer> {
+    let conn = open(&app.dir)?;
+    let projects = data::projects(&conn)?;
+    let Some(project) = project_of(&req.query).or_else(|| projects.first().cloned()) else {
+        return Ok(Answer::html(
+            200,
+            pages::message("Context", "No project has a session yet."),
+        ));
+    };
+    let (settings, rows, error) = match Settings::load(&app.dir) {
+        Ok(loaded) => {
+            let rows = loaded
+                .effective()
+                .into_iter()
+                .filter(|(k, _, _)| k.starts_with("context.") || k.starts_with("recall."))
+                .map(|(k, v, src)| (k, v.to_string(), src.to_string()))
+                .collect::<Vec<_>>();
+            (loaded.settings, rows, None)
+        }
+        Err(e) => (app.settings.clone(), Vec::new(), Some(e.to_string())),
+    };
+    let text = context::session_start(&conn, &project, &settings.context, clock::now_ms())?;
+    let tokens = context::tokens(&text);
+    if req.path == "/context.json" {
+        let json = serde_json::json!({ "project": project, "text": text, "tokens": tokens });
+        return Ok(Answer {
+            status: 200,
+            kind: "application/json",
+            body: json.to_string().into_bytes(),
+            headers: Vec::new(),
+        });
+    }
+    // What a prompt typed here would receive: the hook's own search and choice
+    // (`recall::moment`): by the running worker, words and meaning, when it answers in
+    // time, else by words alone; for a session given nothing yet.
+    let prompt = req.query.get("prompt").cloned().unwrap_or_default();
+    let recalled = if prompt.trim().is_empty() {
+        None
+    } else {
+        let request = moment::prompt_request(&project, &prompt, &settings.recall);
+        let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
+        Some(
+            moment::find(&conn, &app.dir.recall_socket(), &request, deadline)
+                .and_then(|f| {
+                    let how = match (&f.by_meaning, &f.words_alone_because) {
+                        (true, _) => {
+                            "by words and by meaning (the running worker answered)".to_string()
+                        }
+                        (false, Some(why)) => format!("by words alone: {why}"),
+                        (false, None) => "by words alone".to_string(),
+                    };
+                    Ok((moment::at_prompt(&conn, None, &f, &settings.recall)?, how))
+                })
+                .map_err(|e| e.to_string()),
+        )
+    };
+    Ok(Answer::html(
+        200,
+        pages::context(pages::ContextView {
+            project: &project,
+            projects: &projects,
+            text: &text,
+            tokens,
+            settings: &rows,
+            settings_error: error.as_deref(),
+            prompt: &prompt,
+            recalled: recalled.as_ref().map(|r| {
+                r.as_ref()
+                    .map(|(r, how)| (r, how.as_str()))
+                    .map_err(Clone::clone)
+            }),
+        }),
+    ))
 }
 
 fn lock(m: &Mutex<Searcher>) -> std::sync::MutexGuard<'_, Searcher> {
@@ -446,8 +622,9 @@ fn search_page(app: &App, req: &Req) -> Result<Answer> {
     let mut searcher = lock(&app.searcher);
     let by_meaning = searcher.unavailable().is_none();
     let asked = req.query.contains_key("q");
+    let offset = from(&req.query);
     let hits = if asked {
-        Some(match search_request(&form) {
+        Some(match search_request(&form, offset) {
             Ok(sr) => searcher.search(&conn, &sr).map_err(|e| e.to_string()),
             Err(e) => Err(e),
         })
@@ -455,16 +632,33 @@ fn search_page(app: &App, req: &Req) -> Result<Answer> {
         None
     };
     drop(searcher);
-    let hits_ref = hits.as_ref().map(|r| r.as_deref().map_err(Clone::clone));
+    // One more than shown was asked for: whether there is a next page.
+    let more = matches!(&hits, Some(Ok(h)) if h.len() > SEARCH_LIMIT);
+    let hits_ref = hits.as_ref().map(|r| {
+        r.as_deref()
+            .map(|h| &h[..h.len().min(SEARCH_LIMIT)])
+            .map_err(Clone::clone)
+    });
     Ok(Answer::html(
         200,
-        pages::search(&form, &projects, hits_ref, by_meaning),
+        pages::search(
+            &form,
+            &projects,
+            hits_ref,
+            offset,
+            more,
+            by_meaning,
+            app.settings.search.min_relevance,
+        ),
     ))
 }
 
 /// The search form as `cairn search` would take it: same filters, same words. An empty
 /// field of the form is a field not given.
-fn search_request(f: &pages::SearchForm) -> std::result::Result<SearchRequest, String> {
+fn search_request(
+    f: &pages::SearchForm,
+    offset: usize,
+) -> std::result::Result<SearchRequest, String> {
     let given = |s: &str| (!s.trim().is_empty()).then(|| s.trim().to_string());
     SearchFields {
         query: f.q.clone(),
@@ -476,8 +670,8 @@ fn search_request(f: &pages::SearchForm) -> std::result::Result<SearchRequest, S
         until: given(&f.until),
         kind: Some(f.kind.clone()),
         order: Some(f.order.clone()),
-        limit: SEARCH_LIMIT,
-        offset: 0,
+        limit: SEARCH_LIMIT + 1,
+        offset,
         asking_session: None,
     }
     .to_request(clock::now_ms())
@@ -499,13 +693,14 @@ fn health_page(app: &App, notice: Option<&str>) -> Result<Answer> {
             limit: 100,
         },
     )?;
+    let attention = status::attention_by_topic(&status);
     let today = now.div_euclid(86_400_000) * 86_400_000;
     let from = today - (CHART_DAYS as i64 - 1) * 86_400_000;
     let days = data::tokens_per_day(&conn, from)?;
     let chart = pages::chart(&days, from, CHART_DAYS);
     Ok(Answer::html(
         200,
-        pages::health(&status, &skipped, &chart, &app.csrf, notice),
+        pages::health(&status, &attention, &skipped, &chart, &app.csrf, notice),
     ))
 }
 
@@ -559,7 +754,7 @@ fn forget_action(app: &App, req: &Req) -> Result<Answer> {
 
 /// The live feed: server-sent events, one `memory` event per new row (JSON), polling the
 /// database for rows past the last ids seen. Ends when the client goes or the viewer stops.
-fn events(app: &App, request: tiny_http::Request, query: &HashMap<String, String>) {
+fn events(app: &App, mut out: TcpStream, query: &HashMap<String, String>) {
     let id = |k: &str| {
         query
             .get(k)
@@ -572,7 +767,6 @@ fn events(app: &App, request: tiny_http::Request, query: &HashMap<String, String
         summary: id("s"),
         prompt: id("p"),
     };
-    let mut out = request.into_writer();
     let mut head = String::from("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n");
     for (k, v) in http::security_headers() {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -601,6 +795,12 @@ fn events(app: &App, request: tiny_http::Request, query: &HashMap<String, String
                     if let Ok(json) = serde_json::to_string(i) {
                         text.push_str(&format!("event: memory\ndata: {json}\n\n"));
                     }
+                }
+                // Where a tab goes on from when it opens the stream again.
+                if next != seen
+                    && let Ok(json) = serde_json::to_string(&next)
+                {
+                    text.push_str(&format!("event: seen\ndata: {json}\n\n"));
                 }
                 seen = next;
             }

@@ -6,20 +6,30 @@
 use std::fmt::Write as _;
 
 use crate::clock;
-use crate::ops::status::Status;
+use crate::ops::status::{Status, Topic};
 use crate::queue::claim::JobStatus;
 use crate::queue::stats::JobRow;
+use crate::recall::moment::{Recalled, Verdict};
 use crate::recall::search::Hit;
 use crate::recall::snippet::{HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN};
 use crate::recall::timeline::{Record, Timeline};
-use crate::viewer::data::{Item, Seen, SessionRow, Turn};
+use crate::viewer::data::{FeedPage, Item, SessionPage, SessionRow};
 use crate::viewer::http::percent_encode;
 
-/// Text made safe for HTML content and quoted attribute values.
+/// Bidirectional controls (embeddings, overrides, isolates, marks): in memory text they
+/// would reorder what is shown around them, so they are shown as U+FFFD instead. app.js
+/// holds the same list for what it adds to a page.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+}
+
+/// Text made safe for HTML content and quoted attribute values, bidirectional controls
+/// neutralised.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
+            c if is_bidi_control(c) => out.push('\u{FFFD}'),
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -38,8 +48,62 @@ pub fn marked(snippet: &str) -> String {
         .replace(HIGHLIGHT_CLOSE, "</mark>")
 }
 
+/// A moment as a `<time>` element: UTC in the markup, turned into the reader's time zone
+/// by app.js from `data-ms` (the page says which zone it shows).
 fn time(ms: i64) -> String {
-    clock::minute_utc(ms)
+    format!(
+        "<time datetime=\"{}\" data-ms=\"{ms}\">{} UTC</time>",
+        clock::iso_utc(ms),
+        clock::minute_utc(ms)
+    )
+}
+
+/// "Showing 51–100 of 3,806" (`shown` from `offset`, of `total`).
+fn showing(offset: usize, shown: usize, total: i64, what: &str) -> String {
+    if shown == 0 {
+        return format!(
+            "<p class=\"count\">None of {} {what}.</p>",
+            thousands(total)
+        );
+    }
+    format!(
+        "<p class=\"count\">Showing {}–{} of {} {what}.</p>",
+        thousands(offset as i64 + 1),
+        thousands((offset + shown) as i64),
+        thousands(total)
+    )
+}
+
+/// 12345 as "12,345".
+pub fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+/// A link to another page of a list: `base` with `params` (values encoded here).
+fn page_link(base: &str, params: &[(&str, String)], text: &str, id: &str) -> String {
+    let query: Vec<String> = params
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+        .collect();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let href = if query.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}{sep}{}", query.join("&"))
+    };
+    format!(
+        "<a class=\"pager\" id=\"{id}\" href=\"{}\">{text}</a>",
+        esc(&href)
+    )
 }
 
 /// The page around `body`: navigation, the stylesheet and script (files, never inline).
@@ -49,6 +113,7 @@ pub fn layout(title: &str, active: &str, body: &str) -> String {
         ("/", "Feed"),
         ("/search", "Search"),
         ("/sessions", "Sessions"),
+        ("/context", "Context"),
         ("/health", "Health"),
     ] {
         let class = if name == active { " class=\"on\"" } else { "" };
@@ -57,10 +122,10 @@ pub fn layout(title: &str, active: &str, body: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · cairn</title><link rel=\"stylesheet\" href=\"/style.css\">\
+         <title>{} · cairn</title><link rel=\"icon\" href=\"/favicon.svg\" type=\"image/svg+xml\"><link rel=\"stylesheet\" href=\"/style.css\">\
          <script src=\"/app.js\" defer></script></head>\
          <body><header><span class=\"brand\">cairn</span><nav>{nav}</nav></header>\
-         <main>{body}</main></body></html>\n",
+         <main>{body}</main><footer><span id=\"tz\">Times in UTC.</span></footer></body></html>\n",
         esc(title)
     )
 }
@@ -80,43 +145,92 @@ fn project_select(projects: &[String], current: Option<&str>) -> String {
 }
 
 fn item_html(i: &Item) -> String {
+    let detail = if i.detail.is_empty() || i.detail == i.title {
+        String::new()
+    } else {
+        format!("<div class=\"detail\">{}</div>", esc(&i.detail))
+    };
     format!(
         "<li class=\"item {kind}\"><div class=\"meta\"><a href=\"/memory/{r}\">{r}</a> \
          <span class=\"label\">{label}</span> <span class=\"project\">{project}</span> \
-         <time>{time}</time></div><div class=\"title\">{title}</div>\
-         <div class=\"detail\">{detail}</div></li>",
+         {time}</div><div class=\"title\">{title}</div>{detail}</li>",
         kind = i.kind,
         r = esc(&i.reference),
         label = esc(&i.label),
         project = esc(&i.project),
         time = time(i.created_at),
         title = esc(&i.title),
-        detail = esc(&i.detail),
     )
 }
 
 /// The live feed: the newest memories, then new ones as the worker writes them (app.js
-/// listens on `/events`, from the ids in the list's data attributes).
-pub fn feed(items: &[Item], seen: Seen, projects: &[String], project: Option<&str>) -> String {
+/// listens on `/events`, from the ids in the list's data attributes), with a link to older
+/// ones. `offset` is how many newer memories earlier pages showed.
+pub fn feed(
+    page: &FeedPage,
+    total: i64,
+    offset: usize,
+    projects: &[String],
+    project: Option<&str>,
+) -> String {
+    let first = offset == 0;
     let mut body = format!(
-        "<h1>Live feed</h1><form class=\"bar\" method=\"get\" action=\"/\">{}\
-         <button>Show</button></form><p class=\"hint\" id=\"live\">Waiting for new memories…</p>\
-         <ul id=\"feed\" class=\"items\" data-project=\"{}\" data-o=\"{}\" data-s=\"{}\" data-p=\"{}\">",
+        "<h1>{}</h1><form class=\"bar\" method=\"get\" action=\"/\">{}\
+         <button class=\"show\">Show</button></form>{}",
+        if first { "Live feed" } else { "Older memories" },
         project_select(projects, project),
-        esc(project.unwrap_or("")),
-        seen.observation,
-        seen.summary,
-        seen.prompt
+        showing(offset, page.items.len(), total, "memories"),
     );
-    for i in items {
+    if first {
+        let _ = write!(
+            body,
+            "<p class=\"hint\" id=\"live\">Waiting for new memories…</p>\
+             <ul id=\"feed\" class=\"items\" data-project=\"{}\" data-o=\"{}\" data-s=\"{}\" data-p=\"{}\">",
+            esc(project.unwrap_or("")),
+            page.seen.observation,
+            page.seen.summary,
+            page.seen.prompt
+        );
+    } else {
+        body.push_str("<ul class=\"items\">");
+    }
+    for i in &page.items {
         body.push_str(&item_html(i));
     }
     body.push_str("</ul>");
-    if items.is_empty() {
+    if page.items.is_empty() && first {
         body.push_str("<p class=\"empty\">No memories yet.</p>");
     }
+    body.push_str("<p class=\"pages\">");
+    if !first {
+        body.push_str(&page_link(
+            "/",
+            &[("project", project.unwrap_or("").to_string())],
+            "Newest",
+            "newest",
+        ));
+    }
+    if let Some(o) = page.older {
+        body.push_str(&page_link(
+            "/",
+            &[
+                ("project", project.unwrap_or("").to_string()),
+                (
+                    "before",
+                    format!("{}.{}.{}", o.observation, o.summary, o.prompt),
+                ),
+                ("from", (offset + page.items.len()).to_string()),
+            ],
+            "Older →",
+            "older",
+        ));
+    }
+    body.push_str("</p>");
     layout("Live feed", "Feed", &body)
 }
+
+/// Search results on a page.
+pub const SEARCH_LIMIT: usize = 50;
 
 /// The search form's values, as the person typed them.
 #[derive(Debug, Clone, Default)]
@@ -137,8 +251,12 @@ pub fn search(
     form: &SearchForm,
     projects: &[String],
     hits: Option<Result<&[Hit], String>>,
+    offset: usize,
+    more: bool,
     by_meaning: bool,
+    floor: f64,
 ) -> String {
+    let ranked = form.order == "relevance" && !form.q.trim().is_empty();
     let opt = |name: &str, values: &[&str], current: &str| {
         let mut s = format!("<select name=\"{name}\">");
         for v in values {
@@ -154,6 +272,15 @@ pub fn search(
             esc(value)
         )
     };
+    let how = format!(
+        "{} Ordered by relevance, results under {:.0}% relevance are not shown.",
+        if by_meaning {
+            "Searching by words and by meaning."
+        } else {
+            "Searching by words (no sentence model: `cairn embed --fetch` adds search by meaning)."
+        },
+        floor * 100.0
+    );
     let mut body = format!(
         "<h1>Search</h1><form class=\"search\" method=\"get\" action=\"/search\">\
          <input type=\"search\" name=\"q\" id=\"q\" value=\"{q}\" placeholder=\"words, &quot;a phrase&quot;, -not, prefix*, OR\" autofocus>\
@@ -172,27 +299,48 @@ pub fn search(
         file = input("file", &form.file, "file path contains"),
         since = input("since", &form.since, "since: 7d, 2026-01-31"),
         until = input("until", &form.until, "until"),
-        how = if by_meaning {
-            "Searching by words and by meaning."
-        } else {
-            "Searching by words (no sentence model: `cairn embed --fetch` adds search by meaning)."
-        }
+        how = esc(&how)
     );
     match hits {
         None => {}
         Some(Err(e)) => {
             let _ = write!(body, "<p class=\"error\">{}</p>", esc(&e));
         }
-        Some(Ok([])) => body.push_str("<p class=\"empty\">No results.</p>"),
+        Some(Ok([])) if offset == 0 && ranked => {
+            let _ = write!(
+                body,
+                "<p class=\"empty\" id=\"none-relevant\">Nothing relevant: no memory reaches the relevance floor ({:.0}%, the setting <code>search.min_relevance</code>).</p>",
+                floor * 100.0
+            );
+        }
+        Some(Ok([])) if offset == 0 => body.push_str("<p class=\"empty\">No results.</p>"),
         Some(Ok(hits)) => {
-            body.push_str("<ul class=\"items hits\">");
+            let _ = write!(
+                body,
+                "<p class=\"count\" id=\"count\">Results {}–{}{}.</p><ul class=\"items hits\">",
+                thousands(offset as i64 + 1),
+                thousands((offset + hits.len()) as i64),
+                if more {
+                    " (more on the next page)"
+                } else {
+                    ", the last"
+                }
+            );
             for h in hits {
                 let _ = write!(
                     body,
                     "<li class=\"item\"><div class=\"meta\"><a href=\"/memory/{r}\">{r}</a> \
                      <span class=\"label\">{label}</span> <span class=\"project\">{project}</span> \
-                     <time>{time}</time> <a class=\"side\" href=\"/timeline/{r}\">timeline</a></div>\
+                     {time}{score} <a class=\"side\" href=\"/timeline/{r}\">timeline</a></div>\
                      <div class=\"title\">{title}</div><div class=\"snippet\">{snippet}</div></li>",
+                    score = if ranked {
+                        format!(
+                            " <span class=\"score\" title=\"estimated chance that it answers the query\">relevance {:.0}%</span>",
+                            h.relevance * 100.0
+                        )
+                    } else {
+                        String::new()
+                    },
                     r = esc(&h.reference()),
                     label = esc(&h.label),
                     project = esc(&h.project),
@@ -202,6 +350,38 @@ pub fn search(
                 );
             }
             body.push_str("</ul>");
+            let params = |from: usize| {
+                vec![
+                    ("q", form.q.clone()),
+                    ("project", form.project.clone()),
+                    ("type", form.types.clone()),
+                    ("kind", form.kind.clone()),
+                    ("order", form.order.clone()),
+                    ("concept", form.concept.clone()),
+                    ("file", form.file.clone()),
+                    ("since", form.since.clone()),
+                    ("until", form.until.clone()),
+                    ("from", from.to_string()),
+                ]
+            };
+            body.push_str("<p class=\"pages\">");
+            if offset > 0 {
+                body.push_str(&page_link(
+                    "/search",
+                    &params(offset.saturating_sub(SEARCH_LIMIT)),
+                    "← Previous",
+                    "previous",
+                ));
+            }
+            if more {
+                body.push_str(&page_link(
+                    "/search",
+                    &params(offset + hits.len()),
+                    "Next →",
+                    "next",
+                ));
+            }
+            body.push_str("</p>");
         }
     }
     layout("Search", "Search", &body)
@@ -317,7 +497,7 @@ pub fn timeline(reference: &str, t: &Timeline) -> String {
             body,
             "<li class=\"item{class}\"><div class=\"meta\"><a href=\"/memory/{r}\">{r}</a> \
              <span class=\"label\">{label}</span> <span class=\"project\">{project}</span> \
-             <time>{time}</time></div><div class=\"title\">{title}</div>\
+             {time}</div><div class=\"title\">{title}</div>\
              <div class=\"detail\">{detail}</div></li>",
             r = esc(&e.reference()),
             label = esc(&e.label),
@@ -331,43 +511,98 @@ pub fn timeline(reference: &str, t: &Timeline) -> String {
     layout("Timeline", "", &body)
 }
 
-/// The sessions page.
-pub fn sessions(rows: &[SessionRow], projects: &[String], project: Option<&str>) -> String {
+/// Sessions page size.
+pub const SESSIONS_PAGE: usize = 50;
+
+/// The sessions page: each session by what was asked in it, its project, size and time;
+/// sessions without a memory left are not listed.
+pub fn sessions(
+    rows: &[SessionRow],
+    total: i64,
+    offset: usize,
+    projects: &[String],
+    project: Option<&str>,
+) -> String {
     let mut body = format!(
         "<h1>Sessions</h1><form class=\"bar\" method=\"get\" action=\"/sessions\">{}\
-         <button>Show</button></form><table><thead><tr><th>session</th><th>project</th>\
-         <th>turns</th><th>last active</th></tr></thead><tbody>",
-        project_select(projects, project)
+         <button class=\"show\">Show</button></form>{}<ul class=\"items sessions\">",
+        project_select(projects, project),
+        showing(offset, rows.len(), total, "sessions"),
     );
     for r in rows {
+        let what = r
+            .first_prompt
+            .as_deref()
+            .or(r.summary.as_deref())
+            .unwrap_or("(no prompt kept)");
+        let summary = match (&r.first_prompt, &r.summary) {
+            (Some(_), Some(s)) => format!("<div class=\"detail\">Last turn: {}</div>", esc(s)),
+            _ => String::new(),
+        };
         let _ = write!(
             body,
-            "<tr><td><a href=\"/session/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            percent_encode(&r.session_id),
-            esc(&r.session_id),
-            esc(&r.project),
-            r.prompts,
-            time(r.updated_at)
+            "<li class=\"item\"><div class=\"meta\"><span class=\"project\">{project}</span> \
+             {time} <span>{n} memor{y}</span> <span>{turns} turn{ts}</span></div>\
+             <div class=\"title\"><a href=\"/session/{href}\">{what}</a></div>{summary}</li>",
+            project = esc(&r.project),
+            time = time(r.started_at),
+            n = thousands(r.memories),
+            y = if r.memories == 1 { "y" } else { "ies" },
+            turns = r.prompts,
+            ts = if r.prompts == 1 { "" } else { "s" },
+            href = percent_encode(&r.session_id),
+            what = esc(what),
         );
     }
-    body.push_str("</tbody></table>");
-    if rows.is_empty() {
-        body.push_str("<p class=\"empty\">No sessions yet.</p>");
+    body.push_str("</ul><p class=\"pages\">");
+    let project = project.unwrap_or("").to_string();
+    if offset > 0 {
+        body.push_str(&page_link(
+            "/sessions",
+            &[
+                ("project", project.clone()),
+                ("from", offset.saturating_sub(SESSIONS_PAGE).to_string()),
+            ],
+            "← Newer",
+            "newer",
+        ));
     }
+    if ((offset + rows.len()) as i64) < total {
+        body.push_str(&page_link(
+            "/sessions",
+            &[
+                ("project", project),
+                ("from", (offset + rows.len()).to_string()),
+            ],
+            "Older →",
+            "older",
+        ));
+    }
+    body.push_str("</p>");
     layout("Sessions", "Sessions", &body)
 }
 
-/// One session's turns, in order.
-pub fn session(row: &SessionRow, turns: &[Turn], csrf: &str) -> String {
+/// One session's turns, in order, a page of its observations at a time.
+pub fn session(page: &SessionPage, csrf: &str) -> String {
+    let row = &page.row;
+    let shown: usize = page.turns.iter().map(|t| t.observations.len()).sum();
     let mut body = format!(
-        "<h1>Session <span class=\"ref\">{sid}</span></h1><p class=\"links\">{project} · {status} · \
-         started {started}</p>",
+        "<h1>{title}</h1><p class=\"links\">{project} · {status} · started {started} · \
+         {n} memor{y} · <span class=\"ref\">{sid}</span></p>{showing}",
+        title = esc(row
+            .first_prompt
+            .as_deref()
+            .or(row.summary.as_deref())
+            .unwrap_or("Session")),
         sid = esc(&row.session_id),
         project = esc(&row.project),
         status = esc(&row.status),
         started = time(row.started_at),
+        n = thousands(row.memories),
+        y = if row.memories == 1 { "y" } else { "ies" },
+        showing = showing(page.offset, shown, page.observations, "observations"),
     );
-    for t in turns {
+    for t in &page.turns {
         let _ = write!(
             body,
             "<section class=\"turn\"><h2>Turn {}</h2>",
@@ -379,7 +614,7 @@ pub fn session(row: &SessionRow, turns: &[Turn], csrf: &str) -> String {
                 "<p class=\"prompt\"><a href=\"/memory/{}\">{}</a> {}</p>",
                 esc(&p.reference),
                 esc(&p.reference),
-                esc(&p.detail)
+                esc(&p.title)
             );
         }
         if !t.observations.is_empty() {
@@ -400,6 +635,30 @@ pub fn session(row: &SessionRow, turns: &[Turn], csrf: &str) -> String {
         }
         body.push_str("</section>");
     }
+    let base = format!("/session/{}", percent_encode(&row.session_id));
+    body.push_str("<p class=\"pages\">");
+    if page.offset > 0 {
+        body.push_str(&page_link(
+            &base,
+            &[(
+                "from",
+                page.offset
+                    .saturating_sub(crate::viewer::data::SESSION_OBSERVATIONS)
+                    .to_string(),
+            )],
+            "← Earlier",
+            "earlier",
+        ));
+    }
+    if ((page.offset + shown) as i64) < page.observations {
+        body.push_str(&page_link(
+            &base,
+            &[("from", (page.offset + shown).to_string())],
+            "Later →",
+            "later",
+        ));
+    }
+    body.push_str("</p>");
     let _ = write!(
         body,
         "<form method=\"post\" action=\"/forget\" class=\"danger\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
@@ -408,6 +667,155 @@ pub fn session(row: &SessionRow, turns: &[Turn], csrf: &str) -> String {
         esc(&row.session_id)
     );
     layout("Session", "Sessions", &body)
+}
+
+/// What the context page shows.
+#[derive(Debug)]
+pub struct ContextView<'a> {
+    pub project: &'a str,
+    pub projects: &'a [String],
+    /// The SessionStart block and its tokens.
+    pub text: &'a str,
+    pub tokens: usize,
+    /// `(key, value, source)` of the settings that shape it.
+    pub settings: &'a [(String, String, String)],
+    pub settings_error: Option<&'a str>,
+    /// A prompt typed on the page, and what it would receive.
+    pub prompt: &'a str,
+    /// What it would receive, and how it was found.
+    pub recalled: Option<Result<(&'a Recalled, &'a str), String>>,
+}
+
+/// The context page: exactly what the next session of a project is told at its start (the
+/// block `cairn context` prints), its size, what a prompt typed there would receive with
+/// its scores, and the settings that shape both. app.js keeps the block current from
+/// `/context.json`.
+pub fn context(v: ContextView<'_>) -> String {
+    let ContextView {
+        project,
+        projects,
+        text,
+        tokens,
+        settings,
+        settings_error,
+        prompt,
+        recalled,
+    } = v;
+    let mut body = format!(
+        "<h1>What the next session is told</h1><form class=\"bar\" method=\"get\" action=\"/context\">{}\
+         <button class=\"show\">Show</button></form>\
+         <p class=\"hint\">The block Claude Code receives when a session of this project starts \
+         (what <code>cairn context</code> prints): <strong id=\"context-tokens\">{}</strong> tokens (estimated as characters / 4). \
+         It follows new memories as they are written.</p>\
+         <pre id=\"context\" class=\"context\" data-project=\"{}\">{}</pre>",
+        project_select_named(projects, project),
+        tokens,
+        esc(project),
+        esc(text),
+    );
+    if text.is_empty() {
+        body.push_str("<p class=\"empty\" id=\"context-empty\">Nothing to tell yet: this project has no summary or observation.</p>");
+    }
+    let _ = write!(
+        body,
+        "<h2>What a prompt would receive</h2><form class=\"search\" method=\"get\" action=\"/context\">\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">\
+         <input type=\"search\" name=\"prompt\" id=\"prompt\" value=\"{}\" placeholder=\"a prompt, as you would type it to Claude\">\
+         <button>What would it receive?</button></form>",
+        esc(project),
+        esc(prompt)
+    );
+    match recalled {
+        None => {}
+        Some(Err(e)) => {
+            let _ = write!(body, "<p class=\"error\">{}</p>", esc(&e));
+        }
+        Some(Ok((r, how))) => {
+            let _ = write!(
+                body,
+                "<p class=\"hint\" id=\"prompt-how\">Found {}.</p>",
+                esc(how)
+            );
+            if r.block.is_empty() {
+                body.push_str("<p class=\"empty\" id=\"prompt-nothing\">Nothing: no memory is relevant enough (or recall with prompts is off).</p>");
+            } else {
+                let _ = write!(
+                    body,
+                    "<p class=\"hint\"><strong id=\"prompt-tokens\">{}</strong> tokens, given with the prompt:</p><pre class=\"context\" id=\"prompt-block\">{}</pre>",
+                    crate::recall::context::tokens(&r.block),
+                    esc(&r.block)
+                );
+            }
+            if !r.offered.is_empty() {
+                body.push_str("<table id=\"offered\"><thead><tr><th>memory</th><th>relevance</th><th>given?</th><th>title</th></tr></thead><tbody>");
+                for o in &r.offered {
+                    let verdict = match o.verdict {
+                        Verdict::Given => "given",
+                        Verdict::BelowThreshold => "below recall.min_relevance",
+                        Verdict::AlreadyGiven => "already given this session",
+                        Verdict::OverCount => "over recall.max_memories",
+                        Verdict::OverBudget => "over recall.budget_tokens",
+                    };
+                    let _ = write!(
+                        body,
+                        "<tr class=\"{}\"><td><a href=\"/memory/{r}\">{r}</a></td><td class=\"score\">{:.0}%</td><td>{verdict}</td><td>{}</td></tr>",
+                        if o.verdict == Verdict::Given {
+                            ""
+                        } else {
+                            "weak"
+                        },
+                        o.relevance * 100.0,
+                        esc(&o.title),
+                        r = esc(&o.reference()),
+                    );
+                }
+                body.push_str("</tbody></table>");
+            }
+        }
+    }
+    body.push_str("<h2>Settings that shape it</h2>");
+    if let Some(e) = settings_error {
+        let _ = write!(body, "<p class=\"error\">{}</p>", esc(e));
+    }
+    body.push_str("<table id=\"context-settings\"><thead><tr><th>setting</th><th>value</th><th>from</th></tr></thead><tbody>");
+    for (k, v, src) in settings {
+        let _ = write!(
+            body,
+            "<tr><td><code>{}</code></td><td>{}</td><td class=\"text\">{}</td></tr>",
+            esc(k),
+            esc(v),
+            esc(src)
+        );
+    }
+    body.push_str(
+        "</tbody></table><p class=\"hint\">They live in the data dir's <code>settings.json</code> \
+         (or <code>CAIRN_CONTEXT__*</code>, <code>CAIRN_RECALL__*</code> variables); <code>cairn config</code> lists them all.</p>",
+    );
+    layout("Context", "Context", &body)
+}
+
+/// A project list where one project is always chosen.
+fn project_select_named(projects: &[String], current: &str) -> String {
+    let mut out = String::from("<select name=\"project\">");
+    let mut found = false;
+    for p in projects {
+        let sel = if p == current {
+            found = true;
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(out, "<option value=\"{0}\"{sel}>{0}</option>", esc(p));
+    }
+    if !found {
+        let _ = write!(
+            out,
+            "<option value=\"{0}\" selected>{0}</option>",
+            esc(current)
+        );
+    }
+    out.push_str("</select>");
+    out
 }
 
 /// What forgetting would delete, and the button that does it.
@@ -455,9 +863,14 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// Tokens per day as an inline SVG bar chart (no script, no style attributes).
+/// Tokens per day as an inline SVG bar chart (no script, no style attributes); a sentence
+/// when there were none.
 pub fn chart(days: &[(i64, i64)], from: i64, count: usize) -> String {
-    let max = days.iter().map(|d| d.1).max().unwrap_or(0).max(1);
+    let Some(max) = days.iter().map(|d| d.1).max().filter(|m| *m > 0) else {
+        return format!(
+            "<p class=\"empty\" id=\"no-tokens\">No model tokens in the last {count} days.</p>"
+        );
+    };
     let (w, h, bar) = (count * 12, 120usize, 10usize);
     let mut s = format!(
         "<svg class=\"chart\" viewBox=\"0 0 {w} {}\" role=\"img\" aria-label=\"tokens per day\">",
@@ -469,27 +882,88 @@ pub fn chart(days: &[(i64, i64)], from: i64, count: usize) -> String {
         let bh = ((tokens as f64 / max as f64) * h as f64).round() as usize;
         let _ = write!(
             s,
-            "<rect x=\"{}\" y=\"{}\" width=\"{bar}\" height=\"{}\" fill=\"#4b7bec\"><title>{}: {tokens} tokens</title></rect>",
+            "<rect x=\"{}\" y=\"{}\" width=\"{bar}\" height=\"{}\" fill=\"#4b7bec\"><title>{} (UTC): {} tokens</title></rect>",
             i * 12,
             h - bh,
             bh.max(1),
-            clock::date_utc(day)
+            clock::date_utc(day),
+            thousands(tokens)
         );
     }
     let _ = write!(
         s,
-        "<text x=\"0\" y=\"{}\" font-size=\"10\" fill=\"#888\">{}</text><text x=\"{w}\" y=\"{}\" font-size=\"10\" fill=\"#888\" text-anchor=\"end\">max {max}</text></svg>",
+        "<text x=\"0\" y=\"{}\" font-size=\"10\" fill=\"#888\">{}</text><text x=\"{w}\" y=\"{}\" font-size=\"10\" fill=\"#888\" text-anchor=\"end\">highest day: {} tokens</text></svg>",
         h + 12,
         clock::date_utc(from),
-        h + 12
+        h + 12,
+        thousands(max)
     );
     s
 }
 
-/// The health page: the worker, the queue, skipped jobs with replay and discard, the
-/// quarantine, tokens per day, sizes.
+/// A form posting `fields` (and the form token) to `action`, as one button.
+fn button(
+    action: &str,
+    fields: &[(&str, &str)],
+    label: &str,
+    class: &str,
+    id: &str,
+    csrf: &str,
+) -> String {
+    let mut s = format!(
+        "<form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">",
+        esc(csrf)
+    );
+    for (k, v) in fields {
+        let _ = write!(
+            s,
+            "<input type=\"hidden\" name=\"{k}\" value=\"{}\">",
+            esc(v)
+        );
+    }
+    let _ = write!(
+        s,
+        "<button class=\"{class}\" id=\"{}\">{label}</button></form>",
+        esc(id)
+    );
+    s
+}
+
+/// What a confirmation page asks.
+#[derive(Debug)]
+pub struct Confirm<'a> {
+    pub title: &'a str,
+    pub text: &'a str,
+    pub action: &'a str,
+    pub fields: &'a [(&'a str, &'a str)],
+    pub button: &'a str,
+    pub back: &'a str,
+}
+
+/// Asks before a change that cannot be undone; the button posts it with `confirm=yes`.
+pub fn confirm(c: &Confirm<'_>, csrf: &str) -> String {
+    let mut fields: Vec<(&str, &str)> = c.fields.to_vec();
+    fields.push(("confirm", "yes"));
+    let body = format!(
+        "<h1>{}</h1><p>{}</p><div class=\"danger\">{} <a href=\"{}\">Cancel</a></div>",
+        esc(c.title),
+        esc(c.text),
+        button(c.action, &fields, &esc(c.button), "", "confirm", csrf),
+        esc(c.back)
+    );
+    layout(c.title, "", &body)
+}
+
+fn plural(n: i64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// The health page: what `cairn status` reports (its data and its rules), with every
+/// remedy the page can apply as a button here: replay and discard skipped jobs, clear the
+/// quarantine, acknowledge notices.
 pub fn health(
     status: &Status,
+    attention: &[(Topic, String)],
     skipped: &[JobRow],
     chart_svg: &str,
     csrf: &str,
@@ -499,31 +973,80 @@ pub fn health(
     if let Some(n) = notice {
         let _ = write!(body, "<p class=\"notice\" id=\"notice\">{}</p>", esc(n));
     }
-    if status.attention.is_empty() {
+    if attention.is_empty() {
         body.push_str("<p class=\"ok\">Healthy.</p>");
     } else {
         body.push_str("<ul class=\"attention\">");
-        for a in &status.attention {
-            let _ = write!(body, "<li>{}</li>", esc(a));
+        for (topic, text) in attention {
+            // Where this page has the remedy, it says so instead of naming a command.
+            let text = match topic {
+                Topic::Skipped => format!(
+                    "{} after failing: see the errors below, fix the cause, then replay them (or discard those that can never succeed).",
+                    plural(
+                        status.queue.count(JobStatus::Skipped),
+                        "job was skipped",
+                        "jobs were skipped"
+                    )
+                ),
+                Topic::Quarantine => format!(
+                    "{} quarantined as unreadable in the last 7 days (a Claude Code update may have changed its hook format): see them below, then clear them.",
+                    plural(
+                        status.quarantined_recently,
+                        "hook input was",
+                        "hook inputs were"
+                    )
+                ),
+                Topic::Lost => match &status.lost {
+                    Some(l) => format!(
+                        "{} could not be kept (neither written nor spooled), the last at {}: {}; free space in the data dir, then acknowledge below.",
+                        plural(l.count as i64, "hook event", "hook events"),
+                        clock::minute_utc(l.last_at),
+                        l.cause
+                    ),
+                    None => text.clone(),
+                },
+                _ => text.clone(),
+            };
+            let _ = write!(body, "<li>{}</li>", esc(&text));
         }
         body.push_str("</ul>");
     }
+    if !status.notices.is_empty() || status.lost.is_some() {
+        body.push_str("<h2>Notices</h2><ul>");
+        for n in &status.notices {
+            let _ = write!(body, "<li>{} {}</li>", time(n.at), esc(&n.message));
+        }
+        body.push_str("</ul>");
+        body.push_str(&button(
+            "/acknowledge",
+            &[],
+            "Acknowledge",
+            "",
+            "acknowledge",
+            csrf,
+        ));
+    }
+
     let w = &status.worker;
     let worker = if w.running {
-        format!(
-            "running (pid {}), last heartbeat {}",
-            w.pid.unwrap_or(0),
-            w.last_heartbeat_at
-                .map(time)
-                .unwrap_or_else(|| "never".into())
-        )
+        let mut s = format!("running (pid {})", w.pid.unwrap_or(0));
+        if let Some(u) = w.uptime_ms {
+            let _ = write!(s, " for {}", clock::span(u, false));
+        }
+        if let (Some(p), Some(m)) = (&w.provider, &w.model) {
+            let _ = write!(s, ", {p} {m}");
+        }
+        esc(&s)
+            + &match w.last_heartbeat_at {
+                Some(t) => format!(", last heartbeat {}", time(t)),
+                None => ", no heartbeat yet".into(),
+            }
     } else {
         "not running".to_string()
     };
     let _ = write!(
         body,
-        "<dl class=\"grid\"><dt>worker</dt><dd id=\"worker\">{}</dd>",
-        esc(&worker)
+        "<h2>Worker and queue</h2><dl class=\"grid\"><dt>worker</dt><dd id=\"worker\">{worker}</dd>"
     );
     for st in [
         JobStatus::Pending,
@@ -535,63 +1058,188 @@ pub fn health(
             body,
             "<dt>queue {}</dt><dd>{}</dd>",
             st.as_str(),
-            status.queue.count(st)
+            thousands(status.queue.count(st))
         );
     }
+    if let Some(d) = &status.next_due {
+        let _ = write!(
+            body,
+            "<dt>next job</dt><dd>#{} due {}</dd>",
+            d.job_id,
+            time(d.due_at)
+        );
+    }
+    let r = &status.recent_calls;
+    let _ = write!(
+        body,
+        "<dt>recent model calls</dt><dd>{} of the last {} failed</dd>",
+        r.failed, r.calls
+    );
+    if let Some(f) = &r.latest_failure {
+        let _ = write!(
+            body,
+            "<dt>latest failure</dt><dd class=\"text\">{} {} {}: {}</dd>",
+            esc(&f.provider),
+            esc(&f.model),
+            time(f.at),
+            esc(&f.error)
+        );
+    }
+    let budget = if status.daily_token_budget == 0 {
+        "no daily limit".to_string()
+    } else {
+        format!("of {} a day", thousands(status.daily_token_budget as i64))
+    };
+    let _ = write!(
+        body,
+        "<dt>tokens today (UTC)</dt><dd>{} ({budget})</dd>",
+        thousands(status.tokens_today)
+    );
+    if let Some(until) = status.budget_spent_until {
+        let _ = write!(
+            body,
+            "<dt>budget spent</dt><dd>jobs wait until {}</dd>",
+            time(until)
+        );
+    }
+    for p in &status.model_calls_last_day {
+        let _ = write!(
+            body,
+            "<dt>last 24 h: {} {}</dt><dd>{} calls ({} failed), {} tokens in, {} out{}</dd>",
+            esc(&p.provider),
+            esc(&p.model),
+            p.totals.calls,
+            p.totals.failed,
+            thousands(p.totals.input_tokens as i64),
+            thousands(p.totals.output_tokens as i64),
+            if p.cost_usd > 0.0 {
+                format!(", ${:.2}", p.cost_usd)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let sr = &status.search;
+    let by_meaning = match (&sr.model, &sr.unavailable) {
+        (Some(m), _) => format!(
+            "by words and by meaning ({}): {} memories with a vector, {} waiting",
+            m,
+            thousands(sr.embedded as i64),
+            thousands(sr.queued as i64)
+        ),
+        (None, Some(why)) => format!("by words only: {why}"),
+        (None, None) => "by words only".into(),
+    };
     let m = &status.memories;
     let _ = write!(
         body,
-        "<dt>memories</dt><dd>{} observations, {} summaries, {} prompts, {} sessions</dd>\
-         <dt>database</dt><dd>{}</dd><dt>tokens today</dt><dd>{}</dd><dt>spooled events</dt><dd>{}</dd></dl>",
-        m.observations,
-        m.summaries,
-        m.prompts,
-        m.sessions,
+        "</dl><h2>Memory</h2><dl class=\"grid\"><dt>search</dt><dd id=\"search-state\">{}</dd>\
+         <dt>memories</dt><dd>{} observations, {} summaries, {} prompts, {} sessions</dd>\
+         <dt>database</dt><dd>{}</dd><dt>spooled events</dt><dd>{}</dd>\
+         <dt>recovered (7 days)</dt><dd>{}</dd><dt>data dir</dt><dd class=\"text\">{}</dd></dl>",
+        esc(&by_meaning),
+        thousands(m.observations),
+        thousands(m.summaries),
+        thousands(m.prompts),
+        thousands(m.sessions),
         bytes(status.database_bytes),
-        status.tokens_today,
-        status.spooled
+        status.spooled,
+        status.recovered_last_week,
+        esc(&status.data_dir)
     );
+    if let Some(e) = &status.settings_error {
+        let _ = write!(body, "<p class=\"error\">settings: {}</p>", esc(e));
+    }
     let _ = write!(body, "<h2>Tokens per day</h2>{chart_svg}");
-    body.push_str("<h2>Skipped jobs</h2>");
+    let total_skipped = status.queue.count(JobStatus::Skipped);
+    let _ = write!(body, "<h2>Skipped jobs</h2>");
     if skipped.is_empty() {
         body.push_str("<p class=\"empty\">None.</p>");
     } else {
+        body.push_str(&showing(0, skipped.len(), total_skipped, "skipped jobs"));
+        let _ = write!(
+            body,
+            "<div class=\"actions\">{}{}</div>",
+            button(
+                "/queue/replay",
+                &[("all", "yes")],
+                "Replay all",
+                "",
+                "replay-all",
+                csrf
+            ),
+            button(
+                "/queue/discard",
+                &[("all", "yes")],
+                "Discard all…",
+                "quiet",
+                "discard-all",
+                csrf
+            ),
+        );
         body.push_str("<table class=\"jobs\"><thead><tr><th>job</th><th>kind</th><th>project</th><th>error</th><th></th></tr></thead><tbody>");
         for j in skipped {
+            let id = j.id.to_string();
             let _ = write!(
                 body,
-                "<tr><td>{id}</td><td>{kind}</td><td>{project}</td><td class=\"text\">{error}</td><td>\
-                 <form method=\"post\" action=\"/queue/replay\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-                 <input type=\"hidden\" name=\"id\" value=\"{id}\"><button id=\"replay-{id}\">Replay</button></form>\
-                 <form method=\"post\" action=\"/queue/discard\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-                 <input type=\"hidden\" name=\"id\" value=\"{id}\"><button class=\"quiet\">Discard</button></form></td></tr>",
-                id = j.id,
+                "<tr><td>{id}</td><td>{kind}</td><td>{project}</td><td class=\"text\">{error}</td><td>{replay}{discard}</td></tr>",
                 kind = j.kind.as_str(),
                 project = esc(&j.project),
                 error = esc(j.last_error.as_deref().unwrap_or("")),
-                csrf = esc(csrf),
+                replay = button(
+                    "/queue/replay",
+                    &[("id", &id)],
+                    "Replay",
+                    "",
+                    &format!("replay-{id}"),
+                    csrf
+                ),
+                discard = button(
+                    "/queue/discard",
+                    &[("id", &id)],
+                    "Discard…",
+                    "quiet",
+                    &format!("discard-{id}"),
+                    csrf
+                ),
             );
         }
         body.push_str("</tbody></table>");
     }
     let _ = write!(
         body,
-        "<h2>Quarantine</h2><p>{} hook inputs kept ({} unreadable in the last week).</p>",
-        status.quarantined, status.quarantined_recently
+        "<h2>Quarantine</h2><p>{} kept ({} in the last week).</p>",
+        plural(
+            status.quarantined,
+            "unreadable hook input",
+            "unreadable hook inputs"
+        ),
+        thousands(status.quarantined_recently)
     );
     if !status.recent_quarantine.is_empty() {
-        body.push_str("<table><thead><tr><th>id</th><th>event</th><th>reason</th><th>when</th></tr></thead><tbody>");
+        body.push_str("<table><thead><tr><th>id</th><th>event</th><th>reason</th><th>size</th><th>when</th></tr></thead><tbody>");
         for q in &status.recent_quarantine {
             let _ = write!(
                 body,
-                "<tr><td>{}</td><td>{}</td><td class=\"text\">{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"text\">{}</td><td>{}</td><td>{}</td></tr>",
                 q.id,
                 esc(q.event.as_deref().unwrap_or("")),
                 esc(&q.reason),
+                bytes(q.raw_len.max(0) as u64),
                 time(q.created_at)
             );
         }
         body.push_str("</tbody></table>");
+    }
+    if status.quarantined > 0 {
+        body.push_str(&button(
+            "/quarantine/clear",
+            &[],
+            "Clear the quarantine…",
+            "quiet",
+            "clear-quarantine",
+            csrf,
+        ));
     }
     layout("Health", "Health", &body)
 }
@@ -606,6 +1254,11 @@ mod tests {
             esc("<script>alert('x')</script> & \"q\""),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
         );
+        assert_eq!(
+            esc("a\u{202E}b\u{2066}c\u{200F}d\u{061C}e"),
+            "a\u{FFFD}b\u{FFFD}c\u{FFFD}d\u{FFFD}e"
+        );
+        assert_eq!(esc("שלום"), "שלום");
         let s = format!("a <b>{HIGHLIGHT_OPEN}word{HIGHLIGHT_CLOSE}</b>");
         assert_eq!(marked(&s), "a &lt;b&gt;<mark>word</mark>&lt;/b&gt;");
     }
@@ -615,6 +1268,11 @@ mod tests {
         let svg = chart(&[(86_400_000, 50), (2 * 86_400_000, 100)], 0, 3);
         assert_eq!(svg.matches("<rect").count(), 3);
         assert!(svg.contains("height=\"120\""), "{svg}");
+        assert!(svg.contains("highest day: 100 tokens"), "{svg}");
+        let none = chart(&[], 0, 30);
+        assert!(!none.contains("<svg") && !none.contains("max 1"), "{none}");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
         assert_eq!(bytes(2048), "2.0 KiB");
     }
 }

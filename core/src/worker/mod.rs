@@ -6,7 +6,8 @@
 //! `housekeeping` (which also ingests the hooks' spool through `ingest`), the model
 //! threads' `calls` (split, prompt, call with retries, parse) and the single `writer`,
 //! joined by the `messages` they send each other; `embedder` gives stored
-//! memories their sentence vectors (through `recall::embed`); `prompt` builds what a
+//! memories their sentence vectors (through `recall::embed`); `answerer` answers the
+//! hooks' searches by meaning on a Unix socket (`recall::ask`); `prompt` builds what a
 //! model is asked, `parse` reads what it answers; `usage` counts the tokens.
 //!
 //! Writes `observations` and `session_summaries` (through `memory::observations`, inside
@@ -20,6 +21,7 @@
 //! second store a no-op; a model call is recorded before it is made. Data flows from the queue (and the spool) through the model into
 //! memory.
 
+pub mod answerer;
 pub mod embedder;
 pub mod ingest;
 pub mod model;

@@ -234,6 +234,30 @@ fn render_status(s: &status::Status) -> String {
             "", s.spooled_outside
         ));
     }
+    if !s.given_last_week.is_empty() {
+        use cairn_core::memory::told::Moment;
+        let parts: Vec<String> = s
+            .given_last_week
+            .iter()
+            .map(|t| {
+                let at = match t.moment {
+                    Some(Moment::SessionStart) => "in session start indexes",
+                    Some(Moment::Prompt) => "with prompts",
+                    Some(Moment::File) => "before file reads and edits",
+                    None => "elsewhere",
+                };
+                format!(
+                    "{} {at} ({} sessions, {} tokens)",
+                    t.memories, t.sessions, t.tokens
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "{:<11}memories given in the last 7 days: {}\n",
+            "given",
+            parts.join(" · ")
+        ));
+    }
     if s.recovered_last_week > 0 {
         out.push_str(&format!(
             "{:<11}{} events the hooks missed, recovered from transcripts in the last 7 days\n",

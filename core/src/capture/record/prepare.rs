@@ -9,6 +9,7 @@
 //! - `PostToolUse` / `PostToolUseFailure`: a [`payload::ToolEvent`], unless the tool is in
 //!   `capture.skip_tools` or is one of cairn's own MCP tools ([`is_own_tool`]): a memory
 //!   lookup is not something to remember.
+//! - `PreToolUse`: nothing is stored (the call is stored when it ends).
 //! - `Stop`: a [`payload::TurnEnd`] with the final assistant message.
 //! - `SessionEnd`: the session ends.
 //!
@@ -91,6 +92,7 @@ pub fn prepare(
                 occurred_at: now,
             })
         }
+        Event::BeforeTool { .. } => return None,
         Event::Stop {
             last_assistant_message,
             ..

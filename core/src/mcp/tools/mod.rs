@@ -399,7 +399,7 @@ mod tests {
         );
         assert!(!err);
         assert!(
-            text.contains("1 2026-09-21 decision Lease rescue counts"),
+            text.contains("1 2026-09-21 decision 0.") && text.contains(" Lease rescue counts"),
             "{text}"
         );
         assert!(text.contains("A rescued **lease**"), "{text}");

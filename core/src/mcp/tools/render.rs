@@ -7,11 +7,12 @@
 
 use crate::mcp::tools::schema::MAX_MAX_TOKENS;
 use crate::memory::kind::Kind;
-use crate::recall::search::Hit;
+use crate::recall::search::{Hit, UNRANKED};
 use crate::recall::snippet::{one_line, render_marks, shorten};
 use crate::recall::timeline::{self, FetchedRecords, Timeline};
 
-/// `search`'s result: a head, one line per hit (`id date type [project] title — snippet`),
+/// `search`'s result: a head, one line per hit (`id date type [project] relevance title —
+/// snippet`, the relevance left out where nothing was ranked),
 /// and, when some hits did not fit, a footer saying how to page on. `project` is the scope
 /// searched (`None`: all projects, and each line names its project).
 pub fn search_hits(hits: &[Hit], project: Option<&str>, budget: usize, offset: usize) -> String {
@@ -32,7 +33,8 @@ pub fn search_hits(hits: &[Hit], project: Option<&str>, budget: usize, offset: u
     }
     let head = |n: usize| {
         format!(
-            "{n} result{} in {scope} (id date type title — snippet). Ids go to timeline or \
+            "{n} result{} in {scope} (id date type relevance title — snippet; relevance is the \
+             estimated chance, 0 to 1, that the memory answers the query). Ids go to timeline or \
              get_observations (S = turn summary, P = user prompt: pass them as strings).\n",
             if n == 1 { "" } else { "s" }
         )
@@ -41,12 +43,17 @@ pub fn search_hits(hits: &[Hit], project: Option<&str>, budget: usize, offset: u
         .iter()
         .map(|h| {
             let mut line = format!(
-                "{} {} {}{} {}",
+                "{} {} {}{}{} {}",
                 h.reference(),
                 crate::clock::date_utc(h.created_at),
                 h.label,
                 if project.is_none() {
                     format!(" [{}]", h.project)
+                } else {
+                    String::new()
+                },
+                if h.relevance < UNRANKED {
+                    format!(" {:.2}", h.relevance)
                 } else {
                     String::new()
                 },

@@ -150,6 +150,11 @@ pub fn run(
         true => None,
     };
 
+    let answerer = match opts.once {
+        false => super::answerer::Answerer::start(dir, &settings),
+        true => None,
+    };
+
     let housekeeping = Housekeeping::new(dir.clone(), periodic, db_identity);
     let mut claimer = Claimer::new(
         conn,
@@ -176,6 +181,9 @@ pub fn run(
     } else {
         Report::default()
     };
+    if let Some(a) = answerer {
+        a.stop();
+    }
     match embedder {
         Some(thread) => {
             embed_stop.store(true, Ordering::SeqCst);

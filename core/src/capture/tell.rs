@@ -1,0 +1,135 @@
+//! What the hook tells Claude beside an event, once the event is stored: the SessionStart
+//! index (`recall::context`), the memories that may answer a prompt of the user's and
+//! those about a file before it is read or edited (`recall::moment`). What it gives is
+//! recorded (`memory::told`) so that a session is never given a memory twice.
+//!
+//! A prompt's memories are found by words in the hook's own process, or by meaning as
+//! well when the running worker answers within `recall.worker_deadline_ms`
+//! (`recall::moment::find`, through `recall::ask`); no model is loaded here. Every failure is logged and gives nothing:
+//! the event was stored before, and the hook's answer is then its plain answer.
+
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::capture::hook::{self, EventName};
+use crate::error::Result;
+use crate::memory::told::{self, Given, Moment};
+use crate::recall::context;
+use crate::recall::moment;
+use crate::settings::Settings;
+use crate::store::db;
+use crate::store::paths::DataDir;
+
+/// How long recording what was given may wait for the database's write lock: past it the
+/// memories are still given, and may be given once more later in the session.
+const RECORD_WAIT: Duration = Duration::from_millis(100);
+
+/// The SessionStart answer: the project's index, recorded as given to `session`.
+pub fn session_start(
+    conn: &mut Connection,
+    settings: &Settings,
+    project: &str,
+    session: &str,
+    now: i64,
+) -> Result<String> {
+    let (block, shown) = context::session_start_shown(conn, project, &settings.context, now)?;
+    record(
+        conn,
+        session,
+        Moment::SessionStart,
+        None,
+        &shown,
+        settings,
+        now,
+    );
+    Ok(hook::session_start_answer(&block))
+}
+
+/// The UserPromptSubmit answer: the memories of `project` that may answer `prompt` (already
+/// cleaned by the privacy filter), above the threshold, not given to `session` yet.
+pub fn prompt(
+    dir: &DataDir,
+    conn: &mut Connection,
+    settings: &Settings,
+    project: &str,
+    session: &str,
+    prompt: &str,
+    now: i64,
+) -> Result<String> {
+    if !settings.recall.at_prompt || !moment::is_users_prompt(prompt) {
+        return Ok(hook::PLAIN_ANSWER.to_string());
+    }
+    let req = moment::prompt_request(project, prompt, &settings.recall);
+    let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
+    let found = moment::find(conn, &dir.recall_socket(), &req, deadline)?;
+    if let Some(why) = &found.words_alone_because {
+        log::debug!("a prompt's memories by words alone: {why}");
+    }
+    let recalled = moment::at_prompt(conn, Some(session), &found, &settings.recall)?;
+    record(
+        conn,
+        session,
+        Moment::Prompt,
+        None,
+        &recalled.given(),
+        settings,
+        now,
+    );
+    Ok(hook::context_answer(
+        EventName::UserPromptSubmit,
+        &recalled.block,
+    ))
+}
+
+/// The PreToolUse answer for a call that reads or edits `file`: what is known about the
+/// file, once per file per session. Never a decision on the call.
+pub fn file(
+    conn: &mut Connection,
+    settings: &Settings,
+    project: &str,
+    session: &str,
+    file: &str,
+    now: i64,
+) -> Result<String> {
+    if !settings.recall.at_file {
+        return Ok(hook::PLAIN_ANSWER.to_string());
+    }
+    let recalled = moment::at_file(conn, project, Some(session), file, &settings.recall)?;
+    record(
+        conn,
+        session,
+        Moment::File,
+        Some(file),
+        &recalled.given(),
+        settings,
+        now,
+    );
+    Ok(hook::context_answer(EventName::PreToolUse, &recalled.block))
+}
+
+/// Records what `session` was given; a failure is logged (the memories are given anyway).
+fn record(
+    conn: &mut Connection,
+    session: &str,
+    moment: Moment,
+    file: Option<&str>,
+    given: &[Given],
+    settings: &Settings,
+    now: i64,
+) {
+    if given.is_empty() {
+        return;
+    }
+    let _ = conn.busy_timeout(RECORD_WAIT);
+    if let Err(e) = db::write(conn, |tx| {
+        told::record(tx, session, moment, file, given, now)
+    }) {
+        log::warn!(
+            "cannot record the {} memories given at {}: {e}",
+            given.len(),
+            moment.as_str()
+        );
+    }
+    let _ = conn.busy_timeout(Duration::from_millis(settings.capture.lock_wait_ms));
+}

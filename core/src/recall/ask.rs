@@ -1,0 +1,313 @@
+//! Search by meaning asked of the running worker, which has the sentence model loaded,
+//! over a Unix socket in an owner-only directory of the data dir (`run/recall.sock`; no
+//! TCP listener): the hook's side ([`search`], under a strict deadline) and the worker's
+//! ([`answer`], one connection). The wire is one JSON line each way: a [`Request`] (the
+//! search: query, project, kinds, limit) and a [`Reply`] (the hits, or why none).
+//!
+//! Invariants: [`search`] never takes longer than its deadline (connect, write and every
+//! read are bounded by what is left of it); any failure (no worker, a slow or stopped one,
+//! one killed mid-answer, a reply that does not parse) is an error the caller answers by
+//! going by words alone. Only the search request crosses: the prompt as capture cleaned it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::memory::kind::Kind;
+use crate::recall::search::{Hit, Order, SearchRequest};
+use crate::recall::sql::Filters;
+
+/// Longest reply read, in bytes: far above what the limit of hits a prompt asks for takes.
+const MAX_REPLY: u64 = 1 << 20;
+/// Longest request read by the worker, in bytes.
+const MAX_REQUEST: u64 = 64 << 10;
+
+/// A search asked of the worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub query: String,
+    pub project: Option<String>,
+    /// `memory::kind::Kind::code`s; empty is every kind.
+    pub kinds: Vec<i64>,
+    pub limit: usize,
+    /// `SearchRequest::min_relevance`.
+    pub min_relevance: Option<f64>,
+}
+
+impl Request {
+    /// The request for a relevance search (its query, project, kinds and limit; other
+    /// filters are not sent).
+    pub fn of(req: &SearchRequest) -> Request {
+        Request {
+            query: req.query.clone(),
+            project: req.filters.project.clone(),
+            kinds: req.kinds.iter().map(|k| k.code()).collect(),
+            limit: req.limit,
+            min_relevance: req.min_relevance,
+        }
+    }
+
+    /// The search the worker runs.
+    pub fn to_search(&self) -> SearchRequest {
+        SearchRequest {
+            query: self.query.clone(),
+            filters: Filters {
+                project: self.project.clone(),
+                ..Filters::default()
+            },
+            kinds: self
+                .kinds
+                .iter()
+                .filter_map(|&c| Kind::from_code(c))
+                .collect(),
+            order: Order::Relevance,
+            limit: self.limit,
+            offset: 0,
+            asking_session: None,
+            min_relevance: self.min_relevance,
+        }
+    }
+}
+
+/// One hit on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct WireHit {
+    kind: i64,
+    id: i64,
+    project: String,
+    created_at: i64,
+    label: String,
+    title: String,
+    snippet: String,
+    score: Option<f64>,
+    relevance: f64,
+}
+
+/// The worker's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    hits: Vec<WireHit>,
+    /// Why there are no hits to trust (the search failed, no model): the hook goes by
+    /// words alone.
+    error: Option<String>,
+}
+
+/// Asks the worker listening on `socket` for `req`'s hits, found by words and meaning,
+/// within `deadline`. An error when it cannot answer in time, or at all.
+pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Vec<Hit>> {
+    let until = Instant::now() + deadline;
+    let left = || {
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| Error::Invalid("the worker did not answer in time".into()))
+    };
+    let io = |what: &'static str, e: std::io::Error| Error::io(what, socket, e);
+    let mut stream = UnixStream::connect(socket).map_err(|e| io("cannot reach the worker", e))?;
+    stream
+        .set_write_timeout(Some(left()?))
+        .map_err(|e| io("cannot ask the worker", e))?;
+    let mut line = serde_json::to_vec(&Request::of(req))
+        .map_err(|e| Error::Invalid(format!("request: {e}")))?;
+    line.push(b'\n');
+    stream
+        .write_all(&line)
+        .map_err(|e| io("cannot ask the worker", e))?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        stream
+            .set_read_timeout(Some(left()?))
+            .map_err(|e| io("cannot read the worker's answer", e))?;
+        let n = match stream.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Error::Invalid(format!(
+                    "the worker did not answer within {} ms",
+                    deadline.as_millis()
+                )));
+            }
+            Err(e) => return Err(io("cannot read the worker's answer", e)),
+        };
+        if n == 0 {
+            return Err(Error::Invalid(
+                "the worker closed the connection before answering".into(),
+            ));
+        }
+        reply.extend_from_slice(&chunk[..n]);
+        if reply.ends_with(b"\n") {
+            break;
+        }
+        if reply.len() as u64 > MAX_REPLY {
+            return Err(Error::Invalid("the worker's answer is too long".into()));
+        }
+    }
+    let reply: Reply = serde_json::from_slice(&reply)
+        .map_err(|e| Error::Invalid(format!("the worker's answer: {e}")))?;
+    if let Some(why) = reply.error {
+        return Err(Error::Invalid(format!(
+            "the worker could not search: {why}"
+        )));
+    }
+    Ok(reply
+        .hits
+        .into_iter()
+        .filter_map(|h| {
+            Some(Hit {
+                kind: Kind::from_code(h.kind)?,
+                id: h.id,
+                project: h.project,
+                created_at: h.created_at,
+                label: h.label,
+                title: h.title,
+                snippet: h.snippet,
+                score: h.score,
+                relevance: h.relevance,
+            })
+        })
+        .collect())
+}
+
+/// Answers one connection (the worker's side): reads a request (waiting at most `wait`),
+/// runs it through `run`, writes the reply. A request that cannot be read is dropped.
+pub fn answer(
+    stream: UnixStream,
+    wait: Duration,
+    run: impl FnOnce(&SearchRequest) -> Result<Vec<Hit>>,
+) -> Result<()> {
+    stream
+        .set_read_timeout(Some(wait))
+        .and_then(|()| stream.set_write_timeout(Some(wait)))
+        .map_err(|e| Error::io("cannot answer", "recall socket", e))?;
+    let mut line = String::new();
+    BufReader::new(
+        stream
+            .try_clone()
+            .map_err(|e| Error::io("cannot answer", "recall socket", e))?,
+    )
+    .take(MAX_REQUEST)
+    .read_line(&mut line)
+    .map_err(|e| Error::io("cannot read a request", "recall socket", e))?;
+    let req: Request =
+        serde_json::from_str(&line).map_err(|e| Error::Invalid(format!("recall request: {e}")))?;
+    let reply = match run(&req.to_search()) {
+        Ok(hits) => Reply {
+            hits: hits
+                .into_iter()
+                .map(|h| WireHit {
+                    kind: h.kind.code(),
+                    id: h.id,
+                    project: h.project,
+                    created_at: h.created_at,
+                    label: h.label,
+                    title: h.title,
+                    snippet: h.snippet,
+                    score: h.score,
+                    relevance: h.relevance,
+                })
+                .collect(),
+            error: None,
+        },
+        Err(e) => Reply {
+            hits: Vec::new(),
+            error: Some(e.to_string()),
+        },
+    };
+    let mut out =
+        serde_json::to_vec(&reply).map_err(|e| Error::Invalid(format!("recall reply: {e}")))?;
+    out.push(b'\n');
+    (&stream)
+        .write_all(&out)
+        .map_err(|e| Error::io("cannot answer", "recall socket", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn hit(id: i64) -> Hit {
+        Hit {
+            kind: Kind::Summary,
+            id,
+            project: "web".into(),
+            created_at: 5,
+            label: "summary".into(),
+            title: "t".into(),
+            snippet: "s".into(),
+            score: Some(0.7),
+            relevance: 0.6,
+        }
+    }
+
+    fn request() -> SearchRequest {
+        SearchRequest {
+            query: "login tests".into(),
+            filters: Filters {
+                project: Some("web".into()),
+                ..Filters::default()
+            },
+            kinds: vec![Kind::Observation, Kind::Summary],
+            limit: 12,
+            ..SearchRequest::default()
+        }
+    }
+
+    #[test]
+    fn a_search_crosses_the_socket_and_back() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let path = tmp.path().join("recall.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            answer(stream, Duration::from_secs(5), |req| {
+                assert_eq!(req.query, "login tests");
+                assert_eq!(req.filters.project.as_deref(), Some("web"));
+                assert_eq!(req.kinds, vec![Kind::Observation, Kind::Summary]);
+                assert_eq!(req.limit, 12);
+                Ok(vec![hit(3)])
+            })
+        });
+        let hits = search(&path, &request(), Duration::from_secs(5)).expect("search");
+        assert_eq!(hits, vec![hit(3)]);
+        server.join().expect("join").expect("answer");
+    }
+
+    #[test]
+    fn no_worker_a_silent_one_or_a_failed_search_is_an_error() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let path = tmp.path().join("recall.sock");
+        assert!(search(&path, &request(), Duration::from_millis(20)).is_err());
+
+        // Accepted (by the kernel's backlog) and never answered: the deadline ends it.
+        let listener = UnixListener::bind(&path).expect("bind");
+        let err = search(&path, &request(), Duration::from_millis(30)).expect_err("silent");
+        assert!(
+            err.to_string().contains("in time") || err.to_string().contains("answer"),
+            "{err}"
+        );
+
+        drop(listener);
+        let path = tmp.path().join("other.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            answer(stream, Duration::from_secs(5), |_| {
+                Err(Error::Invalid("no model".into()))
+            })
+        });
+        let err = search(&path, &request(), Duration::from_secs(5)).expect_err("failed");
+        assert!(err.to_string().contains("no model"), "{err}");
+        server.join().expect("join").expect("answer");
+    }
+}

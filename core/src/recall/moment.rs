@@ -1,0 +1,587 @@
+//! Memories given when they matter: with a prompt of the user's ([`at_prompt`]) and beside
+//! a call that reads or edits a file ([`at_file`]). The hook (`capture::handle`) calls
+//! these after storing its event and answers with the block as `additionalContext`;
+//! `cairn context --prompt` shows the same choice with its scores.
+//!
+//! A prompt's memories are the hits of a search (by words in the hook; by meaning too when
+//! the running worker answered in time, or in the CLI) whose [`relevance`] reaches
+//! `recall.min_relevance`; a file's are the observations that modified it, or found a bug
+//! while reading it, newest first. Either way a memory the session was already given
+//! (`memory::told`: the SessionStart index, an earlier prompt or file) is left out, at most
+//! `recall.max_memories` (`max_file_memories`) are given, and the block fits
+//! `recall.budget_tokens`, whole lines dropped from the least relevant up.
+//!
+//! Invariants: reads only (the caller records what was given, through `memory::told`);
+//! scoped to the one project asked; [`render`] is pure; nothing to give is an empty block,
+//! which the hook answers with its plain answer.
+
+use rusqlite::{Connection, params};
+
+use crate::clock;
+use crate::error::Result;
+use crate::memory::kind::Kind;
+use crate::memory::told::{self, Given};
+use crate::recall::context::tokens;
+use crate::recall::search::{Hit, Order, SearchRequest};
+use crate::recall::snippet::{one_line, render_marks, shorten};
+use crate::recall::sql::Filters;
+use crate::settings::RecallSettings;
+
+/// Hits asked of a search for each memory that may be given: room for the ones already
+/// given and the ones under the threshold.
+const FETCH_FACTOR: usize = 4;
+/// Longest title in a line, in characters.
+const TITLE_CHARS: usize = 90;
+/// Longest detail in a line, in characters.
+const DETAIL_CHARS: usize = 110;
+/// The newest observations of a project looked through for a file's memories: bounds the
+/// cost of a read's hook whatever the size of memory.
+pub const FILE_SCAN: i64 = 2_000;
+/// Observation types that say something failed or was wrong, worth knowing before reading.
+const FAILURE_TYPES: &[&str] = &["bugfix", "failure", "gotcha", "problem"];
+
+/// What became of a memory offered for a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Given,
+    /// Its relevance is under `recall.min_relevance`.
+    BelowThreshold,
+    /// The session was already given it.
+    AlreadyGiven,
+    /// `recall.max_memories` were given before it.
+    OverCount,
+    /// Its line did not fit `recall.budget_tokens`.
+    OverBudget,
+}
+
+/// One memory offered for a moment, with its score and what became of it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Offered {
+    pub kind: Kind,
+    pub id: i64,
+    pub created_at: i64,
+    /// The observation type, or `summary`.
+    pub label: String,
+    pub title: String,
+    pub detail: String,
+    /// In [0, 1], comparable across prompts ([`relevance`]); 1 for a file's memories.
+    pub relevance: f64,
+    pub verdict: Verdict,
+}
+
+impl Offered {
+    /// `12` or `S3`.
+    pub fn reference(&self) -> String {
+        self.kind.reference(self.id)
+    }
+
+    /// The block's line for it.
+    fn line(&self) -> String {
+        let mut line = format!(
+            "- {} {} {} {}",
+            self.reference(),
+            one_line(&self.label),
+            clock::date_utc(self.created_at),
+            shorten(&one_line(&self.title), TITLE_CHARS)
+        );
+        let detail = one_line(&self.detail);
+        if !detail.is_empty() && detail != one_line(&self.title) {
+            line.push_str(" — ");
+            line.push_str(&shorten(&detail, DETAIL_CHARS));
+        }
+        line
+    }
+}
+
+/// The memories offered for one moment and the block that gives the chosen ones.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Recalled {
+    pub offered: Vec<Offered>,
+    /// The `additionalContext`; empty when nothing is given.
+    pub block: String,
+}
+
+impl Recalled {
+    /// What the block gives, for `memory::told::record`.
+    pub fn given(&self) -> Vec<Given> {
+        self.offered
+            .iter()
+            .filter(|o| o.verdict == Verdict::Given)
+            .map(|o| Given {
+                kind: o.kind,
+                id: o.id,
+                tokens: tokens(&o.line()) + 1,
+            })
+            .collect()
+    }
+}
+
+/// Whether a prompt is the user's own: not empty, not a slash command, and none of the
+/// texts Claude Code or cairn put in the user's place (a task's notification, a command's
+/// output, cairn's own context, a compacted conversation's summary). Pure.
+pub fn is_users_prompt(prompt: &str) -> bool {
+    let p = prompt.trim_start();
+    const NOT_THE_USERS: &[&str] = &[
+        "/",
+        "<task-notification>",
+        "<command-name>",
+        "<command-message>",
+        "<local-command-stdout>",
+        "<local-command-stderr>",
+        "<bash-input>",
+        "<bash-stdout>",
+        "<system-reminder>",
+        "Caveat: The messages below were generated by the user while running local commands",
+        "This session is being continued from a previous conversation",
+    ];
+    !p.is_empty()
+        && !NOT_THE_USERS.iter().any(|s| p.starts_with(s))
+        && !p.starts_with(&format!("<{}>", crate::privacy::CONTEXT_TAG))
+}
+
+/// The search that finds a prompt's memories: observations and turn summaries of the
+/// project (the user's earlier prompts would mostly echo the question), by relevance.
+pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) -> SearchRequest {
+    SearchRequest {
+        query: prompt.to_string(),
+        filters: Filters {
+            project: Some(project.to_string()),
+            ..Filters::default()
+        },
+        kinds: vec![Kind::Observation, Kind::Summary],
+        order: Order::Relevance,
+        limit: settings.max_memories.max(1) * FETCH_FACTOR,
+        offset: 0,
+        asking_session: None,
+        // Every candidate: the threshold is applied (and shown) by `at_prompt`.
+        min_relevance: Some(0.0),
+    }
+}
+
+/// What a search found for a prompt, and how.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Found {
+    pub hits: Vec<Hit>,
+    /// True when the hits were ranked by meaning as well as words.
+    pub by_meaning: bool,
+    /// Why the search went by words alone, when it did and was meant not to.
+    pub words_alone_because: Option<String>,
+}
+
+/// Runs a prompt's search as the hook does: by the running worker listening on `socket`
+/// (words and meaning) when it answers within `deadline`, else by words alone on `conn`
+/// (at once when `deadline` is zero).
+pub fn find(
+    conn: &Connection,
+    socket: &std::path::Path,
+    req: &SearchRequest,
+    deadline: std::time::Duration,
+) -> Result<Found> {
+    let why = if deadline.is_zero() {
+        None
+    } else {
+        match crate::recall::ask::search(socket, req, deadline) {
+            Ok(hits) => {
+                return Ok(Found {
+                    hits,
+                    by_meaning: true,
+                    words_alone_because: None,
+                });
+            }
+            Err(e) => Some(e.to_string()),
+        }
+    };
+    Ok(Found {
+        hits: crate::recall::search::search(conn, req)?,
+        by_meaning: false,
+        words_alone_because: why,
+    })
+}
+
+/// The hit's relevance in [0, 1], comparable across prompts (the ranker's calibrated
+/// estimate that the memory answers the query): what `recall.min_relevance` is compared
+/// with. The one place the score is read.
+pub fn relevance(hit: &Hit) -> f64 {
+    hit.relevance
+}
+
+/// The memories a prompt of `session` receives out of what its search `found`: the most
+/// relevant ones above the threshold the session was not given yet.
+pub fn at_prompt(
+    conn: &Connection,
+    session: Option<&str>,
+    found: &Found,
+    settings: &RecallSettings,
+) -> Result<Recalled> {
+    let mut offered = Vec::with_capacity(found.hits.len());
+    for hit in &found.hits {
+        let relevance = relevance(hit);
+        let verdict = if relevance < settings.min_relevance {
+            Verdict::BelowThreshold
+        } else if let Some(s) = session
+            && told::was_given(conn, s, hit.kind, hit.id)?
+        {
+            Verdict::AlreadyGiven
+        } else {
+            Verdict::Given
+        };
+        offered.push(Offered {
+            kind: hit.kind,
+            id: hit.id,
+            created_at: hit.created_at,
+            label: hit.label.clone(),
+            title: hit.title.clone(),
+            detail: render_marks(&hit.snippet, "", ""),
+            relevance,
+            verdict,
+        });
+    }
+    offered.sort_by(|a, b| b.relevance.total_cmp(&a.relevance));
+    let block = render(
+        "cairn memories that may answer this prompt",
+        &mut offered,
+        settings.max_memories,
+        settings.budget_tokens,
+    );
+    Ok(Recalled { offered, block })
+}
+
+/// The memories about `file` (an absolute path, or one relative to the project) worth
+/// knowing before working on it: observations of the project that modified it, and the
+/// failures found while reading it, newest first; none when the session was already given
+/// memories about it.
+pub fn at_file(
+    conn: &Connection,
+    project: &str,
+    session: Option<&str>,
+    file: &str,
+    settings: &RecallSettings,
+) -> Result<Recalled> {
+    if file.trim().is_empty()
+        || settings.max_file_memories == 0
+        || session.is_some_and(|s| told::file_was_given(conn, s, file).unwrap_or(false))
+    {
+        return Ok(Recalled::default());
+    }
+    let name = file.rsplit('/').next().unwrap_or(file);
+    let rows = conn
+        .prepare_cached(
+            "SELECT id, created_at, type, title, subtitle, narrative, files_modified, files_read
+             FROM (SELECT * FROM observations WHERE project = ?1
+                   ORDER BY created_at DESC, id DESC LIMIT ?2)
+             WHERE instr(files_modified, ?3) > 0 OR instr(files_read, ?3) > 0",
+        )?
+        .query_map(params![project, FILE_SCAN, name], |r| {
+            Ok((
+                Offered {
+                    kind: Kind::Observation,
+                    id: r.get(0)?,
+                    created_at: r.get(1)?,
+                    label: r.get(2)?,
+                    title: r.get(3)?,
+                    detail: {
+                        let subtitle: String = r.get(4)?;
+                        let narrative: String = r.get(5)?;
+                        if subtitle.trim().is_empty() {
+                            narrative
+                        } else {
+                            subtitle
+                        }
+                    },
+                    relevance: 1.0,
+                    verdict: Verdict::Given,
+                },
+                r.get::<_, String>(6)?,
+                r.get::<_, String>(7)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut offered = Vec::new();
+    for (mut o, modified, read) in rows {
+        let changed = names_file(&modified, file);
+        let failed_there = FAILURE_TYPES.contains(&o.label.as_str()) && names_file(&read, file);
+        if !(changed || failed_there) {
+            continue;
+        }
+        if let Some(s) = session
+            && told::was_given(conn, s, o.kind, o.id)?
+        {
+            o.verdict = Verdict::AlreadyGiven;
+        }
+        offered.push(o);
+    }
+    let block = render(
+        &format!("cairn memories about {}", one_line(name)),
+        &mut offered,
+        settings.max_file_memories,
+        settings.budget_tokens,
+    );
+    Ok(Recalled { offered, block })
+}
+
+/// Whether a JSON list of paths (`files_modified`, `files_read`) names `file`: the same
+/// path, or one of the two the other's tail after a `/`. Pure.
+fn names_file(list: &str, file: &str) -> bool {
+    let paths: Vec<String> = serde_json::from_str(list).unwrap_or_default();
+    let tail_of = |long: &str, short: &str| {
+        long.len() > short.len()
+            && long.ends_with(short)
+            && long.as_bytes()[long.len() - short.len() - 1] == b'/'
+    };
+    paths.iter().any(|p| {
+        let p = p.trim_start_matches("./");
+        !p.is_empty() && (p == file || tail_of(file, p) || tail_of(p, file))
+    })
+}
+
+/// The block giving the offered memories still marked [`Verdict::Given`], best first: at
+/// most `max` of them, within `budget_tokens` (whole lines dropped from the last), each
+/// one line; marks those left out. Empty when none is given. Pure.
+pub fn render(heading: &str, offered: &mut [Offered], max: usize, budget_tokens: usize) -> String {
+    let mut count = 0;
+    for o in offered.iter_mut().filter(|o| o.verdict == Verdict::Given) {
+        count += 1;
+        if count > max {
+            o.verdict = Verdict::OverCount;
+        }
+    }
+    let open = format!("<{}>", crate::privacy::CONTEXT_TAG);
+    let close = format!("</{}>", crate::privacy::CONTEXT_TAG);
+    loop {
+        let chosen: Vec<&Offered> = offered
+            .iter()
+            .filter(|o| o.verdict == Verdict::Given)
+            .collect();
+        if chosen.is_empty() {
+            return String::new();
+        }
+        let refs: Vec<String> = chosen.iter().map(|o| o.reference()).collect();
+        let mut lines = vec![
+            open.clone(),
+            format!(
+                "{heading} (id type date title — detail; more: get_observations ids [{}]):",
+                refs.join(", ")
+            ),
+        ];
+        lines.extend(chosen.iter().map(|o| o.line()));
+        lines.push(close.clone());
+        let block = lines.join("\n");
+        if tokens(&block) <= budget_tokens {
+            return block;
+        }
+        if let Some(last) = offered
+            .iter_mut()
+            .rev()
+            .find(|o| o.verdict == Verdict::Given)
+        {
+            last.verdict = Verdict::OverBudget;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recall::search::search;
+    use crate::recall::testing::{T0, fixture, obs};
+    use crate::store::db;
+
+    fn settings() -> RecallSettings {
+        RecallSettings::default()
+    }
+
+    #[test]
+    fn prompts_that_are_not_the_users_are_told_apart() {
+        for p in [
+            "why do the login tests fail on CI again?",
+            "  fix the parser",
+            "what does </private> mean",
+        ] {
+            assert!(is_users_prompt(p), "{p}");
+        }
+        for p in [
+            "",
+            "   ",
+            "/compact",
+            "/review the diff",
+            "<task-notification>done</task-notification>",
+            "<command-name>/model</command-name>",
+            "<local-command-stdout>ok</local-command-stdout>",
+            "<cairn-context>x</cairn-context>",
+            "This session is being continued from a previous conversation that ran out",
+            "Caveat: The messages below were generated by the user while running local commands.",
+        ] {
+            assert!(!is_users_prompt(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn a_file_is_named_by_its_path_or_its_tail() {
+        let list = r#"["src/login.rs", "/abs/repo/tests/ci.rs"]"#;
+        assert!(names_file(list, "/home/u/repo/src/login.rs"));
+        assert!(names_file(list, "src/login.rs"));
+        assert!(names_file(list, "tests/ci.rs"));
+        assert!(!names_file(list, "/home/u/repo/src/xlogin.rs"));
+        assert!(!names_file(list, "login.rs.bak"));
+        assert!(!names_file("not json", "src/login.rs"));
+    }
+
+    fn offered(id: i64, relevance: f64, title: &str) -> Offered {
+        Offered {
+            kind: Kind::Observation,
+            id,
+            created_at: T0,
+            label: "bugfix".into(),
+            title: title.into(),
+            detail: "the detail".into(),
+            relevance,
+            verdict: Verdict::Given,
+        }
+    }
+
+    #[test]
+    fn the_block_keeps_to_its_count_and_budget() {
+        let mut all: Vec<Offered> = (1..=5)
+            .map(|i| offered(i, 1.0 - i as f64 / 10.0, &format!("memory {i}")))
+            .collect();
+        let block = render("h", &mut all, 3, 1_000);
+        assert!(block.starts_with("<cairn-context>\nh (id type date title"));
+        assert!(block.contains("[1, 2, 3]"), "{block}");
+        assert!(block.contains("- 1 bugfix 2026-09-21 memory 1 — the detail"));
+        assert!(!block.contains("memory 4"));
+        assert_eq!(all[3].verdict, Verdict::OverCount);
+
+        let mut all: Vec<Offered> = (1..=3)
+            .map(|i| offered(i, 0.9, &"long title words ".repeat(5)))
+            .collect();
+        let block = render("h", &mut all, 3, 60);
+        assert!(tokens(&block) <= 60, "{}", tokens(&block));
+        assert_eq!(all[0].verdict, Verdict::Given);
+        assert_eq!(all[2].verdict, Verdict::OverBudget);
+        assert_eq!(render("h", &mut all, 3, 5), "");
+        assert_eq!(render("h", &mut [], 3, 1_000), "");
+    }
+
+    #[test]
+    fn a_prompt_gets_what_answers_it_once_and_nothing_below_the_threshold() {
+        let mut f = fixture();
+        let fix = f.add(obs(
+            "web",
+            "bugfix",
+            "Login tests failed on CI because of the clock",
+            "The login tests failed on CI: the session expiry used the wall clock.",
+            T0,
+        ));
+        f.add(obs(
+            "web",
+            "feature",
+            "Dark mode for the settings page",
+            "Added a theme switch.",
+            T0,
+        ));
+        let s = settings();
+        let ask = |conn: &Connection, prompt: &str, session: Option<&str>| {
+            let hits = search(conn, &prompt_request("web", prompt, &s)).expect("search");
+            at_prompt(
+                conn,
+                session,
+                &Found {
+                    hits,
+                    ..Found::default()
+                },
+                &s,
+            )
+            .expect("recall")
+        };
+        let got = ask(
+            &f.conn,
+            "why do the login tests fail on CI again?",
+            Some("s1"),
+        );
+        assert!(got.block.contains(&format!("- {fix} bugfix")), "{got:?}");
+        assert_eq!(got.given().len(), 1, "{got:?}");
+        db::write(&mut f.conn, |tx| {
+            told::record(tx, "s1", told::Moment::Prompt, None, &got.given(), T0)
+        })
+        .expect("told");
+        let again = ask(
+            &f.conn,
+            "why do the login tests fail on CI again?",
+            Some("s1"),
+        );
+        assert_eq!(again.block, "");
+        assert_eq!(again.offered[0].verdict, Verdict::AlreadyGiven);
+        let other = ask(&f.conn, "login tests failing on CI", Some("s2"));
+        assert!(!other.block.is_empty());
+
+        let unrelated = ask(&f.conn, "run the tests", Some("s3"));
+        assert_eq!(unrelated.block, "", "{unrelated:?}");
+        let elsewhere = {
+            let hits = search(
+                &f.conn,
+                &prompt_request("api", "why do the login tests fail on CI again?", &s),
+            )
+            .expect("search");
+            at_prompt(
+                &f.conn,
+                None,
+                &Found {
+                    hits,
+                    ..Found::default()
+                },
+                &s,
+            )
+            .expect("recall")
+        };
+        assert_eq!(elsewhere.block, "");
+    }
+
+    #[test]
+    fn a_file_gets_what_changed_it_and_failed_there_once() {
+        let mut f = fixture();
+        let mut changed = obs(
+            "web",
+            "change",
+            "Session expiry reads the injected clock",
+            "",
+            T0,
+        );
+        changed.content.subtitle = "so that tests can freeze time".into();
+        changed.content.files_modified = vec!["src/session.rs".into()];
+        let changed = f.add(changed);
+        let mut failed = obs(
+            "web",
+            "bugfix",
+            "Expiry test fails under TZ=UTC-14",
+            "",
+            T0 - 1,
+        );
+        failed.content.files_read = vec!["/repo/src/session.rs".into()];
+        let failed = f.add(failed);
+        let mut only_read = obs("web", "discovery", "Session module read", "", T0 - 2);
+        only_read.content.files_read = vec!["src/session.rs".into()];
+        f.add(only_read);
+        let s = settings();
+        let got = at_file(&f.conn, "web", Some("s1"), "/repo/src/session.rs", &s).expect("file");
+        let ids: Vec<i64> = got.given().iter().map(|g| g.id).collect();
+        assert_eq!(ids, vec![changed, failed], "{got:?}");
+        assert!(got.block.contains("so that tests can freeze time"));
+        db::write(&mut f.conn, |tx| {
+            told::record(
+                tx,
+                "s1",
+                told::Moment::File,
+                Some("/repo/src/session.rs"),
+                &got.given(),
+                T0,
+            )
+        })
+        .expect("told");
+        let again = at_file(&f.conn, "web", Some("s1"), "/repo/src/session.rs", &s).expect("file");
+        assert_eq!(again, Recalled::default());
+        let other_project =
+            at_file(&f.conn, "api", Some("s2"), "/repo/src/session.rs", &s).expect("file");
+        assert_eq!(other_project.block, "");
+    }
+}

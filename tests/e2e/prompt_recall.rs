@@ -1,0 +1,324 @@
+//! Memories given at a prompt and before a file's read, through the real `cairn-hook`, with
+//! the real sentence model in a running `cairn-worker` (found by meaning over its socket),
+//! and without it: a worker that is down, silent or gone mid-answer leaves the hook going
+//! by words alone, with the prompt stored either way.
+
+use std::io::Read;
+use std::os::unix::net::UnixListener;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_core::memory;
+use cairn_core::memory::observations::NewObservation;
+use cairn_core::memory::rows::ObservationContent;
+use cairn_core::memory::sessions;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::store::paths::DataDir;
+use serde_json::Value;
+
+use crate::recall::{T0, cairn, project_dir};
+use crate::support::{TestEnv, model_dir, stderr, stdout};
+
+/// Ids of the seeded memories.
+struct Seeded {
+    fix: i64,
+    limiter: i64,
+}
+
+fn seed(env: &TestEnv) -> Seeded {
+    let dd = DataDir::new(&env.data_dir);
+    let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+    let cwd = project_dir(env).display().to_string();
+    db::write(&mut conn, |tx| {
+        sessions::ensure(tx, "old", "acme", &cwd, T0)?;
+        sessions::ensure(tx, "g", "globex", "/globex", T0)?;
+        let add = |project: &str, session: &str, kind: &str, title: &str, narrative: &str, files: &[&str], at: i64| {
+            let o = NewObservation {
+                session_id: Some(session.into()),
+                project: project.into(),
+                prompt_number: Some(1),
+                kind: kind.into(),
+                origin: "model".into(),
+                created_at: at,
+                content: ObservationContent {
+                    title: title.into(),
+                    narrative: narrative.into(),
+                    files_modified: files.iter().map(|f| f.to_string()).collect(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            memory::observations::insert_observation(tx, &o).map(|s| s.id())
+        };
+        let fix = add("acme", "old", "bugfix", "Fixed the flaky login test on CI",
+            "new_session() set expires_at one second before the TTL, so the login test failed near a second boundary.",
+            &["src/session.rs"], T0)?;
+        let limiter = add("acme", "old", "feature", "Added a sliding-window rate limiter to POST /login",
+            "The sixth attempt within a minute gets 429.", &[], T0 + 1000)?;
+        add("acme", "old", "discovery", "Font rendering in the PDF export",
+            "Ligatures were dropped by the old renderer.", &[], T0 + 2000)?;
+        add("globex", "g", "bugfix", "Fixed the flaky checkout test",
+            "The checkout test failed on CI when the cart expired.", &[], T0)?;
+        Ok(Seeded { fix, limiter })
+    })
+    .expect("seed")
+}
+
+fn prompt(env: &TestEnv, session: &str, id: &str, text: &str) -> String {
+    serde_json::json!({
+        "hook_event_name": "UserPromptSubmit", "session_id": session,
+        "cwd": project_dir(env).display().to_string(), "prompt_id": id, "prompt": text,
+    })
+    .to_string()
+}
+
+/// The hook's answer to `payload`, and its `additionalContext` (None: the plain answer).
+/// The hook waits for the worker as long as a test may need (a debug build on a busy
+/// machine embeds slowly), so that what the worker finds is what the test checks.
+fn hook(env: &TestEnv, payload: &str) -> (Value, Option<String>) {
+    let mut c = env.cmd("cairn-hook");
+    c.env("CAIRN_RECALL__WORKER_DEADLINE_MS", "20000");
+    let o = crate::support::run_with_stdin(c, payload.as_bytes());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)));
+    let context = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .map(str::to_string);
+    (v, context)
+}
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what} never happened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn start_worker(env: &TestEnv) -> Worker {
+    let mut c = env.cmd("cairn-worker");
+    c.env("CAIRN_MODEL__PROVIDER", "offline")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Worker(c.spawn().expect("spawn worker"))
+}
+
+fn found_by(env: &TestEnv, text: &str) -> Value {
+    let mut c = env.cmd("cairn");
+    c.current_dir(project_dir(env))
+        .env("CAIRN_RECALL__WORKER_DEADLINE_MS", "20000")
+        .args(["context", "--prompt", text, "--json"]);
+    let o = crate::support::run_with_stdin(c, b"");
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)))
+}
+
+#[test]
+fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let model = model_dir();
+    let o = env.run(
+        "cairn",
+        &["embed", "--from", model.to_str().expect("path")],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let socket = env.data_dir.join("run/recall.sock");
+    let worker = start_worker(&env);
+    // The worker answers once its model is loaded; the socket is then there.
+    wait_until("the worker answering by meaning", || {
+        socket.exists()
+            && found_by(&env, "why does the login test fail on CI?")["found_by"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("words and meaning"))
+    });
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(socket.parent().expect("dir"))
+        .expect("run dir")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "only the user can reach the socket");
+
+    let (_, given) = hook(
+        &env,
+        &prompt(
+            &env,
+            "s1",
+            "p1",
+            "why does the login test fail on CI again?",
+        ),
+    );
+    let given = given.expect("the fix is given");
+    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+    assert!(!given.contains("checkout"), "another project's: {given}");
+    assert!(given.contains("get_observations"), "{given}");
+
+    // Never twice in a session; everyday prompts and others' words get nothing.
+    let (_, again) = hook(
+        &env,
+        &prompt(&env, "s1", "p2", "the login test failed on CI again"),
+    );
+    assert!(
+        again
+            .as_deref()
+            .is_none_or(|g| !g.contains(&format!("- {} ", s.fix))),
+        "{again:?}"
+    );
+    for (i, text) in [
+        "run the tests",
+        "commit this",
+        "explain this error",
+        "/compact",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (v, given) = hook(&env, &prompt(&env, "s2", &format!("e{i}"), text));
+        assert_eq!(given, None, "{text}: {v}: {}", found_by(&env, text));
+    }
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 6);
+
+    // `cairn context --prompt` shows why: the scores and what became of each memory.
+    let why = found_by(&env, "why does the login test fail on CI again?");
+    let offered = why["offered"].as_array().expect("offered");
+    assert_eq!(offered[0]["id"], s.fix, "{why}");
+    assert_eq!(offered[0]["verdict"], "given", "{why}");
+    assert!(
+        offered[0]["relevance"].as_f64().expect("score") >= 0.5,
+        "{why}"
+    );
+    assert!(
+        offered
+            .iter()
+            .any(|o| o["id"] == s.limiter && o["verdict"] != "given"),
+        "{why}"
+    );
+
+    // `cairn status` counts what was given.
+    let o = env.run("cairn", &["status"], b"");
+    assert!(stdout(&o).contains("1 with prompts"), "{}", stdout(&o));
+
+    // The worker killed: its socket is left behind; the hook goes by words alone at once,
+    // and the prompt is stored.
+    drop(worker);
+    let (_, given) = hook(
+        &env,
+        &prompt(
+            &env,
+            "s3",
+            "p1",
+            "why does the login test fail on CI again?",
+        ),
+    );
+    assert!(
+        given
+            .expect("by words")
+            .contains(&format!("- {} bugfix", s.fix))
+    );
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 7);
+}
+
+#[test]
+fn a_silent_worker_or_one_gone_mid_answer_leaves_the_prompt_to_words_alone() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let run = env.data_dir.join("run");
+    std::fs::create_dir_all(&run).expect("run dir");
+    let socket = run.join("recall.sock");
+    let ask = |session: &str| {
+        let (_, given) = hook(
+            &env,
+            &prompt(
+                &env,
+                session,
+                "p1",
+                "why does the login test fail on CI again?",
+            ),
+        );
+        assert!(
+            given
+                .expect("by words")
+                .contains(&format!("- {} bugfix", s.fix)),
+            "{session}"
+        );
+    };
+
+    // Listening, never accepting: the request waits in the backlog past the deadline.
+    let silent = UnixListener::bind(&socket).expect("bind");
+    ask("silent");
+    drop(silent);
+    std::fs::remove_file(&socket).expect("rm");
+
+    // Reads the request, then is gone without a word.
+    let gone = UnixListener::bind(&socket).expect("bind");
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = gone.accept().expect("accept");
+        let mut first = [0u8; 1];
+        let _ = stream.read(&mut first);
+    });
+    ask("gone");
+    server.join().expect("server");
+    std::fs::remove_file(&socket).expect("rm");
+
+    // Answers garbage.
+    let garbage = UnixListener::bind(&socket).expect("bind");
+    let server = std::thread::spawn(move || {
+        use std::io::Write as _;
+        let (mut stream, _) = garbage.accept().expect("accept");
+        let mut first = [0u8; 1];
+        let _ = stream.read(&mut first);
+        let _ = stream.write_all(b"{not json\n");
+    });
+    ask("garbage");
+    server.join().expect("server");
+
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 3);
+}
+
+#[test]
+fn a_read_is_told_what_changed_in_its_file_and_is_never_changed() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let file = project_dir(&env)
+        .join("src/session.rs")
+        .display()
+        .to_string();
+    let read = |session: &str, tool: &str| {
+        serde_json::json!({
+            "hook_event_name": "PreToolUse", "session_id": session,
+            "cwd": project_dir(&env).display().to_string(), "tool_name": tool,
+            "tool_use_id": "toolu_1", "tool_input": {"file_path": file},
+        })
+        .to_string()
+    };
+    let (v, told) = hook(&env, &read("s1", "Read"));
+    let told = told.expect("told");
+    assert!(told.contains(&format!("- {} bugfix", s.fix)), "{told}");
+    let out = v["hookSpecificOutput"].as_object().expect("output");
+    let mut keys: Vec<&String> = out.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["additionalContext", "hookEventName"], "{v}");
+    assert_eq!(v.as_object().expect("answer").len(), 1, "{v}");
+    // Once per file per session, the edit included; nothing stored for a call about to run.
+    let (_, again) = hook(&env, &read("s1", "Edit"));
+    assert_eq!(again, None);
+    let (_, other) = hook(&env, &read("s2", "Edit"));
+    assert!(other.is_some());
+    assert_eq!(env.count("SELECT COUNT(*) FROM pending_messages"), 0);
+    let o = cairn(
+        &env,
+        &["context", "--file", &file, "--session", "s1", "--json"],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["text"], "", "{v}");
+}
