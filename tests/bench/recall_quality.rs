@@ -22,6 +22,13 @@
 //! exhaustive scan), the worker's embedding rate and the search latency with the model
 //! loaded.
 //!
+//! `CAIRN_BENCH_FEATURES=DIR` writes, per project, what ranking measured of every
+//! candidate of every question (`DIR/<project>.jsonl`: the signals of `recall::ranker`,
+//! with and without the model, and whether the candidate is a relevant memory), beside
+//! where the relevant memory stands in BM25-OR, the plain fusion and `cairn search`, and
+//! the candidates of [`OFF_TOPIC`] questions: what `tests/bench/train_ranker.py` retrains
+//! the ranker from, judging it project by project on the projects it was not trained on.
+//!
 //! `CAIRN_BENCH_KEEP=DIR` keeps, per project, the database (`DIR/<project>/cairn.db`) and
 //! each question's rankings with the two candidate pools and their raw scores
 //! (`DIR/<project>/rankings.jsonl`).
@@ -45,8 +52,25 @@ use sha2::{Digest, Sha256};
 
 /// Candidates the baseline fusion takes from each side, as `cairn search` does.
 const POOL: usize = 50;
+/// Candidates taken from each side for the dump of features.
+const DUMP_POOL: usize = 100;
 /// The reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
+
+/// Questions no memory answers: nonsense and everyday words. Their candidates tell how
+/// sure the ranker is of what is not there (the floor of `search.min_relevance`).
+const OFF_TOPIC: [&str; 10] = [
+    "zzzzqqq",
+    "qwxv blorf snizzle",
+    "purple elephant dances quietly",
+    "banana tractor violin",
+    "what is the weather in paris tomorrow",
+    "recipe for chocolate cake",
+    "who won the football match",
+    "xkcd lorem ipsum dolor",
+    "my cat sleeps on the sofa",
+    "asdf jkl qwerty",
+];
 
 /// The methods measured, in the order of the report.
 const METHODS: [&str; 5] = [
@@ -204,6 +228,13 @@ fn fuse(rankings: &[&[i64]]) -> Vec<i64> {
 /// when there is one).
 fn load(project: &str, root: &Path, settings: &EmbedSettings) -> DataDir {
     let dir = DataDir::new(root.join(project));
+    if dir.db().is_file() {
+        println!(
+            "{project}: reusing the embedded corpus in {}",
+            dir.root().display()
+        );
+        return dir;
+    }
     let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
     let corpus = fixtures().join(project).join("corpus.jsonl");
     let file = std::io::BufReader::new(std::fs::File::open(&corpus).expect("corpus"));
@@ -260,6 +291,7 @@ fn measure(
     bert: &Embedder,
     model_id: &str,
     keep: Option<&Path>,
+    features: Option<&Path>,
 ) -> Measured {
     let mut conn = db::open_data_dir(dir, OpenOptions::default()).expect("open");
     let left = store::backfill(&mut conn, bert, model_id, 32).expect("embed");
@@ -288,6 +320,7 @@ fn measure(
     let mut latencies = Vec::new();
     let mut agreement = (0, 0);
     let mut kept = String::new();
+    let mut dumped = String::new();
     let hashes =
         |ids: &[i64]| -> Vec<String> { ids.iter().map(|id| hash_of[id].clone()).collect() };
     for q in questions(project) {
@@ -363,6 +396,17 @@ fn measure(
             scores[m][q.half as usize].add(list, &q.relevant);
             scores[m][2].add(list, &q.relevant);
         }
+        if features.is_some() {
+            let place = |list: &[String]| list.iter().position(|h| q.relevant.contains(h));
+            let line = serde_json::json!({
+                "project": project, "query": q.text,
+                "bm25": place(&lists[BM25]), "fusion": place(&lists[FUSION]),
+                "search": place(&lists[SEARCH]), "pooled": !pooled.is_disjoint(&q.relevant),
+                "meaning": dump(&mut with_model, &conn, &req, |id| q.relevant.contains(&hash_of[&id])),
+                "words": dump(&mut words_only, &conn, &req, |id| q.relevant.contains(&hash_of[&id])),
+            });
+            dumped.push_str(&format!("{line}\n"));
+        }
         if keep.is_some() {
             let line = serde_json::json!({
                 "query": q.text, "half": q.half, "relevant": q.relevant,
@@ -372,6 +416,28 @@ fn measure(
             });
             kept.push_str(&format!("{line}\n"));
         }
+    }
+    if let Some(f) = features {
+        for text in OFF_TOPIC {
+            let req = SearchRequest {
+                query: text.into(),
+                filters: Filters {
+                    project: Some(project.into()),
+                    ..Filters::default()
+                },
+                kinds: vec![Kind::Observation],
+                limit: 10,
+                ..SearchRequest::default()
+            };
+            let line = serde_json::json!({
+                "project": project, "query": text, "off_topic": true,
+                "meaning": dump(&mut with_model, &conn, &req, |_| false),
+                "words": dump(&mut words_only, &conn, &req, |_| false),
+            });
+            dumped.push_str(&format!("{line}\n"));
+        }
+        std::fs::create_dir_all(f).expect("features dir");
+        std::fs::write(f.join(format!("{project}.jsonl")), &dumped).expect("features");
     }
     if let Some(k) = keep {
         let k = k.join(project);
@@ -391,16 +457,44 @@ fn measure(
     }
 }
 
+/// Every candidate the searcher weighs for `req`, from pools of [`DUMP_POOL`] (the
+/// training script narrows them to try smaller ones): `[relevant (0 or 1), signals...]`.
+fn dump(
+    searcher: &mut Searcher,
+    conn: &rusqlite::Connection,
+    req: &SearchRequest,
+    relevant: impl Fn(i64) -> bool,
+) -> Vec<Vec<f64>> {
+    let req = SearchRequest {
+        limit: DUMP_POOL,
+        ..req.clone()
+    };
+    searcher
+        .candidates(conn, &req)
+        .expect("candidates")
+        .iter()
+        .map(|c| {
+            std::iter::once(if relevant(c.id) { 1.0 } else { 0.0 })
+                .chain(c.signals.values())
+                .collect()
+        })
+        .collect()
+}
+
 fn main() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    // CAIRN_BENCH_DATA=DIR keeps each project's embedded database there and reuses it.
+    let data = std::env::var_os("CAIRN_BENCH_DATA").map(PathBuf::from);
+    let root = data.as_deref().unwrap_or(tmp.path());
     let settings = EmbedSettings {
         model_dir: model_dir().display().to_string(),
         ..EmbedSettings::default()
     };
     let keep = std::env::var_os("CAIRN_BENCH_KEEP").map(PathBuf::from);
+    let features = std::env::var_os("CAIRN_BENCH_FEATURES").map(PathBuf::from);
     let mut results = Vec::new();
     for project in projects() {
-        let dir = load(&project, tmp.path(), &settings);
+        let dir = load(&project, root, &settings);
         let source = model::locate(&settings, &dir).expect("model");
         let bert = source.load().expect("load model");
         results.push(measure(
@@ -410,6 +504,7 @@ fn main() {
             &bert,
             &source.id,
             keep.as_deref(),
+            features.as_deref(),
         ));
     }
 

@@ -77,13 +77,19 @@ fn install_and_uninstall_keep_everything_else() {
     for key in ["model", "env", "permissions"] {
         assert_eq!(installed[key], original[key], "{key}");
     }
+    // The person's PreToolUse group is kept as it was, first; cairn's is added after it.
     assert_eq!(
-        installed["hooks"]["PreToolUse"],
-        original["hooks"]["PreToolUse"]
+        installed["hooks"]["PreToolUse"][0],
+        original["hooks"]["PreToolUse"][0]
+    );
+    assert_eq!(
+        installed["hooks"]["PreToolUse"][1]["matcher"],
+        "Read|Edit|MultiEdit|Write|NotebookEdit"
     );
     for event in [
         "SessionStart",
         "UserPromptSubmit",
+        "PreToolUse",
         "PostToolUse",
         "PostToolUseFailure",
         "Stop",
@@ -334,7 +340,7 @@ fn doctor_can_tell_whether_the_hooks_are_installed() {
     // This test binary is not beside the installed cairn-hook, so from here the hooks
     // run "another" cairn-hook: the one `cairn install` found beside `cairn`.
     let found = installed_hooks(&path).expect("read").expect("file");
-    assert_eq!(found.events.len(), 6);
+    assert_eq!(found.events.len(), 7);
     let hook = bin("cairn-hook").canonicalize().expect("path");
     for (event, state) in &found.events {
         assert_eq!(

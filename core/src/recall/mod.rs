@@ -2,7 +2,8 @@
 //! the SQL vocabulary every statement shares (`sql`: filters, the searchable tables,
 //! candidates, the WHERE terms led by the full-text index); sentence vectors and the
 //! nearest-neighbour index (`embed`); the snippets and text helpers a hit shows
-//! (`snippet`); relevance ranking that fuses full text and meaning (`rank`); search with
+//! (`snippet`); the learned model that turns what is measured of a candidate into its
+//! relevance (`ranker`); relevance ranking that fuses full text and meaning (`rank`); search with
 //! filters, orders and paging (`search`); the timeline around a point and records by id
 //! (`timeline`); and on top the `Searcher` facade that the CLI, the MCP server and the
 //! viewer hold (`searcher`), with the one builder of a search request from text fields

@@ -7,17 +7,15 @@
 //! - the meaning side: the [`POOL`] nearest vectors (`embed::index`), kept when their cosine
 //!   similarity reaches `embed.min_similarity`.
 //!
-//! Every candidate is then scored on four features, each in [0, 1]: its BM25 score as a
-//! share of the best of its kind, its similarity scaled between the lowest and highest
-//! among the candidates, its coverage, the IDF-weighted share of the query's words it
-//! contains, and its phrasing, the share of the query's adjacent word pairs it holds as
-//! phrases (`Query::adjacent_pairs`). The score is [`W_TEXT`]·bm25 +
-//! [`W_MEANING`]·similarity + [`W_COVERAGE`]·coverage + [`W_PHRASE`]·phrasing (without a
-//! model, all but similarity). A prompt scores [`PROMPT_FACTOR`] of that:
-//! the question a person asked ranks below the memories that answer it.
+//! Every candidate is then measured ([`Signals`]: BM25, similarity, coverage of the
+//! query's words in the memory and in its title, phrasing, how it stands out of the
+//! others, duplicates; see `ranker`) and given its relevance by the shipped
+//! [`Ranker`], the probability that it answers the query; the candidates are ordered by
+//! it, and those under the request's floor dropped. A prompt gets [`PROMPT_FACTOR`] of
+//! its relevance: the question a person asked ranks below the memories that answer it.
 //!
-//! The weights were chosen on one half of the recall benchmark's questions (split by a hash
-//! of the question) and are reported on the other half; see BENCHMARKS.md.
+//! The ranker was trained across the recall benchmarks' projects and is judged on each
+//! project it was not trained on; see BENCHMARKS.md.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
@@ -28,14 +26,14 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
-use super::ranker::{Ranker, Signals};
+use super::ranker::{LEAD_PLACE, Ranker, Signals};
 use super::sql::{Candidate, Filters, full_text_led, push_filters, table};
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
 
 /// Candidates taken from each side (more when a page further down is asked for).
 pub const POOL: usize = 50;
-/// A prompt's share of the score it would have as a memory.
+/// A prompt's share of the relevance it would have as a memory.
 pub const PROMPT_FACTOR: f64 = 0.8;
 /// Matches counted for a word's IDF; a word in more rows than this counts as that common.
 /// Bounds the cost of a very common word at a million rows.
@@ -203,6 +201,11 @@ pub(super) fn scored(
         .collect();
     by_meaning.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let best_similarity = by_meaning.first().map_or(0.0, |b| f64::from(b.0));
+    let crowd = by_meaning
+        .get(LEAD_PLACE - 1)
+        .or(by_meaning.last())
+        .map_or(0.0, |b| f64::from(b.0));
+    let best_coverage = wording.values().map(|w| w.coverage).fold(0.0, f64::max);
     let meaning_place: HashMap<(Kind, i64), usize> = by_meaning
         .iter()
         .enumerate()
@@ -216,6 +219,7 @@ pub(super) fn scored(
             let w = wording.get(&(kind, id)).copied().unwrap_or_default();
             let mut signals = Signals {
                 coverage: w.coverage,
+                best_coverage,
                 title_coverage: w.title_coverage,
                 phrasing: w.phrasing,
                 words,
@@ -235,6 +239,7 @@ pub(super) fn scored(
             {
                 signals.similarity = f64::from(s);
                 signals.similarity_gap = f64::from(s) - best_similarity;
+                signals.similarity_lead = f64::from(s) - crowd;
                 signals.meaning_rank = 1.0 / (1.0 + meaning_place[&(kind, id)] as f64);
             }
             let mut relevance = ranker.relevance(&signals);

@@ -13,19 +13,24 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 /// The signals in the order the weights list them; `ranker.json` names them the same.
-pub const SIGNALS: [&str; 11] = [
+pub const SIGNALS: [&str; 13] = [
     "bm25",
     "bm25_share",
     "text_rank",
     "similarity",
     "similarity_gap",
+    "similarity_lead",
     "meaning_rank",
     "coverage",
+    "best_coverage",
     "title_coverage",
     "phrasing",
     "words",
     "duplicates",
 ];
+
+/// The place (1 is the best) of the similarity a candidate's lead is measured from.
+pub const LEAD_PLACE: usize = 10;
 
 /// What ranking measures of one candidate for one query. Each is comparable across
 /// queries and projects, so the relevance made of them is too.
@@ -42,10 +47,16 @@ pub struct Signals {
     pub similarity: f64,
     /// Its similarity less the best among the candidates (≤ 0); 0 without a model.
     pub similarity_gap: f64,
+    /// Its similarity less the [`LEAD_PLACE`]-th best among the candidates: how far it
+    /// stands out of the crowd (a nonsense query's nearest memories are all about as
+    /// near); 0 without a model.
+    pub similarity_lead: f64,
     /// `1 / (1 + r)`, `r` its place among the candidates by similarity; 0 without a model.
     pub meaning_rank: f64,
     /// The IDF-weighted share of the query's words it holds.
     pub coverage: f64,
+    /// The best coverage among the candidates: whether any memory holds the words.
+    pub best_coverage: f64,
     /// The IDF-weighted share of the query's words its title (or first field) holds.
     pub title_coverage: f64,
     /// The share of the query's adjacent word pairs it holds as phrases.
@@ -65,8 +76,10 @@ impl Signals {
             self.text_rank,
             self.similarity,
             self.similarity_gap,
+            self.similarity_lead,
             self.meaning_rank,
             self.coverage,
+            self.best_coverage,
             self.title_coverage,
             self.phrasing,
             self.words,

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Retrains the search ranker (`core/src/recall/ranker.json`) from the features the recall
+quality benchmark dumps, and judges it project by project on the projects it was not
+trained on (leave one project out).
+
+    CAIRN_BENCH_FEATURES=/tmp/features cargo bench -p cairn --bench recall_quality
+    python3 tests/bench/train_ranker.py /tmp/features            # report only
+    python3 tests/bench/train_ranker.py /tmp/features --write     # and write ranker.json
+
+Needs numpy (`pip install numpy`). The model is a logistic regression over the signals of
+`recall::ranker` (each candidate: is it a memory the question is about?), fitted by
+Newton's method with a little L2, so its output is the probability itself: no separate
+calibration. Two models: with the sentence model's signals, and of words alone.
+
+For each held-out project it reports recall@5, recall@10 and MRR@10 beside BM25-OR, the
+plain fusion (RRF k=60 of BM25-OR and cosine) and `cairn search` as the benchmark ran it,
+all from the same run; then the reliability of the held-out probabilities (expected
+calibration error, over every candidate and over the top 10 shown), and the relevance of
+the off-topic questions' best candidates, from which the floor (`search.min_relevance`)
+is chosen.
+"""
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+import numpy as np
+
+SIGNALS = [
+    "bm25", "bm25_share", "text_rank", "similarity", "similarity_gap", "similarity_lead",
+    "meaning_rank", "coverage", "best_coverage", "title_coverage", "phrasing", "words",
+    "duplicates",
+]
+L2 = 1.0
+
+
+def load(folder):
+    """Questions by project: dicts with the candidate matrices of both searches."""
+    out = {}
+    for path in sorted(pathlib.Path(folder).glob("*.jsonl")):
+        rows = [json.loads(line) for line in path.open()]
+        for r in rows:
+            for side in ("meaning", "words"):
+                m = np.array(r[side], dtype=float).reshape(-1, 1 + len(SIGNALS))
+                r[side] = m
+        out[path.stem] = rows
+    return out
+
+
+def narrowed(m, pool, side):
+    """The candidates pools of `pool` per side would have held (the dump's are larger)."""
+    if pool is None or len(m) == 0:
+        return m
+    cut = 1.0 / (1.0 + pool)  # text_rank / meaning_rank of place `pool`
+    t = m[:, 1 + SIGNALS.index("text_rank")]
+    keep = t > cut
+    if side == "meaning":
+        keep |= m[:, 1 + SIGNALS.index("meaning_rank")] > cut
+    return m[keep]
+
+
+def fit(x, y):
+    """Logistic regression by Newton's method, on standardized signals; returns the
+    weights and bias on the raw signals."""
+    mu = x.mean(axis=0)
+    sd = x.std(axis=0)
+    sd[sd == 0] = 1.0
+    z = (x - mu) / sd
+    z1 = np.hstack([z, np.ones((len(z), 1))])
+    w = np.zeros(z1.shape[1])
+    reg = np.full(z1.shape[1], L2)
+    reg[-1] = 0.0
+    for _ in range(50):
+        p = 1.0 / (1.0 + np.exp(-(z1 @ w)))
+        grad = z1.T @ (p - y) + reg * w
+        h = (z1 * (p * (1 - p))[:, None]).T @ z1 + np.diag(reg)
+        step = np.linalg.solve(h, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    weights = w[:-1] / sd
+    bias = w[-1] - (w[:-1] * mu / sd).sum()
+    return weights, bias
+
+
+def relevance(m, model):
+    weights, bias = model
+    return 1.0 / (1.0 + np.exp(-(m[:, 1:] @ weights + bias)))
+
+
+def place(m, model):
+    """Place of the first relevant candidate in the model's order, or None."""
+    if len(m) == 0 or m[:, 0].max() < 1:
+        return None
+    p = relevance(m, model)
+    order = np.argsort(-p, kind="stable")
+    return int(np.nonzero(m[order, 0] >= 1)[0][0])
+
+
+def figures(places):
+    n = max(len(places), 1)
+    at5 = sum(1 for p in places if p is not None and p < 5) / n
+    at10 = sum(1 for p in places if p is not None and p < 10) / n
+    mrr = sum(1.0 / (p + 1) for p in places if p is not None and p < 10) / n
+    return at5, at10, mrr
+
+
+def cell(f):
+    return " / ".join(f"{v:.3f}" for v in f)
+
+
+def training(data, projects, side, pool):
+    xs, ys = [], []
+    for p in projects:
+        for q in data[p]:
+            if q.get("off_topic"):
+                continue
+            m = narrowed(q[side], pool, side)
+            xs.append(m[:, 1:])
+            ys.append(m[:, 0])
+    return np.vstack(xs), np.concatenate(ys)
+
+
+def reliability(probs, labels, bins=10):
+    """Rows (bin, count, mean predicted, observed) and the expected calibration error."""
+    probs, labels = np.asarray(probs), np.asarray(labels)
+    edges = np.linspace(0, 1, bins + 1)
+    rows, ece = [], 0.0
+    for i in range(bins):
+        inside = (probs >= edges[i]) & (probs < edges[i + 1] if i < bins - 1 else probs <= 1)
+        n = int(inside.sum())
+        if n == 0:
+            continue
+        pred, seen = probs[inside].mean(), labels[inside].mean()
+        ece += n / len(probs) * abs(pred - seen)
+        rows.append((f"{edges[i]:.1f}-{edges[i + 1]:.1f}", n, pred, seen))
+    return rows, ece
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("features", help="the folder CAIRN_BENCH_FEATURES named")
+    ap.add_argument("--pool", type=int, default=50, help="candidates per side (≤ the dump's)")
+    ap.add_argument("--write", action="store_true", help="write core/src/recall/ranker.json")
+    args = ap.parse_args()
+    data = load(args.features)
+    projects = sorted(data)
+    print(f"projects: {', '.join(projects)}; pool {args.pool} per side\n")
+
+    held = {side: {"probs": [], "labels": [], "top_probs": [], "top_labels": [],
+                   "off": {}, "places": {}, "found": []} for side in ("meaning", "words")}
+    table = []
+    for out in projects:
+        rest = [p for p in projects if p != out]
+        row = {"project": out}
+        for side in ("meaning", "words"):
+            model = fit(*training(data, rest, side, args.pool))
+            h = held[side]
+            places = []
+            for q in data[out]:
+                m = narrowed(q[side], args.pool, side)
+                if q.get("off_topic"):
+                    best = float(relevance(m, model).max()) if len(m) else 0.0
+                    h["off"].setdefault(out, []).append((best, q["query"]))
+                    continue
+                at = place(m, model)
+                places.append(at)
+                if at is not None and at < 10:
+                    p = np.sort(relevance(m, model))[::-1]
+                    h["found"].append(float(p[at]))
+                if len(m):
+                    p = relevance(m, model)
+                    h["probs"].extend(p)
+                    h["labels"].extend(m[:, 0])
+                    top = np.argsort(-p, kind="stable")[:10]
+                    h["top_probs"].extend(p[top])
+                    h["top_labels"].extend(m[top, 0])
+            h["places"][out] = places
+            row[side] = places
+        qs = [q for q in data[out] if not q.get("off_topic")]
+        for base in ("bm25", "fusion", "search"):
+            row[base] = [q[base] for q in qs]
+        table.append(row)
+
+    cols = [("bm25", "BM25-OR"), ("fusion", "RRF k=60"), ("search", "search as run"),
+            ("meaning", "learned (held out)"), ("words", "learned, words only")]
+    print("| project (questions) | " + " | ".join(c[1] for c in cols) + " |")
+    print("| --- |" + " --- |" * len(cols))
+    everything = {c: [] for c, _ in cols}
+    means = {c: np.zeros(3) for c, _ in cols}
+    for row in table:
+        n = len(row["bm25"])
+        print(f"| {row['project']} ({n}) | "
+              + " | ".join(cell(figures(row[c])) for c, _ in cols) + " |")
+        for c, _ in cols:
+            everything[c].extend(row[c])
+            means[c] += np.array(figures(row[c])) / len(table)
+    print(f"| all ({len(everything['bm25'])}) | "
+          + " | ".join(cell(figures(everything[c])) for c, _ in cols) + " |")
+    print("| mean of projects | " + " | ".join(cell(means[c]) for c, _ in cols) + " |")
+
+    print("\ntargets on held-out projects (learned with meaning):")
+    for row in table:
+        l5, l10, _ = figures(row["meaning"])
+        f5, f10, _ = figures(row["fusion"])
+        b5, b10, _ = figures(row["bm25"])
+        print(f"  {row['project']:<10} r@5 {l5 - f5:+.3f} vs fusion (≥ +0.03: "
+              f"{'met' if l5 - f5 >= 0.03 - 1e-9 else 'missed'}); r@10 {l10:.3f} vs "
+              f"BM25 {b10:.3f}, fusion {f10:.3f} "
+              f"({'met' if l10 >= max(b10, f10) - 1e-9 else 'missed'})")
+    a5, _, amrr = figures(everything["meaning"])
+    print(f"  all: r@5 {a5:.3f} (≥ 0.83), MRR@10 {amrr:.3f} (≥ 0.74)")
+
+    for side in ("meaning", "words"):
+        h = held[side]
+        print(f"\nreliability of the held-out relevance ({side}):")
+        for name, probs, labels in (("every candidate", h["probs"], h["labels"]),
+                                    ("top 10 shown", h["top_probs"], h["top_labels"])):
+            rows, ece = reliability(probs, labels)
+            print(f"  {name}: ECE {ece:.4f} over {len(probs)}")
+            for b, n, pred, seen in rows:
+                print(f"    {b}  n={n:<7} predicted {pred:.3f}  observed {seen:.3f}")
+        offs = sorted((v for vs in h["off"].values() for v in vs), reverse=True)
+        print(f"  off-topic questions' best relevance (held out): "
+              + ", ".join(f"{b:.3f} {q!r}" for b, q in offs[:6]))
+        worst = offs[0][0] if offs else 0.0
+        floor = math.ceil((worst + 0.005) * 100) / 100
+        found = h["found"]
+        lost = sum(1 for r in found if r < floor)
+        print(f"  a floor of {floor:.2f} hides every off-topic question's candidates, and "
+              f"{lost} of the {len(found)} relevant memories found in a held-out top 10")
+
+    final = {}
+    for side in ("meaning", "words"):
+        weights, bias = fit(*training(data, projects, side, args.pool))
+        final[side] = {"bias": round(float(bias), 6),
+                       "weights": [round(float(w), 6) for w in weights]}
+        print(f"\n{side} (all projects): bias {bias:+.3f}; "
+              + ", ".join(f"{s} {w:+.3f}" for s, w in zip(SIGNALS, weights)))
+    if args.write:
+        path = pathlib.Path(__file__).resolve().parents[2] / "core/src/recall/ranker.json"
+        doc = {"signals": SIGNALS, **final}
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
