@@ -15,7 +15,10 @@
 
 use std::borrow::Cow;
 
+pub mod recurring;
 pub mod rules;
+
+pub use recurring::Recurring;
 
 use serde_json::{Map, Value};
 
@@ -51,9 +54,15 @@ impl Privacy {
     /// A text field, cleaned: tags stripped, secrets redacted (every copy of a secret found
     /// anywhere in it), capped.
     pub fn text(&self, s: &str) -> String {
+        self.text_in(s, None)
+    }
+
+    /// [`Privacy::text`] in a session: copies of the secrets it showed before are removed
+    /// too, and the secrets found here are remembered.
+    pub fn text_in(&self, s: &str, session: Option<&mut Recurring>) -> String {
         let mut found = Found::default();
         let raw = self.raw_text(s, &mut found);
-        self.finish_text(&raw, &found.ready())
+        self.finish_text(&raw, &found.ready(session, self.redact_secrets))
     }
 
     /// A memory saved by hand (`cairn save`, the MCP tool `save_memory`), cleaned like
@@ -92,9 +101,19 @@ impl Privacy {
     /// key material; a token prefix ending one field makes the token-like run starting
     /// another its rest.
     pub fn values<const N: usize>(&self, vs: [&Value; N]) -> [Value; N] {
+        self.values_in(vs, None)
+    }
+
+    /// [`Privacy::values`] in a session: copies of the secrets it showed before are
+    /// removed too, and the secrets found here are remembered.
+    pub fn values_in<const N: usize>(
+        &self,
+        vs: [&Value; N],
+        session: Option<&mut Recurring>,
+    ) -> [Value; N] {
         let mut found = Found::default();
         let raw = vs.map(|v| self.walk(v, &mut found));
-        let ready = found.ready();
+        let ready = found.ready(session, self.redact_secrets);
         raw.map(|v| {
             let cleaned = self.finish(v, &ready);
             if matches!(cleaned, Value::String(_) | Value::Null | Value::Bool(_)) {
@@ -114,7 +133,7 @@ impl Privacy {
     pub fn tree(&self, v: &Value) -> Value {
         let mut found = Found::default();
         let raw = self.walk(v, &mut found);
-        self.finish(raw, &found.ready())
+        self.finish(raw, &found.ready(None, self.redact_secrets))
     }
 
     /// Tags stripped and secrets redacted, not capped; what was redacted goes to `found`.
@@ -285,7 +304,9 @@ impl Found {
         }
     }
 
-    fn ready(mut self) -> Ready {
+    /// Sorted for replacing; the sure secrets remembered in `session`, whose earlier
+    /// secrets are removed too (when `redact`).
+    fn ready<'r>(mut self, session: Option<&'r mut Recurring>, redact: bool) -> Ready<'r> {
         // Only what surely is a secret is hunted for elsewhere: a doubtful finding removed
         // from every field would multiply a false positive.
         self.secrets.retain(|s| {
@@ -296,20 +317,40 @@ impl Found {
                 && s.len() >= 8
                 && rules::entropy(s.as_bytes()) >= 3.0
         });
+        let session = session.filter(|_| redact).map(|r| {
+            for s in &self.secrets {
+                r.remember(s);
+            }
+            &*r
+        });
         self.secrets.append(&mut self.pieces);
         self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         self.secrets.dedup();
-        Ready(self)
+        Ready(self, session.filter(|r| !r.is_empty()))
     }
 }
 
-/// [`Found`], sorted for replacing.
-struct Ready(Found);
+/// [`Found`], sorted for replacing, and the session's remembered secrets.
+struct Ready<'a>(Found, Option<&'a Recurring>);
 
-impl Ready {
+impl Ready<'_> {
     fn apply<'a>(&self, s: &'a str) -> Cow<'a, str> {
         let f = &self.0;
         let mut out = Cow::Borrowed(s);
+        if let Some(session) = self.1 {
+            let spans = session.spans(&out);
+            if !spans.is_empty() {
+                let mut o = String::with_capacity(out.len());
+                let mut cursor = 0;
+                for (a, b) in spans {
+                    o.push_str(&out[cursor..a]);
+                    o.push_str(REDACTED);
+                    cursor = b;
+                }
+                o.push_str(&out[cursor..]);
+                out = Cow::Owned(o);
+            }
+        }
         for secret in &f.secrets {
             if out.contains(secret.as_str()) {
                 out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
