@@ -730,9 +730,76 @@ fn redact_into<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         Cow::Borrowed(_) => tokens,
         Cow::Owned(o) => Cow::Owned(o),
     };
-    match redact_assignments(&ruled, secrets) {
+    let assigned = match redact_assignments(&ruled, secrets) {
         Cow::Borrowed(_) => ruled,
         Cow::Owned(o) => Cow::Owned(o),
+    };
+    match redact_encoded(&assigned, secrets) {
+        Cow::Borrowed(_) => assigned,
+        Cow::Owned(o) => Cow::Owned(o),
+    }
+}
+
+/// Shortest base64 run decoded and looked into.
+const MIN_ENCODED: usize = 24;
+
+/// Base64 runs (line breaks inside allowed, as `base64` wraps them) that decode to text
+/// holding a secret (a `.env` file, a key file, a config encoded whole): redacted whole.
+/// The decoded text goes through the same three passes; runs that decode to anything but
+/// printable text (identifiers, hashes, binary) are left as they are.
+fn redact_encoded<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
+    let b = s.as_bytes();
+    let is_b64 = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
+    let mut out: Option<String> = None;
+    let (mut cursor, mut i) = (0, 0);
+    while i < b.len() {
+        if !is_b64(b[i]) || (i > 0 && is_b64(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let (mut chars, mut last) = (0, i);
+        while i < b.len() && (is_b64(b[i]) || b[i] == b'\n' || b[i] == b'\r') {
+            if is_b64(b[i]) {
+                chars += 1;
+                last = i;
+            }
+            i += 1;
+        }
+        i = last + 1;
+        if chars < MIN_ENCODED {
+            continue;
+        }
+        let decoded = decode_base64(&b[start..i]);
+        let Ok(text) = std::str::from_utf8(&decoded) else {
+            continue;
+        };
+        let printable = text
+            .bytes()
+            .filter(|&c| c.is_ascii_graphic() || c.is_ascii_whitespace())
+            .count();
+        if text.len() < MIN_ENCODED * 3 / 4 - 2 || printable * 20 < text.len() * 19 {
+            continue;
+        }
+        let mut inner = Vec::new();
+        let tokens = redact_tokens(text, &mut inner);
+        let ruled = redact_rules(&tokens, &mut inner);
+        let _ = redact_assignments(&ruled, &mut inner);
+        if inner.is_empty() {
+            continue;
+        }
+        secrets.push(s[start..i].to_string());
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+        o.push_str(&s[cursor..start]);
+        o.push_str("[REDACTED:encoded]");
+        cursor = i;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[cursor..]);
+            Cow::Owned(o)
+        }
     }
 }
 
