@@ -734,9 +734,220 @@ fn redact_into<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         Cow::Borrowed(_) => ruled,
         Cow::Owned(o) => Cow::Owned(o),
     };
-    match redact_encoded(&assigned, secrets) {
+    let shaped = match redact_shaped(&assigned, secrets) {
         Cow::Borrowed(_) => assigned,
         Cow::Owned(o) => Cow::Owned(o),
+    };
+    match redact_encoded(&shaped, secrets) {
+        Cow::Borrowed(_) => shaped,
+        Cow::Owned(o) => Cow::Owned(o),
+    }
+}
+
+/// Words that make a nearby value a credential (lowercase, matched as parts of words): a
+/// secret-ish key name in any naming style (`API_KEY`, `clientSecret`, `x-auth-token`).
+const CREDENTIAL_WORDS: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "passw",
+    "pwd",
+    "pass",
+    "auth",
+    "cred",
+    "bearer",
+    "api",
+    "private",
+    "access",
+    "sid",
+    "signature",
+    "contrase",
+    "mot de passe",
+    "kennwort",
+    "senha",
+    "parol",
+];
+
+/// Bytes before a value, on its line, in which a credential word makes it one.
+const CREDENTIAL_WINDOW: usize = 48;
+
+/// Characters a token is made of (base64, base64url, dotted and dashed forms).
+fn token_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'+' | b'/' | b'.' | b'~')
+}
+
+/// How random a token's shape is: the share of positions where the character class
+/// (lowercase, uppercase, digit, other) changes, not counting an uppercase letter followed
+/// by lowercase ones (a word in CamelCase). Identifiers and words score low (under 0.25),
+/// random keys high (0.4 and more), whatever their alphabet.
+pub fn shape_randomness(t: &[u8]) -> f64 {
+    let class = |c: u8| match c {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        b'0'..=b'9' => 2,
+        _ => 3,
+    };
+    let changes = t
+        .windows(2)
+        .filter(|w| class(w[0]) != class(w[1]) && !(class(w[0]) == 1 && class(w[1]) == 0))
+        .count();
+    changes as f64 / t.len().max(1) as f64
+}
+
+/// A token as values of secrets look, by shape alone: long enough, random enough, of
+/// several character classes, not code, a path, a host, a version or a hash's hex.
+/// `strong`: sure enough to redact with no credential word near it.
+fn secret_shaped(t: &str, strong: bool) -> bool {
+    let b = t.as_bytes();
+    let n = b.len();
+    let (min, min_entropy) = if strong { (24, 4.0) } else { (12, 3.0) };
+    if n < min || n > 512 {
+        return false;
+    }
+    let lower = b.iter().any(u8::is_ascii_lowercase);
+    let upper = b.iter().any(u8::is_ascii_uppercase);
+    let digit = b.iter().any(u8::is_ascii_digit);
+    let hex = b.iter().all(|c| c.is_ascii_hexdigit() || *c == b'-');
+    let classes = usize::from(lower) + usize::from(upper) + usize::from(digit);
+    // A prefixed token (`sk_live_…`, `rubygems_…`) is shaped like a snake_case name, but its
+    // last part is random.
+    let prefixed = t
+        .rsplit(['_', '-'])
+        .next()
+        .is_some_and(|last| last.len() >= 16 && last.len() < n && secret_shaped(last, false));
+    if rules::entropy(b) < min_entropy || (rules::code_like(t) && !prefixed) {
+        return false;
+    }
+    if strong {
+        // Hex (hashes, commit ids, UUIDs) and base64 data need a word saying what they are.
+        let r = shape_randomness(b);
+        return (prefixed && !b.iter().any(|c| matches!(c, b'/' | b'+' | b'.')))
+            || !hex
+                && digit
+                && !b.iter().any(|c| matches!(c, b'/' | b'+' | b'.'))
+                && (classes == 3 && r >= 0.3 || classes == 2 && r >= 0.4);
+    }
+    let r = shape_randomness(b);
+    // A host, a file or a version (`docs.python.org/3/library`, `golang:1.27.0`).
+    let dotted = b.iter().any(|c| matches!(c, b'.' | b'/'));
+    if dotted {
+        let longest = t
+            .split(['.', '/'])
+            .max_by_key(|p| p.len())
+            .unwrap_or_default();
+        return longest.len() < n && secret_shaped(longest, false);
+    }
+    if hex && digit {
+        return n >= 16;
+    }
+    match (digit, lower || upper) {
+        (true, true) => r >= 0.3,
+        (false, true) => classes >= 2 && r >= 0.35,
+        (true, false) => n >= 20,
+        (false, false) => false,
+    }
+}
+
+/// A value assigned right after a credential word: random-looking letters suffice (a
+/// name in CamelCase or snake_case does not).
+fn assigned_shaped(t: &str) -> bool {
+    let b = t.as_bytes();
+    b.len() >= 16
+        && b.len() <= 512
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+        && rules::entropy(b) >= 3.7
+        && !rules::code_like(t)
+        && (shape_randomness(b) >= 0.2 || b.iter().any(u8::is_ascii_digit))
+}
+
+/// True when `t` is a commit id or a digest by its length (SHA-1, SHA-256 in hex) and what
+/// precedes it says so (`@user 6d02d53f…` in release notes, `sha256:`, `commit …`).
+fn names_a_commit(before: &str, t: &str) -> bool {
+    let hex = t.bytes().all(|c| c.is_ascii_hexdigit());
+    let last_word = before.split_whitespace().last().unwrap_or_default();
+    hex && matches!(t.len(), 7..=12 | 40 | 64)
+        && (last_word.starts_with('@')
+            || [
+                "sha", "hash", "commit", "digest", "checksum", "revision", "merge", "cherry",
+            ]
+            .iter()
+            .any(|w| before.contains(w)))
+}
+
+/// Values that look like secrets (see [`secret_shaped`]) where a credential word precedes
+/// them on their line (`Using API_KEY=…`, `<secret>…</secret>`, `"client_token": "…"`,
+/// `twilio token - '…'`), and values so random in shape that they are secrets anywhere.
+fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
+    let b = s.as_bytes();
+    let mut out: Option<String> = None;
+    let (mut cursor, mut i) = (0, 0);
+    while i < b.len() {
+        if !token_char(b[i]) || (i > 0 && token_char(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let mut start = i;
+        while i < b.len() && token_char(b[i]) {
+            i += 1;
+        }
+        // Base64 padding belongs to the token.
+        while i < b.len()
+            && b[i] == b'='
+            && i - start >= 12
+            && !b.get(i + 1).is_some_and(|&c| token_char(c))
+        {
+            i += 1;
+        }
+        let mut end = i;
+        while start < end && matches!(b[start], b'.' | b'-' | b'/' | b'~') {
+            start += 1;
+        }
+        while end > start && matches!(b[end - 1], b'.' | b'-' | b'/' | b'~') {
+            end -= 1;
+        }
+        if end - start < 12 || s[start..end].starts_with("[REDACTED") {
+            continue;
+        }
+        let t = &s[start..end];
+        let line_start = b[..start]
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |p| p + 1)
+            .max(start.saturating_sub(CREDENTIAL_WINDOW));
+        let before = s
+            .get(line_start..start)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let near = CREDENTIAL_WORDS.iter().any(|w| before.contains(w));
+        // `token = 'Xy…'`, `API_KEY: Xy…`: the word right before, only separators between.
+        let gap = before.trim_end_matches(|c: char| {
+            c.is_ascii_whitespace() || matches!(c, ':' | '=' | '>' | '\'' | '"' | '-' | '{' | '(')
+        });
+        let assigned = before.len() - gap.len() <= 6
+            && CREDENTIAL_WORDS.iter().any(|w| {
+                gap.rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .next()
+                    .is_some_and(|word| word.contains(w))
+            });
+        let shaped = near && secret_shaped(t, false)
+            || assigned && assigned_shaped(t)
+            || secret_shaped(t, true);
+        if !shaped || names_a_commit(&before, t) {
+            continue;
+        }
+        secrets.push(t.to_string());
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+        o.push_str(&s[cursor..start]);
+        o.push_str(REDACTED);
+        cursor = end;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[cursor..]);
+            Cow::Owned(o)
+        }
     }
 }
 
