@@ -241,11 +241,13 @@ fn leaks_through_the_hook<'a>(
         let out = run_with_stdin(env.cmd("cairn-hook"), ev.to_string().as_bytes());
         assert_eq!(out.status.code(), Some(0));
     }
-    let everything = all_bytes_under(&env.data_dir);
+    // As text, searched with std's substring search (a byte-window scan of a database for
+    // hundreds of samples takes minutes in a debug build).
+    let everything = String::from_utf8_lossy(&all_bytes_under(&env.data_dir)).into_owned();
     let escaped = |s: &str| Value::from(s).to_string().trim_matches('"').to_string();
     samples
         .iter()
-        .filter(|(_, _, s)| contains(&everything, s) || contains(&everything, &escaped(s)))
+        .filter(|(_, _, s)| everything.contains(s.as_str()) || everything.contains(&escaped(s)))
         .map(|(d, _, s)| (*d, s.clone()))
         .collect()
 }
@@ -280,6 +282,45 @@ fn an_independent_sample_set_stays_out_of_the_data_dir() {
     assert!(samples.len() >= 80);
     assert!(
         share >= 0.95,
+        "only {:.1}% kept out; leaked: {leaked:?}",
+        share * 100.0
+    );
+}
+
+#[test]
+fn trufflehogs_detector_samples_stay_out_of_the_data_dir() {
+    // Generated from trufflehog's detector tests by `build_trufflehog.py` (its first line
+    // names the source and commit).
+    let text = std::fs::read_to_string(crate::support::fixtures().join("secrets/trufflehog.jsonl"))
+        .expect("samples");
+    let parsed: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("jsonl"))
+        .filter(|v: &Value| v["text"].is_string())
+        .collect();
+    let samples: Vec<(&str, String, String)> = parsed
+        .iter()
+        .map(|v| {
+            (
+                v["detector"].as_str().expect("detector"),
+                v["text"].as_str().expect("text").to_string(),
+                v["secret"].as_str().expect("secret").to_string(),
+            )
+        })
+        .collect();
+    let env = TestEnv::new();
+    let leaked = leaks_through_the_hook(&env, &samples);
+    let share = 1.0 - leaked.len() as f64 / samples.len() as f64;
+    eprintln!(
+        "trufflehog samples kept out: {} of {} ({:.1}%); leaked: {leaked:?}",
+        samples.len() - leaked.len(),
+        samples.len(),
+        share * 100.0
+    );
+    assert!(samples.len() >= 800);
+    // The target is 95%; what is measured today (BENCHMARKS.md) is the floor kept.
+    assert!(
+        share >= 0.93,
         "only {:.1}% kept out; leaked: {leaked:?}",
         share * 100.0
     );
