@@ -777,7 +777,7 @@ fn token_char(c: u8) -> bool {
 }
 
 /// How random a token's shape is: the share of positions where the character class
-/// (lowercase, uppercase, digit, other) changes, not counting an uppercase letter followed
+/// (lowercase, uppercase, digit) changes between letters and digits, not counting an uppercase letter followed
 /// by lowercase ones (a word in CamelCase). Identifiers and words score low (under 0.25),
 /// random keys high (0.4 and more), whatever their alphabet.
 pub fn shape_randomness(t: &[u8]) -> f64 {
@@ -787,11 +787,17 @@ pub fn shape_randomness(t: &[u8]) -> f64 {
         b'0'..=b'9' => 2,
         _ => 3,
     };
-    let changes = t
+    // Over letters and digits only: separators (`aws-sdk-go-v2`) say nothing.
+    let alnum: Vec<u8> = t
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_alphanumeric)
+        .collect();
+    let changes = alnum
         .windows(2)
         .filter(|w| class(w[0]) != class(w[1]) && !(class(w[0]) == 1 && class(w[1]) == 0))
         .count();
-    changes as f64 / t.len().max(1) as f64
+    changes as f64 / alnum.len().max(1) as f64
 }
 
 /// A token as values of secrets look, by shape alone: long enough, random enough, of
@@ -906,7 +912,8 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         while end > start && matches!(b[end - 1], b'.' | b'-' | b'/' | b'~') {
             end -= 1;
         }
-        if end - start < 12 || s[start..end].starts_with("[REDACTED") {
+        // An email address's or a URL's user (`1234+name@users.noreply…`): not a value.
+        if end - start < 12 || s[start..end].starts_with("[REDACTED") || b.get(end) == Some(&b'@') {
             continue;
         }
         let t = &s[start..end];
@@ -930,9 +937,10 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
                     .next()
                     .is_some_and(|word| word.contains(w))
             });
+        // Base64 of plain text is text: `redact_encoded` looks into it.
         let shaped = near && secret_shaped(t, false)
             || assigned && assigned_shaped(t)
-            || secret_shaped(t, true);
+            || secret_shaped(t, true) && !decodes_to_text(t.as_bytes());
         if !shaped || names_a_commit(&before, t) {
             continue;
         }
@@ -949,6 +957,19 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
             Cow::Owned(o)
         }
     }
+}
+
+/// True when `b` is base64 of printable text (at least 19 of 20 bytes).
+fn decodes_to_text(b: &[u8]) -> bool {
+    let decoded = decode_base64(b);
+    let Ok(text) = std::str::from_utf8(&decoded) else {
+        return false;
+    };
+    let printable = text
+        .bytes()
+        .filter(|&c| c.is_ascii_graphic() || c.is_ascii_whitespace())
+        .count();
+    text.len() >= MIN_ENCODED * 3 / 4 - 2 && printable * 20 >= text.len() * 19
 }
 
 /// Shortest base64 run decoded and looked into.
@@ -981,19 +1002,13 @@ fn redact_encoded<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         if chars < MIN_ENCODED {
             continue;
         }
-        let decoded = decode_base64(&b[start..i]);
-        let Ok(text) = std::str::from_utf8(&decoded) else {
-            continue;
-        };
-        let printable = text
-            .bytes()
-            .filter(|&c| c.is_ascii_graphic() || c.is_ascii_whitespace())
-            .count();
-        if text.len() < MIN_ENCODED * 3 / 4 - 2 || printable * 20 < text.len() * 19 {
+        if !decodes_to_text(&b[start..i]) {
             continue;
         }
+        let decoded = decode_base64(&b[start..i]);
+        let text = String::from_utf8_lossy(&decoded);
         let mut inner = Vec::new();
-        let tokens = redact_tokens(text, &mut inner);
+        let tokens = redact_tokens(&text, &mut inner);
         let ruled = redact_rules(&tokens, &mut inner);
         let _ = redact_assignments(&ruled, &mut inner);
         if inner.is_empty() {
@@ -1346,6 +1361,51 @@ mod tests {
         check("<private", "<private");
         check("<private/>x", "<private/>x");
         check("héllo <private>ü</private>wörld", "héllo wörld");
+    }
+
+    #[test]
+    fn values_shaped_like_secrets_go_by_class_and_names_stay() {
+        for (text, secret) in [
+            (
+                "[DEBUG] Using API_KEY=oxpf4a93fjovt0v1z6lltcbcizlrml98",
+                "oxpf4a93fjovt0v1z6lltcbcizlrml98",
+            ),
+            (
+                "<secret>{acme AQAAABAAA Y5UbXOT1Xh1ZOCxztUvGqltt}</secret>",
+                "Y5UbXOT1Xh1ZOCxztUvGqltt",
+            ),
+            (
+                "acme token = 'sk_d21e2be3622049c7809f95cc02313821'",
+                "sk_d21e2be3622049c7809f95cc02313821",
+            ),
+            (
+                "export X=Qm9vYXJ0aGlzIGlzIGEgdGVzdA7xK3",
+                "Qm9vYXJ0aGlzIGlzIGEgdGVzdA7xK3",
+            ),
+        ] {
+            let out = redact(text);
+            assert!(!out.contains(secret), "{text} -> {out}");
+        }
+        for text in [
+            "impl fmt::Display for InvalidUtf8InPathParam {",
+            "httpx.get('http://example.com/api/v1/example', timeout=10.0)",
+            "- Update GPG signing key. @itchyny 0ff997f7c4c07660ffc6ad2506d5f56b8136208b",
+            "see [the SSL API](https://docs.python.org/3/library/ssl.html)",
+            "class SyncOrAsyncAuth(httpx.Auth):",
+        ] {
+            assert_eq!(redact(text), text);
+        }
+    }
+
+    #[test]
+    fn base64_of_text_holding_a_secret_goes_whole() {
+        // `DB_PASSWORD=Hq3Vx9Lm2Tz7Wk4Pn8\n`, and a line of prose.
+        let env = "REJfUEFTU1dPUkQ9SHEzVng5TG0yVHo3V2s0UG44Cg==";
+        let text = format!("data: {env}\nmore: {env}{env}");
+        let out = redact(&text);
+        assert!(!out.contains("REJfUEFTU1dPUkQ9"), "{out}");
+        let prose = "VGhlIHF1aWNrIGJyb3duIGZveCBqdW1wcyBvdmVyIHRoZSBsYXp5IGRvZw==";
+        assert_eq!(redact(prose), prose);
     }
 
     #[test]
