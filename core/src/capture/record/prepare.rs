@@ -59,7 +59,7 @@ pub fn prepare_in(
     cwd: &str,
     settings: &CaptureSettings,
     now: i64,
-    mut session: Option<&mut Recurring>,
+    session: Option<&mut Recurring>,
 ) -> Option<Record> {
     let p = Privacy::from_settings(settings);
     let common = event.common();
@@ -70,7 +70,7 @@ pub fn prepare_in(
         } => Action::Touch,
         Event::UserPrompt { prompt, .. } => Action::Prompt {
             prompt_id: common.prompt_id.clone(),
-            text: p.text_in(prompt, session.as_deref_mut()),
+            text: p.text_in(prompt, session),
         },
         Event::Tool { call, .. } => {
             if is_own_tool(&call.tool_name)
@@ -86,7 +86,7 @@ pub fn prepare_in(
                     &call.tool_response,
                     error.as_ref().unwrap_or(&serde_json::Value::Null),
                 ],
-                session.as_deref_mut(),
+                session,
             );
             Action::Tool(ToolEvent {
                 tool_name: call.tool_name.clone(),
@@ -111,7 +111,7 @@ pub fn prepare_in(
             last_assistant_message,
             ..
         } => Action::TurnEnd(TurnEnd {
-            last_assistant_message: p.text_in(last_assistant_message, session.as_deref_mut()),
+            last_assistant_message: p.text_in(last_assistant_message, session),
             cwd: cwd.to_string(),
             prompt_id: common.prompt_id.clone(),
             agent_id: None,
