@@ -156,7 +156,12 @@ fn prefilter(rules: &[Vec<String>], out: &mut String) {
         writeln!(out, "    (b{w:?}, &{r:?}),").expect("fmt");
     }
     writeln!(out, "];").expect("fmt");
-    writeln!(out, "static PREFILTER_ALWAYS: [u16; {}] = {always:?};", always.len()).expect("fmt");
+    writeln!(
+        out,
+        "static PREFILTER_ALWAYS: [u16; {}] = {always:?};",
+        always.len()
+    )
+    .expect("fmt");
 }
 
 fn read(src: &str) -> toml::Table {
