@@ -8,8 +8,11 @@
 //! `<private>…</private>` span holds never survives, while a tag that opens or closes no
 //! span, or is quoted (`` `<private>` ``, `"<private>"`), is text: code and notes that
 //! mention the tags are kept whole; a secret found in one field of an event is removed from
-//! all of them ([`Privacy::values`]); a value assigned to a secret-named key is redacted
-//! only when it looks like a secret, not code; a capped field is at most
+//! all of them ([`Privacy::values`]), and, given the session's fingerprints
+//! ([`Recurring`], kept by `capture::fingerprints`), from its later events; a value
+//! assigned to a secret-named key is redacted only when it looks like a secret, not code,
+//! and a value shaped like one only after a credential word or when random enough to need
+//! none; a capped field is at most
 //! `max_field_bytes` long (or [`MARKER_MAX`] when the limit is smaller than the marker) and
 //! says how many bytes were cut.
 
