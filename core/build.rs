@@ -6,7 +6,8 @@
 //! Kept from each rule: id, pattern, secret group, entropy threshold, keywords (lowercased,
 //! as gitleaks matches them) and allowlists (regexes with their target, stopwords, the
 //! AND/OR condition). Path-only rules (no pattern) and path allowlists do not apply to
-//! captured text and are dropped.
+//! captured text and are dropped. The keyword prefilter over all of them is built here
+//! too ([`prefilter`]), so a hook starts with every table ready.
 
 use std::fmt::Write as _;
 
@@ -46,7 +47,7 @@ fn allow(t: &toml::Table) -> String {
 /// The rules of one rule file, as Rust expressions. `semi_generic`: whether a rule is
 /// gitleaks' `<keyword> = <secret>` form is read from its pattern (gitleaks' file) or from
 /// the rule's `assignment` key (cairn's).
-fn rules_of(doc: &toml::Table, from_pattern: bool) -> Vec<String> {
+fn rules_of(doc: &toml::Table, from_pattern: bool) -> Vec<(String, Vec<String>)> {
     let mut rules = Vec::new();
     for r in doc
         .get("rules")
@@ -92,13 +93,75 @@ fn rules_of(doc: &toml::Table, from_pattern: bool) -> Vec<String> {
         } else {
             r.get("assignment").and_then(toml::Value::as_bool) == Some(true)
         };
-        rules.push(format!(
-            "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, assignment: {assignment}, keywords: &{:?}, allowlists: &[{}] }}",
+        rules.push((
+            format!(
+                "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, assignment: {assignment}, keywords: &{:?}, allowlists: &[{}] }}",
+                keywords,
+                allows.join(", "),
+            ),
             keywords,
-            allows.join(", "),
         ));
     }
     rules
+}
+
+fn pair(a: u8, b: u8) -> u16 {
+    (u16::from(a.to_ascii_lowercase()) << 8) | u16::from(b.to_ascii_lowercase())
+}
+
+/// The keyword prefilter of every rule (`rules[i]`: rule i's keywords, gitleaks' rules
+/// then cairn's), as static tables: a bit per lowercased byte pair that starts a keyword,
+/// the (pair, keyword) list sorted by pair, each keyword with the rules it triggers, and
+/// the rules tried always (no keyword, or a one-byte one). Built here so that no hook
+/// builds them at run time.
+fn prefilter(rules: &[Vec<String>], out: &mut String) {
+    let mut keywords: Vec<(String, Vec<u16>)> = Vec::new();
+    let mut always = Vec::new();
+    for (i, kw) in rules.iter().enumerate() {
+        let i = u16::try_from(i).expect("fewer than 65536 rules");
+        if kw.is_empty() || kw.iter().any(|k| k.len() < 2) {
+            always.push(i);
+            continue;
+        }
+        for k in kw {
+            match keywords.iter().position(|(w, _)| w == k) {
+                Some(at) => keywords[at].1.push(i),
+                None => keywords.push((k.clone(), vec![i])),
+            }
+        }
+    }
+    let mut pairs = [0u64; 1024];
+    let mut by_pair = Vec::new();
+    for (k, (w, _)) in keywords.iter().enumerate() {
+        let b = w.as_bytes();
+        let key = pair(b[0], b[1]);
+        pairs[usize::from(key >> 6)] |= 1 << (key & 63);
+        by_pair.push((key, u16::try_from(k).expect("fewer than 65536 keywords")));
+    }
+    by_pair.sort_unstable();
+    writeln!(out, "static PREFILTER_PAIRS: [u64; 1024] = {pairs:?};").expect("fmt");
+    writeln!(
+        out,
+        "static PREFILTER_BY_PAIR: [(u16, u16); {}] = {by_pair:?};",
+        by_pair.len()
+    )
+    .expect("fmt");
+    writeln!(
+        out,
+        "static PREFILTER_KEYWORDS: [(&[u8], &[u16]); {}] = [",
+        keywords.len()
+    )
+    .expect("fmt");
+    for (w, r) in &keywords {
+        writeln!(out, "    (b{w:?}, &{r:?}),").expect("fmt");
+    }
+    writeln!(out, "];").expect("fmt");
+    writeln!(
+        out,
+        "static PREFILTER_ALWAYS: [u16; {}] = {always:?};",
+        always.len()
+    )
+    .expect("fmt");
 }
 
 fn read(src: &str) -> toml::Table {
@@ -116,6 +179,7 @@ fn main() {
         .map(allow)
         .expect("global allowlist");
     writeln!(out, "pub static GLOBAL_ALLOW: Allow = {global};").expect("fmt");
+    let mut every_keyword_list = Vec::new();
     for (count, name, rules) in [
         ("RULE_COUNT", "RULES", rules_of(&doc, true)),
         (
@@ -126,11 +190,13 @@ fn main() {
     ] {
         writeln!(out, "pub const {count}: usize = {};", rules.len()).expect("fmt");
         writeln!(out, "pub static {name}: [Rule; {count}] = [").expect("fmt");
-        for r in &rules {
+        for (r, keywords) in rules {
             writeln!(out, "    {r},").expect("fmt");
+            every_keyword_list.push(keywords);
         }
         writeln!(out, "];").expect("fmt");
     }
+    prefilter(&every_keyword_list, &mut out);
     let dest =
         std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("gitleaks.rs");
     std::fs::write(dest, out).expect("write rules");

@@ -8,14 +8,20 @@
 //! `<private>…</private>` span holds never survives, while a tag that opens or closes no
 //! span, or is quoted (`` `<private>` ``, `"<private>"`), is text: code and notes that
 //! mention the tags are kept whole; a secret found in one field of an event is removed from
-//! all of them ([`Privacy::values`]); a value assigned to a secret-named key is redacted
-//! only when it looks like a secret, not code; a capped field is at most
+//! all of them ([`Privacy::values`]), and, given the session's fingerprints
+//! ([`Recurring`], kept by `capture::fingerprints`), from its later events; a value
+//! assigned to a secret-named key is redacted only when it looks like a secret, not code,
+//! and a value shaped like one only after a credential word or when random enough to need
+//! none; a capped field is at most
 //! `max_field_bytes` long (or [`MARKER_MAX`] when the limit is smaller than the marker) and
 //! says how many bytes were cut.
 
 use std::borrow::Cow;
 
+pub mod recurring;
 pub mod rules;
+
+pub use recurring::Recurring;
 
 use serde_json::{Map, Value};
 
@@ -51,9 +57,15 @@ impl Privacy {
     /// A text field, cleaned: tags stripped, secrets redacted (every copy of a secret found
     /// anywhere in it), capped.
     pub fn text(&self, s: &str) -> String {
+        self.text_in(s, None)
+    }
+
+    /// [`Privacy::text`] in a session: copies of the secrets it showed before are removed
+    /// too, and the secrets found here are remembered.
+    pub fn text_in(&self, s: &str, session: Option<&mut Recurring>) -> String {
         let mut found = Found::default();
         let raw = self.raw_text(s, &mut found);
-        self.finish_text(&raw, &found.ready())
+        self.finish_text(&raw, &found.ready(session, self.redact_secrets))
     }
 
     /// A memory saved by hand (`cairn save`, the MCP tool `save_memory`), cleaned like
@@ -92,9 +104,19 @@ impl Privacy {
     /// key material; a token prefix ending one field makes the token-like run starting
     /// another its rest.
     pub fn values<const N: usize>(&self, vs: [&Value; N]) -> [Value; N] {
+        self.values_in(vs, None)
+    }
+
+    /// [`Privacy::values`] in a session: copies of the secrets it showed before are
+    /// removed too, and the secrets found here are remembered.
+    pub fn values_in<const N: usize>(
+        &self,
+        vs: [&Value; N],
+        session: Option<&mut Recurring>,
+    ) -> [Value; N] {
         let mut found = Found::default();
         let raw = vs.map(|v| self.walk(v, &mut found));
-        let ready = found.ready();
+        let ready = found.ready(session, self.redact_secrets);
         raw.map(|v| {
             let cleaned = self.finish(v, &ready);
             if matches!(cleaned, Value::String(_) | Value::Null | Value::Bool(_)) {
@@ -114,7 +136,7 @@ impl Privacy {
     pub fn tree(&self, v: &Value) -> Value {
         let mut found = Found::default();
         let raw = self.walk(v, &mut found);
-        self.finish(raw, &found.ready())
+        self.finish(raw, &found.ready(None, self.redact_secrets))
     }
 
     /// Tags stripped and secrets redacted, not capped; what was redacted goes to `found`.
@@ -285,7 +307,9 @@ impl Found {
         }
     }
 
-    fn ready(mut self) -> Ready {
+    /// Sorted for replacing; the sure secrets remembered in `session`, whose earlier
+    /// secrets are removed too (when `redact`).
+    fn ready<'r>(mut self, session: Option<&'r mut Recurring>, redact: bool) -> Ready<'r> {
         // Only what surely is a secret is hunted for elsewhere: a doubtful finding removed
         // from every field would multiply a false positive.
         self.secrets.retain(|s| {
@@ -296,20 +320,40 @@ impl Found {
                 && s.len() >= 8
                 && rules::entropy(s.as_bytes()) >= 3.0
         });
+        let session = session.filter(|_| redact).map(|r| {
+            for s in &self.secrets {
+                r.remember(s);
+            }
+            &*r
+        });
         self.secrets.append(&mut self.pieces);
         self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         self.secrets.dedup();
-        Ready(self)
+        Ready(self, session.filter(|r| !r.is_empty()))
     }
 }
 
-/// [`Found`], sorted for replacing.
-struct Ready(Found);
+/// [`Found`], sorted for replacing, and the session's remembered secrets.
+struct Ready<'a>(Found, Option<&'a Recurring>);
 
-impl Ready {
+impl Ready<'_> {
     fn apply<'a>(&self, s: &'a str) -> Cow<'a, str> {
         let f = &self.0;
         let mut out = Cow::Borrowed(s);
+        if let Some(session) = self.1 {
+            let spans = session.spans(&out);
+            if !spans.is_empty() {
+                let mut o = String::with_capacity(out.len());
+                let mut cursor = 0;
+                for (a, b) in spans {
+                    o.push_str(&out[cursor..a]);
+                    o.push_str(REDACTED);
+                    cursor = b;
+                }
+                o.push_str(&out[cursor..]);
+                out = Cow::Owned(o);
+            }
+        }
         for secret in &f.secrets {
             if out.contains(secret.as_str()) {
                 out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
@@ -689,9 +733,302 @@ fn redact_into<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         Cow::Borrowed(_) => tokens,
         Cow::Owned(o) => Cow::Owned(o),
     };
-    match redact_assignments(&ruled, secrets) {
+    let assigned = match redact_assignments(&ruled, secrets) {
         Cow::Borrowed(_) => ruled,
         Cow::Owned(o) => Cow::Owned(o),
+    };
+    let shaped = match redact_shaped(&assigned, secrets) {
+        Cow::Borrowed(_) => assigned,
+        Cow::Owned(o) => Cow::Owned(o),
+    };
+    match redact_encoded(&shaped, secrets) {
+        Cow::Borrowed(_) => shaped,
+        Cow::Owned(o) => Cow::Owned(o),
+    }
+}
+
+/// Words that make a nearby value a credential (lowercase, matched as parts of words): a
+/// secret-ish key name in any naming style (`API_KEY`, `clientSecret`, `x-auth-token`).
+const CREDENTIAL_WORDS: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "passw",
+    "pwd",
+    "pass",
+    "auth",
+    "cred",
+    "bearer",
+    "api",
+    "private",
+    "access",
+    "sid",
+    "signature",
+    "contrase",
+    "mot de passe",
+    "kennwort",
+    "senha",
+    "parol",
+];
+
+/// Bytes before a value, on its line, in which a credential word makes it one.
+const CREDENTIAL_WINDOW: usize = 48;
+
+/// Characters a token is made of (base64, base64url, dotted and dashed forms).
+fn token_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'+' | b'/' | b'.' | b'~')
+}
+
+/// How random a token's shape is: the share of positions where the character class
+/// (lowercase, uppercase, digit) changes between letters and digits, not counting an uppercase letter followed
+/// by lowercase ones (a word in CamelCase). Identifiers and words score low (under 0.25),
+/// random keys high (0.4 and more), whatever their alphabet.
+pub fn shape_randomness(t: &[u8]) -> f64 {
+    let class = |c: u8| match c {
+        b'a'..=b'z' => 0,
+        b'A'..=b'Z' => 1,
+        b'0'..=b'9' => 2,
+        _ => 3,
+    };
+    // Over letters and digits only: separators (`aws-sdk-go-v2`) say nothing.
+    let alnum: Vec<u8> = t
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_alphanumeric)
+        .collect();
+    let changes = alnum
+        .windows(2)
+        .filter(|w| class(w[0]) != class(w[1]) && !(class(w[0]) == 1 && class(w[1]) == 0))
+        .count();
+    changes as f64 / alnum.len().max(1) as f64
+}
+
+/// A token as values of secrets look, by shape alone: long enough, random enough, of
+/// several character classes, not code, a path, a host, a version or a hash's hex.
+/// `strong`: sure enough to redact with no credential word near it.
+fn secret_shaped(t: &str, strong: bool) -> bool {
+    let b = t.as_bytes();
+    let n = b.len();
+    let (min, min_entropy) = if strong { (24, 4.0) } else { (12, 3.0) };
+    if n < min || n > 512 {
+        return false;
+    }
+    let lower = b.iter().any(u8::is_ascii_lowercase);
+    let upper = b.iter().any(u8::is_ascii_uppercase);
+    let digit = b.iter().any(u8::is_ascii_digit);
+    let hex = b.iter().all(|c| c.is_ascii_hexdigit() || *c == b'-');
+    let classes = usize::from(lower) + usize::from(upper) + usize::from(digit);
+    // A prefixed token (`sk_live_…`, `rubygems_…`) is shaped like a snake_case name, but its
+    // last part is random.
+    let prefixed = t
+        .rsplit(['_', '-'])
+        .next()
+        .is_some_and(|last| last.len() >= 16 && last.len() < n && secret_shaped(last, false));
+    if rules::entropy(b) < min_entropy || (rules::code_like(t) && !prefixed) {
+        return false;
+    }
+    if strong {
+        // Hex (hashes, commit ids, UUIDs) and base64 data need a word saying what they are.
+        let r = shape_randomness(b);
+        return (prefixed && !b.iter().any(|c| matches!(c, b'/' | b'+' | b'.')))
+            || !hex
+                && digit
+                && !b.iter().any(|c| matches!(c, b'/' | b'+' | b'.'))
+                && (classes == 3 && r >= 0.3 || classes == 2 && r >= 0.4);
+    }
+    let r = shape_randomness(b);
+    // A host, a file or a version (`docs.python.org/3/library`, `golang:1.27.0`).
+    let dotted = b.iter().any(|c| matches!(c, b'.' | b'/'));
+    if dotted {
+        let longest = t
+            .split(['.', '/'])
+            .max_by_key(|p| p.len())
+            .unwrap_or_default();
+        return longest.len() < n && secret_shaped(longest, false);
+    }
+    if hex && digit {
+        return n >= 16;
+    }
+    match (digit, lower || upper) {
+        (true, true) => r >= 0.3,
+        (false, true) => classes >= 2 && r >= 0.35,
+        (true, false) => n >= 20,
+        (false, false) => false,
+    }
+}
+
+/// A value assigned right after a credential word: random-looking letters suffice (a
+/// name in CamelCase or snake_case does not).
+fn assigned_shaped(t: &str) -> bool {
+    let b = t.as_bytes();
+    b.len() >= 16
+        && b.len() <= 512
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+        && rules::entropy(b) >= 3.7
+        && !rules::code_like(t)
+        && (shape_randomness(b) >= 0.2 || b.iter().any(u8::is_ascii_digit))
+}
+
+/// True when `t` is a commit id or a digest by its length (SHA-1, SHA-256 in hex) and what
+/// precedes it says so (`@user 6d02d53f…` in release notes, `sha256:`, `commit …`).
+fn names_a_commit(before: &str, t: &str) -> bool {
+    let hex = t.bytes().all(|c| c.is_ascii_hexdigit());
+    let last_word = before.split_whitespace().last().unwrap_or_default();
+    hex && matches!(t.len(), 7..=12 | 40 | 64)
+        && (last_word.starts_with('@')
+            || [
+                "sha", "hash", "commit", "digest", "checksum", "revision", "merge", "cherry",
+            ]
+            .iter()
+            .any(|w| before.contains(w)))
+}
+
+/// Values that look like secrets (see [`secret_shaped`]) where a credential word precedes
+/// them on their line (`Using API_KEY=…`, `<secret>…</secret>`, `"client_token": "…"`,
+/// `twilio token - '…'`), and values so random in shape that they are secrets anywhere.
+fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
+    let b = s.as_bytes();
+    let mut out: Option<String> = None;
+    let (mut cursor, mut i) = (0, 0);
+    while i < b.len() {
+        if !token_char(b[i]) || (i > 0 && token_char(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let mut start = i;
+        while i < b.len() && token_char(b[i]) {
+            i += 1;
+        }
+        // Base64 padding belongs to the token.
+        while i < b.len()
+            && b[i] == b'='
+            && i - start >= 12
+            && !b.get(i + 1).is_some_and(|&c| token_char(c))
+        {
+            i += 1;
+        }
+        let mut end = i;
+        while start < end && matches!(b[start], b'.' | b'-' | b'/' | b'~') {
+            start += 1;
+        }
+        while end > start && matches!(b[end - 1], b'.' | b'-' | b'/' | b'~') {
+            end -= 1;
+        }
+        // An email address's or a URL's user (`1234+name@users.noreply…`): not a value.
+        if end - start < 12 || s[start..end].starts_with("[REDACTED") || b.get(end) == Some(&b'@') {
+            continue;
+        }
+        let t = &s[start..end];
+        let line_start = b[..start]
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |p| p + 1)
+            .max(start.saturating_sub(CREDENTIAL_WINDOW));
+        let before = s
+            .get(line_start..start)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let near = CREDENTIAL_WORDS.iter().any(|w| before.contains(w));
+        // `token = 'Xy…'`, `API_KEY: Xy…`: the word right before, only separators between.
+        let gap = before.trim_end_matches(|c: char| {
+            c.is_ascii_whitespace() || matches!(c, ':' | '=' | '>' | '\'' | '"' | '-' | '{' | '(')
+        });
+        let assigned = before.len() - gap.len() <= 6
+            && CREDENTIAL_WORDS.iter().any(|w| {
+                gap.rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .next()
+                    .is_some_and(|word| word.contains(w))
+            });
+        // Base64 of plain text is text: `redact_encoded` looks into it.
+        let shaped = near && secret_shaped(t, false)
+            || assigned && assigned_shaped(t)
+            || secret_shaped(t, true) && !decodes_to_text(t.as_bytes());
+        if !shaped || names_a_commit(&before, t) {
+            continue;
+        }
+        secrets.push(t.to_string());
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+        o.push_str(&s[cursor..start]);
+        o.push_str(REDACTED);
+        cursor = end;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[cursor..]);
+            Cow::Owned(o)
+        }
+    }
+}
+
+/// True when `b` is base64 of printable text (at least 19 of 20 bytes).
+fn decodes_to_text(b: &[u8]) -> bool {
+    let decoded = decode_base64(b);
+    let Ok(text) = std::str::from_utf8(&decoded) else {
+        return false;
+    };
+    let printable = text
+        .bytes()
+        .filter(|&c| c.is_ascii_graphic() || c.is_ascii_whitespace())
+        .count();
+    text.len() >= MIN_ENCODED * 3 / 4 - 2 && printable * 20 >= text.len() * 19
+}
+
+/// Shortest base64 run decoded and looked into.
+const MIN_ENCODED: usize = 24;
+
+/// Base64 runs (line breaks inside allowed, as `base64` wraps them) that decode to text
+/// holding a secret (a `.env` file, a key file, a config encoded whole): redacted whole.
+/// The decoded text goes through the same three passes; runs that decode to anything but
+/// printable text (identifiers, hashes, binary) are left as they are.
+fn redact_encoded<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
+    let b = s.as_bytes();
+    let is_b64 = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
+    let mut out: Option<String> = None;
+    let (mut cursor, mut i) = (0, 0);
+    while i < b.len() {
+        if !is_b64(b[i]) || (i > 0 && is_b64(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let (mut chars, mut last) = (0, i);
+        while i < b.len() && (is_b64(b[i]) || b[i] == b'\n' || b[i] == b'\r') {
+            if is_b64(b[i]) {
+                chars += 1;
+                last = i;
+            }
+            i += 1;
+        }
+        i = last + 1;
+        if chars < MIN_ENCODED {
+            continue;
+        }
+        if !decodes_to_text(&b[start..i]) {
+            continue;
+        }
+        let decoded = decode_base64(&b[start..i]);
+        let text = String::from_utf8_lossy(&decoded);
+        let mut inner = Vec::new();
+        let tokens = redact_tokens(&text, &mut inner);
+        let ruled = redact_rules(&tokens, &mut inner);
+        let _ = redact_assignments(&ruled, &mut inner);
+        if inner.is_empty() {
+            continue;
+        }
+        secrets.push(s[start..i].to_string());
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+        o.push_str(&s[cursor..start]);
+        o.push_str("[REDACTED:encoded]");
+        cursor = i;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[cursor..]);
+            Cow::Owned(o)
+        }
     }
 }
 
@@ -1027,6 +1364,51 @@ mod tests {
         check("<private", "<private");
         check("<private/>x", "<private/>x");
         check("héllo <private>ü</private>wörld", "héllo wörld");
+    }
+
+    #[test]
+    fn values_shaped_like_secrets_go_by_class_and_names_stay() {
+        for (text, secret) in [
+            (
+                "[DEBUG] Using API_KEY=oxpf4a93fjovt0v1z6lltcbcizlrml98",
+                "oxpf4a93fjovt0v1z6lltcbcizlrml98",
+            ),
+            (
+                "<secret>{acme AQAAABAAA Y5UbXOT1Xh1ZOCxztUvGqltt}</secret>",
+                "Y5UbXOT1Xh1ZOCxztUvGqltt",
+            ),
+            (
+                "acme token = 'sk_d21e2be3622049c7809f95cc02313821'",
+                "sk_d21e2be3622049c7809f95cc02313821",
+            ),
+            (
+                "export X=Qm9vYXJ0aGlzIGlzIGEgdGVzdA7xK3",
+                "Qm9vYXJ0aGlzIGlzIGEgdGVzdA7xK3",
+            ),
+        ] {
+            let out = redact(text);
+            assert!(!out.contains(secret), "{text} -> {out}");
+        }
+        for text in [
+            "impl fmt::Display for InvalidUtf8InPathParam {",
+            "httpx.get('http://example.com/api/v1/example', timeout=10.0)",
+            "- Update GPG signing key. @itchyny 0ff997f7c4c07660ffc6ad2506d5f56b8136208b",
+            "see [the SSL API](https://docs.python.org/3/library/ssl.html)",
+            "class SyncOrAsyncAuth(httpx.Auth):",
+        ] {
+            assert_eq!(redact(text), text);
+        }
+    }
+
+    #[test]
+    fn base64_of_text_holding_a_secret_goes_whole() {
+        // `DB_PASSWORD=Hq3Vx9Lm2Tz7Wk4Pn8\n`, and a line of prose.
+        let env = "REJfUEFTU1dPUkQ9SHEzVng5TG0yVHo3V2s0UG44Cg==";
+        let text = format!("data: {env}\nmore: {env}{env}");
+        let out = redact(&text);
+        assert!(!out.contains("REJfUEFTU1dPUkQ9"), "{out}");
+        let prose = "VGhlIHF1aWNrIGJyb3duIGZveCBqdW1wcyBvdmVyIHRoZSBsYXp5IGRvZw==";
+        assert_eq!(redact(prose), prose);
     }
 
     #[test]

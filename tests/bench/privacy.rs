@@ -64,6 +64,24 @@ fn changed_lines(before: &str, after: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The part of two lines around where they first differ (long minified lines are
+/// unreadable whole).
+fn around_change(x: &str, y: &str) -> (String, String) {
+    let first = x.bytes().zip(y.bytes()).take_while(|(a, b)| a == b).count();
+    let cut = |s: &str| {
+        let mut a = first.saturating_sub(60);
+        while !s.is_char_boundary(a) {
+            a -= 1;
+        }
+        let mut b = (first + 60).min(s.len());
+        while !s.is_char_boundary(b) {
+            b += 1;
+        }
+        s[a..b].trim().to_string()
+    };
+    (cut(x), cut(y))
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args()
         .skip(1)
@@ -101,7 +119,8 @@ fn main() {
                 for (x, y) in changed {
                     if shown < show {
                         shown += 1;
-                        println!("{}:\n  - {}\n  + {}", path.display(), x.trim(), y.trim());
+                        let (x, y) = around_change(&x, &y);
+                        println!("{}:\n  - {x}\n  + {y}", path.display());
                     }
                 }
             }

@@ -2,7 +2,10 @@
 //! shipped gitleaks rule set, put through the real hook as a Bash command and its output,
 //! must stay out of the data dir (at least 99.5% of them), and so must an independent set
 //! written from other projects' detectors (`tests/fixtures/secrets/detectors.jsonl`, at
-//! least 95%); a secret typed in a command must not come back in its output; and ordinary
+//! least 95%) and the set generated from trufflehog's detector tests
+//! (`tests/fixtures/secrets/trufflehog.jsonl`, the floor measured); a secret typed in a
+//! command must not come back in its output, nor in the session's later events; split,
+//! multi-field and encoded forms stay out; and ordinary
 //! text must be left alone: the commit messages of the recall-eval corpus (at most 0.5% of
 //! the memories changed) and source lines that only name secrets (none).
 
@@ -241,11 +244,13 @@ fn leaks_through_the_hook<'a>(
         let out = run_with_stdin(env.cmd("cairn-hook"), ev.to_string().as_bytes());
         assert_eq!(out.status.code(), Some(0));
     }
-    let everything = all_bytes_under(&env.data_dir);
+    // As text, searched with std's substring search (a byte-window scan of a database for
+    // hundreds of samples takes minutes in a debug build).
+    let everything = String::from_utf8_lossy(&all_bytes_under(&env.data_dir)).into_owned();
     let escaped = |s: &str| Value::from(s).to_string().trim_matches('"').to_string();
     samples
         .iter()
-        .filter(|(_, _, s)| contains(&everything, s) || contains(&everything, &escaped(s)))
+        .filter(|(_, _, s)| everything.contains(s.as_str()) || everything.contains(&escaped(s)))
         .map(|(d, _, s)| (*d, s.clone()))
         .collect()
 }
@@ -280,6 +285,45 @@ fn an_independent_sample_set_stays_out_of_the_data_dir() {
     assert!(samples.len() >= 80);
     assert!(
         share >= 0.95,
+        "only {:.1}% kept out; leaked: {leaked:?}",
+        share * 100.0
+    );
+}
+
+#[test]
+fn trufflehogs_detector_samples_stay_out_of_the_data_dir() {
+    // Generated from trufflehog's detector tests by `build_trufflehog.py` (its first line
+    // names the source and commit).
+    let text = std::fs::read_to_string(crate::support::fixtures().join("secrets/trufflehog.jsonl"))
+        .expect("samples");
+    let parsed: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("jsonl"))
+        .filter(|v: &Value| v["text"].is_string())
+        .collect();
+    let samples: Vec<(&str, String, String)> = parsed
+        .iter()
+        .map(|v| {
+            (
+                v["detector"].as_str().expect("detector"),
+                v["text"].as_str().expect("text").to_string(),
+                v["secret"].as_str().expect("secret").to_string(),
+            )
+        })
+        .collect();
+    let env = TestEnv::new();
+    let leaked = leaks_through_the_hook(&env, &samples);
+    let share = 1.0 - leaked.len() as f64 / samples.len() as f64;
+    eprintln!(
+        "trufflehog samples kept out: {} of {} ({:.1}%); leaked: {leaked:?}",
+        samples.len() - leaked.len(),
+        samples.len(),
+        share * 100.0
+    );
+    assert!(samples.len() >= 800);
+    // The target is 95%; what is measured today (BENCHMARKS.md) is the floor kept.
+    assert!(
+        share >= 0.92,
         "only {:.1}% kept out; leaked: {leaked:?}",
         share * 100.0
     );
@@ -356,4 +400,123 @@ fn commit_messages_are_not_mistaken_for_secrets() {
     );
     assert!(memories > 1000);
     assert!(rate <= 0.005, "{:.2}% changed", rate * 100.0);
+}
+
+/// One `PostToolUse` event of the fixture's session, through the real hook.
+fn hook_event(env: &TestEnv, id: &str, input: Value, response: Value) {
+    let mut ev: Value = serde_json::from_str(&hook_fixture("PostToolUse.json")).expect("json");
+    ev["tool_use_id"] = id.into();
+    ev["tool_input"] = input;
+    ev["tool_response"] = response;
+    let out = run_with_stdin(env.cmd("cairn-hook"), ev.to_string().as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn a_secret_is_removed_from_the_sessions_later_events() {
+    let env = TestEnv::new();
+    let secret = "Vq7Lm2Xp9Rt4Wz8Kc3Nb6Hd";
+    hook_event(
+        &env,
+        "toolu_first",
+        serde_json::json!({"command": format!("export DEPLOY_TOKEN='{secret}'")}),
+        serde_json::json!({"stdout": "", "stderr": ""}),
+    );
+    // Later: the bare value alone, and inside other text; no rule would find it there.
+    hook_event(
+        &env,
+        "toolu_later",
+        serde_json::json!({"command": "printenv DEPLOY_TOKEN"}),
+        serde_json::json!({"stdout": format!("{secret}\n"), "stderr": format!("sent x:{secret} ok")}),
+    );
+    let everything = all_bytes_under(&env.data_dir);
+    assert!(
+        contains(&everything, "printenv DEPLOY_TOKEN"),
+        "the event was stored"
+    );
+    assert!(!contains(&everything, secret), "the secret was stored");
+    // What is remembered is a keyed fingerprint, and the files are the owner's only.
+    let secrets = env.data_dir.join("secrets");
+    assert!(!contains(&all_bytes_under(&secrets), secret));
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(&secrets).expect("secrets dir").flatten() {
+        let mode = e.metadata().expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", e.path().display());
+    }
+}
+
+#[test]
+fn multi_field_and_encoded_forms_stay_out_of_the_data_dir() {
+    use base64_encode as b64;
+    let env = TestEnv::new();
+    let body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxKLxoS2tFczGkPLPgizskuemMghRniWaoLcyehkd3qqGElvW/VDL5AaWTg0nLVkjRo9z+40RQzuVaE8AkAFmxZzow3x+VJYKdjykkJ0iT9wCS0DRTXu269V264Vf";
+    hook_event(
+        &env,
+        "toolu_pem",
+        serde_json::json!({"command": "cat id_rsa", "description": "-----BEGIN RSA PRIVATE KEY-----"}),
+        serde_json::json!({"stdout": body, "stderr": ""}),
+    );
+    let split = "ghp_Zq8Lm2Xp9Rt4Wz8Kc3Nb6Hd1Fg5Jk7Ls0Q";
+    hook_event(
+        &env,
+        "toolu_split",
+        serde_json::json!({"command": "gh auth token"}),
+        serde_json::json!({"stdout": &split[..12], "stderr": &split[12..]}),
+    );
+    let key =
+        format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH PRIVATE KEY-----\n");
+    let env_file = "DATABASE_URL=postgres://app:Hq3Vx9Lm2Tz7Wk4Pn8@db.internal/app\nSTRIPE_SECRET_KEY=sk_live_Tq8Vz3Lm9Xp2Wk7Hd4Nb6Rc1\n";
+    hook_event(
+        &env,
+        "toolu_encoded",
+        serde_json::json!({"command": "kubectl get secret app -o yaml"}),
+        serde_json::json!({"stdout": format!("data:\n  id_rsa: {}\n  env: {}\n", b64(key.as_bytes()), b64(env_file.as_bytes())), "stderr": ""}),
+    );
+    let private = "Pw7Hd2Lm9Xq4Tz8Vc3";
+    hook_event(
+        &env,
+        "toolu_tags",
+        serde_json::json!({"items": ["keep-me-1", "<private>", private, "</private>"], "<private>": {"note": format!("{private}-obj")}}),
+        serde_json::json!({"stdout": "keep-me-2", "stderr": ""}),
+    );
+    let everything = all_bytes_under(&env.data_dir);
+    for kept in [
+        "cat id_rsa",
+        "gh auth token",
+        "kubectl get secret",
+        "keep-me-1",
+        "keep-me-2",
+    ] {
+        assert!(contains(&everything, kept), "{kept} was not stored");
+    }
+    for (what, leaked) in [
+        ("a key's body", &body[40..100]),
+        ("a split token's rest", &split[12..]),
+        ("an encoded key", &b64(key.as_bytes())[..60]),
+        ("an encoded .env", &b64(env_file.as_bytes())[..40]),
+        ("the .env's password", "Hq3Vx9Lm2Tz7Wk4Pn8"),
+        ("a private array item", private),
+    ] {
+        assert!(!contains(&everything, leaked), "{what} was stored");
+    }
+}
+
+/// Standard base64 with padding, as `base64 -w0` writes it.
+fn base64_encode(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in b.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &c)| acc | u32::from(c) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }

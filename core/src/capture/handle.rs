@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, Transaction};
 
+use crate::capture::fingerprints;
 use crate::capture::hook::{self, DecodeError, Event, StartSource};
 use crate::capture::quarantine;
-use crate::capture::record::{Action, Record, apply, is_excluded, prepare};
+use crate::capture::record::{Action, Record, apply, is_excluded, prepare, prepare_in};
 use crate::capture::spool;
 use crate::capture::tell;
 use crate::error::Result;
@@ -287,7 +288,29 @@ pub fn handle_with(
             None,
         );
     }
-    let Some(mut record) = prepare(&event, &project, &cwd, &settings.capture, now) else {
+    // The secrets this session showed before are removed from this event too; the ones
+    // it shows are remembered for its next events.
+    let session_id = &event.common().session_id;
+    let mut session = settings
+        .capture
+        .redact_secrets
+        .then(|| fingerprints::load(dir, session_id))
+        .flatten();
+    if matches!(event, Event::SessionStart { .. }) {
+        fingerprints::prune(dir);
+    }
+    let prepared = prepare_in(
+        &event,
+        &project,
+        &cwd,
+        &settings.capture,
+        now,
+        session.as_mut(),
+    );
+    if let Some(s) = &session {
+        fingerprints::save(dir, session_id, s);
+    }
+    let Some(mut record) = prepared else {
         log::debug!(
             "{} skipped (capture.skip_tools or cairn's own tool)",
             event.name()

@@ -19,6 +19,7 @@
 //! prompt ids). Data flows down into the queue and memory; the worker drives the spool's
 //! ingestion, so nothing here imports the worker.
 
+pub mod fingerprints;
 pub mod handle;
 pub mod hook;
 pub mod project;

@@ -7,8 +7,8 @@
 //!
 //! A rule is tried only when one of its keywords occurs in the text (ignoring ASCII case, as
 //! gitleaks does; one pass over the text with a table of the keywords' first two bytes,
-//! which costs nothing to build), and is compiled only when tried, in two steps: a
-//! forward-only lazy DFA first says whether the pattern matches anywhere (cheap to build),
+//! made by the build script, so no hook builds it), and is compiled only when tried, in
+//! two steps: a forward-only lazy DFA first says whether the pattern matches anywhere (cheap to build),
 //! and only then is the full regex with its capture groups compiled, and the rule's
 //! allowlists only when there is a finding to excuse. A hook whose input names no service
 //! compiles nothing; one whose path contains `api` builds one small automaton.
@@ -95,58 +95,38 @@ pub fn all() -> impl Iterator<Item = &'static Rule> {
 /// form), with room to spare.
 pub const ASSIGNMENT_WINDOW: usize = 64;
 
+/// The keyword prefilter, built by the build script from every rule's keywords.
 struct Prefilter {
     /// One bit per (lowercased) byte pair that starts a keyword.
-    pairs: Box<[u64; 1024]>,
+    pairs: &'static [u64; 1024],
     /// (pair, keyword), sorted by pair.
-    by_pair: Vec<(u16, u16)>,
+    by_pair: &'static [(u16, u16)],
     /// Each keyword (lowercase) and the rules it triggers.
-    keywords: Vec<(&'static [u8], Vec<u16>)>,
+    keywords: &'static [(&'static [u8], &'static [u16])],
     /// Rules with no keyword (or a one-byte one): always tried.
-    always: Vec<u16>,
+    always: &'static [u16],
 }
 
 fn pair(a: u8, b: u8) -> u16 {
     (u16::from(a.to_ascii_lowercase()) << 8) | u16::from(b.to_ascii_lowercase())
 }
 
+static PREFILTER: Prefilter = Prefilter {
+    pairs: &PREFILTER_PAIRS,
+    by_pair: &PREFILTER_BY_PAIR,
+    keywords: &PREFILTER_KEYWORDS,
+    always: &PREFILTER_ALWAYS,
+};
+
 fn prefilter() -> &'static Prefilter {
-    static P: OnceLock<Prefilter> = OnceLock::new();
-    P.get_or_init(|| {
-        let mut p = Prefilter {
-            pairs: Box::new([0; 1024]),
-            by_pair: Vec::new(),
-            keywords: Vec::new(),
-            always: Vec::new(),
-        };
-        for i in 0..TOTAL {
-            let r = rule(i);
-            if r.keywords.is_empty() || r.keywords.iter().any(|k| k.len() < 2) {
-                p.always.push(i as u16);
-                continue;
-            }
-            for k in r.keywords {
-                match p.keywords.iter().position(|(w, _)| *w == k.as_bytes()) {
-                    Some(at) => p.keywords[at].1.push(i as u16),
-                    None => p.keywords.push((k.as_bytes(), vec![i as u16])),
-                }
-            }
-        }
-        for (k, (w, _)) in p.keywords.iter().enumerate() {
-            let key = pair(w[0], w[1]);
-            p.pairs[usize::from(key >> 6)] |= 1 << (key & 63);
-            p.by_pair.push((key, k as u16));
-        }
-        p.by_pair.sort_unstable();
-        p
-    })
+    &PREFILTER
 }
 
 impl Prefilter {
     /// Marks in `tried` the rules whose keywords occur in `b` (for a semi-generic rule:
     /// followed by an assignment operator).
     fn mark(&self, b: &[u8], tried: &mut [bool; TOTAL]) {
-        for &i in &self.always {
+        for &i in self.always {
             tried[usize::from(i)] = true;
         }
         // Per keyword: 1 seen, 2 seen followed by an assignment operator.
@@ -176,7 +156,7 @@ impl Prefilter {
                     .any(|c| matches!(c, b'=' | b':' | b'>' | b'|' | b','));
                 let new = if assigned { 2 } else { 1 };
                 if new > *state {
-                    for &r in rules {
+                    for &r in rules.iter() {
                         if assigned || !rule(usize::from(r)).assignment {
                             tried[usize::from(r)] = true;
                         }

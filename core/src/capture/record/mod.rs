@@ -9,5 +9,5 @@ mod prepare;
 mod types;
 
 pub use apply::{Applied, apply, tool_key, turn_key, turn_of};
-pub use prepare::{is_excluded, is_own_tool, prepare};
+pub use prepare::{is_excluded, is_own_tool, prepare, prepare_in};
 pub use types::{Action, Record};

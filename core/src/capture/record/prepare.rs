@@ -18,7 +18,7 @@
 
 use super::types::{Action, Record};
 use crate::capture::hook::Event;
-use crate::privacy::Privacy;
+use crate::privacy::{Privacy, Recurring};
 use crate::queue::payload::{ToolEvent, TurnEnd};
 use crate::settings::CaptureSettings;
 
@@ -49,6 +49,19 @@ pub fn prepare(
     settings: &CaptureSettings,
     now: i64,
 ) -> Option<Record> {
+    prepare_in(event, project, cwd, settings, now, None)
+}
+
+/// [`prepare`] with the secrets the event's session showed before (`session`): their
+/// copies are removed too, and the secrets this event shows are added to it. Pure.
+pub fn prepare_in(
+    event: &Event,
+    project: &str,
+    cwd: &str,
+    settings: &CaptureSettings,
+    now: i64,
+    session: Option<&mut Recurring>,
+) -> Option<Record> {
     let p = Privacy::from_settings(settings);
     let common = event.common();
     let action = match event {
@@ -58,7 +71,7 @@ pub fn prepare(
         } => Action::Touch,
         Event::UserPrompt { prompt, .. } => Action::Prompt {
             prompt_id: common.prompt_id.clone(),
-            text: p.text(prompt),
+            text: p.text_in(prompt, session),
         },
         Event::Tool { call, .. } => {
             if is_own_tool(&call.tool_name)
@@ -68,11 +81,14 @@ pub fn prepare(
             }
             // Cleaned together: a secret found in one field is removed from all three.
             let error = call.error.clone().map(serde_json::Value::String);
-            let [tool_input, tool_response, error] = p.values([
-                &call.tool_input,
-                &call.tool_response,
-                error.as_ref().unwrap_or(&serde_json::Value::Null),
-            ]);
+            let [tool_input, tool_response, error] = p.values_in(
+                [
+                    &call.tool_input,
+                    &call.tool_response,
+                    error.as_ref().unwrap_or(&serde_json::Value::Null),
+                ],
+                session,
+            );
             Action::Tool(ToolEvent {
                 tool_name: call.tool_name.clone(),
                 tool_use_id: call.tool_use_id.clone(),
@@ -97,7 +113,7 @@ pub fn prepare(
             last_assistant_message,
             ..
         } => Action::TurnEnd(TurnEnd {
-            last_assistant_message: p.text(last_assistant_message),
+            last_assistant_message: p.text_in(last_assistant_message, session),
             cwd: cwd.to_string(),
             prompt_id: common.prompt_id.clone(),
             agent_id: None,
