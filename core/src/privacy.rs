@@ -803,6 +803,27 @@ pub fn shape_randomness(t: &[u8]) -> f64 {
     changes as f64 / alnum.len().max(1) as f64
 }
 
+/// A service's token prefix followed by a long run of one or two characters or of digits
+/// (`shippo_live_aaaa…`, `BBDC-1111…`): the shape of an issued key, filled in for a test or
+/// an example, which no rule of randomness can see but is still the key's form.
+fn filled_prefixed(t: &str) -> bool {
+    let Some((prefix, last)) = t.rsplit_once(['_', '-']) else {
+        return false;
+    };
+    let fill = last.as_bytes();
+    if prefix.is_empty()
+        || prefix.len() > 16
+        || !prefix.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+        || fill.len() < 20
+        || !fill.iter().all(u8::is_ascii_alphanumeric)
+    {
+        return false;
+    }
+    let mut seen = [false; 256];
+    fill.iter().for_each(|&c| seen[usize::from(c)] = true);
+    seen.iter().filter(|&&x| x).count() <= 2 || fill.iter().all(u8::is_ascii_digit)
+}
+
 /// A token as values of secrets look, by shape alone: long enough, random enough, of
 /// several character classes, not code, a path, a host, a version or a hash's hex.
 /// `strong`: sure enough to redact with no credential word near it.
@@ -824,6 +845,8 @@ fn secret_shaped(t: &str, strong: bool) -> bool {
         .rsplit(['_', '-'])
         .next()
         .is_some_and(|last| last.len() >= 16 && last.len() < n && secret_shaped(last, false));
+    // A prefix names what the random part is: its own randomness is what counts.
+    let min_entropy = if prefixed { 3.0 } else { min_entropy };
     if rules::entropy(b) < min_entropy || (rules::code_like(t) && !prefixed) {
         return false;
     }
@@ -943,6 +966,7 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         // Base64 of plain text is text: `redact_encoded` looks into it.
         let shaped = near && secret_shaped(t, false)
             || assigned && assigned_shaped(t)
+            || filled_prefixed(t)
             || secret_shaped(t, true) && !decodes_to_text(t.as_bytes());
         if !shaped || names_a_commit(&before, t) {
             continue;

@@ -323,7 +323,7 @@ fn trufflehogs_detector_samples_stay_out_of_the_data_dir() {
     assert!(samples.len() >= 800);
     // The target is 95%; what is measured today (BENCHMARKS.md) is the floor kept.
     assert!(
-        share >= 0.92,
+        share >= 0.94,
         "only {:.1}% kept out; leaked: {leaked:?}",
         share * 100.0
     );
