@@ -398,7 +398,7 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
             },
         ) {
             Ok(c) => c,
-            Err(Error::NotADatabase { reason, .. }) => {
+            Err(Error::NotADatabase { reason, .. } | Error::Damaged { reason, .. }) => {
                 return Err(Error::NotADatabase {
                     path: source.to_path_buf(),
                     reason,
@@ -440,14 +440,16 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
         let (mut live, replaced_kept_at) = if !dir.db().exists() {
             (db::open_data_dir(dir, live_opts)?, None)
         } else {
-            match db::open_data_dir(dir, live_opts) {
-                Ok(live) => {
-                    online(&live, &keep)?;
-                    (live, Some(keep))
-                }
-                // A damaged database cannot be copied page by page: move its files aside
-                // as they are, and restore into a fresh file.
-                Err(Error::NotADatabase { .. }) => {
+            // A damaged database (its header, or a page the copy reads) cannot be copied
+            // page by page: its files are moved aside as they are, and the backup is
+            // restored into a fresh file.
+            match db::open_data_dir(dir, live_opts).and_then(|live| {
+                online(&live, &keep)?;
+                Ok(live)
+            }) {
+                Ok(live) => (live, Some(keep)),
+                Err(e) if e.is_corrupt() || matches!(e, Error::NotADatabase { .. }) => {
+                    log::warn!("{e}: moving the damaged file aside as it is");
                     move_aside(&dir.db(), &keep)?;
                     (db::open_data_dir(dir, live_opts)?, Some(keep))
                 }

@@ -199,13 +199,11 @@ pub fn trace_if_asked(conn: &mut Connection) {
 }
 
 fn classify_open_error(path: &Path, e: rusqlite::Error) -> Error {
-    match e.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
-            Error::NotADatabase {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            }
-        }
+    match e {
+        _ if crate::error::is_damage(&e) => Error::Damaged {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        },
         _ if crate::error::is_busy(&e) => Error::Locked {
             path: path.to_path_buf(),
         },
@@ -494,7 +492,8 @@ mod tests {
         dd.ensure().expect("dir");
         std::fs::write(dd.db(), vec![b'x'; 8192]).expect("write");
         let err = open_data_dir(&dd, OpenOptions::default()).expect_err("garbage");
-        assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+        assert!(matches!(err, Error::Damaged { .. }), "{err}");
+        assert!(err.is_corrupt());
 
         std::fs::remove_file(dd.db()).expect("rm");
         let other = Connection::open(dd.db()).expect("other");
@@ -504,6 +503,7 @@ mod tests {
         drop(other);
         let err = open_data_dir(&dd, OpenOptions::default()).expect_err("foreign");
         assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+        assert!(!err.is_corrupt(), "a foreign database is not recovered");
     }
 
     #[test]

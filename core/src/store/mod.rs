@@ -19,3 +19,4 @@ pub mod incidents;
 pub mod lock;
 pub mod paths;
 pub mod recover;
+pub mod repair;
