@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::housekeeping::Housekeeping;
-use super::messages::{Finished, Input, Work};
+use super::messages::{Damage, Finished, Input, Work};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::memory;
@@ -72,6 +72,8 @@ pub(super) struct Claimer {
     budget_spent: Arc<AtomicBool>,
     budget_logged: bool,
     claimed: u64,
+    /// Damage any thread met: the loop stops on it.
+    damage: Damage,
 }
 
 impl Claimer {
@@ -83,6 +85,7 @@ impl Claimer {
         concurrency: usize,
         housekeeping: Housekeeping,
         budget_spent: Arc<AtomicBool>,
+        damage: Damage,
     ) -> Claimer {
         Claimer {
             conn,
@@ -96,6 +99,7 @@ impl Claimer {
             budget_spent,
             budget_logged: false,
             claimed: 0,
+            damage,
         }
     }
 
@@ -132,6 +136,11 @@ impl Claimer {
             if self.housekeeping.replaced() {
                 log::warn!("stopping to reopen the database");
                 return Ok(());
+            }
+            let path = std::path::PathBuf::from(self.conn.path().unwrap_or_default());
+            if let Some(e) = self.damage.error(&path) {
+                log::error!("stopping to recover the damaged database");
+                return Err(e);
             }
             let mut claimed = false;
             if self.inflight.len() < concurrency && !self.budget_exhausted(now)? {
@@ -216,6 +225,7 @@ impl Claimer {
         );
         let input = match self.prepare(&batch) {
             Ok(input) => input,
+            Err(e) if self.damage.note(&e) => return Err(e),
             Err(e) => {
                 let msg = format!("cannot prepare the batch: {e}");
                 log::warn!("{msg}");

@@ -52,7 +52,7 @@ use claimer::{Claimer, build_provider};
 pub use claimer::{Control, Options};
 pub use housekeeping::Periodic;
 use housekeeping::{Housekeeping, file_identity};
-use messages::{Finished, ToWriter, Work};
+use messages::{Damage, Finished, ToWriter, Work};
 pub use writer::Report;
 use writer::writer_thread;
 
@@ -94,6 +94,15 @@ pub fn run(
         }
     );
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
+    // A damaged page anywhere is found now, before anything is written or applied to the
+    // file (the caller recovers it), not when a query happens to read it.
+    let problems = crate::store::backup::quick_check(&conn)?;
+    if !problems.is_empty() {
+        return Err(Error::Damaged {
+            path: dir.db(),
+            reason: problems.join("; "),
+        });
+    }
     let db_identity = file_identity(&dir.db());
     // Room to count hook events lost to a full disk, allocated while there is room.
     if let Err(e) = crate::store::incidents::prepare_lost(dir) {
@@ -131,9 +140,11 @@ pub fn run(
     }
     drop(work_rx);
     drop(done_tx);
+    let damage = Damage::default();
+    let writer_damage = damage.clone();
     let writer = std::thread::Builder::new()
         .name("writer".into())
-        .spawn(move || writer_thread(writer_conn, done_rx, fin_tx))
+        .spawn(move || writer_thread(writer_conn, done_rx, fin_tx, writer_damage))
         .map_err(|e| Error::io("cannot start thread", "writer", e))?;
 
     // Beside the model threads; with `--once`, after them (it drains what they stored).
@@ -150,7 +161,7 @@ pub fn run(
         true => None,
     };
 
-    let housekeeping = Housekeeping::new(dir.clone(), periodic, db_identity);
+    let housekeeping = Housekeeping::new(dir.clone(), periodic, db_identity, damage.clone());
     let mut claimer = Claimer::new(
         conn,
         settings,
@@ -159,6 +170,7 @@ pub fn run(
         concurrency,
         housekeeping,
         budget_spent,
+        damage,
     );
     let outcome = claimer.run_loop(&work_tx, &fin_rx, &control, reload);
     let leftover = claimer.shutdown(&fin_rx, &control);
