@@ -71,6 +71,9 @@ pub struct Recovery {
     pub salvaged: Vec<(String, u64)>,
     /// Rows (or, for sessions, read failures) the damaged file could not give, per table.
     pub unreadable: Vec<(String, u64)>,
+    /// Rows salvaged from a table whose pages (or indexes) the damaged file's integrity
+    /// check names, per table: read without an error, but their text may be damaged.
+    pub suspect: Vec<(String, u64)>,
     /// Tables whose rows past this rowid could be neither read nor counted (the end of the
     /// table is unreadable).
     pub cut_off: Vec<(String, i64)>,
@@ -111,6 +114,12 @@ impl Recovery {
             lost.push_str(&format!(
                 "; up to {} transactions of the write-ahead log were torn",
                 self.wal_unreadable
+            ));
+        }
+        let suspect = list(&self.suspect);
+        if suspect != "none" {
+            lost.push_str(&format!(
+                "; salvaged from damaged pages, their text may be damaged: {suspect}"
             ));
         }
         for (t, id) in &self.cut_off {
@@ -168,12 +177,54 @@ fn sound(path: &Path) -> bool {
         .is_ok_and(|problems| problems.is_empty())
 }
 
+/// The `-shm` companion (the WAL index) of a database path.
+fn shm_of(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_os_string();
+    p.push("-shm");
+    p.into()
+}
+
 /// Removes a database file and its companions.
 fn remove_db_files(base: &Path) {
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let mut p = base.as_os_str().to_os_string();
         p.push(suffix);
         let _ = std::fs::remove_file(PathBuf::from(p));
+    }
+}
+
+/// Looks for damage the way the worker does at its start, before anything is written or
+/// applied to the database: a WAL torn or garbled past a commit (which SQLite would read
+/// silently up to the break, `repair::torn_wal`), a file SQLite cannot open, a damaged page
+/// anywhere (`quick_check`, not only when a query happens to read it). Returns the damage
+/// found, as the error to recover from; other failures (a locked or read-only database)
+/// are errors.
+pub fn check(dir: &DataDir, lock_wait: Duration) -> Result<Option<Error>> {
+    let damaged = |reason: String| {
+        Ok(Some(Error::Damaged {
+            path: dir.db(),
+            reason,
+        }))
+    };
+    if !dir.db().exists() {
+        return Ok(None);
+    }
+    let torn = repair::torn_wal(&dir.db(), lock_wait);
+    if torn > 0 {
+        return damaged(format!(
+            "its write-ahead log is torn: up to {torn} committed transactions cannot be read"
+        ));
+    }
+    let conn = match db::open_data_dir(dir, OpenOptions::default()) {
+        Ok(c) => c,
+        Err(e) if e.is_corrupt() => return Ok(Some(e)),
+        Err(e) => return Err(e),
+    };
+    match crate::store::backup::quick_check(&conn) {
+        Ok(p) if p.is_empty() => Ok(None),
+        Ok(p) => damaged(p.join("; ")),
+        Err(e) if e.is_corrupt() => Ok(Some(e)),
+        Err(e) => Err(e),
     }
 }
 
@@ -225,10 +276,23 @@ pub fn recover(dir: &DataDir, now: i64, hold: Duration) -> Result<Recovery> {
     }
     crate::store::paths::ensure_private_file(&base)?;
 
+    // The WAL index as it was before any connection of this recovery rebuilt it: what
+    // the WAL held when it was whole (`repair::unreadable_commits`).
+    let kept_index = repair::kept_index(&live);
+    let shm = std::fs::read(&kept_index)
+        .or_else(|_| std::fs::read(shm_of(&live)))
+        .ok();
+    let _ = std::fs::remove_file(&kept_index);
+
     // Hooks off the damaged file: they wait, then spool. Best effort: a file too damaged
-    // to lock is salvaged all the same.
+    // to lock is salvaged all the same. Never checkpointed on close (the damaged file is
+    // kept as it was).
     let guard = Connection::open_with_flags(&live, OpenFlags::SQLITE_OPEN_READ_WRITE)
         .and_then(|c| {
+            c.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )?;
             c.busy_timeout(hold)?;
             c.execute_batch("BEGIN IMMEDIATE")?;
             Ok(c)
@@ -246,7 +310,7 @@ pub fn recover(dir: &DataDir, now: i64, hold: Duration) -> Result<Recovery> {
                 ..OpenOptions::default()
             },
         )?;
-        let readable = readable_copy(&live, &scratch, restored_from.as_deref())?;
+        let readable = readable_copy(&live, shm.as_deref(), &scratch, restored_from.as_deref())?;
         let rows = match readable.usable {
             true => salvage(&mut conn, &scratch)?,
             false => Salvaged::nothing(),
@@ -280,6 +344,7 @@ pub fn recover(dir: &DataDir, now: i64, hold: Duration) -> Result<Recovery> {
         schema_borrowed: readable.schema_borrowed,
         salvaged: rows.salvaged,
         unreadable: rows.unreadable,
+        suspect: rows.suspect,
         cut_off: rows.cut_off,
         wal_unreadable: readable.wal_unreadable,
         respooled,
@@ -323,14 +388,16 @@ struct Readable {
 /// (`store::repair`): its header rebuilt when SQLite cannot open it, then its schema pages
 /// borrowed from `reference` (the backup restored) or from a fresh database when its
 /// schema still cannot be read.
-fn readable_copy(live: &Path, scratch: &Path, reference: Option<&Path>) -> Result<Readable> {
+fn readable_copy(
+    live: &Path,
+    shm: Option<&[u8]>,
+    scratch: &Path,
+    reference: Option<&Path>,
+) -> Result<Readable> {
     crate::store::paths::copy_private(live, scratch)
         .map_err(|e| Error::io("cannot copy the damaged database", live, e))?;
     let wal = std::fs::read(repair::wal_of(live)).unwrap_or_default();
-    let mut shm = live.as_os_str().to_os_string();
-    shm.push("-shm");
-    let shm = std::fs::read(PathBuf::from(shm)).ok();
-    let wal_unreadable = repair::unreadable_commits(&wal, shm.as_deref());
+    let wal_unreadable = repair::unreadable_commits(&wal, shm);
     if !wal.is_empty() {
         crate::store::paths::create_private(&repair::wal_of(scratch))
             .and_then(|mut f| std::io::Write::write_all(&mut f, &wal))
@@ -379,6 +446,7 @@ type Counts = Vec<(String, u64)>;
 struct Salvaged {
     salvaged: Counts,
     unreadable: Counts,
+    suspect: Counts,
     cut_off: Vec<(String, i64)>,
 }
 
@@ -388,6 +456,7 @@ impl Salvaged {
         Salvaged {
             salvaged: Vec::new(),
             unreadable: Vec::new(),
+            suspect: Vec::new(),
             cut_off: std::iter::once("sessions")
                 .chain(TABLES.iter().copied())
                 .map(|t| (t.to_string(), 0))
@@ -407,14 +476,23 @@ fn salvage(conn: &mut Connection, damaged: &Path) -> Result<Salvaged> {
         let mut out = Salvaged {
             salvaged: Vec::new(),
             unreadable: Vec::new(),
+            suspect: Vec::new(),
             cut_off: Vec::new(),
         };
+        let damaged_tables = damaged_tables(conn);
+        let suspect = |table: &str| damaged_tables.as_ref().is_none_or(|d| d.contains(table));
         let (s, u) = salvage_sessions(conn);
         out.salvaged.push(("sessions".to_string(), s));
         out.unreadable.push(("sessions".to_string(), u));
+        if suspect("sessions") {
+            out.suspect.push(("sessions".to_string(), s));
+        }
         for table in TABLES {
             let t = salvage_table(conn, table)?;
             out.salvaged.push(((*table).to_string(), t.copied));
+            if suspect(table) {
+                out.suspect.push(((*table).to_string(), t.copied));
+            }
             out.unreadable.push(((*table).to_string(), t.unreadable));
             if let Some(id) = t.cut_off {
                 out.cut_off.push(((*table).to_string(), id));
@@ -438,6 +516,47 @@ fn salvage(conn: &mut Connection, damaged: &Path) -> Result<Salvaged> {
     let out = result?;
     detached?;
     Ok(out)
+}
+
+/// The tables of the attached damaged file whose b-trees, or whose indexes, its integrity
+/// check names (`Tree <root> page …`, `… index <name>`); `None` when the check cannot run
+/// (every table is then suspect).
+fn damaged_tables(conn: &Connection) -> Option<std::collections::HashSet<String>> {
+    let objects: Vec<(String, String, i64)> = conn
+        .prepare("SELECT name, tbl_name, rootpage FROM damaged.sqlite_master")
+        .ok()?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .ok()?
+        .collect::<rusqlite::Result<_>>()
+        .ok()?;
+    let lines: Vec<String> = conn
+        .prepare("PRAGMA damaged.integrity_check(1000)")
+        .ok()?
+        .query_map([], |r| r.get(0))
+        .ok()?
+        .collect::<rusqlite::Result<_>>()
+        .ok()?;
+    let mut out = std::collections::HashSet::new();
+    for line in lines.iter().filter(|l| *l != "ok") {
+        let root = line
+            .strip_prefix("Tree ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse::<i64>().ok());
+        for (name, table, rootpage) in &objects {
+            let named = line
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .any(|w| w == name);
+            if root == Some(*rootpage) || (line.contains("index") && named) {
+                out.insert(table.clone());
+            }
+        }
+        // A page no tree can claim, a broken free list: no table is named, so any may be
+        // wrong.
+        if root.is_none() && !line.contains("index") {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 /// Sessions have no integer key: scanned in key order, and past a read failure resumed

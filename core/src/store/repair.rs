@@ -179,6 +179,50 @@ pub(crate) fn borrow_schema(path: &Path, reference: &Path, schema_version: i64) 
     rebuild_header(path, schema_version)
 }
 
+/// Committed transactions of the WAL of the database at `db` that SQLite will not read
+/// ([`unreadable_commits`]), checked under the database's write lock (no writer appends to
+/// or resets the WAL meanwhile), with the WAL index as it was before this check opened the
+/// database. 0 when the database cannot be locked: opening it says what is wrong.
+pub fn torn_wal(db: &Path, lock_wait: std::time::Duration) -> u64 {
+    let mut shm = db.as_os_str().to_os_string();
+    shm.push("-shm");
+    let shm = std::fs::read(std::path::PathBuf::from(shm)).ok();
+    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE) else {
+        return 0;
+    };
+    // Closing the last connection would checkpoint what SQLite reads of the WAL into the
+    // database and remove the WAL: the lost transactions with it, unseen.
+    let locked = conn
+        .set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .and_then(|_| conn.busy_timeout(lock_wait))
+        .and_then(|()| conn.execute_batch("BEGIN IMMEDIATE"));
+    if locked.is_err() {
+        return 0;
+    }
+    let wal = std::fs::read(wal_of(db)).unwrap_or_default();
+    let _ = conn.execute_batch("ROLLBACK");
+    let torn = unreadable_commits(&wal, shm.as_deref());
+    if torn > 0
+        && let Some(shm) = &shm
+    {
+        // The first connection to open the database empties the WAL index: the recovery
+        // reads this copy of it instead (`kept_index`).
+        let _ =
+            crate::store::paths::create_private(&kept_index(db)).and_then(|mut f| f.write_all(shm));
+    }
+    torn
+}
+
+/// Where [`torn_wal`] keeps the WAL index it read, for the recovery that follows.
+pub(crate) fn kept_index(db: &Path) -> std::path::PathBuf {
+    let mut p = db.as_os_str().to_os_string();
+    p.push("-shm.torn");
+    p.into()
+}
+
 /// The WAL's checksum over `data` (whole 8-byte words), continuing from `s`, in the byte
 /// order the WAL's magic names.
 fn checksum(big_endian: bool, data: &[u8], mut s: (u32, u32)) -> (u32, u32) {
@@ -200,10 +244,10 @@ fn checksum(big_endian: bool, data: &[u8], mut s: (u32, u32)) -> (u32, u32) {
 /// How many committed transactions the WAL file `wal` holds that SQLite will not read: the
 /// commits at or past the first frame that is torn (cut short) or garbled (its checksum or
 /// salt wrong), counted by their commit frames (frames of an earlier generation of the WAL,
-/// with other salts, are not counted), plus the broken frame itself when it may have been
-/// one: at most one more than were lost. A frame cut short at the end with no commit after
-/// it is what a writer killed mid-append leaves (nothing committed was lost). A garbled
-/// header loses every frame. 0 when the WAL is missing or whole.
+/// with other salts, are not counted), plus the broken frame itself when commits follow
+/// it: at most one more than were lost. A broken frame with no commit after it is what a
+/// writer killed mid-append leaves (nothing committed was lost). A garbled header loses
+/// every frame. 0 when the WAL is missing or whole.
 ///
 /// `shm` is the WAL index (`-shm`) when there is one: when it is of the same generation and
 /// names more frames than the WAL still has whole (a WAL cut at a frame boundary), those
@@ -286,15 +330,14 @@ fn wal_frames(wal: &[u8]) -> Option<(u64, u64)> {
             continue;
         }
         // The first broken frame: SQLite drops it and everything after. Lost are the later
-        // commit frames of this generation, and the broken frame itself when it is of
-        // this generation and a commit, or when later commits show it was not the tail a
-        // writer killed mid-append left (an uncommitted transaction, nothing lost).
+        // commit frames of this generation, and the broken frame itself when later commits
+        // show it was not the tail a writer killed mid-append left (an uncommitted
+        // transaction: nothing lost). A broken last commit is seen only by the WAL index.
         let current = |a: usize| &wal[a + 8..a + 16] == salts;
         let later = frames(at + frame)
             .filter(|&a| a + frame <= wal.len() && be32(&wal[a + 4..a + 8]) != 0 && current(a))
             .count() as u64;
-        let broken_commit = current(at) && be32(&wal[at + 4..at + 8]) != 0;
-        let broken = u64::from(later > 0 || broken_commit);
+        let broken = u64::from(later > 0);
         return Some((valid, later + broken));
     }
     Some((valid, 0))

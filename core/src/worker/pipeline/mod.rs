@@ -93,16 +93,12 @@ pub fn run(
             ""
         }
     );
-    let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
-    // A damaged page anywhere is found now, before anything is written or applied to the
-    // file (the caller recovers it), not when a query happens to read it.
-    let problems = crate::store::backup::quick_check(&conn)?;
-    if !problems.is_empty() {
-        return Err(Error::Damaged {
-            path: dir.db(),
-            reason: problems.join("; "),
-        });
+    // Damage is found now, before anything is written or applied to the file (the caller
+    // recovers it), not when a query happens to read it.
+    if let Some(damage) = crate::store::recover::check(dir, std::time::Duration::from_secs(10))? {
+        return Err(damage);
     }
+    let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let db_identity = file_identity(&dir.db());
     // Room to count hook events lost to a full disk, allocated while there is room.
     if let Err(e) = crate::store::incidents::prepare_lost(dir) {
