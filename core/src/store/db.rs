@@ -198,8 +198,16 @@ pub fn trace_if_asked(conn: &mut Connection) {
     }
 }
 
+/// A SQLite file that SQLite refuses is damaged when it still looks like a SQLite
+/// database (its magic, or a b-tree page after a broken header: `repair::looks_like_sqlite`),
+/// and not a database at all otherwise (a file that was never cairn's is not "recovered").
 fn classify_open_error(path: &Path, e: rusqlite::Error) -> Error {
+    let not_db = e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase);
     match e {
+        _ if not_db && !crate::store::repair::looks_like_sqlite(path) => Error::NotADatabase {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        },
         _ if crate::error::is_damage(&e) => Error::Damaged {
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -492,8 +500,8 @@ mod tests {
         dd.ensure().expect("dir");
         std::fs::write(dd.db(), vec![b'x'; 8192]).expect("write");
         let err = open_data_dir(&dd, OpenOptions::default()).expect_err("garbage");
-        assert!(matches!(err, Error::Damaged { .. }), "{err}");
-        assert!(err.is_corrupt());
+        assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+        assert!(!err.is_corrupt(), "garbage is not a damaged database");
 
         std::fs::remove_file(dd.db()).expect("rm");
         let other = Connection::open(dd.db()).expect("other");

@@ -807,6 +807,39 @@ mod tests {
     }
 
     #[test]
+    fn a_broken_header_is_damage_and_garbage_is_not() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        for n in 1..=5 {
+            add(&mut conn, "s", n);
+        }
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .expect("checkpoint");
+        drop(conn);
+        let mut bytes = std::fs::read(dd.db()).expect("read");
+        bytes[..100].fill(0);
+        std::fs::write(dd.db(), &bytes).expect("zero the header");
+        let found = check(&dd, Duration::from_secs(1))
+            .expect("check")
+            .expect("damage found");
+        assert!(found.is_corrupt(), "{found}");
+        let r = recover(&dd, 5_000, Duration::ZERO).expect("recover");
+        assert!(r.header_rebuilt, "{}", r.describe());
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let prompts: i64 = conn
+            .query_row("SELECT count(*) FROM user_prompts", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(prompts, 5, "{}", r.describe());
+        drop(conn);
+        assert!(check(&dd, Duration::from_secs(1)).expect("check").is_none());
+
+        std::fs::write(dd.db(), vec![b'#'; 8192]).expect("garbage");
+        let err = check(&dd, Duration::from_secs(1)).expect_err("not a database");
+        assert!(!err.is_corrupt(), "{err}");
+    }
+
+    #[test]
     fn unreadable_rows_are_counted_not_fatal() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dd = DataDir::new(tmp.path().join("d"));

@@ -21,6 +21,16 @@ const MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// Page sizes tried when the header's own cannot be trusted, the likeliest first.
 const PAGE_SIZES: &[u32] = &[4096, 1024, 2048, 8192, 16384, 32768, 65536, 512];
 
+/// True when the file at `path` looks like a SQLite database, damaged or not: its magic,
+/// or, after a broken header, page 1's b-tree header where SQLite puts it.
+pub(crate) fn looks_like_sqlite(path: &Path) -> bool {
+    let mut head = [0u8; 101];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| read_up_to(&mut f, &mut head))
+        .unwrap_or(0);
+    (n >= 16 && &head[..16] == MAGIC) || (n > 100 && matches!(head[100], 5 | 13))
+}
+
 /// True when SQLite can open `path` and read its schema.
 pub(crate) fn schema_readable(path: &Path) -> bool {
     Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
