@@ -284,7 +284,6 @@ impl Template {
 /// What one case found.
 #[derive(Debug)]
 pub struct Outcome {
-    pub seed: u64,
     pub layout: Layout,
     /// The start's check found damage and the recovery ran.
     pub recovered: bool,
@@ -293,8 +292,12 @@ pub struct Outcome {
     pub stored: usize,
     /// Events missing, all reported by the recovery record.
     pub reported: usize,
-    /// What the recovery record counted unreadable, or salvaged from damaged pages.
+    /// Rows and WAL transactions the record counted unreadable.
     pub unreadable: u64,
+    /// Rows the record says were salvaged from damaged pages.
+    pub suspect: u64,
+    /// The record names a table whose end could not be read.
+    pub cut_off: bool,
 }
 
 fn write_at(path: &Path, at: u64, bytes: &[u8]) {
@@ -471,18 +474,19 @@ pub fn run_case(t: &Template, scratch: &Path, seed: u64) -> Result<Outcome, Stri
         Err(e) => return fail(format!("the integrity check failed: {e}")),
     }
     let missing: Vec<&String> = t.markers.iter().filter(|m| stored(&conn, m) == 0).collect();
-    let (unreadable, cut_off) = record
+    let (unreadable, suspect, cut_off) = record
         .as_ref()
         .map(|r| {
             let suspect: u64 = r.suspect.iter().map(|(_, n)| n).sum();
-            (r.unreadable_total() + suspect, !r.cut_off.is_empty())
+            (r.unreadable_total(), suspect, !r.cut_off.is_empty())
         })
-        .unwrap_or((0, false));
-    if !missing.is_empty() && (missing.len() as u64) > unreadable && !cut_off {
+        .unwrap_or((0, 0, false));
+    if !missing.is_empty() && (missing.len() as u64) > unreadable + suspect && !cut_off {
         return fail(format!(
-            "{} events lost and not reported ({} counted unreadable; record: {}): {:?}",
+            "{} events lost and not reported ({} counted unreadable, {} salvaged from damaged pages; record: {}): {:?}",
             missing.len(),
             unreadable,
+            suspect,
             record
                 .as_ref()
                 .map(|r| r.describe())
@@ -493,12 +497,13 @@ pub fn run_case(t: &Template, scratch: &Path, seed: u64) -> Result<Outcome, Stri
     drop(conn);
     let _ = std::fs::remove_dir_all(&root);
     Ok(Outcome {
-        seed,
         layout,
         recovered: found.is_some(),
         events: t.markers.len(),
         stored: t.markers.len() - missing.len(),
         reported: missing.len(),
         unreadable,
+        suspect,
+        cut_off,
     })
 }
