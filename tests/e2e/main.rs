@@ -14,6 +14,7 @@ mod ops;
 mod pipeline;
 mod plugin;
 mod recall;
+mod recovery;
 mod secrets;
 mod support;
 mod terminal;
