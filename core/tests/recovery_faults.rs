@@ -20,6 +20,7 @@ fn every_damage_layout_ends_with_every_event_stored_or_reported() {
     let mut failures = Vec::new();
     let mut recovered = 0;
     let mut layouts = std::collections::HashSet::new();
+    let (mut reported, mut counted, mut cut_off) = (0, 0, 0);
     for seed in &seeds {
         // Odd seeds damage the template with a backup, even ones the one without.
         let t = &templates[(*seed % 2) as usize];
@@ -27,6 +28,10 @@ fn every_damage_layout_ends_with_every_event_stored_or_reported() {
             Ok(o) => {
                 recovered += usize::from(o.recovered);
                 layouts.insert(format!("{:?}", o.layout));
+                assert_eq!(o.stored + o.reported, o.events, "seed {seed}");
+                reported += o.reported;
+                counted += o.unreadable + o.suspect;
+                cut_off += usize::from(o.cut_off);
             }
             Err(e) => failures.push(e),
         }
@@ -37,6 +42,10 @@ fn every_damage_layout_ends_with_every_event_stored_or_reported() {
         failures.len(),
         seeds.len(),
         failures.join("\n")
+    );
+    println!(
+        "{} cases, {recovered} recovered; {reported} events missing, all reported ({counted} rows or transactions counted, {cut_off} tables cut off)",
+        seeds.len()
     );
     if seeds.len() >= 100 {
         assert_eq!(

@@ -43,10 +43,10 @@ pub(crate) fn schema_readable(path: &Path) -> bool {
         .is_ok()
 }
 
-/// The page size of a database file: the header's when it is a valid one, else the WAL's
-/// (`wal` is its header, if any), else the size under which page 1 and page 2 look like
-/// b-tree pages.
-fn page_size(file: &[u8], wal: Option<&[u8]>) -> u32 {
+/// The page size of a database file of `len` bytes starting with `file`: the header's when
+/// it is a valid one, else the WAL's (`wal` is its header, if any), else the size under
+/// which page 1 and page 2 look like b-tree pages.
+fn page_size(file: &[u8], len: u64, wal: Option<&[u8]>) -> u32 {
     let valid = |ps: u32| ps.is_power_of_two() && (512..=65536).contains(&ps);
     if file.len() >= 18 && &file[..16] == MAGIC {
         let raw = u32::from(u16::from_be_bytes([file[16], file[17]]));
@@ -66,11 +66,10 @@ fn page_size(file: &[u8], wal: Option<&[u8]>) -> u32 {
         .iter()
         .copied()
         .find(|&ps| {
-            let ps = ps as usize;
             file.len() > 100
-                && file.len() % ps == 0
+                && len.is_multiple_of(u64::from(ps))
                 && btree(file[100])
-                && file.get(ps).is_none_or(|&b| btree(b) || b == 0)
+                && file.get(ps as usize).is_none_or(|&b| btree(b) || b == 0)
         })
         .unwrap_or(4096)
 }
@@ -120,7 +119,7 @@ pub(crate) fn rebuild_header(path: &Path, schema_version: i64) -> Result<()> {
     head.truncate(n);
     let len = f.metadata().map_err(io)?.len();
     let wal = std::fs::read(wal_of(path)).ok();
-    let ps = page_size(&head, wal.as_deref().map(|w| &w[..w.len().min(32)]));
+    let ps = page_size(&head, len, wal.as_deref().map(|w| &w[..w.len().min(32)]));
     let kept = head
         .get(60..64)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -170,7 +169,7 @@ pub(crate) fn borrow_schema(path: &Path, reference: &Path, schema_version: i64) 
             .collect::<rusqlite::Result<_>>()?
     };
     let bytes = std::fs::read(reference).map_err(|e| Error::io("cannot read", reference, e))?;
-    let ps = page_size(&bytes, None) as usize;
+    let ps = page_size(&bytes, bytes.len() as u64, None) as usize;
     let io = |e| Error::io("cannot repair the schema of", path, e);
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -85,7 +85,6 @@ impl Claimer {
         concurrency: usize,
         housekeeping: Housekeeping,
         budget_spent: Arc<AtomicBool>,
-        damage: Damage,
     ) -> Claimer {
         Claimer {
             conn,
@@ -95,11 +94,11 @@ impl Claimer {
             opts,
             inflight: HashMap::new(),
             concurrency,
-            housekeeping,
             budget_spent,
             budget_logged: false,
             claimed: 0,
-            damage,
+            damage: housekeeping.damage(),
+            housekeeping,
         }
     }
 

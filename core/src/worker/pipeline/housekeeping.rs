@@ -90,6 +90,11 @@ impl Housekeeping {
         true
     }
 
+    /// Where damage met by any thread is noted (shared with the claimer and the writer).
+    pub(super) fn damage(&self) -> Damage {
+        self.damage.clone()
+    }
+
     /// Makes the next pass due at once (after a settings reload).
     pub(super) fn run_next_turn(&mut self) {
         self.next = 0;

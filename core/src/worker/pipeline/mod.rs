@@ -166,7 +166,6 @@ pub fn run(
         concurrency,
         housekeeping,
         budget_spent,
-        damage,
     );
     let outcome = claimer.run_loop(&work_tx, &fin_rx, &control, reload);
     let leftover = claimer.shutdown(&fin_rx, &control);
