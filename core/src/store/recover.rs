@@ -71,8 +71,9 @@ pub struct Recovery {
     pub salvaged: Vec<(String, u64)>,
     /// Rows (or, for sessions, read failures) the damaged file could not give, per table.
     pub unreadable: Vec<(String, u64)>,
-    /// Rows salvaged from a table whose pages (or indexes) the damaged file's integrity
-    /// check names, per table: read without an error, but their text may be damaged.
+    /// Rows of a table whose pages (or indexes) the damaged file's integrity check names,
+    /// per table: salvaged without an error but possibly damaged, or missing between
+    /// readable rows (a damaged page can lose rows without an error).
     pub suspect: Vec<(String, u64)>,
     /// Tables whose rows past this rowid could be neither read nor counted (the end of the
     /// table is unreadable).
@@ -119,7 +120,7 @@ impl Recovery {
         let suspect = list(&self.suspect);
         if suspect != "none" {
             lost.push_str(&format!(
-                "; salvaged from damaged pages, their text may be damaged: {suspect}"
+                "; rows of damaged tables, salvaged but possibly damaged or missing between readable ones: {suspect}"
             ));
         }
         for (t, id) in &self.cut_off {
@@ -491,7 +492,8 @@ fn salvage(conn: &mut Connection, damaged: &Path) -> Result<Salvaged> {
             let t = salvage_table(conn, table)?;
             out.salvaged.push(((*table).to_string(), t.copied));
             if suspect(table) {
-                out.suspect.push(((*table).to_string(), t.copied));
+                out.suspect
+                    .push(((*table).to_string(), t.copied + t.missing));
             }
             out.unreadable.push(((*table).to_string(), t.unreadable));
             if let Some(id) = t.cut_off {
@@ -639,6 +641,9 @@ fn stored_columns(conn: &Connection, table: &str) -> Result<String> {
 struct TableSalvage {
     copied: u64,
     unreadable: u64,
+    /// Rowids below the table's largest that are not there (deleted, or lost without an
+    /// error with a damaged page).
+    missing: u64,
     /// The rowid past which nothing could be read or counted, when the table's end could
     /// not be read.
     cut_off: Option<i64>,
@@ -672,6 +677,7 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<TableSalvage> {
     let mut out = TableSalvage {
         copied: 0,
         unreadable: 0,
+        missing: 0,
         cut_off: None,
     };
     // Failed probes since the last readable rowid: counted once a later rowid reads (they
@@ -690,6 +696,7 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<TableSalvage> {
         match conn.query_row(&exists, [id], |r| r.get::<_, i64>(0)) {
             Ok(0) => {
                 gap += 1;
+                out.missing += u64::from(end.is_some());
                 continue;
             }
             Ok(_) => {
