@@ -382,4 +382,51 @@ mod tests {
         assert_eq!(unreadable_commits(&[], None), 0);
         assert_eq!(unreadable_commits(&[1, 2, 3], None), 1);
     }
+
+    /// Five one-page transactions in a WAL left behind (no checkpoint on close).
+    fn wal_of_five() -> (tempfile::TempDir, Vec<u8>, Vec<u8>) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let path = tmp.path().join("w.db");
+        let c = Connection::open(&path).expect("open");
+        c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x);")
+            .expect("wal");
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .expect("empty the WAL");
+        c.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .expect("no checkpoint");
+        for n in 0..5 {
+            c.execute("INSERT INTO t VALUES (?1)", [n]).expect("insert");
+        }
+        let wal = std::fs::read(wal_of(&path)).expect("wal");
+        let shm = std::fs::read(tmp.path().join("w.db-shm")).expect("shm");
+        drop(c);
+        (tmp, wal, shm)
+    }
+
+    #[test]
+    fn a_torn_or_garbled_wal_counts_its_lost_commits_and_a_killed_writer_none() {
+        let (_tmp, wal, shm) = wal_of_five();
+        let frame = (wal.len() - 32) / 5;
+        assert_eq!(unreadable_commits(&wal, Some(&shm)), 0, "a whole WAL");
+        // The second frame garbled: it and the three commits after it are lost.
+        let mut garbled = wal.clone();
+        garbled[32 + frame + 100] ^= 0xFF;
+        assert_eq!(unreadable_commits(&garbled, None), 4);
+        // The last frame cut short: what a writer killed mid-append leaves, unless the WAL
+        // index says it was committed.
+        let torn = &wal[..wal.len() - 10];
+        assert_eq!(unreadable_commits(torn, None), 0);
+        assert_eq!(unreadable_commits(torn, Some(&shm)), 1);
+        // Cut at a frame boundary: only the index can tell.
+        let cut = &wal[..32 + 3 * frame];
+        assert_eq!(unreadable_commits(cut, None), 0);
+        assert_eq!(unreadable_commits(cut, Some(&shm)), 2);
+        // A garbled header loses every commit.
+        let mut header = wal.clone();
+        header[20] ^= 0xFF;
+        assert!(unreadable_commits(&header, None) >= 5);
+    }
 }
