@@ -313,7 +313,10 @@ pub fn recover(dir: &DataDir, now: i64, hold: Duration) -> Result<Recovery> {
         )?;
         let readable = readable_copy(&live, shm.as_deref(), &scratch, restored_from.as_deref())?;
         let rows = match readable.usable {
-            true => salvage(&mut conn, &scratch)?,
+            true => salvage(&mut conn, &scratch).unwrap_or_else(|e| {
+                log::error!("cannot salvage the damaged database's rows: {e}");
+                Salvaged::nothing()
+            }),
             false => Salvaged::nothing(),
         };
         drop(conn);
@@ -410,30 +413,38 @@ fn readable_copy(
         schema_borrowed: false,
         wal_unreadable,
     };
+    // Each repair is best effort: a file nothing can make readable still lets the
+    // recovery restore the backup and put the applied spool files back.
     if !out.usable {
         log::warn!("the damaged database cannot be opened: rebuilding its header");
-        repair::rebuild_header(scratch, db::SCHEMA_VERSION)?;
-        out.header_rebuilt = true;
-        out.usable = repair::schema_readable(scratch);
+        match repair::rebuild_header(scratch, db::SCHEMA_VERSION) {
+            Ok(()) => {
+                out.header_rebuilt = true;
+                out.usable = repair::schema_readable(scratch);
+            }
+            Err(e) => log::error!("{e}"),
+        }
     }
     if !out.usable {
         log::warn!("the damaged database's schema cannot be read: borrowing it");
         let fresh = scratch.with_extension("reference");
         remove_db_files(&fresh);
-        let from = match reference {
-            Some(r) => r.to_path_buf(),
-            None => {
-                let c = db::open(&fresh, OpenOptions::default())?;
+        let borrowed = match reference {
+            Some(r) => Ok(r.to_path_buf()),
+            None => db::open(&fresh, OpenOptions::default()).and_then(|c| {
                 c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
-                drop(c);
-                fresh.clone()
-            }
-        };
-        let borrowed = repair::borrow_schema(scratch, &from, db::SCHEMA_VERSION);
+                Ok(fresh.clone())
+            }),
+        }
+        .and_then(|from| repair::borrow_schema(scratch, &from, db::SCHEMA_VERSION));
         remove_db_files(&fresh);
-        borrowed?;
-        out.schema_borrowed = true;
-        out.usable = repair::schema_readable(scratch);
+        match borrowed {
+            Ok(()) => {
+                out.schema_borrowed = true;
+                out.usable = repair::schema_readable(scratch);
+            }
+            Err(e) => log::error!("cannot borrow a schema to read the damaged database: {e}"),
+        }
     }
     if !out.usable {
         log::error!("the damaged database cannot be read at all: nothing salvaged from it");
