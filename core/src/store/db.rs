@@ -204,6 +204,11 @@ pub fn trace_if_asked(conn: &mut Connection) {
 fn classify_open_error(path: &Path, e: rusqlite::Error) -> Error {
     let not_db = e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase);
     match e {
+        // A header field out of range ("unsupported file format") is damage too.
+        _ if crate::store::repair::header_broken(path) => Error::Damaged {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        },
         _ if not_db && !crate::store::repair::looks_like_sqlite(path) => Error::NotADatabase {
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -358,6 +363,13 @@ pub fn integrity_problems(conn: &Connection) -> Result<Vec<String>> {
             problems.push(line);
         }
     }
+    problems.extend(fts_problems(conn));
+    Ok(problems)
+}
+
+/// Runs the FTS5 integrity checks (which `quick_check` does not do); returns the problems.
+pub fn fts_problems(conn: &Connection) -> Vec<String> {
+    let mut problems = Vec::new();
     for fts in [
         "observations_fts",
         "session_summaries_fts",
@@ -370,7 +382,7 @@ pub fn integrity_problems(conn: &Connection) -> Result<Vec<String>> {
             problems.push(format!("{fts}: {e}"));
         }
     }
-    Ok(problems)
+    problems
 }
 
 #[cfg(test)]

@@ -222,7 +222,10 @@ pub fn check(dir: &DataDir, lock_wait: Duration) -> Result<Option<Error>> {
         Err(e) => return Err(e),
     };
     match crate::store::backup::quick_check(&conn) {
-        Ok(p) if p.is_empty() => Ok(None),
+        Ok(p) if p.is_empty() => match db::fts_problems(&conn) {
+            p if p.is_empty() => Ok(None),
+            p => damaged(p.join("; ")),
+        },
         Ok(p) => damaged(p.join("; ")),
         Err(e) if e.is_corrupt() => Ok(Some(e)),
         Err(e) => Err(e),
@@ -697,17 +700,18 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<TableSalvage> {
     let mut last_read = start;
     let mut gap = 0;
     let mut id = start;
+    // The largest rowid read may be wrong (a damaged rightmost page): probing goes on past
+    // it until `PROBE_GAP` rowids in a row give nothing.
+    let end = end.unwrap_or(start);
     loop {
         id += 1;
-        match end {
-            Some(end) if id > end => break,
-            None if gap >= PROBE_GAP => break,
-            _ => {}
+        if id > end && gap >= PROBE_GAP {
+            break;
         }
         match conn.query_row(&exists, [id], |r| r.get::<_, i64>(0)) {
             Ok(0) => {
                 gap += 1;
-                out.missing += u64::from(end.is_some());
+                out.missing += u64::from(id <= end);
                 continue;
             }
             Ok(_) => {
@@ -717,7 +721,7 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<TableSalvage> {
                 last_read = id;
             }
             Err(_) => {
-                if end.is_some() {
+                if id <= end {
                     out.unreadable += 1;
                 } else {
                     pending_failures += 1;

@@ -31,6 +31,27 @@ pub(crate) fn looks_like_sqlite(path: &Path) -> bool {
     (n >= 16 && &head[..16] == MAGIC) || (n > 100 && matches!(head[100], 5 | 13))
 }
 
+/// True when the file at `path` has SQLite's magic but a header field SQLite rejects (page
+/// size, payload fractions, schema format, text encoding).
+pub(crate) fn header_broken(path: &Path) -> bool {
+    let mut h = [0u8; 100];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| read_up_to(&mut f, &mut h))
+        .unwrap_or(0);
+    if n < 100 || &h[..16] != MAGIC {
+        return false;
+    }
+    let be = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    let raw = u32::from(u16::from_be_bytes([h[16], h[17]]));
+    let ps = if raw == 1 { 65536 } else { raw };
+    !(ps.is_power_of_two() && (512..=65536).contains(&ps))
+        || !matches!(h[18], 1 | 2)
+        || !matches!(h[19], 1 | 2)
+        || h[21..24] != [64, 32, 32]
+        || !(1..=4).contains(&be(44))
+        || !(1..=3).contains(&be(56))
+}
+
 /// True when SQLite can open `path` and read its schema.
 pub(crate) fn schema_readable(path: &Path) -> bool {
     Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
@@ -191,7 +212,7 @@ pub(crate) fn borrow_schema(path: &Path, reference: &Path, schema_version: i64) 
 /// Committed transactions of the WAL of the database at `db` that SQLite will not read
 /// ([`unreadable_commits`]), checked under the database's write lock (no writer appends to
 /// or resets the WAL meanwhile), with the WAL index as it was before this check opened the
-/// database. 0 when the database cannot be locked: opening it says what is wrong.
+/// database. 0 when a writer holds the database.
 pub fn torn_wal(db: &Path, lock_wait: std::time::Duration) -> u64 {
     let mut shm = db.as_os_str().to_os_string();
     shm.push("-shm");
@@ -208,11 +229,17 @@ pub fn torn_wal(db: &Path, lock_wait: std::time::Duration) -> u64 {
         )
         .and_then(|_| conn.busy_timeout(lock_wait))
         .and_then(|()| conn.execute_batch("BEGIN IMMEDIATE"));
-    if locked.is_err() {
-        return 0;
+    // Busy: a writer is at work, and says the WAL is fine. Any other failure (a broken
+    // header) leaves no writer able to change the WAL: it is read all the same (SQLite
+    // opened it, and reset the index, before reading the header).
+    match &locked {
+        Err(e) if crate::error::is_busy(e) => return 0,
+        _ => {}
     }
     let wal = std::fs::read(wal_of(db)).unwrap_or_default();
-    let _ = conn.execute_batch("ROLLBACK");
+    if locked.is_ok() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
     let torn = unreadable_commits(&wal, shm.as_deref());
     if torn > 0
         && let Some(shm) = &shm
