@@ -45,9 +45,9 @@ fn main() {
         }
     };
     let t = Instant::now();
-    let templates = [Template::build(true), Template::build(false)];
+    let templates = Template::all();
     println!(
-        "templates: {} events each (with a backup, and without), built in {:.1}s",
+        "templates: {} events each (with a backup and without, the WAL kept and checkpointed), built in {:.1}s",
         templates[0].markers.len(),
         t.elapsed().as_secs_f64()
     );
@@ -56,7 +56,7 @@ fn main() {
     let mut failures = Vec::new();
     let t = Instant::now();
     for seed in &seeds {
-        match run_case(&templates[(*seed % 2) as usize], scratch.path(), *seed) {
+        match run_case(&templates[(*seed % 4) as usize], scratch.path(), *seed) {
             Ok(o) => {
                 let r = rows.entry(format!("{:?}", o.layout)).or_default();
                 r.cases += 1;

@@ -94,6 +94,9 @@ pub struct Template {
     pages: Vec<Page>,
     page_size: u64,
     pub with_backup: bool,
+    /// The WAL was checkpointed into the file before the copies: damage to the file is
+    /// not masked by newer copies of its pages in the WAL.
+    pub checkpointed: bool,
 }
 
 const START: i64 = 1_800_000_000_000;
@@ -193,8 +196,16 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 impl Template {
+    /// The four templates: with a backup and without, with the WAL kept and checkpointed.
+    pub fn all() -> Vec<Template> {
+        [(true, false), (false, false), (true, true), (false, true)]
+            .into_iter()
+            .map(|(b, c)| Template::build(b, c))
+            .collect()
+    }
+
     /// Builds the template (see the module comment).
-    pub fn build(with_backup: bool) -> Template {
+    pub fn build(with_backup: bool, checkpointed: bool) -> Template {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().join("data");
         let dd = DataDir::new(&root);
@@ -241,6 +252,11 @@ impl Template {
             std::fs::metadata(root.join("cairn.db-wal")).is_ok_and(|m| m.len() > 0),
             "the template keeps a WAL"
         );
+        if checkpointed {
+            let c = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+                .expect("checkpoint");
+        }
 
         // The pages of each b-tree, read on a throwaway copy (reading the template would
         // checkpoint its WAL).
@@ -277,6 +293,7 @@ impl Template {
             pages,
             page_size,
             with_backup,
+            checkpointed,
         }
     }
 }
@@ -442,8 +459,8 @@ pub fn run_case(t: &Template, scratch: &Path, seed: u64) -> Result<Outcome, Stri
     let what = damage(t, &root, layout, &mut rng);
     let fail = |msg: String| {
         Err(format!(
-            "seed {seed} ({layout:?}: {what}; backup: {}): {msg}",
-            t.with_backup
+            "seed {seed} ({layout:?}: {what}; backup: {}, WAL checkpointed: {}): {msg}",
+            t.with_backup, t.checkpointed
         ))
     };
     let dd = DataDir::new(&root);
