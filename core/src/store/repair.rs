@@ -44,12 +44,14 @@ pub(crate) fn header_broken(path: &Path) -> bool {
     let be = |at: usize| u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
     let raw = u32::from(u16::from_be_bytes([h[16], h[17]]));
     let ps = if raw == 1 { 65536 } else { raw };
-    !(ps.is_power_of_two() && (512..=65536).contains(&ps))
-        || !matches!(h[18], 1 | 2)
-        || !matches!(h[19], 1 | 2)
-        || h[21..24] != [64, 32, 32]
-        || !(1..=4).contains(&be(44))
-        || !(1..=3).contains(&be(56))
+    let sound = ps.is_power_of_two()
+        && (512..=65536).contains(&ps)
+        && matches!(h[18], 1 | 2)
+        && matches!(h[19], 1 | 2)
+        && h[21..24] == [64, 32, 32]
+        && (1..=4).contains(&be(44))
+        && (1..=3).contains(&be(56));
+    !sound
 }
 
 /// True when SQLite can open `path` and read its schema.
