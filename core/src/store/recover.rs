@@ -56,6 +56,9 @@ pub const HOOK_GRACE: Duration = Duration::from_secs(1);
 /// read stops.
 const PROBE_GAP: i64 = 256;
 
+/// Rows newer than the backup beyond which a table's largest rowid is taken for garbage.
+const MAX_SPAN: i64 = 1_000_000;
+
 /// What a recovery did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Recovery {
@@ -702,7 +705,9 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<TableSalvage> {
     let mut id = start;
     // The largest rowid read may be wrong (a damaged rightmost page): probing goes on past
     // it until `PROBE_GAP` rowids in a row give nothing.
-    let end = end.unwrap_or(start);
+    // A garbled page can make the largest rowid absurd: past `MAX_SPAN` rows newer than
+    // the backup it is not believed, and probing stops at the first long gap instead.
+    let end = end.filter(|e| e - start <= MAX_SPAN).unwrap_or(start);
     loop {
         id += 1;
         if id > end && gap >= PROBE_GAP {
