@@ -41,9 +41,14 @@ pub enum Error {
         supported: i64,
     },
 
-    /// The file is not a SQLite database, or is damaged.
+    /// The file is not a cairn database (another program's, or not SQLite at all).
     #[error("database {} is not a usable cairn database: {reason}", path.display())]
     NotADatabase { path: PathBuf, reason: String },
+
+    /// The database file is damaged: SQLite reports it corrupt or not a database any more
+    /// (a broken header, page or WAL). Automatic recovery applies (`store::recover`).
+    #[error("database {} is damaged: {reason}", path.display())]
+    Damaged { path: PathBuf, reason: String },
 
     /// The database stayed locked by other writers past the busy timeout.
     #[error("database {} is locked by another process", path.display())]
@@ -86,19 +91,32 @@ impl Error {
 }
 
 impl Error {
-    /// True when the failure says the database file is damaged (SQLITE_CORRUPT, or
-    /// SQLITE_NOTADB on a file that was cairn's): automatic recovery applies
-    /// (`store::recover`).
+    /// True when the failure says the database file is damaged: automatic recovery
+    /// applies (`store::recover`). The one classifier every path that reads or writes the
+    /// database uses (the hook's spool ingestion, the claimer, the writer, housekeeping,
+    /// the CLI), so that any of them leads to recovery. See [`is_damage`].
     pub fn is_corrupt(&self) -> bool {
         match self {
-            Error::NotADatabase { .. } => true,
-            Error::Sqlite(e) => matches!(
-                e.sqlite_error_code(),
-                Some(rusqlite::ErrorCode::DatabaseCorrupt)
-                    | Some(rusqlite::ErrorCode::NotADatabase)
-            ),
+            Error::Damaged { .. } => true,
+            Error::Sqlite(e) => is_damage(e),
             _ => false,
         }
+    }
+}
+
+/// True when a rusqlite error says the database file is damaged: SQLITE_CORRUPT (a
+/// malformed page, index or WAL), SQLITE_NOTADB (a broken header), or a read that ran past
+/// the end of the file (SQLITE_IOERR_SHORT_READ: a truncated file). Other I/O errors (a
+/// full disk, a read-only or vanished mount) are not damage: recovering would not help.
+pub fn is_damage(e: &rusqlite::Error) -> bool {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => {
+            matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ) || f.extended_code == rusqlite::ffi::SQLITE_IOERR_SHORT_READ
+        }
+        _ => false,
     }
 }
 

@@ -51,10 +51,12 @@ fn fill(dir: &Path) {
     while f.write_all(&small).is_ok() {}
 }
 
+/// The files waiting in the spool (not `applied/`, which keeps applied ones).
 fn spool_names(env: &TestEnv) -> Vec<String> {
     std::fs::read_dir(env.data_dir.join("spool"))
         .map(|d| {
             d.filter_map(|e| e.ok())
+                .filter(|e| e.path().is_file())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect()
         })

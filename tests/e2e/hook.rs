@@ -379,9 +379,15 @@ fn an_unusable_data_dir_is_logged_and_answered() {
     assert!(read_logs(&env).contains("spooled"));
 }
 
+/// The files waiting in the spool (not `applied/`, which keeps applied ones).
 fn spool_files(env: &TestEnv) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(env.data_dir.join("spool"))
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -17,6 +17,7 @@ mod pipeline;
 mod plugin;
 mod prompt_recall;
 mod recall;
+mod recovery;
 mod secrets;
 mod support;
 mod terminal;

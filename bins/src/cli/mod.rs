@@ -144,13 +144,82 @@ pub fn main() -> ExitCode {
             return exit::code(code);
         }
     };
-    match run(cli) {
+    // `restore` replaces a damaged database itself, `doctor` reports it: the others
+    // recover it first (`recover_damage`), then run once more.
+    let recovers = !matches!(
+        cli.command,
+        Command::Restore(_) | Command::Doctor(_) | Command::Demo(_)
+    );
+    let data_dir = cli.data_dir.clone();
+    let mut result = run(cli);
+    if let Err(e) = &result
+        && recovers
+        && let Some(cause) = damage(e)
+    {
+        result = match recover_damage(data_dir.as_deref(), &cause) {
+            Ok(()) => Cli::try_parse().map_err(anyhow::Error::new).and_then(run),
+            Err(why) => Err(why),
+        };
+    }
+    match result {
         Ok(code) => exit::code(code),
         Err(e) => {
             out::note!("error: {}", exit::chain(&e));
             exit::code(exit::ERROR)
         }
     }
+}
+
+/// The damage a failed command met (`Error::is_corrupt`, on a core error or a SQLite one),
+/// as the core error recovery is raised with.
+fn damage(e: &anyhow::Error) -> Option<cairn_core::Error> {
+    e.chain().find_map(|c| {
+        if let Some(core) = c.downcast_ref::<cairn_core::Error>() {
+            return core
+                .is_corrupt()
+                .then(|| cairn_core::Error::Invalid(core.to_string()));
+        }
+        let sqlite = c.downcast_ref::<rusqlite::Error>()?;
+        cairn_core::error::is_damage(sqlite).then(|| cairn_core::Error::Invalid(sqlite.to_string()))
+    })
+}
+
+/// Recovers the damaged database of the data dir (`store::recover`) when no worker runs on
+/// it, under the worker lock, and says so on stderr; with a worker running, that worker
+/// recovers it (every path of it detects damage), and the error says to try again.
+fn recover_damage(
+    data_dir: Option<&std::path::Path>,
+    cause: &cairn_core::Error,
+) -> anyhow::Result<()> {
+    let dir = match data_dir {
+        Some(d) => DataDir::new(d),
+        None => DataDir::from_env()?,
+    };
+    let lock_wait = Settings::load(&dir)
+        .map(|l| l.settings.capture.lock_wait_ms)
+        .unwrap_or(Settings::default().capture.lock_wait_ms);
+    let now = cairn_core::clock::now_ms();
+    let Some(held) = cairn_core::store::lock::WorkerLock::try_acquire(&dir.worker_lock(), now)?
+    else {
+        anyhow::bail!(
+            "{cause}; the worker running on it is recovering it: run the command again in a moment (`cairn status` shows the recovery)"
+        );
+    };
+    out::note!("cairn: {cause}; recovering it");
+    let done = cairn_core::store::recover::recover_and_report(
+        &dir,
+        cause,
+        Duration::from_millis(lock_wait),
+        now,
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{cause}; recovering it failed ({e}): restore a backup with `cairn restore PATH` (daily backups are in the data dir's backups/)"
+        )
+    })?;
+    drop(held);
+    out::note!("cairn: {}", done.describe());
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -253,6 +322,8 @@ pub(crate) fn explain(e: cairn_core::Error) -> anyhow::Error {
         _ if e.is_busy() => {
             anyhow::anyhow!("the database is locked by another process; try again when it is done")
         }
+        // Kept as it is: the command is run again once the database is recovered.
+        Error::Damaged { .. } => anyhow::Error::new(e),
         Error::NotADatabase { .. } => anyhow::anyhow!(
             "{e}; restore a backup with `cairn restore PATH` (daily backups are in the data dir's backups/), or move the file away"
         ),

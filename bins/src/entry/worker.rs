@@ -137,14 +137,17 @@ fn run(args: Args) -> anyhow::Result<u8> {
             periodic.take(),
         ) {
             Ok(r) => r,
-            // A damaged database: recovered once per run (a second failure is an error).
+            // A damaged database, met at the start or by any thread of the run: recovered
+            // once per run (a second failure is an error).
             Err(e) if e.is_corrupt() && !recovered => {
                 recovered = true;
-                recover(
+                cairn_core::store::recover::recover_and_report(
                     &dir,
                     &e,
                     Duration::from_millis(settings.capture.lock_wait_ms),
-                )?;
+                    cairn_core::clock::now_ms(),
+                )
+                .context("cannot recover the damaged database")?;
                 worker::pipeline::Report {
                     reopen: true,
                     ..Default::default()
@@ -212,21 +215,6 @@ fn skipped_since(dir: &DataDir, since: i64) -> Option<i64> {
     )
     .ok()?;
     cairn_core::queue::stats::skipped_since(&conn, since).ok()
-}
-
-/// Recovers a damaged database (`store::recover`), logs what it did and raises a notice
-/// for `cairn status`.
-fn recover(dir: &DataDir, cause: &cairn_core::Error, hook_wait: Duration) -> anyhow::Result<()> {
-    let now = cairn_core::clock::now_ms();
-    log::error!("the database is damaged ({cause}); recovering it from the newest backup");
-    let done = cairn_core::store::recover::recover(dir, now, hook_wait)
-        .context("cannot recover the damaged database")?;
-    let message = done.describe();
-    log::warn!("{message}");
-    if let Err(e) = cairn_core::store::incidents::raise(dir, "recovered", &message, now) {
-        log::error!("cannot record the notice for `cairn status`: {e}");
-    }
-    Ok(())
 }
 
 /// SIGTERM/SIGINT set the stop flag; a second one while stopping sets `urgent` (the batches

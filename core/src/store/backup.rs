@@ -398,7 +398,7 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
             },
         ) {
             Ok(c) => c,
-            Err(Error::NotADatabase { reason, .. }) => {
+            Err(Error::NotADatabase { reason, .. } | Error::Damaged { reason, .. }) => {
                 return Err(Error::NotADatabase {
                     path: source.to_path_buf(),
                     reason,
@@ -440,14 +440,16 @@ pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Res
         let (mut live, replaced_kept_at) = if !dir.db().exists() {
             (db::open_data_dir(dir, live_opts)?, None)
         } else {
-            match db::open_data_dir(dir, live_opts) {
-                Ok(live) => {
-                    online(&live, &keep)?;
-                    (live, Some(keep))
-                }
-                // A damaged database cannot be copied page by page: move its files aside
-                // as they are, and restore into a fresh file.
-                Err(Error::NotADatabase { .. }) => {
+            // A damaged database (its header, or a page the copy or its check reads)
+            // cannot be kept as a checked copy: its files are moved aside as they are, and
+            // the backup is restored into a fresh file.
+            match db::open_data_dir(dir, live_opts).and_then(|live| {
+                online(&live, &keep)?;
+                Ok(live)
+            }) {
+                Ok(live) => (live, Some(keep)),
+                Err(e) if !e.is_busy() => {
+                    log::warn!("{e}: moving the damaged file aside as it is");
                     move_aside(&dir.db(), &keep)?;
                     (db::open_data_dir(dir, live_opts)?, Some(keep))
                 }
@@ -552,6 +554,35 @@ mod tests {
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
         assert_eq!(session_ids(&conn), vec!["a".to_string()]);
         assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
+    }
+
+    #[test]
+    fn restore_replaces_a_database_with_a_damaged_page() {
+        let (tmp, dd, mut conn) = data_dir();
+        add_session(&mut conn, "a");
+        let good = tmp.path().join("good.db");
+        online(&conn, &good).expect("backup");
+        for n in 0..200 {
+            add_session(&mut conn, &format!("later-{n:03}-{}", "x".repeat(80)));
+        }
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .expect("checkpoint");
+        let leaf: i64 = conn
+            .query_row(
+                "SELECT max(pageno) FROM dbstat WHERE name = 'sessions' AND pagetype = 'leaf'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("leaf");
+        drop(conn);
+        let mut bytes = std::fs::read(dd.db()).expect("read");
+        let at = (leaf as usize - 1) * 4096;
+        bytes[at..at + 4096].fill(0xA5);
+        std::fs::write(dd.db(), &bytes).expect("damage");
+        let info = restore(&dd, &good, OpenOptions::default(), 5).expect("restore");
+        assert!(info.replaced_kept_at.expect("kept").exists());
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(session_ids(&conn), vec!["a".to_string()]);
     }
 
     #[test]

@@ -271,14 +271,25 @@ pub fn trace_if_asked(conn: &mut Connection) {
     }
 }
 
+/// A SQLite file that SQLite refuses is damaged when it still looks like a SQLite
+/// database (its magic, or a b-tree page after a broken header: `repair::looks_like_sqlite`),
+/// and not a database at all otherwise (a file that was never cairn's is not "recovered").
 fn classify_open_error(path: &Path, e: rusqlite::Error) -> Error {
-    match e.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
-            Error::NotADatabase {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            }
-        }
+    let not_db = e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase);
+    match e {
+        // A header field out of range ("unsupported file format") is damage too.
+        _ if crate::store::repair::header_broken(path) => Error::Damaged {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        },
+        _ if not_db && !crate::store::repair::looks_like_sqlite(path) => Error::NotADatabase {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        },
+        _ if crate::error::is_damage(&e) => Error::Damaged {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        },
         _ if crate::error::is_busy(&e) => Error::Locked {
             path: path.to_path_buf(),
         },
@@ -425,6 +436,13 @@ pub fn integrity_problems(conn: &Connection) -> Result<Vec<String>> {
             problems.push(line);
         }
     }
+    problems.extend(fts_problems(conn));
+    Ok(problems)
+}
+
+/// Runs the FTS5 integrity checks (which `quick_check` does not do); returns the problems.
+pub fn fts_problems(conn: &Connection) -> Vec<String> {
+    let mut problems = Vec::new();
     for fts in [
         "observations_fts",
         "session_summaries_fts",
@@ -437,7 +455,7 @@ pub fn integrity_problems(conn: &Connection) -> Result<Vec<String>> {
             problems.push(format!("{fts}: {e}"));
         }
     }
-    Ok(problems)
+    problems
 }
 
 #[cfg(test)]
@@ -568,6 +586,7 @@ mod tests {
         std::fs::write(dd.db(), vec![b'x'; 8192]).expect("write");
         let err = open_data_dir(&dd, OpenOptions::default()).expect_err("garbage");
         assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+        assert!(!err.is_corrupt(), "garbage is not a damaged database");
 
         std::fs::remove_file(dd.db()).expect("rm");
         let other = Connection::open(dd.db()).expect("other");
@@ -577,6 +596,7 @@ mod tests {
         drop(other);
         let err = open_data_dir(&dd, OpenOptions::default()).expect_err("foreign");
         assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+        assert!(!err.is_corrupt(), "a foreign database is not recovered");
     }
 
     #[test]

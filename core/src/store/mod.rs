@@ -22,3 +22,4 @@ pub mod incidents;
 pub mod lock;
 pub mod paths;
 pub mod recover;
+pub mod repair;

@@ -58,6 +58,11 @@ impl DataDir {
     pub fn spool(&self) -> PathBuf {
         self.root.join("spool")
     }
+    /// Spool files already applied to the database, kept until a sound backup holds them
+    /// (`worker::ingest`), and put back in the spool by a recovery (`store::recover`).
+    pub fn spool_applied(&self) -> PathBuf {
+        self.spool().join("applied")
+    }
     pub fn logs(&self) -> PathBuf {
         self.root.join("logs")
     }

@@ -1,19 +1,28 @@
-//! Automatic recovery of a damaged database: the worker runs it when SQLite reports the
-//! file corrupt. Like `backup::restore`, it works on whole files and copies rows verbatim
-//! (no table's writing module is involved: the rows are the ones those modules wrote).
+//! Automatic recovery of a damaged database: the worker runs it when any of its paths
+//! meets damage (`Error::is_corrupt`: its start, the claimer, the writer, housekeeping and
+//! the spool ingestion), and so does the next `cairn` command when no worker runs; both
+//! hold the worker lock. Like `backup::restore`, it works on whole files and copies rows
+//! verbatim (no table's writing module is involved: the rows are the ones those modules
+//! wrote).
 //!
 //! 1. The newest backup that passes `quick_check` (daily or manual) is copied beside the
 //!    database and migrated; with none, an empty database is the base.
-//! 2. The damaged file's write lock is taken, so hooks wait on it and then spool.
-//! 3. Every row the damaged file (with its WAL, which holds the latest commits) can still
-//!    give that the backup lacks is copied into the copy (`salvage`): sessions, prompts,
-//!    jobs, observations, summaries, row by row, so one unreadable page costs only its
-//!    rows. A row whose session is unreadable brings a minimal session row along.
-//! 4. The damaged file is moved aside to `backups/cairn-damaged-<time>.db` and the copy
-//!    takes its place; the lock is held until every hook that opened the damaged file has
-//!    given up on it (`capture.lock_wait_ms`).
-//! 5. What was done, and how many rows could not be read, is returned for the caller to
-//!    log and raise as a notice (`store::incidents`).
+//! 2. The damaged file's write lock is taken (best effort), so hooks wait on it and then
+//!    spool.
+//! 3. The damaged file and its WAL are copied to a scratch file, made readable there
+//!    (`store::repair`: a broken header rebuilt, unreadable schema pages borrowed from the
+//!    backup or a fresh database) and the WAL's frames past a torn or garbled one counted.
+//! 4. Every row the scratch copy can still give that the backup lacks is copied into the
+//!    base (`salvage`): sessions, prompts, jobs, observations, summaries, probed rowid by
+//!    rowid, so one unreadable page costs only its rows, and each rowid that fails is
+//!    counted. A row whose session is unreadable brings a minimal session row along.
+//! 5. The damaged file is moved aside to `backups/cairn-damaged-<time>.db` and the base
+//!    takes its place; the spool files applied since the last sound backup
+//!    (`spool/applied/`) go back into the spool, to be applied again (idempotent: dedupe
+//!    keys, prompt ids); the lock is held until every hook that opened the damaged file has
+//!    given up on it.
+//! 6. What was done, and how much could not be read, is returned (`Recovery`), and
+//!    [`recover_and_report`] logs it and raises the notice `cairn status` shows.
 //!
 //! Hooks that meet the damaged file meanwhile cannot write it and spool their events; the
 //! worker ingests them once it runs again on the recovered file (why the order above
@@ -21,6 +30,7 @@
 //! there: running it again stores nothing twice (content hashes, one summary per turn).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, params};
 use serde::Serialize;
@@ -28,6 +38,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::store::db::{self, OpenOptions};
 use crate::store::paths::DataDir;
+use crate::store::repair;
 
 /// The tables salvaged, parents first, with their integer key.
 const TABLES: &[&str] = &[
@@ -39,11 +50,14 @@ const TABLES: &[&str] = &[
 
 /// How much longer than a hook waits for the database the recovery holds the damaged
 /// file's write lock after the files are swapped.
-const HOOK_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+pub const HOOK_GRACE: Duration = Duration::from_secs(1);
 
-/// Consecutive missing ids after which probing a table whose largest id cannot be read
-/// stops.
+/// Consecutive missing rowids after which probing a table whose largest rowid cannot be
+/// read stops.
 const PROBE_GAP: i64 = 256;
+
+/// Rows newer than the backup beyond which a table's largest rowid is taken for garbage.
+const MAX_SPAN: i64 = 1_000_000;
 
 /// What a recovery did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,13 +66,35 @@ pub struct Recovery {
     pub damaged_kept_at: PathBuf,
     /// The backup restored; `None` when there was none usable (the base was empty).
     pub restored_from: Option<PathBuf>,
+    /// The damaged file's header was broken and was rebuilt to read it.
+    pub header_rebuilt: bool,
+    /// The damaged file's schema could not be read and was borrowed to read it.
+    pub schema_borrowed: bool,
     /// Rows copied back from the damaged file, per table.
     pub salvaged: Vec<(String, u64)>,
     /// Rows (or, for sessions, read failures) the damaged file could not give, per table.
     pub unreadable: Vec<(String, u64)>,
+    /// Rows of a table whose pages (or indexes) the damaged file's integrity check names,
+    /// per table: salvaged without an error but possibly damaged, or missing between
+    /// readable rows (a damaged page can lose rows without an error).
+    pub suspect: Vec<(String, u64)>,
+    /// Tables whose rows past this rowid could be neither read nor counted (the end of the
+    /// table is unreadable).
+    pub cut_off: Vec<(String, i64)>,
+    /// Transactions of the WAL past a torn or garbled frame, which SQLite does not read (at
+    /// most one more than were lost).
+    pub wal_unreadable: u64,
+    /// Spool files applied since the last sound backup, put back in the spool to be
+    /// applied again.
+    pub respooled: usize,
 }
 
 impl Recovery {
+    /// Rows and transactions that could not be read: what the recovery reports lost.
+    pub fn unreadable_total(&self) -> u64 {
+        self.unreadable.iter().map(|(_, n)| n).sum::<u64>() + self.wal_unreadable
+    }
+
     /// One line for the log and the notice.
     pub fn describe(&self) -> String {
         let from = match &self.restored_from {
@@ -77,11 +113,37 @@ impl Recovery {
                 parts.join(", ")
             }
         };
+        let mut lost = list(&self.unreadable);
+        if self.wal_unreadable > 0 {
+            lost.push_str(&format!(
+                "; up to {} transactions of the write-ahead log were torn",
+                self.wal_unreadable
+            ));
+        }
+        let suspect = list(&self.suspect);
+        if suspect != "none" {
+            lost.push_str(&format!(
+                "; rows of damaged tables, salvaged but possibly damaged or missing between readable ones: {suspect}"
+            ));
+        }
+        for (t, id) in &self.cut_off {
+            lost.push_str(&format!("; {t} past row {id} could not be read or counted"));
+        }
+        let mut repaired = String::new();
+        if self.header_rebuilt {
+            repaired.push_str(", rebuilt its broken header to read it");
+        }
+        if self.schema_borrowed {
+            repaired.push_str(", borrowed its unreadable schema to read it");
+        }
+        let respooled = match self.respooled {
+            0 => String::new(),
+            n => format!("; {n} spooled events applied since the backup are applied again"),
+        };
         format!(
-            "the database was damaged: cairn moved it to {}, {from}, and salvaged the rows newer than that from the damaged file ({}); rows that could not be read: {}",
+            "the database was damaged: cairn moved it to {}{repaired}, {from}, and salvaged the rows newer than that from the damaged file ({}); rows that could not be read: {lost}{respooled}",
             self.damaged_kept_at.display(),
             list(&self.salvaged),
-            list(&self.unreadable)
         )
     }
 }
@@ -119,16 +181,91 @@ fn sound(path: &Path) -> bool {
         .is_ok_and(|problems| problems.is_empty())
 }
 
+/// The `-shm` companion (the WAL index) of a database path.
+fn shm_of(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_os_string();
+    p.push("-shm");
+    p.into()
+}
+
+/// Removes a database file and its companions.
+fn remove_db_files(base: &Path) {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = base.as_os_str().to_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(p));
+    }
+}
+
+/// Looks for damage the way the worker does at its start, before anything is written or
+/// applied to the database: a WAL torn or garbled past a commit (which SQLite would read
+/// silently up to the break, `repair::torn_wal`), a file SQLite cannot open, a damaged page
+/// anywhere (`quick_check`, not only when a query happens to read it). Returns the damage
+/// found, as the error to recover from; other failures (a locked or read-only database)
+/// are errors.
+pub fn check(dir: &DataDir, lock_wait: Duration) -> Result<Option<Error>> {
+    let damaged = |reason: String| {
+        Ok(Some(Error::Damaged {
+            path: dir.db(),
+            reason,
+        }))
+    };
+    if !dir.db().exists() {
+        return Ok(None);
+    }
+    let torn = repair::torn_wal(&dir.db(), lock_wait);
+    if torn > 0 {
+        return damaged(format!(
+            "its write-ahead log is torn: up to {torn} committed transactions cannot be read"
+        ));
+    }
+    let conn = match db::open_data_dir(dir, OpenOptions::default()) {
+        Ok(c) => c,
+        Err(e) if e.is_corrupt() => return Ok(Some(e)),
+        Err(e) => return Err(e),
+    };
+    match crate::store::backup::quick_check(&conn) {
+        Ok(p) if p.is_empty() => match db::fts_problems(&conn) {
+            p if p.is_empty() => Ok(None),
+            p => damaged(p.join("; ")),
+        },
+        Ok(p) => damaged(p.join("; ")),
+        Err(e) if e.is_corrupt() => Ok(Some(e)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs [`recover`] on the data dir's damaged database, logs what it did and raises the
+/// notice `cairn status` shows. The caller holds the worker lock and has closed its
+/// connections; `lock_wait` is how long a hook waits for the database
+/// (`capture.lock_wait_ms`).
+pub fn recover_and_report(
+    dir: &DataDir,
+    cause: &Error,
+    lock_wait: Duration,
+    now: i64,
+) -> Result<Recovery> {
+    log::error!("the database is damaged ({cause}); recovering it from the newest backup");
+    let done = recover(dir, now, lock_wait + HOOK_GRACE)?;
+    let message = done.describe();
+    log::warn!("{message}");
+    if let Err(e) = crate::store::incidents::raise(dir, "recovered", &message, now) {
+        log::error!("cannot record the notice for `cairn status`: {e}");
+    }
+    Ok(done)
+}
+
 /// Recovers the data dir's damaged database (see the module comment). The caller holds the
-/// worker lock and has closed its connections to the damaged file. `hook_wait` is how long
-/// a hook waits for the database before it spools its event (`capture.lock_wait_ms`).
+/// worker lock and has closed its connections to the damaged file. `hold` is how long the
+/// damaged file's write lock is kept after the swap: longer than a hook waits for the
+/// database before it spools its event (`capture.lock_wait_ms` plus [`HOOK_GRACE`]).
 ///
 /// Hooks keep running meanwhile, so the rows are salvaged into the restored copy before it
 /// takes the damaged file's place (a hook writing the new file during the salvage took ids
 /// the salvaged rows then could not have), and the damaged file's write lock is held from
 /// before the salvage until every hook that opened it has given up and spooled its event
 /// (a hook that wrote it after the salvage read would have lost its event).
-pub fn recover(dir: &DataDir, now: i64, hook_wait: std::time::Duration) -> Result<Recovery> {
+pub fn recover(dir: &DataDir, now: i64, hold: Duration) -> Result<Recovery> {
     let live = dir.db();
     let stamp: String = crate::clock::iso_utc(now)
         .chars()
@@ -137,30 +274,42 @@ pub fn recover(dir: &DataDir, now: i64, hook_wait: std::time::Duration) -> Resul
     dir.ensure_sub(&dir.backups())?;
     let restored_from = candidates(dir).into_iter().find(|p| sound(p));
     let base = dir.root().join("cairn.db.recovering");
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut p = base.as_os_str().to_os_string();
-        p.push(suffix);
-        let _ = std::fs::remove_file(PathBuf::from(p));
-    }
+    let scratch = dir.root().join("cairn.db.salvaging");
+    remove_db_files(&base);
+    remove_db_files(&scratch);
     if let Some(from) = &restored_from {
-        std::fs::copy(from, &base).map_err(|e| Error::io("cannot copy backup", from, e))?;
+        crate::store::paths::copy_private(from, &base)
+            .map_err(|e| Error::io("cannot copy backup", from, e))?;
     }
     crate::store::paths::ensure_private_file(&base)?;
 
+    // The WAL index as it was before any connection of this recovery rebuilt it: what
+    // the WAL held when it was whole (`repair::unreadable_commits`).
+    let kept_index = repair::kept_index(&live);
+    let shm = std::fs::read(&kept_index)
+        .or_else(|_| std::fs::read(shm_of(&live)))
+        .ok();
+    let _ = std::fs::remove_file(&kept_index);
+
     // Hooks off the damaged file: they wait, then spool. Best effort: a file too damaged
-    // to lock is salvaged all the same.
+    // to lock is salvaged all the same. Never checkpointed on close (the damaged file is
+    // kept as it was).
     let guard = Connection::open_with_flags(&live, OpenFlags::SQLITE_OPEN_READ_WRITE)
         .and_then(|c| {
-            c.busy_timeout(hook_wait + HOOK_GRACE)?;
+            c.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )?;
+            c.busy_timeout(hold)?;
             c.execute_batch("BEGIN IMMEDIATE")?;
             Ok(c)
         })
         .map_err(|e| log::warn!("cannot hold the damaged database's write lock: {e}"))
         .ok();
 
-    // Migrated to this cairn's schema, the damaged file's rows copied in, then closed: the
-    // last close checkpoints the WAL away, so the file moves alone.
-    let (salvaged, unreadable) = {
+    let result = (|| {
+        // Migrated to this cairn's schema, the damaged file's rows copied in, then closed:
+        // the last close checkpoints the WAL away, so the file moves alone.
         let mut conn = db::open(
             &base,
             OpenOptions {
@@ -168,61 +317,205 @@ pub fn recover(dir: &DataDir, now: i64, hook_wait: std::time::Duration) -> Resul
                 ..OpenOptions::default()
             },
         )?;
-        salvage(&mut conn, &live)?
+        let readable = readable_copy(&live, shm.as_deref(), &scratch, restored_from.as_deref())?;
+        let rows = match readable.usable {
+            true => salvage(&mut conn, &scratch).unwrap_or_else(|e| {
+                log::error!("cannot salvage the damaged database's rows: {e}");
+                Salvaged::nothing()
+            }),
+            false => Salvaged::nothing(),
+        };
+        drop(conn);
+        Ok::<_, Error>((readable, rows))
+    })();
+    remove_db_files(&scratch);
+    let (readable, rows) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            remove_db_files(&base);
+            return Err(e);
+        }
     };
 
     let damaged = dir.backups().join(format!("cairn-damaged-{stamp}.db"));
     crate::store::backup::move_aside(&live, &damaged)?;
     std::fs::rename(&base, &live).map_err(|e| Error::io("cannot move into place", &base, e))?;
+    let respooled = respool(dir);
     if let Some(guard) = guard {
         // A hook that opened the damaged file before it moved is waiting for this lock:
         // held until it has given up.
-        std::thread::sleep(hook_wait + HOOK_GRACE);
+        std::thread::sleep(hold);
         drop(guard);
     }
     Ok(Recovery {
         damaged_kept_at: damaged,
         restored_from,
-        salvaged,
-        unreadable,
+        header_rebuilt: readable.header_rebuilt,
+        schema_borrowed: readable.schema_borrowed,
+        salvaged: rows.salvaged,
+        unreadable: rows.unreadable,
+        suspect: rows.suspect,
+        cut_off: rows.cut_off,
+        wal_unreadable: readable.wal_unreadable,
+        respooled,
     })
+}
+
+/// Puts the spool files applied since the last sound backup back in the spool (oldest
+/// first by name, as they were). Returns how many.
+fn respool(dir: &DataDir) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir.spool_applied()) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter(
+            |e| match std::fs::rename(e.path(), dir.spool().join(e.file_name())) {
+                Ok(()) => true,
+                Err(err) => {
+                    log::error!(
+                        "cannot put the applied spool file {} back in the spool: {err}",
+                        e.path().display()
+                    );
+                    false
+                }
+            },
+        )
+        .count()
+}
+
+/// What making the scratch copy readable found.
+struct Readable {
+    /// SQLite can read the copy's schema.
+    usable: bool,
+    header_rebuilt: bool,
+    schema_borrowed: bool,
+    wal_unreadable: u64,
+}
+
+/// Copies the damaged database (and its WAL) to `scratch` and makes the copy readable
+/// (`store::repair`): its header rebuilt when SQLite cannot open it, then its schema pages
+/// borrowed from `reference` (the backup restored) or from a fresh database when its
+/// schema still cannot be read.
+fn readable_copy(
+    live: &Path,
+    shm: Option<&[u8]>,
+    scratch: &Path,
+    reference: Option<&Path>,
+) -> Result<Readable> {
+    crate::store::paths::copy_private(live, scratch)
+        .map_err(|e| Error::io("cannot copy the damaged database", live, e))?;
+    let wal = std::fs::read(repair::wal_of(live)).unwrap_or_default();
+    let wal_unreadable = repair::unreadable_commits(&wal, shm);
+    if !wal.is_empty() {
+        crate::store::paths::create_private(&repair::wal_of(scratch))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &wal))
+            .map_err(|e| Error::io("cannot copy the damaged WAL", live, e))?;
+    }
+    let mut out = Readable {
+        usable: repair::schema_readable(scratch),
+        header_rebuilt: false,
+        schema_borrowed: false,
+        wal_unreadable,
+    };
+    // Each repair is best effort: a file nothing can make readable still lets the
+    // recovery restore the backup and put the applied spool files back.
+    if !out.usable {
+        log::warn!("the damaged database cannot be opened: rebuilding its header");
+        match repair::rebuild_header(scratch, db::SCHEMA_VERSION) {
+            Ok(()) => {
+                out.header_rebuilt = true;
+                out.usable = repair::schema_readable(scratch);
+            }
+            Err(e) => log::error!("{e}"),
+        }
+    }
+    if !out.usable {
+        log::warn!("the damaged database's schema cannot be read: borrowing it");
+        let fresh = scratch.with_extension("reference");
+        remove_db_files(&fresh);
+        let borrowed = match reference {
+            Some(r) => Ok(r.to_path_buf()),
+            None => db::open(&fresh, OpenOptions::default()).and_then(|c| {
+                c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+                Ok(fresh.clone())
+            }),
+        }
+        .and_then(|from| repair::borrow_schema(scratch, &from, db::SCHEMA_VERSION));
+        remove_db_files(&fresh);
+        match borrowed {
+            Ok(()) => {
+                out.schema_borrowed = true;
+                out.usable = repair::schema_readable(scratch);
+            }
+            Err(e) => log::error!("cannot borrow a schema to read the damaged database: {e}"),
+        }
+    }
+    if !out.usable {
+        log::error!("the damaged database cannot be read at all: nothing salvaged from it");
+    }
+    Ok(out)
 }
 
 type Counts = Vec<(String, u64)>;
 
-/// `file:` URI opening `path` read-only (every byte but unreserved ones and `/`
-/// percent-encoded).
-fn read_only_uri(path: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut uri = String::from("file:");
-    for &b in path.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            uri.push(b as char);
-        } else {
-            uri.push_str(&format!("%{b:02X}"));
+/// What the salvage copied and could not read.
+struct Salvaged {
+    salvaged: Counts,
+    unreadable: Counts,
+    suspect: Counts,
+    cut_off: Vec<(String, i64)>,
+}
+
+impl Salvaged {
+    /// Nothing could be read: every table cut off from its start.
+    fn nothing() -> Salvaged {
+        Salvaged {
+            salvaged: Vec::new(),
+            unreadable: Vec::new(),
+            suspect: Vec::new(),
+            cut_off: std::iter::once("sessions")
+                .chain(TABLES.iter().copied())
+                .map(|t| (t.to_string(), 0))
+                .collect(),
         }
     }
-    uri.push_str("?mode=ro");
-    uri
 }
 
 /// Copies every readable row of `damaged` that `conn`'s database lacks: the sessions
 /// (scanned until a read fails), then the rows of [`TABLES`] past each table's largest id
 /// in `conn`, one by one.
-fn salvage(conn: &mut Connection, damaged: &Path) -> Result<(Counts, Counts)> {
-    // Read only: the damaged file is never written, and a write transaction of `conn`
-    // must not wait for the write lock the recovery holds on it.
-    conn.execute("ATTACH DATABASE ?1 AS damaged", [read_only_uri(damaged)])?;
-    let result = (|| -> Result<(Counts, Counts)> {
-        let mut salvaged = Vec::new();
-        let mut unreadable = Vec::new();
-        let (s, u) = salvage_sessions(conn)?;
-        salvaged.push(("sessions".to_string(), s));
-        unreadable.push(("sessions".to_string(), u));
+fn salvage(conn: &mut Connection, damaged: &Path) -> Result<Salvaged> {
+    // The scratch copy, which nothing else opens: read-write, so that SQLite can rebuild
+    // its WAL index.
+    conn.execute("ATTACH DATABASE ?1 AS damaged", [damaged.to_string_lossy()])?;
+    let result = (|| -> Result<Salvaged> {
+        let mut out = Salvaged {
+            salvaged: Vec::new(),
+            unreadable: Vec::new(),
+            suspect: Vec::new(),
+            cut_off: Vec::new(),
+        };
+        let damaged_tables = damaged_tables(conn);
+        let suspect = |table: &str| damaged_tables.as_ref().is_none_or(|d| d.contains(table));
+        let (s, u) = salvage_sessions(conn);
+        out.salvaged.push(("sessions".to_string(), s));
+        out.unreadable.push(("sessions".to_string(), u));
+        if suspect("sessions") {
+            out.suspect.push(("sessions".to_string(), s));
+        }
         for table in TABLES {
-            let (s, u) = salvage_table(conn, table)?;
-            salvaged.push(((*table).to_string(), s));
-            unreadable.push(((*table).to_string(), u));
+            let t = salvage_table(conn, table)?;
+            out.salvaged.push(((*table).to_string(), t.copied));
+            if suspect(table) {
+                out.suspect
+                    .push(((*table).to_string(), t.copied + t.missing));
+            }
+            out.unreadable.push(((*table).to_string(), t.unreadable));
+            if let Some(id) = t.cut_off {
+                out.cut_off.push(((*table).to_string(), id));
+            }
         }
         db::write(conn, |tx| {
             tx.execute(
@@ -236,7 +529,7 @@ fn salvage(conn: &mut Connection, damaged: &Path) -> Result<(Counts, Counts)> {
             )?;
             Ok(())
         })?;
-        Ok((salvaged, unreadable))
+        Ok(out)
     })();
     let detached = conn.execute("DETACH DATABASE damaged", []);
     let out = result?;
@@ -244,28 +537,98 @@ fn salvage(conn: &mut Connection, damaged: &Path) -> Result<(Counts, Counts)> {
     Ok(out)
 }
 
-/// Sessions have no integer key: scanned in order until a read fails. Returns (copied,
+/// The tables of the attached damaged file whose b-trees, or whose indexes, its integrity
+/// check names (`Tree <root> page …`, `… index <name>`); `None` when the check cannot run
+/// (every table is then suspect).
+fn damaged_tables(conn: &Connection) -> Option<std::collections::HashSet<String>> {
+    let objects: Vec<(String, String, i64)> = conn
+        .prepare("SELECT name, tbl_name, rootpage FROM damaged.sqlite_master")
+        .ok()?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .ok()?
+        .collect::<rusqlite::Result<_>>()
+        .ok()?;
+    let lines: Vec<String> = conn
+        .prepare("PRAGMA damaged.integrity_check(1000)")
+        .ok()?
+        .query_map([], |r| r.get(0))
+        .ok()?
+        .collect::<rusqlite::Result<_>>()
+        .ok()?;
+    let mut out = std::collections::HashSet::new();
+    for line in lines.iter().filter(|l| *l != "ok") {
+        let root = line
+            .strip_prefix("Tree ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse::<i64>().ok());
+        for (name, table, rootpage) in &objects {
+            let named = line
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .any(|w| w == name);
+            if root == Some(*rootpage) || (line.contains("index") && named) {
+                out.insert(table.clone());
+            }
+        }
+        // A page no tree can claim, a broken free list: no table is named, so any may be
+        // wrong.
+        if root.is_none() && !line.contains("index") {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// Sessions have no integer key: scanned in key order, and past a read failure resumed
+/// after the last key read, until a read fails twice at the same place. Returns (copied,
 /// read failures). Each row is its own transaction: SQLite may roll back a whole
 /// transaction on a corrupt read, which must not cost the rows already copied.
-fn salvage_sessions(conn: &mut Connection) -> Result<(u64, u64)> {
+fn salvage_sessions(conn: &mut Connection) -> (u64, u64) {
     let mut copied = 0;
     let mut failed = 0;
-    let ids: Vec<String> = {
-        let mut stmt = conn.prepare("SELECT session_id FROM damaged.sessions")?;
-        let mut rows = stmt.query([])?;
-        let mut ids = Vec::new();
+    let mut ids: Vec<String> = Vec::new();
+    let scan = |conn: &Connection, after: Option<&str>, ids: &mut Vec<String>| -> bool {
+        let Ok(mut stmt) = conn.prepare(
+            "SELECT session_id FROM damaged.sessions WHERE ?1 IS NULL OR session_id > ?1 ORDER BY session_id",
+        ) else {
+            return false;
+        };
+        let Ok(mut rows) = stmt.query([after]) else {
+            return false;
+        };
         loop {
             match rows.next() {
-                Ok(Some(r)) => ids.push(r.get(0)?),
-                Ok(None) => break,
-                Err(_) => {
-                    failed += 1;
-                    break;
+                Ok(Some(r)) => match r.get::<_, String>(0) {
+                    Ok(id) => ids.push(id),
+                    Err(_) => return false,
+                },
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    };
+    if !scan(conn, None, &mut ids) {
+        failed += 1;
+        // Once more from the end: the rows past the broken page, read backwards.
+        let before = ids.len();
+        let mut tail = Vec::new();
+        if let Ok(mut stmt) =
+            conn.prepare("SELECT session_id FROM damaged.sessions ORDER BY session_id DESC")
+            && let Ok(mut rows) = stmt.query([])
+        {
+            while let Ok(Some(r)) = rows.next() {
+                match r.get::<_, String>(0) {
+                    Ok(id) if ids.last().is_none_or(|l| *l < id) => tail.push(id),
+                    _ => break,
                 }
             }
         }
-        ids
-    };
+        ids.extend(tail);
+        log::debug!(
+            "sessions: {} read forwards, {} backwards",
+            before,
+            ids.len() - before
+        );
+    }
     for id in ids {
         let n = db::write(conn, |tx| {
             Ok(tx.execute(
@@ -278,7 +641,7 @@ fn salvage_sessions(conn: &mut Connection) -> Result<(u64, u64)> {
             Err(_) => failed += 1,
         }
     }
-    Ok((copied, failed))
+    (copied, failed)
 }
 
 /// The columns of `table` a row is written with: all but the generated ones (the
@@ -291,9 +654,21 @@ fn stored_columns(conn: &Connection, table: &str) -> Result<String> {
     Ok(names.join(", "))
 }
 
+/// What salvaging one table did.
+struct TableSalvage {
+    copied: u64,
+    unreadable: u64,
+    /// Rowids below the table's largest that are not there (deleted, or lost without an
+    /// error with a damaged page).
+    missing: u64,
+    /// The rowid past which nothing could be read or counted, when the table's end could
+    /// not be read.
+    cut_off: Option<i64>,
+}
+
 /// Copies the rows of `table` with ids past the largest in `main`, each in its own
-/// transaction (an unreadable one is counted and skipped). Returns (copied, unreadable).
-fn salvage_table(conn: &mut Connection, table: &str) -> Result<(u64, u64)> {
+/// transaction (an unreadable one is counted and skipped).
+fn salvage_table(conn: &mut Connection, table: &str) -> Result<TableSalvage> {
     let start: i64 = conn.query_row(
         &format!("SELECT coalesce(max(id), 0) FROM main.{table}"),
         [],
@@ -316,25 +691,46 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<(u64, u64)> {
         "INSERT OR IGNORE INTO main.{table} ({columns}) SELECT {columns} FROM damaged.{table} WHERE id = ?1"
     );
     let exists = format!("SELECT count(*) FROM damaged.{table} WHERE id = ?1");
-    let mut copied = 0;
-    let mut unreadable = 0;
+    let mut out = TableSalvage {
+        copied: 0,
+        unreadable: 0,
+        missing: 0,
+        cut_off: None,
+    };
+    // Failed probes since the last readable rowid: counted once a later rowid reads (they
+    // lay between readable rows), else the table's end is unknown past that rowid.
+    let mut pending_failures = 0;
+    let mut last_read = start;
     let mut gap = 0;
     let mut id = start;
+    // The largest rowid read may be wrong (a damaged rightmost page): probing goes on past
+    // it until `PROBE_GAP` rowids in a row give nothing.
+    // A garbled page can make the largest rowid absurd: past `MAX_SPAN` rows newer than
+    // the backup it is not believed, and probing stops at the first long gap instead.
+    let end = end.filter(|e| e - start <= MAX_SPAN).unwrap_or(start);
     loop {
         id += 1;
-        match end {
-            Some(end) if id > end => break,
-            None if gap >= PROBE_GAP => break,
-            _ => {}
+        if id > end && gap >= PROBE_GAP {
+            break;
         }
         match conn.query_row(&exists, [id], |r| r.get::<_, i64>(0)) {
             Ok(0) => {
                 gap += 1;
+                out.missing += u64::from(id <= end);
                 continue;
             }
-            Ok(_) => gap = 0,
+            Ok(_) => {
+                gap = 0;
+                out.unreadable += pending_failures;
+                pending_failures = 0;
+                last_read = id;
+            }
             Err(_) => {
-                unreadable += 1;
+                if id <= end {
+                    out.unreadable += 1;
+                } else {
+                    pending_failures += 1;
+                }
                 gap += 1;
                 continue;
             }
@@ -344,11 +740,14 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<(u64, u64)> {
             Ok(tx.execute(&copy, params![id])?)
         });
         match n {
-            Ok(n) => copied += n as u64,
-            Err(_) => unreadable += 1,
+            Ok(n) => out.copied += n as u64,
+            Err(_) => out.unreadable += 1,
         }
     }
-    Ok((copied, unreadable))
+    if pending_failures > 0 {
+        out.cut_off = Some(last_read);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -414,7 +813,7 @@ mod tests {
             db::open_data_dir(&dd, OpenOptions::default()).and_then(|c| db::integrity_problems(&c));
         assert!(check.is_err() || !check.expect("checked").is_empty());
 
-        let r = recover(&dd, 5_000, std::time::Duration::ZERO).expect("recover");
+        let r = recover(&dd, 5_000, Duration::ZERO).expect("recover");
         assert!(r.restored_from.is_some());
         assert!(r.damaged_kept_at.exists());
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
@@ -432,6 +831,39 @@ mod tests {
             .expect("counter");
         assert_eq!(counter, 40);
         assert!(r.describe().contains("40 user_prompts"), "{}", r.describe());
+    }
+
+    #[test]
+    fn a_broken_header_is_damage_and_garbage_is_not() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        for n in 1..=5 {
+            add(&mut conn, "s", n);
+        }
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .expect("checkpoint");
+        drop(conn);
+        let mut bytes = std::fs::read(dd.db()).expect("read");
+        bytes[..100].fill(0);
+        std::fs::write(dd.db(), &bytes).expect("zero the header");
+        let found = check(&dd, Duration::from_secs(1))
+            .expect("check")
+            .expect("damage found");
+        assert!(found.is_corrupt(), "{found}");
+        let r = recover(&dd, 5_000, Duration::ZERO).expect("recover");
+        assert!(r.header_rebuilt, "{}", r.describe());
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let prompts: i64 = conn
+            .query_row("SELECT count(*) FROM user_prompts", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(prompts, 5, "{}", r.describe());
+        drop(conn);
+        assert!(check(&dd, Duration::from_secs(1)).expect("check").is_none());
+
+        std::fs::write(dd.db(), vec![b'#'; 8192]).expect("garbage");
+        let err = check(&dd, Duration::from_secs(1)).expect_err("not a database");
+        assert!(!err.is_corrupt(), "{err}");
     }
 
     #[test]
@@ -457,7 +889,7 @@ mod tests {
         if leaf > 0 {
             smash(&dd.db(), leaf as u64);
         }
-        let r = recover(&dd, 5_000, std::time::Duration::ZERO).expect("recover");
+        let r = recover(&dd, 5_000, Duration::ZERO).expect("recover");
         assert_eq!(r.restored_from, None);
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
         let prompts: i64 = conn

@@ -3,8 +3,15 @@
 //! this (its housekeeping runs it), so capture only ever writes spool files and never
 //! depends on the worker, and the spool only stores records, never applies them.
 //!
-//! Invariants: each file is written in its own transaction and removed only after its
-//! event is committed; ingesting twice writes nothing twice (dedupe keys, prompt ids).
+//! Invariants: each file is written in its own transaction and moved out of the spool only
+//! after its event is committed; ingesting twice writes nothing twice (dedupe keys, prompt
+//! ids).
+//!
+//! An applied file is not deleted: it moves to `spool/applied/` and stays there until a
+//! sound backup taken after it holds its event ([`prune_applied`], after the daily backup;
+//! a week when daily backups are off). A database damaged since then loses none of them:
+//! recovery (`store::recover`) restores that backup and puts these files back in the
+//! spool, to be applied again to the recovered database.
 
 use rusqlite::Connection;
 
@@ -71,11 +78,7 @@ pub fn ingest(
                 db::write(conn, |tx| quarantine::add(tx, &entry, now).map(drop))?;
             }
         }
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("cannot remove spool file", &path, e)),
-        }
+        keep_applied(dir, &path, now)?;
         done += 1;
         if !path.starts_with(dir.root()) {
             from_outside += 1;
@@ -95,6 +98,62 @@ pub fn ingest(
         }
     }
     Ok(done)
+}
+
+/// How long applied spool files are kept when no daily backup takes them over.
+const KEEP_APPLIED_MS: i64 = 7 * 86_400_000;
+
+/// Moves an applied spool file to `spool/applied/`, stamped with the time it was applied
+/// (its modification time).
+fn keep_applied(dir: &DataDir, path: &std::path::Path, now: i64) -> Result<()> {
+    let applied = dir.spool_applied();
+    dir.ensure_sub(&applied)?;
+    let Some(name) = path.file_name() else {
+        return Ok(());
+    };
+    let to = applied.join(name);
+    match std::fs::rename(path, &to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("cannot move applied spool file", path, e)),
+    }
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now.max(0) as u64);
+    if let Err(e) = std::fs::File::options()
+        .write(true)
+        .open(&to)
+        .and_then(|f| f.set_modified(at))
+    {
+        log::warn!("cannot stamp {}: {e}", to.display());
+    }
+    Ok(())
+}
+
+/// Removes the applied spool files a sound backup taken at `backup_at` holds (applied
+/// before it), and those older than a week whatever the backups. Returns how many.
+pub fn prune_applied(dir: &DataDir, backup_at: i64) -> usize {
+    prune_applied_before(dir, backup_at)
+}
+
+/// Removes the applied spool files older than [`KEEP_APPLIED_MS`] (when daily backups are
+/// off, nothing else removes them). Returns how many.
+pub fn prune_applied_old(dir: &DataDir, now: i64) -> usize {
+    prune_applied_before(dir, now - KEEP_APPLIED_MS)
+}
+
+fn prune_applied_before(dir: &DataDir, before: i64) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir.spool_applied()) else {
+        return 0;
+    };
+    let before = std::time::UNIX_EPOCH + std::time::Duration::from_millis(before.max(0) as u64);
+    entries
+        .flatten()
+        .filter(|e| {
+            e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < before)
+        })
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
 }
 
 /// Why an event spooled while the settings could not be read is not written, now that they

@@ -11,14 +11,19 @@ use crate::store::db::{self, OpenOptions};
 use crate::store::paths::free_bytes;
 use crate::store::paths::{DataDir, mode_of};
 
+/// What to do about a damaged database: the automatic recovery (which restores the newest
+/// sound backup and salvages the newer rows), or a restore of a backup (which does not).
 fn restore_hint(dir: &DataDir) -> String {
+    let auto = "the next cairn command (or the worker's start) recovers it: the newest sound backup restored and every readable newer row salvaged (`cairn status` runs it)";
     match crate::store::backup::daily_backups(dir)
         .ok()
         .and_then(|b| b.last().cloned())
     {
-        Some(latest) => format!("restore a backup: cairn restore {}", latest.display()),
-        None => "restore a backup with `cairn restore PATH`, or move the file away to start afresh"
-            .into(),
+        Some(latest) => format!(
+            "{auto}; or restore a backup as it is: cairn restore {}",
+            latest.display()
+        ),
+        None => format!("{auto}; or restore a backup with `cairn restore PATH`"),
     }
 }
 

@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::housekeeping::Housekeeping;
-use super::messages::{Finished, Input, Work};
+use super::messages::{Damage, Finished, Input, Work};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::memory;
@@ -72,6 +72,8 @@ pub(super) struct Claimer {
     budget_spent: Arc<AtomicBool>,
     budget_logged: bool,
     claimed: u64,
+    /// Damage any thread met: the loop stops on it.
+    damage: Damage,
 }
 
 impl Claimer {
@@ -92,10 +94,11 @@ impl Claimer {
             opts,
             inflight: HashMap::new(),
             concurrency,
-            housekeeping,
             budget_spent,
             budget_logged: false,
             claimed: 0,
+            damage: housekeeping.damage(),
+            housekeeping,
         }
     }
 
@@ -132,6 +135,11 @@ impl Claimer {
             if self.housekeeping.replaced() {
                 log::warn!("stopping to reopen the database");
                 return Ok(());
+            }
+            let path = std::path::PathBuf::from(self.conn.path().unwrap_or_default());
+            if let Some(e) = self.damage.error(&path) {
+                log::error!("stopping to recover the damaged database");
+                return Err(e);
             }
             let mut claimed = false;
             if self.inflight.len() < concurrency && !self.budget_exhausted(now)? {
@@ -216,6 +224,7 @@ impl Claimer {
         );
         let input = match self.prepare(&batch) {
             Ok(input) => input,
+            Err(e) if self.damage.note(&e) => return Err(e),
             Err(e) => {
                 let msg = format!("cannot prepare the batch: {e}");
                 log::warn!("{msg}");

@@ -19,6 +19,8 @@ use crate::store::backup;
 use crate::store::paths::DataDir;
 use crate::worker::ingest;
 
+use super::messages::Damage;
+
 /// How often done jobs are purged and the periodic hook runs.
 const SLOW_HOUSEKEEPING_MS: i64 = 60 * 60 * 1000;
 /// How often finished sessions' transcripts are compared with what was captured.
@@ -61,6 +63,8 @@ pub(super) struct Housekeeping {
     db_identity: Option<(u64, u64)>,
     /// Set when the file at the database path is no longer the one open.
     replaced: bool,
+    /// Where a task that meets a damaged database says so (the claimer stops on it).
+    damage: Damage,
 }
 
 impl Housekeeping {
@@ -70,6 +74,7 @@ impl Housekeeping {
         dir: DataDir,
         periodic: Option<Periodic>,
         db_identity: Option<(u64, u64)>,
+        damage: Damage,
     ) -> Housekeeping {
         Housekeeping {
             dir,
@@ -80,6 +85,7 @@ impl Housekeeping {
             projects_dir: transcript::projects_dir(),
             db_identity,
             replaced: false,
+            damage,
         }
     }
 
@@ -92,6 +98,11 @@ impl Housekeeping {
         }
         self.next = now + period;
         true
+    }
+
+    /// Where damage met by any thread is noted (shared with the claimer and the writer).
+    pub(super) fn damage(&self) -> Damage {
+        self.damage.clone()
     }
 
     /// Makes the next pass due at once (after a settings reload).
@@ -129,13 +140,19 @@ impl Housekeeping {
         }
         if let Err(e) = workers::heartbeat(conn, worker_id, now) {
             log::warn!("heartbeat failed: {e}");
+            if self.damage.note(&e) {
+                return;
+            }
         }
         let mut lost = Vec::new();
         for (token, batch) in inflight.iter_mut() {
             match queue::claim::heartbeat(conn, batch, policy, now) {
                 Ok(Fenced::Done) => {}
                 Ok(Fenced::LeaseLost) => lost.push(*token),
-                Err(e) => log::warn!("lease renewal of jobs {:?} failed: {e}", batch.ids()),
+                Err(e) => {
+                    self.damage.note(&e);
+                    log::warn!("lease renewal of jobs {:?} failed: {e}", batch.ids())
+                }
             }
         }
         for token in lost {
@@ -145,10 +162,15 @@ impl Housekeeping {
         }
         if let Err(e) = queue::claim::rescue(conn, RescueScope::Expired, policy.max_attempts, now) {
             log::warn!("rescue failed: {e}");
+            if self.damage.note(&e) {
+                return;
+            }
         }
         match ingest::ingest(&self.dir, conn, settings, now) {
             Ok(0) => {}
             Ok(n) => log::info!("ingested {n} spooled hook events"),
+            // Not applied to a damaged file: the worker stops to recover it first.
+            Err(e) if self.damage.note(&e) => return,
             Err(e) => log::warn!("spool ingestion failed (the files stay for the next try): {e}"),
         }
         if passed(self.next_reconcile, RECONCILE_EVERY_MS, now) {
@@ -161,6 +183,7 @@ impl Housekeeping {
                         r.sessions
                     ),
                     Ok(_) => {}
+                    Err(e) if self.damage.note(&e) => return,
                     Err(e) => log::warn!("transcript reconciliation failed: {e}"),
                 }
             }
@@ -174,16 +197,29 @@ impl Housekeeping {
                     "purged {n} done jobs older than {} days",
                     settings.queue.retention_days
                 ),
+                Err(e) if self.damage.note(&e) => return,
                 Err(e) => log::warn!("purge failed: {e}"),
             }
             backup::remove_partials(&self.dir.backups());
             backup::remove_partials(self.dir.root());
             if settings.backup.daily {
                 match backup::daily(&self.dir, conn, settings.backup.keep, now) {
-                    Ok(Some(path)) => log::info!("daily backup written to {}", path.display()),
+                    Ok(Some(path)) => {
+                        log::info!("daily backup written to {}", path.display());
+                        // Spool files applied before it are in a sound backup now.
+                        let pruned = ingest::prune_applied(&self.dir, now);
+                        if pruned > 0 {
+                            log::info!(
+                                "{pruned} applied spool files are in the backup now: removed"
+                            );
+                        }
+                    }
                     Ok(None) => {}
+                    Err(e) if self.damage.note(&e) => return,
                     Err(e) => log::warn!("daily backup failed: {e}"),
                 }
+            } else {
+                ingest::prune_applied_old(&self.dir, now);
             }
             if let Some(p) = self.periodic.as_mut() {
                 p(settings, now);
@@ -242,7 +278,7 @@ mod tests {
     #[test]
     fn a_clock_stepped_back_does_not_pause_housekeeping() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let mut h = Housekeeping::new(DataDir::new(tmp.path()), None, None);
+        let mut h = Housekeeping::new(DataDir::new(tmp.path()), None, None, Damage::default());
         let mut s = Settings::default();
         s.worker.heartbeat_secs = 5;
         let t = 100_000_000;

@@ -4,9 +4,11 @@
 //! the folder: the claimer, the model threads and the writer all use it, it uses none of
 //! them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Sender;
+
+use crate::error::Error;
 
 use crate::memory::observations::{NewObservation, NewSummary};
 use crate::queue::claim::{Batch, Policy};
@@ -14,6 +16,36 @@ use crate::queue::payload::{ToolEvent, TurnEnd};
 use crate::worker::model::{Provider, RetryPolicy};
 use crate::worker::prompt::{Limits, SessionHeader, TurnObservation};
 use crate::worker::usage::{Call, CallRecord};
+
+/// The first sign of a damaged database that a thread of the pipeline met
+/// (`Error::is_corrupt`): the claimer stops on it, and the run returns it for the binary
+/// to recover the database (`store::recover`), instead of retrying on a damaged file.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Damage(Arc<Mutex<Option<String>>>);
+
+impl Damage {
+    /// Notes `e` when it says the database is damaged; true if it does.
+    pub(super) fn note(&self, e: &Error) -> bool {
+        if !e.is_corrupt() {
+            return false;
+        }
+        let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            log::error!("the database is damaged: {e}");
+            *first = Some(e.to_string());
+        }
+        true
+    }
+
+    /// The damage noted, as the error the run returns.
+    pub(super) fn error(&self, path: &std::path::Path) -> Option<Error> {
+        let first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        first.as_ref().map(|reason| Error::Damaged {
+            path: path.to_path_buf(),
+            reason: reason.clone(),
+        })
+    }
+}
 
 /// Everything a model thread needs for one batch.
 #[derive(Debug)]

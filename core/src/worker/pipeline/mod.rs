@@ -52,7 +52,7 @@ use claimer::{Claimer, build_provider};
 pub use claimer::{Control, Options};
 pub use housekeeping::Periodic;
 use housekeeping::{Housekeeping, file_identity};
-use messages::{Finished, ToWriter, Work};
+use messages::{Damage, Finished, ToWriter, Work};
 pub use writer::Report;
 use writer::writer_thread;
 
@@ -93,6 +93,11 @@ pub fn run(
             ""
         }
     );
+    // Damage is found now, before anything is written or applied to the file (the caller
+    // recovers it), not when a query happens to read it.
+    if let Some(damage) = crate::store::recover::check(dir, std::time::Duration::from_secs(10))? {
+        return Err(damage);
+    }
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let db_identity = file_identity(&dir.db());
     // Room to count hook events lost to a full disk, allocated while there is room.
@@ -131,9 +136,11 @@ pub fn run(
     }
     drop(work_rx);
     drop(done_tx);
+    let damage = Damage::default();
+    let writer_damage = damage.clone();
     let writer = std::thread::Builder::new()
         .name("writer".into())
-        .spawn(move || writer_thread(writer_conn, done_rx, fin_tx))
+        .spawn(move || writer_thread(writer_conn, done_rx, fin_tx, writer_damage))
         .map_err(|e| Error::io("cannot start thread", "writer", e))?;
 
     // Beside the model threads; with `--once`, after them (it drains what they stored).
@@ -155,7 +162,7 @@ pub fn run(
         true => None,
     };
 
-    let housekeeping = Housekeeping::new(dir.clone(), periodic, db_identity);
+    let housekeeping = Housekeeping::new(dir.clone(), periodic, db_identity, damage.clone());
     let mut claimer = Claimer::new(
         conn,
         settings,

@@ -7,7 +7,7 @@
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::Connection;
 
-use super::messages::{Done, Finished, ToWriter, Verdict};
+use super::messages::{Damage, Done, Finished, ToWriter, Verdict};
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::memory;
@@ -34,6 +34,7 @@ pub(super) fn writer_thread(
     mut conn: Connection,
     rx: Receiver<ToWriter>,
     fin: Sender<Finished>,
+    damage: Damage,
 ) -> Report {
     let mut report = Report::default();
     for msg in rx {
@@ -42,6 +43,7 @@ pub(super) fn writer_thread(
                 let id = match db::write(&mut conn, |tx| usage::start(tx, &record)) {
                     Ok(id) => Some(id),
                     Err(e) => {
+                        damage.note(&e);
                         log::warn!("cannot record a model call before making it: {e}");
                         None
                     }
@@ -51,6 +53,7 @@ pub(super) fn writer_thread(
             ToWriter::Done(done) => {
                 let token = done.batch.token;
                 if let Err(e) = write_done(&mut conn, *done, &mut report) {
+                    damage.note(&e);
                     log::error!(
                         "cannot record a finished batch (its lease will expire and it will be retried): {e}"
                     );
@@ -135,6 +138,9 @@ fn write_done(conn: &mut Connection, done: Done, report: &mut Report) -> Result<
                     );
                 }
                 Ok(Fenced::LeaseLost) => usage::settle_all(conn, &calls)?,
+                // A damaged database: nothing more is written to it (the batch's lease
+                // expires; recovery brings it back).
+                Err(e) if e.is_corrupt() => return Err(e),
                 Err(e) => {
                     usage::settle_all(conn, &calls)?;
                     let msg = format!("cannot store the results: {e}");
