@@ -3,9 +3,9 @@
 quality benchmark dumps, and judges it project by project on the projects it was not
 trained on (leave one project out).
 
-    CAIRN_BENCH_FEATURES=/tmp/features cargo bench -p cairn --bench recall_quality
-    python3 tests/bench/train_ranker.py /tmp/features            # report only
-    python3 tests/bench/train_ranker.py /tmp/features --write     # and write ranker.json
+    CAIRN_BENCH_FEATURES=DIR cargo bench -p cairn --bench recall_quality
+    python3 tests/bench/train_ranker.py DIR            # report only
+    python3 tests/bench/train_ranker.py DIR --write     # and write ranker.json
 
 Needs numpy (`pip install numpy`). The model is a logistic regression over the signals of
 `recall::ranker` (each candidate: is it a memory the question is about?), fitted by
