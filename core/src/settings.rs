@@ -37,16 +37,15 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SearchSettings {
-    /// A search by relevance hides results whose relevance (the estimated probability
-    /// that the memory answers the query, 0 to 1) is below this; 0 shows every candidate.
+    /// A search by relevance returns nothing when its best result's relevance (the
+    /// estimated probability that the memory answers the query, 0 to 1) is below this:
+    /// nothing answers the query. 0 always shows the candidates.
     pub min_relevance: f64,
 }
 
 impl Default for SearchSettings {
     fn default() -> Self {
-        Self {
-            min_relevance: 0.05,
-        }
+        Self { min_relevance: 0.1 }
     }
 }
 

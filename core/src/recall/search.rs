@@ -86,7 +86,8 @@ pub struct SearchRequest {
     /// session is answering right now was stored just before this search; ranking may use
     /// this to keep it from crowding out the memories. Filters nothing by itself.
     pub asking_session: Option<String>,
-    /// A search by relevance hides hits whose [`Hit::relevance`] is below this; `None`
+    /// A search by relevance whose best hit's [`Hit::relevance`] is below this returns
+    /// nothing (nothing answers the query); `None`
     /// is the default of the setting `search.min_relevance` (a [`crate::recall::searcher::Searcher`]
     /// puts the effective setting there).
     pub min_relevance: Option<f64>,
@@ -128,7 +129,8 @@ pub struct Hit {
     pub score: Option<f64>,
     /// The estimated probability, in [0, 1], that this memory answers the query: the same
     /// number means the same across queries and projects (see [`crate::recall::ranker`]).
-    /// A search by relevance hides hits below [`SearchRequest::min_relevance`]. 1 when
+    /// A search by relevance whose best hit is below [`SearchRequest::min_relevance`]
+    /// returns nothing. 1 when
     /// nothing was ranked (no word to rank by, or an order by time): every hit is what
     /// the filters and words asked for.
     pub relevance: f64,
@@ -549,7 +551,7 @@ mod tests {
     }
 
     #[test]
-    fn a_search_by_relevance_hides_hits_below_its_floor() {
+    fn a_search_by_relevance_whose_best_hit_is_below_its_floor_shows_nothing() {
         let mut f = fixture();
         f.add(obs("p", "bugfix", "Lease rescue fixed", "small change", T0));
         f.add(obs("p", "change", "Queue note", "mentions a lease", T0 + 1));
@@ -565,8 +567,14 @@ mod tests {
             all.iter().all(|h| (0.0..1.0).contains(&h.relevance)),
             "{all:?}"
         );
+        // The floor gates the query: its best hit must reach it, and then all show.
         let between = (all[0].relevance + all[1].relevance) / 2.0;
-        assert_eq!(with_floor(Some(between), Order::Relevance).len(), 1);
+        assert_eq!(with_floor(Some(between), Order::Relevance).len(), 2);
+        assert_eq!(
+            with_floor(Some(all[0].relevance), Order::Relevance).len(),
+            2
+        );
+        assert!(with_floor(Some(all[0].relevance + 1e-9), Order::Relevance).is_empty());
         assert!(with_floor(Some(1.0), Order::Relevance).is_empty());
         // Orders by time rank nothing: every hit is what was asked for.
         let newest = with_floor(Some(1.0), Order::Newest);

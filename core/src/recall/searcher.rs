@@ -68,8 +68,9 @@ impl Searcher {
         }
     }
 
-    /// Hides the hits of a search by relevance below `floor` (the setting
-    /// `search.min_relevance`) when the request names no floor of its own.
+    /// A search by relevance whose best hit is below `floor` (the setting
+    /// `search.min_relevance`) returns nothing, when the request names no floor of its
+    /// own.
     pub fn with_min_relevance(mut self, floor: f64) -> Searcher {
         self.min_relevance = floor;
         self

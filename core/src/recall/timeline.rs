@@ -106,6 +106,9 @@ pub fn timeline_with(
                     ..Filters::default()
                 },
                 limit: 1,
+                // The anchor is the best match, however unlikely: the timeline shows
+                // where it is, not whether it answers.
+                min_relevance: Some(0.0),
                 ..SearchRequest::default()
             },
             semantic,
