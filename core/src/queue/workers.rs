@@ -160,7 +160,7 @@ mod tests {
         .expect("old worker");
         drop(old);
         let c = db::open(&path, db::OpenOptions::default()).expect("upgrade");
-        assert_eq!(db::schema_version(&c).expect("version"), 10);
+        assert_eq!(db::schema_version(&c).expect("version"), db::SCHEMA_VERSION);
         let w = latest(&c).expect("latest").expect("some");
         assert_eq!((w.worker_id.as_str(), w.pid), ("old", 7));
         assert_eq!((w.provider, w.model), (None, None));

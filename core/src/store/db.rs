@@ -58,6 +58,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0010_worker_provider",
         include_str!("../../../migrations/0010_worker_provider.sql"),
     ),
+    (
+        "0011_sync",
+        include_str!("../../../migrations/0011_sync.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.
