@@ -531,7 +531,7 @@ mod tests {
         assert_eq!(out.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
         db::write(&mut a, |tx| acknowledge(tx, 2)).expect("ack");
         assert_eq!(outbox_len(&a).expect("len"), 1);
-        assert_eq!(db::write(&mut a, |tx| next_seq(tx)).expect("seq"), 4);
+        assert_eq!(db::write(&mut a, next_seq).expect("seq"), 4);
         assert_eq!(get(&a, SPACE).expect("get"), None);
     }
 }

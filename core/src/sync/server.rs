@@ -90,10 +90,10 @@ impl Url {
     /// password file (`PGPASSFILE`, else `~/.pgpass`).
     pub fn connect(&self) -> Result<Client, SyncError> {
         let mut config = self.config.clone();
-        if config.get_password().is_none() {
-            if let Some(p) = password_from_env(&config) {
-                config.password(p);
-            }
+        if config.get_password().is_none()
+            && let Some(p) = password_from_env(&config)
+        {
+            config.password(p);
         }
         config.connect_timeout(CONNECT_TIMEOUT);
         let client = match config.get_ssl_mode() {
