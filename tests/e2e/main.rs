@@ -16,6 +16,7 @@ mod plugin;
 mod recall;
 mod secrets;
 mod support;
+mod sync;
 mod terminal;
 mod transcripts;
 mod ui;
