@@ -438,7 +438,10 @@ fn with_the_server_away_nothing_is_lost_and_sync_catches_up() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("not reachable"), "{}", stderr(&out));
     // Local work goes on: search still finds it, and status names the error.
-    assert!(a.ok(&["search", "outage", "--project", "p"]).contains("during the outage"));
+    assert!(
+        a.ok(&["search", "outage", "--project", "p"])
+            .contains("during the outage")
+    );
     let status: serde_json::Value =
         serde_json::from_str(&a.ok(&["sync", "status", "--json"])).expect("json");
     assert_eq!(status["unsent"].as_i64(), Some(1), "{status}");
