@@ -8,6 +8,7 @@
 //! the binaries
 //!   → mcp, ops, viewer        (the viewer uses ops for status)
 //!   → worker                  (ingests the hooks' spool through capture's records)
+//!   → sync                    (this device's memory to and from a PostgreSQL space)
 //!   → capture                 (renders the SessionStart context through recall)
 //!   → recall                  (reads memory; cleans what it shows through privacy)
 //!   → queue                   (job payloads; sessions are memory's)
@@ -36,6 +37,8 @@ pub mod queue;
 pub mod capture;
 pub mod recall;
 pub mod worker;
+
+pub mod sync;
 
 pub mod mcp;
 pub mod ops;

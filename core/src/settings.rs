@@ -31,6 +31,7 @@ pub struct Settings {
     pub backup: BackupSettings,
     pub embed: EmbedSettings,
     pub search: SearchSettings,
+    pub sync: SyncSettings,
 }
 
 /// `search.*`: what a search shows.
@@ -300,6 +301,16 @@ impl Default for ContextSettings {
             show_last_summary: true,
         }
     }
+}
+
+/// `sync.*`: what this device shares through its sync space (`cairn sync`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SyncSettings {
+    /// Projects whose memories sync; none by default, `*` for all.
+    pub projects: Vec<String>,
+    /// Also sync the user's prompts.
+    pub prompts: bool,
 }
 
 /// `embed.*`: the sentence model behind search by meaning.

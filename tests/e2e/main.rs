@@ -20,6 +20,7 @@ mod recall;
 mod recovery;
 mod secrets;
 mod support;
+mod sync;
 mod terminal;
 mod transcripts;
 mod ui;

@@ -18,6 +18,7 @@ pub mod embed;
 pub mod ops;
 pub mod out;
 pub mod recall;
+pub mod sync;
 pub mod ui;
 
 /// cairn: a persistent memory for Claude Code.
@@ -98,6 +99,9 @@ pub enum Command {
     Ui(ui::UiArgs),
     /// Delete memories for good: no vector, no search hit, not brought back by an import.
     Forget(ui::ForgetArgs),
+    /// Sync this machine's memory with the other machines of a space (push, then pull);
+    /// `cairn sync init` / `join` set it up, `cairn sync status` shows it.
+    Sync(sync::SyncArgs),
     /// Run the MCP server on stdio (for `claude mcp add`).
     Mcp(recall::McpArgs),
     /// Add cairn's hooks to Claude Code's settings.
@@ -273,6 +277,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Save(a) => recall::save(&ctx, &a),
         Command::Embed(a) => embed::run(&ctx, &a),
         Command::Mcp(a) => recall::mcp(&ctx, &a),
+        Command::Sync(a) => sync::run(&ctx, &a),
         Command::Ui(a) => ui::ui(&ctx, &a),
         Command::Forget(a) => ui::forget(&ctx, &a),
         Command::Install(a) => capture::install(&ctx, &a),

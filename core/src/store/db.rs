@@ -62,6 +62,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0011_memory_given",
         include_str!("../../../migrations/0011_memory_given.sql"),
     ),
+    (
+        "0012_sync",
+        include_str!("../../../migrations/0012_sync.sql"),
+    ),
 ];
 
 /// The schema version this cairn writes.

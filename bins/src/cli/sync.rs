@@ -1,0 +1,205 @@
+//! `cairn sync`: this machine's memory to and from a sync space on a PostgreSQL server.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use cairn_core::clock;
+use cairn_core::store::db::{self, OpenOptions};
+use cairn_core::sync::{self, Setup, SyncError};
+
+use super::Ctx;
+use super::out::say;
+use crate::exit;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SyncArgs {
+    #[command(subcommand)]
+    pub command: Option<SyncCommand>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SyncCommand {
+    /// Create a sync space on a PostgreSQL server and put this machine in it; prints the
+    /// space's key once, for `cairn sync join` on the other machines.
+    Init(InitArgs),
+    /// Put this machine in an existing sync space.
+    Join(JoinArgs),
+    /// Show the server, the space, the devices seen, the last sync and its error.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The server: postgres://user[:password]@host[:port]/dbname[?sslmode=require]. Without
+    /// a password in it, PGPASSWORD or the password file (PGPASSFILE, ~/.pgpass) is used.
+    #[arg(long)]
+    pub url: String,
+    /// This machine's name as the other devices show it (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print JSON: {"key": ...}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The server, as for `cairn sync init`.
+    #[arg(long)]
+    pub url: String,
+    /// The space's key, as `cairn sync init` printed it.
+    #[arg(long)]
+    pub key: String,
+    /// This machine's name as the other devices show it (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "device".into())
+}
+
+fn open_creating(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
+    let opts = OpenOptions {
+        create: true,
+        ..super::read_opts()
+    };
+    db::open_data_dir(&ctx.data_dir, opts).map_err(super::explain)
+}
+
+fn explain(e: SyncError) -> anyhow::Error {
+    match e {
+        SyncError::Store(e) => super::explain(e),
+        e => anyhow::Error::new(e),
+    }
+}
+
+pub fn run(ctx: &Ctx, args: &SyncArgs) -> anyhow::Result<u8> {
+    match &args.command {
+        None => once(ctx, args.json),
+        Some(SyncCommand::Init(a)) => init(ctx, a),
+        Some(SyncCommand::Join(a)) => join(ctx, a),
+        Some(SyncCommand::Status(a)) => status(ctx, a),
+    }
+}
+
+fn once(ctx: &Ctx, json: bool) -> anyhow::Result<u8> {
+    let mut conn = super::open(ctx)?;
+    let moved = sync::sync_once(
+        &ctx.data_dir,
+        &mut conn,
+        &ctx.settings().sync,
+        clock::now_ms(),
+    )
+    .map_err(explain)
+    .context("sync failed (nothing is lost: the next sync catches up)")?;
+    if json {
+        say!("{}", serde_json::to_string(&moved)?);
+    } else {
+        say!(
+            "pushed {} records; pulled {} ({} memories added, {} forgotten)",
+            moved.pushed,
+            moved.pulled,
+            moved.added,
+            moved.forgotten
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn joined(setup: &Setup, json: bool, show_key: bool) -> anyhow::Result<u8> {
+    if json {
+        let mut v = serde_json::json!({
+            "space": setup.key.space,
+            "device": setup.device,
+            "server": setup.url.display(),
+        });
+        if show_key {
+            v["key"] = setup.key.encode().into();
+        }
+        say!("{v}");
+    } else {
+        say!(
+            "this machine ({}) is in sync space {} on {}",
+            setup.device_name,
+            setup.key.space,
+            setup.url.display()
+        );
+        if show_key {
+            say!("\nthe space's key (shown once; kept in the data dir as sync.key):\n");
+            say!("    {}\n", setup.key.encode());
+            say!("on each other machine: cairn sync join --url URL --key KEY");
+        }
+        say!("choose what syncs with the setting sync.projects (none by default, \"*\" for all)");
+    }
+    Ok(exit::OK)
+}
+
+fn init(ctx: &Ctx, args: &InitArgs) -> anyhow::Result<u8> {
+    let mut conn = open_creating(ctx)?;
+    let name = args.name.clone().unwrap_or_else(host_name);
+    let setup = sync::init(&ctx.data_dir, &mut conn, &args.url, &name).map_err(explain)?;
+    joined(&setup, args.json, true)
+}
+
+fn join(ctx: &Ctx, args: &JoinArgs) -> anyhow::Result<u8> {
+    let mut conn = open_creating(ctx)?;
+    let name = args.name.clone().unwrap_or_else(host_name);
+    let setup =
+        sync::join(&ctx.data_dir, &mut conn, &args.url, &args.key, &name).map_err(explain)?;
+    joined(&setup, args.json, false)
+}
+
+fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
+    let conn = super::open(ctx)?;
+    let Some(s) = sync::status(&ctx.data_dir, &conn).map_err(explain)? else {
+        if args.json {
+            say!("null");
+        } else {
+            say!("{}", SyncError::NotSetUp);
+        }
+        return Ok(exit::NEGATIVE);
+    };
+    if args.json {
+        say!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(exit::OK);
+    }
+    say!("server:  {}", s.server);
+    say!("space:   {}", s.space);
+    say!("device:  {} ({})", s.device_name, s.device);
+    say!("unsent:  {} records", s.unsent);
+    match s.last_sync_at {
+        Some(t) => say!("last sync: {}", clock::iso_utc(t)),
+        None => say!("last sync: never"),
+    }
+    if let Some(e) = &s.last_error {
+        say!("last error: {e}");
+    }
+    for d in &s.devices {
+        say!("  device {} ({}): read to #{}", d.name, d.device, d.read_to);
+    }
+    Ok(if s.last_error.is_some() {
+        exit::NEGATIVE
+    } else {
+        exit::OK
+    })
+}

@@ -1,0 +1,537 @@
+//! This device's side of sync in the local store (migration 0011): its place in the space
+//! (`sync_state`), the outbox of sealed records not yet acknowledged (`sync_outbox`), what
+//! went into or came out of a log (`sync_rows`), and how far each other device's log was
+//! read (`sync_devices`). The only writer of those tables. Memories themselves are written
+//! through `memory`, like any other writer's.
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::memory::forget::{self, Memory};
+use crate::memory::forgotten::{self, Key};
+use crate::memory::observations::{self, NewObservation, NewSummary};
+use crate::memory::rows::ObservationContent;
+use crate::memory::sessions;
+
+/// What one record of a log says, sealed before it leaves the device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Record {
+    Observation {
+        o: NewObservation,
+    },
+    /// A turn summary; a later record of the same turn supersedes it.
+    Summary {
+        s: NewSummary,
+    },
+    /// A tombstone: the `forgotten` row `(kind, key)`, applied by every device.
+    Forget {
+        kind: String,
+        key: String,
+    },
+}
+
+/// A record with the name of the device that wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub device_name: String,
+    pub record: Record,
+}
+
+impl Record {
+    /// `(kind, origin id)` in `sync_rows`, and the content hash to compare.
+    fn origin(&self) -> (&'static str, String, String) {
+        match self {
+            Record::Observation { o } => {
+                let hash = o.content_hash();
+                (
+                    OBSERVATION,
+                    format!("{}:{hash}", o.session_id.as_deref().unwrap_or("")),
+                    hash,
+                )
+            }
+            Record::Summary { s } => (
+                SUMMARY,
+                format!("{}:{}", s.session_id, s.prompt_number),
+                s.content_hash(),
+            ),
+            Record::Forget { kind, key } => (FORGET, format!("{kind} {key}"), String::new()),
+        }
+    }
+}
+
+const OBSERVATION: &str = "observation";
+const SUMMARY: &str = "summary";
+const FORGET: &str = "forget";
+
+/// Keys of `sync_state`.
+pub const SPACE: &str = "space";
+pub const DEVICE: &str = "device";
+pub const DEVICE_NAME: &str = "device_name";
+pub const NEXT_SEQ: &str = "next_seq";
+pub const LAST_PUSH: &str = "last_push_at";
+pub const LAST_PULL: &str = "last_pull_at";
+pub const LAST_ERROR: &str = "last_error";
+
+pub fn get(conn: &Connection, key: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT value FROM sync_state WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
+        .optional()?)
+}
+
+pub fn set(tx: &Transaction, key: &str, value: &str) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO sync_state (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute([key, value])?;
+    Ok(())
+}
+
+/// Which projects sync: all, or those named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Projects {
+    All,
+    Named(Vec<String>),
+}
+
+impl Projects {
+    pub fn from_setting(list: &[String]) -> Self {
+        if list.iter().any(|p| p == "*") {
+            Projects::All
+        } else {
+            Projects::Named(list.to_vec())
+        }
+    }
+
+    fn sql_args(&self) -> (bool, String) {
+        match self {
+            Projects::All => (true, "[]".into()),
+            Projects::Named(l) => (
+                false,
+                serde_json::to_string(l).unwrap_or_else(|_| "[]".into()),
+            ),
+        }
+    }
+}
+
+fn list(text: String) -> Vec<String> {
+    serde_json::from_str(&text).unwrap_or_default()
+}
+
+/// The stored memories of synced projects and the tombstones of synced memories that no
+/// log carries yet (or, for a summary, carries in an older version), as records.
+pub fn unsent(tx: &Transaction, projects: &Projects) -> Result<Vec<Record>> {
+    let (all, named) = projects.sql_args();
+    let mut out = Vec::new();
+    let mut stmt = tx.prepare_cached(
+        "SELECT session_id, project, prompt_number, type, original_type, title, subtitle,
+                narrative, facts, concepts, files_read, files_modified, origin, created_at
+         FROM observations o
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'observation'
+                           AND s.origin = coalesce(o.session_id, '') || ':' || o.content_hash)
+         ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![all, named], |r| {
+        Ok(NewObservation {
+            session_id: r.get(0)?,
+            project: r.get(1)?,
+            prompt_number: r.get(2)?,
+            kind: r.get(3)?,
+            original_type: r.get(4)?,
+            content: ObservationContent {
+                title: r.get(5)?,
+                subtitle: r.get(6)?,
+                narrative: r.get(7)?,
+                facts: list(r.get(8)?),
+                concepts: list(r.get(9)?),
+                files_read: list(r.get(10)?),
+                files_modified: list(r.get(11)?),
+            },
+            source_job_ids: Vec::new(),
+            origin: r.get(12)?,
+            created_at: r.get(13)?,
+        })
+    })?;
+    for o in rows {
+        out.push(Record::Observation { o: o? });
+    }
+    let mut stmt = tx.prepare_cached(
+        "SELECT session_id, project, prompt_number, request, investigated, learned, completed,
+                next_steps, notes, files_read, files_edited, origin, created_at
+         FROM session_summaries m
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'summary'
+                           AND s.origin = m.session_id || ':' || m.prompt_number
+                           AND s.hash = m.content_hash)
+         ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![all, named], |r| {
+        Ok(NewSummary {
+            session_id: r.get(0)?,
+            project: r.get(1)?,
+            prompt_number: r.get(2)?,
+            request: r.get(3)?,
+            investigated: r.get(4)?,
+            learned: r.get(5)?,
+            completed: r.get(6)?,
+            next_steps: r.get(7)?,
+            notes: r.get(8)?,
+            files_read: list(r.get(9)?),
+            files_edited: list(r.get(10)?),
+            source_job_ids: Vec::new(),
+            origin: r.get(11)?,
+            created_at: r.get(12)?,
+        })
+    })?;
+    for s in rows {
+        out.push(Record::Summary { s: s? });
+    }
+    // Only tombstones of memories that went into a log: what never left never leaves.
+    let mut stmt = tx.prepare_cached(
+        "SELECT kind, key FROM forgotten f
+         WHERE EXISTS (SELECT 1 FROM sync_rows s
+                       WHERE s.kind = CASE f.kind WHEN 'observation_hash' THEN 'observation'
+                                                  WHEN 'summary' THEN 'summary' END
+                         AND s.origin = f.key)
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s
+                           WHERE s.kind = 'forget' AND s.origin = f.kind || ' ' || f.key)
+         ORDER BY forgotten_at, kind, key",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Record::Forget {
+            kind: r.get(0)?,
+            key: r.get(1)?,
+        })
+    })?;
+    for f in rows {
+        out.push(f?);
+    }
+    Ok(out)
+}
+
+/// Notes that `record` is in `device`'s log (so it is not sent again).
+pub fn mark(tx: &Transaction, record: &Record, device: &str) -> Result<()> {
+    let (kind, origin, hash) = record.origin();
+    tx.prepare_cached(
+        "INSERT INTO sync_rows (kind, origin, device, hash) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (kind, origin) DO UPDATE SET device = excluded.device, hash = excluded.hash",
+    )?
+    .execute(params![kind, origin, device, hash])?;
+    Ok(())
+}
+
+/// Takes the next sequence number of this device's log.
+pub fn next_seq(tx: &Transaction) -> Result<i64> {
+    let seq = tx
+        .prepare_cached("SELECT value FROM sync_state WHERE key = ?1")?
+        .query_row([NEXT_SEQ], |r| r.get::<_, String>(0))
+        .optional()?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    set(tx, NEXT_SEQ, &(seq + 1).to_string())?;
+    Ok(seq)
+}
+
+pub fn queue(tx: &Transaction, seq: i64, body: &[u8], now: i64) -> Result<()> {
+    tx.prepare_cached("INSERT INTO sync_outbox (seq, body, created_at) VALUES (?1, ?2, ?3)")?
+        .execute(params![seq, body, now])?;
+    Ok(())
+}
+
+/// Up to `limit` records of the outbox, oldest first.
+pub fn outbox(conn: &Connection, limit: i64) -> Result<Vec<(i64, Vec<u8>)>> {
+    Ok(conn
+        .prepare_cached("SELECT seq, body FROM sync_outbox ORDER BY seq LIMIT ?1")?
+        .query_map([limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn outbox_len(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM sync_outbox")?
+        .query_row([], |r| r.get(0))?)
+}
+
+/// Drops the outbox records up to `seq`: the server holds them.
+pub fn acknowledge(tx: &Transaction, seq: i64) -> Result<()> {
+    tx.prepare_cached("DELETE FROM sync_outbox WHERE seq <= ?1")?
+        .execute([seq])?;
+    Ok(())
+}
+
+/// How far `device`'s log was read.
+pub fn cursor(conn: &Connection, device: &str) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT seq FROM sync_devices WHERE device = ?1")?
+        .query_row([device], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+fn advance(tx: &Transaction, device: &str, name: &str, seq: i64) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO sync_devices (device, name, seq) VALUES (?1, ?2, ?3)
+         ON CONFLICT (device) DO UPDATE SET name = excluded.name, seq = max(seq, excluded.seq)",
+    )?
+    .execute(params![device, name, seq])?;
+    Ok(())
+}
+
+/// The other devices seen: id, name, how far their log was read.
+pub fn devices(conn: &Connection) -> Result<Vec<(String, String, i64)>> {
+    Ok(conn
+        .prepare_cached("SELECT device, name, seq FROM sync_devices ORDER BY device")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?)
+}
+
+/// What applying one record changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Applied {
+    Added,
+    Forgot,
+    #[default]
+    Nothing,
+}
+
+/// Applies record `seq` of `device`'s log and moves the cursor past it, in one transaction
+/// with the memory it writes: a pull cut short resumes exactly where it stopped.
+pub fn apply(
+    tx: &Transaction,
+    device: &str,
+    seq: i64,
+    env: &Envelope,
+    now: i64,
+) -> Result<Applied> {
+    let applied = match &env.record {
+        Record::Observation { o } => {
+            if forgotten::observation_forgotten(tx, o)? {
+                Applied::Nothing
+            } else {
+                if let Some(sid) = &o.session_id {
+                    sessions::ensure(tx, sid, &o.project, "", o.created_at)?;
+                }
+                match observations::save_manual(tx, o)? {
+                    observations::Stored::Added(_) => Applied::Added,
+                    observations::Stored::Duplicate(_) => Applied::Nothing,
+                }
+            }
+        }
+        Record::Summary { s } => {
+            if forgotten::summary_forgotten(tx, s)? {
+                Applied::Nothing
+            } else {
+                sessions::ensure(tx, &s.session_id, &s.project, "", s.created_at)?;
+                match observations::upsert_summary(tx, s)? {
+                    observations::Stored::Added(_) => Applied::Added,
+                    observations::Stored::Duplicate(_) => Applied::Nothing,
+                }
+            }
+        }
+        Record::Forget { kind, key } => match Key::parse(kind, key) {
+            Some(k) => forget_key(tx, &k, now)?,
+            None => Applied::Nothing,
+        },
+    };
+    mark(tx, &env.record, device)?;
+    advance(tx, device, &env.device_name, seq)?;
+    Ok(applied)
+}
+
+fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
+    let id: Option<i64> = match *key {
+        Key::Observation {
+            session_id,
+            content_hash,
+        } => tx
+            .prepare_cached(
+                "SELECT id FROM observations WHERE session_id IS ?1 AND content_hash = ?2",
+            )?
+            .query_row(params![session_id, content_hash], |r| r.get(0))
+            .optional()?,
+        Key::Summary {
+            session_id,
+            prompt_number,
+        } => tx
+            .prepare_cached(
+                "SELECT id FROM session_summaries WHERE session_id = ?1 AND prompt_number = ?2",
+            )?
+            .query_row(params![session_id, prompt_number], |r| r.get(0))
+            .optional()?,
+        _ => None,
+    };
+    let memory = match (key, id) {
+        (Key::Observation { .. }, Some(id)) => Memory::Observation(id),
+        (Key::Summary { .. }, Some(id)) => Memory::Summary(id),
+        _ => {
+            forgotten::forget(tx, key, now)?;
+            return Ok(Applied::Nothing);
+        }
+    };
+    forget::forget(tx, &[memory], now)?;
+    Ok(Applied::Forgot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::db;
+
+    fn store(dir: &std::path::Path, name: &str) -> Connection {
+        db::open(&dir.join(name), db::OpenOptions::default()).expect("db")
+    }
+
+    fn summary(learned: &str) -> NewSummary {
+        NewSummary {
+            session_id: "s1".into(),
+            project: "p".into(),
+            prompt_number: 1,
+            learned: learned.into(),
+            origin: "model".into(),
+            created_at: 5,
+            ..NewSummary::default()
+        }
+    }
+
+    fn observation(project: &str, title: &str) -> NewObservation {
+        NewObservation {
+            session_id: Some("s1".into()),
+            project: project.into(),
+            kind: "discovery".into(),
+            origin: "model".into(),
+            created_at: 5,
+            content: ObservationContent {
+                title: title.into(),
+                ..ObservationContent::default()
+            },
+            ..NewObservation::default()
+        }
+    }
+
+    /// Stages what `from` has not sent (as device "a") and applies it to `to`.
+    fn carry(
+        from: &mut Connection,
+        to: &mut Connection,
+        seq: &mut i64,
+        projects: &Projects,
+    ) -> usize {
+        let records = db::write(from, |tx| {
+            let r = unsent(tx, projects)?;
+            for rec in &r {
+                mark(tx, rec, "a")?;
+            }
+            Ok(r)
+        })
+        .expect("stage");
+        db::write(to, |tx| {
+            for r in &records {
+                *seq += 1;
+                let env = Envelope {
+                    device_name: "laptop".into(),
+                    record: r.clone(),
+                };
+                apply(tx, "a", *seq, &env, 9)?;
+            }
+            Ok(())
+        })
+        .expect("apply");
+        records.len()
+    }
+
+    fn count(c: &Connection, sql: &str) -> i64 {
+        c.query_row(sql, [], |r| r.get(0)).expect(sql)
+    }
+
+    #[test]
+    fn records_carry_memories_supersede_summaries_and_forget_everywhere() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (mut a, mut b) = (store(tmp.path(), "a.db"), store(tmp.path(), "b.db"));
+        let only_p = Projects::from_setting(&["p".to_string()]);
+        let mut seq = 0;
+        db::write(&mut a, |tx| {
+            sessions::ensure(tx, "s1", "p", "/w", 1)?;
+            observations::insert_observation(tx, &observation("p", "shared"))?;
+            observations::insert_observation(tx, &observation("q", "kept home"))?;
+            observations::upsert_summary(tx, &summary("first version"))?;
+            Ok(())
+        })
+        .expect("seed");
+        assert_eq!(carry(&mut a, &mut b, &mut seq, &only_p), 2);
+        assert_eq!(count(&b, "SELECT count(*) FROM observations"), 1);
+        assert_eq!(count(&b, "SELECT count(*) FROM session_summaries"), 1);
+        // Nothing new, nothing staged; the same records again change nothing.
+        assert_eq!(carry(&mut a, &mut b, &mut seq, &only_p), 0);
+
+        // A summary redone is staged again and supersedes the first on the other side.
+        db::write(&mut a, |tx| {
+            observations::upsert_summary(tx, &summary("second version"))
+        })
+        .expect("redo");
+        assert_eq!(carry(&mut a, &mut b, &mut seq, &only_p), 1);
+        let learned: String = b
+            .query_row("SELECT learned FROM session_summaries", [], |r| r.get(0))
+            .expect("summary");
+        assert_eq!(learned, "second version");
+
+        // Forgetting on a carries the tombstones of synced memories only.
+        db::write(&mut a, |tx| {
+            let ids: Vec<i64> = tx
+                .prepare("SELECT id FROM observations")?
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            let sid: i64 = tx.query_row("SELECT id FROM session_summaries", [], |r| r.get(0))?;
+            let mut all: Vec<Memory> = ids.into_iter().map(Memory::Observation).collect();
+            all.push(Memory::Summary(sid));
+            forget::forget(tx, &all, 8)
+        })
+        .expect("forget");
+        assert_eq!(
+            carry(&mut a, &mut b, &mut seq, &only_p),
+            2,
+            "two tombstones"
+        );
+        assert_eq!(count(&b, "SELECT count(*) FROM observations"), 0);
+        assert_eq!(count(&b, "SELECT count(*) FROM session_summaries"), 0);
+        // An old record of the forgotten memory does not bring it back.
+        db::write(&mut b, |tx| {
+            let env = Envelope {
+                device_name: "laptop".into(),
+                record: Record::Observation {
+                    o: observation("p", "shared"),
+                },
+            };
+            apply(tx, "a", 1, &env, 9)
+        })
+        .expect("replay");
+        assert_eq!(count(&b, "SELECT count(*) FROM observations"), 0);
+        assert_eq!(
+            devices(&b).expect("devices"),
+            vec![("a".into(), "laptop".into(), seq)]
+        );
+        assert_eq!(cursor(&b, "a").expect("cursor"), seq);
+    }
+
+    #[test]
+    fn the_outbox_keeps_numbers_until_acknowledged() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut a = store(tmp.path(), "a.db");
+        db::write(&mut a, |tx| {
+            for _ in 0..3 {
+                let seq = next_seq(tx)?;
+                queue(tx, seq, b"sealed", 1)?;
+            }
+            Ok(())
+        })
+        .expect("queue");
+        let out = outbox(&a, 2).expect("outbox");
+        assert_eq!(out.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
+        db::write(&mut a, |tx| acknowledge(tx, 2)).expect("ack");
+        assert_eq!(outbox_len(&a).expect("len"), 1);
+        assert_eq!(db::write(&mut a, next_seq).expect("seq"), 4);
+        assert_eq!(get(&a, SPACE).expect("get"), None);
+    }
+}

@@ -1,0 +1,441 @@
+//! Sync: one memory across a person's machines and a team, through a PostgreSQL server
+//! the user runs, end-to-end encrypted (ARCHITECTURE.md, "Sync").
+//!
+//! Each device appends the memories it stores (observations, turn summaries) and the
+//! tombstones of what it forgot to its own log in a space, as records sealed with the
+//! space's key ([`crypto`]); it reads the other devices' logs from a cursor each and
+//! applies them to the local store through `memory`, like any other writer. No record is
+//! ever changed, so there is nothing to conflict: a summary redone is a later record of
+//! the same turn (it supersedes), a forget is a tombstone record every device applies.
+//!
+//! - [`crypto`]: the space's key, sealing and opening records (pure but for randomness).
+//! - [`server`]: the PostgreSQL side, which sees ids, sequence numbers, sizes and times.
+//! - [`local`]: this device's sync tables (migration 0011) and applying records.
+//!
+//! The data dir holds the space's key (`sync.key`) and the server URL (`sync.url`), both
+//! owner-only files: the URL may carry the database password, so it is never logged or
+//! shown (`server::Url::display` leaves it out).
+//!
+//! Invariants: only stored rows are synced, so what capture and the privacy filter kept
+//! off the machine's store (private spans, excluded projects, secrets) never reaches a log;
+//! only projects named in `sync.projects` are pushed; a record keeps its sequence number
+//! and bytes from the moment it is queued, so pushing is idempotent; a pulled record and
+//! its cursor move are one local transaction, so pulling is too.
+
+pub mod crypto;
+pub mod local;
+pub mod server;
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+use crate::settings::SyncSettings;
+use crate::store::db;
+use crate::store::paths::{DataDir, create_private};
+
+pub use crypto::SpaceKey;
+pub use server::Url;
+
+/// Why sync could not do what was asked. Callers branch on the variant.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(
+        "this data dir is not in a sync space: run `cairn sync init --url URL` on the first machine and `cairn sync join --url URL --key KEY` on the others"
+    )]
+    NotSetUp,
+    #[error("this data dir is already in sync space {0}")]
+    AlreadySetUp(String),
+    #[error(
+        "not a cairn sync key (it looks like cairn1-<32 hex>-<64 hex>, as `cairn sync init` printed it)"
+    )]
+    BadKey,
+    #[error(
+        "wrong key: it does not open space {0}'s key check; copy the key again from a machine already in the space"
+    )]
+    WrongKey(String),
+    #[error(
+        "the server has no sync space {0}: check the URL, or create the space with `cairn sync init`"
+    )]
+    NoSuchSpace(String),
+    #[error("not a PostgreSQL URL: {0}")]
+    BadUrl(String),
+    #[error(
+        "the server's sync schema is version {found}, newer than this cairn supports ({supported}); upgrade cairn"
+    )]
+    ServerTooNew { found: i32, supported: i32 },
+    #[error("the server is not reachable: {0}")]
+    Unreachable(String),
+    #[error(
+        "the server refused the login: {0} (check the user and the password in the URL, PGPASSWORD or the password file)"
+    )]
+    LoginRefused(String),
+    #[error("server error: {0}")]
+    Server(String),
+    #[error("a record of device {device} (#{seq}) does not open with this space's key")]
+    Unreadable { device: String, seq: i64 },
+    #[error("{0}")]
+    Random(String),
+    #[error(transparent)]
+    Store(#[from] crate::Error),
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SyncError {
+    fn from_postgres(e: postgres::Error) -> Self {
+        let text = e.to_string();
+        match e.as_db_error().map(|d| d.code().code()) {
+            // invalid_password, invalid_authorization_specification
+            Some("28P01" | "28000") => SyncError::LoginRefused(text),
+            Some(_) => SyncError::Server(text),
+            // No answer from the server at all: refused, timed out, cut off.
+            None => SyncError::Unreachable(text),
+        }
+    }
+}
+
+impl From<postgres::Error> for SyncError {
+    fn from(e: postgres::Error) -> Self {
+        SyncError::from_postgres(e)
+    }
+}
+
+impl From<rusqlite::Error> for SyncError {
+    fn from(e: rusqlite::Error) -> Self {
+        SyncError::Store(e.into())
+    }
+}
+
+/// Records sent to the server per round trip.
+const PUSH_BATCH: i64 = 500;
+/// Records read from the server per round trip.
+const PULL_BATCH: i64 = 1000;
+
+fn key_file(dir: &DataDir) -> PathBuf {
+    dir.root().join("sync.key")
+}
+
+fn url_file(dir: &DataDir) -> PathBuf {
+    dir.root().join("sync.url")
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), SyncError> {
+    use std::io::Write;
+    let io = |source| SyncError::Io {
+        action: "failed to write",
+        path: path.to_owned(),
+        source,
+    };
+    let mut f = create_private(path).map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+fn read_file(path: &Path) -> Result<Option<String>, SyncError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(SyncError::Io {
+            action: "failed to read",
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// This device's place in a space: the key, the server, its device id and name.
+#[derive(Debug)]
+pub struct Setup {
+    pub key: SpaceKey,
+    pub url: Url,
+    pub device: String,
+    pub device_name: String,
+}
+
+impl Setup {
+    /// Reads the setup of this data dir; `None` when it is in no space.
+    pub fn load(dir: &DataDir, conn: &Connection) -> Result<Option<Setup>, SyncError> {
+        let (Some(key), Some(url), Some(device)) = (
+            read_file(&key_file(dir))?,
+            read_file(&url_file(dir))?,
+            local::get(conn, local::DEVICE)?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Setup {
+            key: SpaceKey::parse(&key)?,
+            url: Url::parse(&url)?,
+            device,
+            device_name: local::get(conn, local::DEVICE_NAME)?.unwrap_or_default(),
+        }))
+    }
+}
+
+fn ensure_not_set_up(dir: &DataDir, conn: &Connection) -> Result<(), SyncError> {
+    if let Some(s) = Setup::load(dir, conn)? {
+        return Err(SyncError::AlreadySetUp(s.key.space));
+    }
+    Ok(())
+}
+
+/// Writes this device's setup: the key and URL files, then its device id in the store.
+fn save_setup(
+    dir: &DataDir,
+    conn: &mut Connection,
+    key: &SpaceKey,
+    url_text: &str,
+    device_name: &str,
+) -> Result<Setup, SyncError> {
+    let device = crypto::hex(&crypto::random::<16>()?);
+    write_private(&url_file(dir), url_text.trim())?;
+    db::write(conn, |tx| {
+        local::set(tx, local::SPACE, &key.space)?;
+        local::set(tx, local::DEVICE, &device)?;
+        local::set(tx, local::DEVICE_NAME, device_name)
+    })?;
+    // The key last: a data dir with a key file is in the space.
+    write_private(&key_file(dir), &key.encode())?;
+    Ok(Setup {
+        key: key.clone(),
+        url: Url::parse(url_text)?,
+        device,
+        device_name: device_name.to_string(),
+    })
+}
+
+/// Creates a new space on the server and puts this device in it; returns its key, to be
+/// shown once and copied to the other machines.
+pub fn init(
+    dir: &DataDir,
+    conn: &mut Connection,
+    url_text: &str,
+    device_name: &str,
+) -> Result<Setup, SyncError> {
+    ensure_not_set_up(dir, conn)?;
+    let url = Url::parse(url_text)?;
+    let key = SpaceKey::generate()?;
+    let mut client = url.connect()?;
+    server::migrate(&mut client)?;
+    server::create_space(&mut client, &key.space, &key.key_check()?)?;
+    save_setup(dir, conn, &key, url_text, device_name)
+}
+
+/// Puts this device in an existing space. A wrong key writes nothing, locally or on the
+/// server.
+pub fn join(
+    dir: &DataDir,
+    conn: &mut Connection,
+    url_text: &str,
+    key_text: &str,
+    device_name: &str,
+) -> Result<Setup, SyncError> {
+    ensure_not_set_up(dir, conn)?;
+    let url = Url::parse(url_text)?;
+    let key = SpaceKey::parse(key_text)?;
+    let mut client = url.connect()?;
+    server::migrate(&mut client)?;
+    let check = server::key_check(&mut client, &key.space)?
+        .ok_or_else(|| SyncError::NoSuchSpace(key.space.clone()))?;
+    if !key.verify(&check) {
+        return Err(SyncError::WrongKey(key.space.clone()));
+    }
+    save_setup(dir, conn, &key, url_text, device_name)
+}
+
+/// What one sync moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Moved {
+    /// Records this device sent.
+    pub pushed: usize,
+    /// Records read from other devices' logs.
+    pub pulled: usize,
+    /// Memories those records added here.
+    pub added: usize,
+    /// Memories those records forgot here.
+    pub forgotten: usize,
+}
+
+/// Seals the memories and tombstones no log carries yet into the outbox.
+pub fn stage(
+    conn: &mut Connection,
+    setup: &Setup,
+    settings: &SyncSettings,
+    now: i64,
+) -> Result<usize, SyncError> {
+    let projects = local::Projects::from_setting(&settings.projects);
+    let staged = db::write(conn, |tx| {
+        let records = local::unsent(tx, &projects)?;
+        let mut sealed = Vec::with_capacity(records.len());
+        for record in records {
+            let seq = local::next_seq(tx)?;
+            let env = local::Envelope {
+                device_name: setup.device_name.clone(),
+                record,
+            };
+            let plain =
+                serde_json::to_vec(&env).map_err(|e| crate::Error::Invalid(e.to_string()))?;
+            let body = setup
+                .key
+                .seal(&setup.key.record_ad(&setup.device, seq), &plain)
+                .map_err(|e| crate::Error::Invalid(e.to_string()))?;
+            local::queue(tx, seq, &body, now)?;
+            local::mark(tx, &env.record, &setup.device)?;
+            sealed.push(seq);
+        }
+        Ok(sealed.len())
+    })?;
+    Ok(staged)
+}
+
+/// Sends the outbox to the server; returns how many records went.
+pub fn push(
+    conn: &mut Connection,
+    client: &mut postgres::Client,
+    setup: &Setup,
+) -> Result<usize, SyncError> {
+    let mut sent = 0;
+    loop {
+        let batch = local::outbox(conn, PUSH_BATCH)?;
+        let Some(last) = batch.last().map(|r| r.0) else {
+            return Ok(sent);
+        };
+        server::append(client, &setup.key.space, &setup.device, &batch)?;
+        db::write(conn, |tx| local::acknowledge(tx, last))?;
+        sent += batch.len();
+    }
+}
+
+/// Reads every other device's log from its cursor and applies it.
+pub fn pull(
+    conn: &mut Connection,
+    client: &mut postgres::Client,
+    setup: &Setup,
+    now: i64,
+) -> Result<Moved, SyncError> {
+    let mut moved = Moved::default();
+    for (device, last) in server::devices(client, &setup.key.space, &setup.device)? {
+        loop {
+            let after = local::cursor(conn, &device)?;
+            if after >= last {
+                break;
+            }
+            let batch = server::read(client, &setup.key.space, &device, after, PULL_BATCH)?;
+            if batch.is_empty() {
+                break;
+            }
+            let mut envelopes = Vec::with_capacity(batch.len());
+            for (seq, body) in &batch {
+                let unreadable = || SyncError::Unreadable {
+                    device: device.clone(),
+                    seq: *seq,
+                };
+                let plain = setup
+                    .key
+                    .open(&setup.key.record_ad(&device, *seq), body)
+                    .ok_or_else(unreadable)?;
+                let env: local::Envelope =
+                    serde_json::from_slice(&plain).map_err(|_| unreadable())?;
+                envelopes.push((*seq, env));
+            }
+            let counts = db::write(conn, |tx| {
+                let mut c = (0, 0);
+                for (seq, env) in &envelopes {
+                    match local::apply(tx, &device, *seq, env, now)? {
+                        local::Applied::Added => c.0 += 1,
+                        local::Applied::Forgot => c.1 += 1,
+                        local::Applied::Nothing => {}
+                    }
+                }
+                Ok(c)
+            })?;
+            moved.pulled += envelopes.len();
+            moved.added += counts.0;
+            moved.forgotten += counts.1;
+        }
+    }
+    Ok(moved)
+}
+
+/// One sync: stage, push, then pull. The outcome (or the error) is kept for `status`.
+pub fn sync_once(
+    dir: &DataDir,
+    conn: &mut Connection,
+    settings: &SyncSettings,
+    now: i64,
+) -> Result<Moved, SyncError> {
+    let setup = Setup::load(dir, conn)?.ok_or(SyncError::NotSetUp)?;
+    let result = (|| -> Result<Moved, SyncError> {
+        stage(conn, &setup, settings, now)?;
+        let mut client = setup.url.connect()?;
+        server::migrate(&mut client)?;
+        let pushed = push(conn, &mut client, &setup)?;
+        let mut moved = pull(conn, &mut client, &setup, now)?;
+        moved.pushed = pushed;
+        Ok(moved)
+    })();
+    let outcome = match &result {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    };
+    db::write(conn, |tx| {
+        if result.is_ok() {
+            local::set(tx, local::LAST_PUSH, &now.to_string())?;
+            local::set(tx, local::LAST_PULL, &now.to_string())?;
+        }
+        local::set(tx, local::LAST_ERROR, &outcome)
+    })?;
+    result
+}
+
+/// What `cairn sync status` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub server: String,
+    pub space: String,
+    pub device: String,
+    pub device_name: String,
+    /// Records sealed but not yet on the server.
+    pub unsent: i64,
+    pub last_sync_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub devices: Vec<DeviceStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceStatus {
+    pub device: String,
+    pub name: String,
+    /// The last record of its log applied here.
+    pub read_to: i64,
+}
+
+/// This device's sync state, from the local store only (no network).
+pub fn status(dir: &DataDir, conn: &Connection) -> Result<Option<Status>, SyncError> {
+    let Some(setup) = Setup::load(dir, conn)? else {
+        return Ok(None);
+    };
+    Ok(Some(Status {
+        server: setup.url.display(),
+        space: setup.key.space.clone(),
+        device: setup.device,
+        device_name: setup.device_name,
+        unsent: local::outbox_len(conn)?,
+        last_sync_at: local::get(conn, local::LAST_PULL)?.and_then(|v| v.parse().ok()),
+        last_error: local::get(conn, local::LAST_ERROR)?.filter(|e| !e.is_empty()),
+        devices: local::devices(conn)?
+            .into_iter()
+            .map(|(device, name, read_to)| DeviceStatus {
+                device,
+                name,
+                read_to,
+            })
+            .collect(),
+    }))
+}

@@ -1,0 +1,323 @@
+//! The PostgreSQL side: connecting (password from the URL, `PGPASSWORD` or a password file;
+//! TLS as the URL's `sslmode` asks), the server's versioned schema, and the three things a
+//! device does there: create or find a space, append to its own log, read other logs from a
+//! cursor. The server only ever holds space and device ids, sequence numbers, sealed
+//! bytes, sizes and times.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::config::SslMode;
+use postgres::{Client, Config, NoTls};
+
+use crate::sync::SyncError;
+
+/// The server's migrations, applied in order under an advisory lock; never edited once
+/// shipped.
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE cairn_spaces (
+    space_id    text PRIMARY KEY,
+    key_check   bytea NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE cairn_devices (
+    space_id    text NOT NULL REFERENCES cairn_spaces ON DELETE CASCADE,
+    device_id   text NOT NULL,
+    last_seq    bigint NOT NULL DEFAULT 0,
+    first_seen  timestamptz NOT NULL DEFAULT now(),
+    last_push   timestamptz,
+    PRIMARY KEY (space_id, device_id)
+);
+CREATE TABLE cairn_records (
+    space_id    text NOT NULL,
+    device_id   text NOT NULL,
+    seq         bigint NOT NULL,
+    body        bytea NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (space_id, device_id, seq)
+);
+"];
+
+/// Any number: the advisory lock that serialises the server's migrations.
+const MIGRATION_LOCK: i64 = 0x6361_6972_6e73;
+
+/// How long connecting may take before the server counts as away.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A parsed server URL. Its `Debug` and [`Url::display`] never show the password.
+#[derive(Clone)]
+pub struct Url {
+    config: Config,
+}
+
+impl std::fmt::Debug for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+impl Url {
+    /// Reads a `postgres://` URL or a `key=value` connection string.
+    pub fn parse(text: &str) -> Result<Self, SyncError> {
+        let config: Config = text
+            .trim()
+            .parse()
+            .map_err(|e: postgres::Error| SyncError::BadUrl(e.to_string()))?;
+        Ok(Url { config })
+    }
+
+    /// `user@host:port/dbname`, no password.
+    pub fn display(&self) -> String {
+        let c = &self.config;
+        let host = c
+            .get_hosts()
+            .first()
+            .map(|h| match h {
+                postgres::config::Host::Tcp(s) => s.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .unwrap_or_else(|| "localhost".into());
+        let port = c.get_ports().first().copied().unwrap_or(5432);
+        format!(
+            "{}@{host}:{port}/{}",
+            c.get_user().unwrap_or(""),
+            c.get_dbname().unwrap_or("")
+        )
+    }
+
+    /// Connects: the URL's password, else `PGPASSWORD`, else the matching line of the
+    /// password file (`PGPASSFILE`, else `~/.pgpass`).
+    pub fn connect(&self) -> Result<Client, SyncError> {
+        let mut config = self.config.clone();
+        if config.get_password().is_none()
+            && let Some(p) = password_from_env(&config)
+        {
+            config.password(p);
+        }
+        config.connect_timeout(CONNECT_TIMEOUT);
+        let client = match config.get_ssl_mode() {
+            SslMode::Disable => config.connect(NoTls),
+            _ => config.connect(tls()),
+        };
+        client.map_err(SyncError::from_postgres)
+    }
+}
+
+fn tls() -> tokio_postgres_rustls::MakeRustlsConnect {
+    let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("ring supports the default protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_postgres_rustls::MakeRustlsConnect::new(config)
+}
+
+fn password_from_env(config: &Config) -> Option<String> {
+    if let Ok(p) = std::env::var("PGPASSWORD") {
+        return Some(p);
+    }
+    let file = std::env::var_os("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
+    let text = std::fs::read_to_string(file).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "localhost".into(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let want = [
+        host.as_str(),
+        port.as_str(),
+        config.get_dbname().unwrap_or(""),
+        config.get_user().unwrap_or(""),
+    ];
+    pgpass_lookup(&text, &want)
+}
+
+/// The password of the first line of a `.pgpass` file matching host, port, database and
+/// user (`*` matches anything; `\:` and `\\` are escapes).
+fn pgpass_lookup(text: &str, want: &[&str; 4]) -> Option<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let fields = split_pgpass(line);
+            if fields.len() != 5 {
+                return None;
+            }
+            let matches = fields[..4]
+                .iter()
+                .zip(want)
+                .all(|(f, w)| f == "*" || f == w);
+            matches.then(|| fields[4].clone())
+        })
+}
+
+fn split_pgpass(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let (Some(n), Some(last)) = (chars.next(), out.last_mut()) {
+                    last.push(n);
+                }
+            }
+            ':' => out.push(String::new()),
+            c => {
+                if let Some(last) = out.last_mut() {
+                    last.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Brings the server's schema up to date (several devices may try at once).
+pub fn migrate(client: &mut Client) -> Result<(), SyncError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS cairn_sync_migrations (
+             version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+    )?;
+    let done: i32 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM cairn_sync_migrations",
+            &[],
+        )?
+        .get(0);
+    let known = i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX);
+    if done > known {
+        return Err(SyncError::ServerTooNew {
+            found: done,
+            supported: known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done as usize) {
+        tx.batch_execute(sql)?;
+        let version = i as i32 + 1;
+        tx.execute(
+            "INSERT INTO cairn_sync_migrations (version) VALUES ($1)",
+            &[&version],
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Creates a space with its key check record.
+pub fn create_space(client: &mut Client, space: &str, check: &[u8]) -> Result<(), SyncError> {
+    client.execute(
+        "INSERT INTO cairn_spaces (space_id, key_check) VALUES ($1, $2)",
+        &[&space, &check],
+    )?;
+    Ok(())
+}
+
+/// The key check record of a space, `None` when the server has no such space.
+pub fn key_check(client: &mut Client, space: &str) -> Result<Option<Vec<u8>>, SyncError> {
+    Ok(client
+        .query_opt(
+            "SELECT key_check FROM cairn_spaces WHERE space_id = $1",
+            &[&space],
+        )?
+        .map(|r| r.get(0)))
+}
+
+/// Appends records to `device`'s log. Idempotent: a record the server already holds is
+/// left as it is, so a push repeated after a crash or a lost reply adds nothing.
+pub fn append(
+    client: &mut Client,
+    space: &str,
+    device: &str,
+    records: &[(i64, Vec<u8>)],
+) -> Result<(), SyncError> {
+    let Some(last) = records.iter().map(|r| r.0).max() else {
+        return Ok(());
+    };
+    let mut tx = client.transaction()?;
+    tx.execute(
+        "INSERT INTO cairn_devices (space_id, device_id, last_seq, last_push)
+         VALUES ($1, $2, $3, now())
+         ON CONFLICT (space_id, device_id) DO UPDATE
+         SET last_seq = greatest(cairn_devices.last_seq, excluded.last_seq), last_push = now()",
+        &[&space, &device, &last],
+    )?;
+    let insert = tx.prepare(
+        "INSERT INTO cairn_records (space_id, device_id, seq, body) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (space_id, device_id, seq) DO NOTHING",
+    )?;
+    for (seq, body) in records {
+        tx.execute(&insert, &[&space, &device, seq, body])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The devices of a space other than `me`, with the last sequence number of each log.
+pub fn devices(
+    client: &mut Client,
+    space: &str,
+    me: &str,
+) -> Result<Vec<(String, i64)>, SyncError> {
+    Ok(client
+        .query(
+            "SELECT device_id, last_seq FROM cairn_devices
+             WHERE space_id = $1 AND device_id <> $2 ORDER BY device_id",
+            &[&space, &me],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// Up to `limit` records of `device`'s log after `after`, in order.
+pub fn read(
+    client: &mut Client,
+    space: &str,
+    device: &str,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(i64, Vec<u8>)>, SyncError> {
+    Ok(client
+        .query(
+            "SELECT seq, body FROM cairn_records
+             WHERE space_id = $1 AND device_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            &[&space, &device, &after, &limit],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_show_no_password() {
+        let u =
+            Url::parse("postgres://ann:s3cret@db.example:6543/mem?sslmode=require").expect("url");
+        assert_eq!(u.display(), "ann@db.example:6543/mem");
+        assert!(!format!("{u:?}").contains("s3cret"));
+        assert!(Url::parse("postgres://[::1").is_err());
+    }
+
+    #[test]
+    fn password_files_match_by_field_with_wildcards_and_escapes() {
+        let text = "# comment\nother:5432:*:ann:no\n*:5432:mem:ann:pa\\:ss\n";
+        let want = ["db", "5432", "mem", "ann"];
+        assert_eq!(pgpass_lookup(text, &want).as_deref(), Some("pa:ss"));
+        assert_eq!(pgpass_lookup(text, &["db", "1", "mem", "ann"]), None);
+    }
+}
