@@ -813,7 +813,9 @@ fn filled_prefixed(t: &str) -> bool {
     let fill = last.as_bytes();
     if prefix.is_empty()
         || prefix.len() > 16
-        || !prefix.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+        || !prefix
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
         || fill.len() < 20
         || !fill.iter().all(u8::is_ascii_alphanumeric)
     {
