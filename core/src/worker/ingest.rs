@@ -115,6 +115,12 @@ fn keep_applied(dir: &DataDir, path: &std::path::Path, now: i64) -> Result<()> {
     match std::fs::rename(path, &to) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // A file kept outside the data dir (`store::fallback`) is on another file system.
+        Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
+            std::fs::copy(path, &to)
+                .and_then(|_| std::fs::remove_file(path))
+                .map_err(|e| Error::io("cannot move applied spool file", path, e))?;
+        }
         Err(e) => return Err(Error::io("cannot move applied spool file", path, e)),
     }
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(now.max(0) as u64);
