@@ -366,7 +366,16 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
             continue;
         }
         log::info!("applying migration {name}");
-        tx.execute_batch(sql)?;
+        tx.execute_batch(sql)
+            .map_err(|e| match e.to_string().contains("already exists") {
+                // The version says the migration is pending, the tables say it ran: the
+                // header's `user_version` is damaged, which recovery repairs.
+                true => Error::Damaged {
+                    path: tx.path().map(Into::into).unwrap_or_default(),
+                    reason: format!("schema version {current} disagrees with the tables ({e})"),
+                },
+                false => Error::Sqlite(e),
+            })?;
         tx.execute_batch(&format!("PRAGMA user_version = {target}"))?;
     }
     tx.commit()?;
@@ -564,6 +573,16 @@ mod tests {
         assert_eq!(tables_before, tables_after);
         assert!(integrity_problems(&conn).expect("check").is_empty());
         assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
+    }
+
+    #[test]
+    fn a_schema_version_behind_its_tables_is_damage() {
+        let (_tmp, dd) = temp_db();
+        let mut conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
+        conn.execute_batch("PRAGMA user_version = 3")
+            .expect("damage");
+        let err = migrate(&mut conn).expect_err("tables already there");
+        assert!(err.is_corrupt(), "{err}");
     }
 
     #[test]
