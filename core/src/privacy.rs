@@ -895,6 +895,19 @@ fn assigned_shaped(t: &str) -> bool {
         && (shape_randomness(b) >= 0.2 || b.iter().any(u8::is_ascii_digit))
 }
 
+/// True when `t` reads as a name in code rather than a value: an identifier that starts
+/// with `_`, or whose `_`-separated parts are all shorter than a key's random part
+/// (`N14x509_object_st4DOLLAR_14E`, `_MatcherAPIv1Base`). Issued keys with a prefix
+/// (`sk_live_…`) keep a long random part and stay secrets.
+fn identifier(t: &str) -> bool {
+    let b = t.as_bytes();
+    let word = b
+        .first()
+        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    word && (b[0] == b'_' || t.contains('_') && t.split('_').all(|part| part.len() < 20))
+}
+
 /// True when `t` is a commit id or a digest by its length (SHA-1, SHA-256 in hex) and what
 /// precedes it says so (`@user 6d02d53f…` in release notes, `sha256:`, `commit …`).
 fn names_a_commit(before: &str, t: &str) -> bool {
@@ -966,10 +979,11 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
                     .is_some_and(|word| word.contains(w))
             });
         // Base64 of plain text is text: `redact_encoded` looks into it.
-        let shaped = near && secret_shaped(t, false)
-            || assigned && assigned_shaped(t)
+        // A name with a leading underscore (`_MatcherAPIv1Base`) is code, whatever is near.
+        let shaped = !t.starts_with('_') && near && secret_shaped(t, false)
+            || !t.starts_with('_') && assigned && assigned_shaped(t)
             || filled_prefixed(t)
-            || secret_shaped(t, true) && !decodes_to_text(t.as_bytes());
+            || secret_shaped(t, true) && !decodes_to_text(t.as_bytes()) && !identifier(t);
         if !shaped || names_a_commit(&before, t) {
             continue;
         }
