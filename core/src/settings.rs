@@ -365,7 +365,7 @@ impl Default for RecallSettings {
             at_file: true,
             max_memories: 3,
             max_file_memories: 3,
-            min_relevance: 0.8,
+            min_relevance: 0.5,
             budget_tokens: 250,
             worker_deadline_ms: 25,
         }
