@@ -54,6 +54,11 @@ fn main() -> ExitCode {
     let mut checked = 0;
     let mut missing = Vec::new();
     for path in &sources {
+        // PostgreSQL's statements (sync's server side) are not SQLite's: the trace cannot
+        // see them; `tests/e2e/sync.rs` runs each against a real server.
+        if path.ends_with("sync/server.rs") {
+            continue;
+        }
         let text = std::fs::read_to_string(path).expect("read source");
         let shown = path
             .strip_prefix(root.parent().unwrap_or(root))

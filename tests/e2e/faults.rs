@@ -494,6 +494,9 @@ fn a_database_damaged_under_the_worker_is_recovered_with_its_newer_rows() {
     let hook = |e: &str| {
         let mut c = env.cmd("cairn-hook");
         c.env("CAIRN_CAPTURE__LOCK_WAIT_MS", "200");
+        // Each answer must be the plain one: no memories given with the prompts, whose
+        // words ("turn 2 of s") match the earlier turns' summaries.
+        c.env("CAIRN_RECALL__AT_PROMPT", "false");
         let out = run_with_stdin(c, e.as_bytes());
         assert_eq!(stdout(&out), PLAIN);
     };

@@ -366,8 +366,11 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
             continue;
         }
         log::info!("applying migration {name}");
-        tx.execute_batch(sql)
-            .map_err(|e| match e.to_string().contains("already exists") {
+        tx.execute_batch(sql).map_err(|e| {
+            match ["already exists", "duplicate column"]
+                .iter()
+                .any(|m| e.to_string().contains(m))
+            {
                 // The version says the migration is pending, the tables say it ran: the
                 // header's `user_version` is damaged, which recovery repairs.
                 true => Error::Damaged {
@@ -375,7 +378,8 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
                     reason: format!("schema version {current} disagrees with the tables ({e})"),
                 },
                 false => Error::Sqlite(e),
-            })?;
+            }
+        })?;
         tx.execute_batch(&format!("PRAGMA user_version = {target}"))?;
     }
     tx.commit()?;
