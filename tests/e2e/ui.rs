@@ -769,6 +769,10 @@ fn the_context_page_changes_only_safe_settings_through_the_writer() {
         "{}",
         done.body
     );
+    // Default is offered once the file sets the key.
+    let default_button = "id=\"set-context-max_observations-default\"";
+    assert!(!before.contains(default_button));
+    assert!(done.body.contains(default_button));
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
     assert_eq!(written["context"]["max_observations"], 1);

@@ -589,6 +589,12 @@ fn context_answer(
     };
     let (settings, rows, error) = match Settings::load(&app.dir) {
         Ok(loaded) => {
+            // Set in the file, whether or not a variable hides it.
+            let file = Settings::load_from(&app.dir.settings(), std::iter::empty(), &[]).ok();
+            let in_file = |key: &str| {
+                file.as_ref()
+                    .is_some_and(|f| matches!(f.sources.get(key), Some(Source::File(_))))
+            };
             let rows = loaded
                 .effective()
                 .into_iter()
@@ -596,6 +602,7 @@ fn context_answer(
                 .map(|(key, value, src)| pages::SettingRow {
                     changeable: changeable(&key),
                     from_env: matches!(src, Source::Env(_)),
+                    in_file: in_file(&key),
                     source: src.to_string(),
                     key,
                     value,

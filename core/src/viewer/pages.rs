@@ -700,6 +700,8 @@ pub struct SettingRow {
     pub source: String,
     /// An environment variable of `cairn ui`'s sets it: it wins over the file.
     pub from_env: bool,
+    /// `settings.json` sets it (so Default has something to remove).
+    pub in_file: bool,
     pub changeable: bool,
 }
 
@@ -860,13 +862,19 @@ fn setting_value(row: &SettingRow, project: &str, csrf: &str) -> String {
             esc(&shown)
         ),
     };
+    let default = if row.in_file {
+        format!(
+            " <button name=\"unset\" value=\"yes\" id=\"{id}-default\" class=\"quiet\">Default</button>"
+        )
+    } else {
+        String::new()
+    };
     format!(
         "<form method=\"post\" action=\"/context/settings\" class=\"setting\">\
          <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
          <input type=\"hidden\" name=\"project\" value=\"{}\">\
          <input type=\"hidden\" name=\"key\" value=\"{}\">{input} \
-         <button id=\"{id}-save\">Save</button> \
-         <button name=\"unset\" value=\"yes\" id=\"{id}-default\" class=\"quiet\">Default</button></form>",
+         <button id=\"{id}-save\">Save</button>{default}</form>",
         esc(csrf),
         esc(project),
         esc(&row.key),
