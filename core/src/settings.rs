@@ -16,6 +16,8 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::store::paths::DataDir;
 
+pub mod write;
+
 /// Every setting cairn reads. Defaults are what a fresh install needs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -442,8 +444,19 @@ impl Settings {
         env: impl IntoIterator<Item = (String, String)>,
         flags: &[(&str, &str)],
     ) -> Result<Loaded> {
-        let defaults = serde_json::to_value(Settings::default())
-            .map_err(|e| Error::Settings(e.to_string()))?;
+        let text = read_file(file)?;
+        Self::load_text(file, text.as_deref(), env, flags)
+    }
+
+    /// [`Settings::load_from`] with the file's text given (`None`: no file), named `file`
+    /// in messages. The settings writer checks what it is about to write with this.
+    pub(crate) fn load_text(
+        file: &Path,
+        text: Option<&str>,
+        env: impl IntoIterator<Item = (String, String)>,
+        flags: &[(&str, &str)],
+    ) -> Result<Loaded> {
+        let defaults = defaults();
         let mut merged = defaults.clone();
         let mut sources = BTreeMap::new();
         let mut warnings = Vec::new();
@@ -451,37 +464,19 @@ impl Settings {
             sources.insert(key, Source::Default);
         }
 
-        match std::fs::read_to_string(file) {
-            Ok(text) => {
-                let value: Value = serde_json::from_str(&text).map_err(|e| {
-                    Error::Settings(format!(
-                        "settings file {}: line {}, column {}: {}",
-                        file.display(),
-                        e.line(),
-                        e.column(),
-                        strip_position(&e.to_string())
-                    ))
-                })?;
-                let Value::Object(map) = value else {
-                    return Err(Error::Settings(format!(
-                        "settings file {}: line 1: expected a JSON object of sections",
-                        file.display()
-                    )));
-                };
-                let src = Source::File(file.to_path_buf());
-                merge_file(
-                    &defaults,
-                    &mut merged,
-                    &map,
-                    "",
-                    &src,
-                    &text,
-                    &mut sources,
-                    &mut warnings,
-                )?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("cannot read settings file", file, e)),
+        if let Some(text) = text {
+            let map = parse_file(file, text)?;
+            let src = Source::File(file.to_path_buf());
+            merge_file(
+                &defaults,
+                &mut merged,
+                &map,
+                "",
+                &src,
+                text,
+                &mut sources,
+                &mut warnings,
+            )?;
         }
 
         let mut env: Vec<(String, String)> = env
@@ -592,6 +587,40 @@ impl Loaded {
                 )
             })
             .collect()
+    }
+}
+
+/// The built-in defaults as JSON: the shape every file, variable and flag is checked against.
+fn defaults() -> Value {
+    serde_json::to_value(Settings::default()).unwrap_or(Value::Null)
+}
+
+/// The settings file's text, `None` when there is none.
+fn read_file(file: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("cannot read settings file", file, e)),
+    }
+}
+
+/// The settings file's text as its object of sections, or an error naming file and line.
+fn parse_file(file: &Path, text: &str) -> Result<Map<String, Value>> {
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        Error::Settings(format!(
+            "settings file {}: line {}, column {}: {}",
+            file.display(),
+            e.line(),
+            e.column(),
+            strip_position(&e.to_string())
+        ))
+    })?;
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(Error::Settings(format!(
+            "settings file {}: line 1: expected a JSON object of sections",
+            file.display()
+        ))),
     }
 }
 

@@ -181,6 +181,15 @@ impl Driver {
         );
     }
 
+    fn clear(&self, element: &str) {
+        call(
+            &self.agent,
+            "POST",
+            &self.url(&format!("/element/{element}/clear")),
+            None,
+        );
+    }
+
     fn script(&self, js: &str) -> Value {
         call(
             &self.agent,
@@ -394,6 +403,54 @@ fn the_viewer_works_in_a_real_browser() {
     let pre = d.wait("#context");
     assert_eq!(d.text(&pre).trim(), stdout(&printed).trim());
     d.screenshot("context");
+
+    // A setting changed on the page: written to settings.json (the rest kept), the block
+    // and its token count as `cairn context` now prints them.
+    let tokens_before = d.text(&d.wait("#context-tokens"));
+    let input = d.wait("#set-context-max_observations");
+    d.clear(&input);
+    d.type_in(&input, "1");
+    d.click(&d.wait("#set-context-max_observations-save"));
+    d.wait("#setting-changed");
+    let written: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.data_dir.join("settings.json")).expect("settings"),
+    )
+    .expect("json");
+    assert_eq!(written["context"]["max_observations"], 1);
+    assert_eq!(written["embed"]["provider"], "local", "other keys kept");
+    let printed = cairn(&env, &["context", "--project", "acme"]);
+    assert!(printed.status.success(), "{printed:?}");
+    assert_eq!(d.text(&d.wait("#context")).trim(), stdout(&printed).trim());
+    let tokens_after = d.text(&d.wait("#context-tokens"));
+    assert!(
+        tokens_after.parse::<usize>().expect("tokens")
+            < tokens_before.parse::<usize>().expect("tokens"),
+        "{tokens_before} -> {tokens_after}"
+    );
+    // An invalid value: the error on the page, settings.json as it was.
+    let file_before = std::fs::read(env.data_dir.join("settings.json")).expect("settings");
+    let input = d.wait("#set-recall-min_relevance");
+    d.clear(&input);
+    d.type_in(&input, "seven");
+    d.click(&d.wait("#set-recall-min_relevance-save"));
+    let refused = d.wait("#setting-refused");
+    assert!(
+        d.text(&refused).contains("recall.min_relevance"),
+        "{}",
+        d.text(&refused)
+    );
+    assert_eq!(
+        std::fs::read(env.data_dir.join("settings.json")).expect("settings"),
+        file_before
+    );
+    assert_eq!(d.text(&d.wait("#context")).trim(), stdout(&printed).trim());
+    // Back to the default for the pages that follow.
+    d.click(&d.wait("#set-context-max_observations-default"));
+    d.wait("#setting-changed");
+    assert_eq!(d.text(&d.wait("#context")).trim(), {
+        let again = cairn(&env, &["context", "--project", "acme"]);
+        stdout(&again).trim().to_string()
+    });
 
     // Search, with highlighted matches.
     d.go(&ui.page("/search"));

@@ -773,6 +773,131 @@ fn config_shows_each_value_and_its_source() {
     );
 }
 
+#[test]
+fn config_set_and_unset_change_settings_json_as_loading_checks_it() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(&env.data_dir).expect("dir");
+    let file = env.data_dir.join("settings.json");
+    std::fs::write(&file, r#"{ "backup": { "keep": 3 }, "mine": { "x": 1 } }"#).expect("settings");
+    let effective = |env: &TestEnv, key: &str, var: Option<(&str, &str)>| {
+        let mut c = env.cmd("cairn");
+        c.args(["config", "--json"]);
+        if let Some((k, v)) = var {
+            c.env(k, v);
+        }
+        let o = c.output().expect("run");
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        json(&o)["settings"]
+            .as_array()
+            .expect("settings")
+            .iter()
+            .find(|s| s["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key}"))
+    };
+
+    let o = cairn(&env, &["config", "set", "context.budget_tokens", "900"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("context.budget_tokens = 900"),
+        "{}",
+        stdout(&o)
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+    assert_eq!(written["context"]["budget_tokens"], 900);
+    assert_eq!(written["backup"]["keep"], 3, "other keys kept");
+    assert_eq!(written["mine"]["x"], 1, "unknown keys kept");
+    assert_eq!(effective(&env, "context.budget_tokens", None)["value"], 900);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // Refused: an unknown key, a value of the wrong type, one out of range. Nothing written.
+    let before = std::fs::read(&file).expect("read");
+    for (args, needle) in [
+        (
+            ["config", "set", "context.budget", "9"],
+            "context.budget_tokens",
+        ),
+        (
+            ["config", "set", "context.budget_tokens", "lots"],
+            "non-negative integer",
+        ),
+        (
+            ["config", "set", "recall.min_relevance", "1.5"],
+            "recall.min_relevance: must be between 0 and 1",
+        ),
+        (["config", "set", "log.level", "loud"], "log.level"),
+    ] {
+        let o = cairn(&env, &args);
+        // Its one error line follows the warning about the unknown `mine`.
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        let err = stderr(&o);
+        let last = err.trim_end().lines().last().unwrap_or_default();
+        assert!(last.starts_with("error: "), "{err}");
+        assert!(last.contains(needle), "{needle:?} not in {err}");
+        assert!(last.ends_with("nothing was written"), "{err}");
+        assert_eq!(std::fs::read(&file).expect("read"), before, "{args:?}");
+    }
+
+    // An environment variable still wins, and both commands say so.
+    let o = env
+        .cmd("cairn")
+        .args(["config", "set", "context.max_sessions", "4"])
+        .env("CAIRN_CONTEXT__MAX_SESSIONS", "2")
+        .output()
+        .expect("run");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("CAIRN_CONTEXT__MAX_SESSIONS is set in the environment"),
+        "{}",
+        stdout(&o)
+    );
+    let shown = effective(
+        &env,
+        "context.max_sessions",
+        Some(("CAIRN_CONTEXT__MAX_SESSIONS", "2")),
+    );
+    assert_eq!(shown["value"], 2);
+    assert_eq!(shown["source"], "env CAIRN_CONTEXT__MAX_SESSIONS");
+    assert_eq!(effective(&env, "context.max_sessions", None)["value"], 4);
+
+    // Unset: back to the default, the other keys still there.
+    let o = cairn(&env, &["config", "unset", "context.budget_tokens"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("back to its default, 1500"),
+        "{}",
+        stdout(&o)
+    );
+    let shown = effective(&env, "context.budget_tokens", None);
+    assert_eq!(shown["value"], 1500);
+    assert_eq!(shown["source"], "default");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+    assert!(
+        written["context"].get("budget_tokens").is_none(),
+        "{written}"
+    );
+    assert_eq!(written["backup"]["keep"], 3);
+
+    // A file that no longer loads is put right by setting the bad key.
+    std::fs::write(&file, r#"{ "batch": { "max_size": 0 } }"#).expect("settings");
+    assert_error_line(&cairn(&env, &["config"]), "batch.max_size");
+    let o = cairn(&env, &["config", "set", "batch.max_size", "5"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(effective(&env, "batch.max_size", None)["value"], 5);
+
+    let o = cairn(&env, &["config", "set", "--help"]);
+    assert_eq!(code(&o), 0);
+    assert!(
+        stdout(&o).contains("parsed for the key's type"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// A one-request HTTP server answering `status` with `body`; returns its base URL.
 fn fake_model(status: u16, body: &'static str) -> (String, std::thread::JoinHandle<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -703,3 +703,107 @@ fn forget_on_the_cli_leaves_no_hit_and_no_reimport() {
     let none = cairn(&env, &["forget", "--session", "s1", "--yes"]);
     assert_eq!(none.status.code(), Some(1), "{none:?}");
 }
+
+#[test]
+fn the_context_page_changes_only_safe_settings_through_the_writer() {
+    let env = TestEnv::new();
+    seed(&env);
+    let file = env.data_dir.join("settings.json");
+    std::fs::write(&file, r#"{"embed": {"provider": "off"}}"#).expect("settings");
+    let ui = Ui::start(&env);
+    let csrf = ui.csrf();
+    let original = std::fs::read(&file).expect("read");
+    let unchanged = |what: &str| {
+        assert_eq!(std::fs::read(&file).expect("read"), original, "{what}");
+    };
+    let change = "key=context.max_observations&value=1&project=acme";
+    // The form token is needed in the body (the cookie alone is not enough), and the
+    // change must come from this origin.
+    assert_eq!(ui.post("/context/settings", change).status, 403);
+    let cross = raw(
+        ui.at(),
+        "POST",
+        "/context/settings",
+        &[
+            ("Host", &ui.host()),
+            ("Cookie", &ui.cookie()),
+            ("Origin", "http://127.0.0.1:1"),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        &format!("{change}&csrf={csrf}"),
+    );
+    assert_eq!(cross.status, 403);
+    unchanged("refused requests");
+    // Paths, model endpoints and keys, sync: never from the page.
+    for key in [
+        "embed.model_dir",
+        "model.base_url",
+        "model.api_key_env",
+        "sync.projects",
+        "embed.provider",
+    ] {
+        let a = ui.post(
+            "/context/settings",
+            &format!("key={key}&value=x&project=acme&csrf={csrf}"),
+        );
+        assert_eq!(a.status, 400, "{key}: {a:?}");
+        assert!(a.body.contains("cannot be changed here"), "{key}");
+        unchanged(key);
+    }
+    // An invalid value: the error on the page, nothing written.
+    let bad = ui.post(
+        "/context/settings",
+        &format!("key=recall.min_relevance&value=7&project=acme&csrf={csrf}"),
+    );
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.body.contains("id=\"setting-refused\""), "{}", bad.body);
+    assert!(bad.body.contains("must be between 0 and 1"), "{}", bad.body);
+    unchanged("invalid value");
+
+    // A good change: written as `cairn config set` writes it, the page shows the new block.
+    let before = ui.get("/context?project=acme").body;
+    let done = ui.post("/context/settings", &format!("{change}&csrf={csrf}"));
+    assert_eq!(done.status, 200, "{done:?}");
+    assert!(
+        done.body.contains("id=\"setting-changed\""),
+        "{}",
+        done.body
+    );
+    // Default is offered once the file sets the key.
+    let default_button = "id=\"set-context-max_observations-default\"";
+    assert!(!before.contains(default_button));
+    assert!(done.body.contains(default_button));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+    assert_eq!(written["context"]["max_observations"], 1);
+    assert_eq!(written["embed"]["provider"], "off", "other keys kept");
+    let printed = cairn(&env, &["context", "--project", "acme"]);
+    assert!(printed.status.success(), "{printed:?}");
+    let block = |page: &str| {
+        let start = page.find("id=\"context\"").expect("block");
+        let from = start + page[start..].find('>').expect(">") + 1;
+        let to = from + page[from..].find("</pre>").expect("</pre>");
+        page[from..to].to_string()
+    };
+    assert_ne!(block(&before), block(&done.body));
+    assert_eq!(
+        block(&done.body)
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+            .trim(),
+        stdout(&printed).trim()
+    );
+    // Default removes it from the file again.
+    let reset = ui.post(
+        "/context/settings",
+        &format!("key=context.max_observations&unset=yes&project=acme&csrf={csrf}"),
+    );
+    assert_eq!(reset.status, 200, "{reset:?}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+    assert!(written.get("context").is_none(), "{written}");
+    assert_eq!(block(&reset.body), block(&before));
+}

@@ -71,7 +71,18 @@ pub enum Command {
     Quarantine(ops::QuarantineCommand),
     /// Check the database, files, hooks, worker and model settings, and say what to fix.
     Doctor(ops::DoctorArgs),
-    /// Print the effective settings and where each value came from.
+    /// Print the effective settings and where each value came from; `set` and `unset`
+    /// change one.
+    ///
+    /// `cairn config set KEY VALUE` writes one setting to settings.json in the data dir,
+    /// `cairn config unset KEY` removes it (back to its default). The value is parsed for
+    /// the key's type, then the whole file as it would be is checked exactly as loading
+    /// checks it: an unknown key or a bad value is an error naming the key and what it
+    /// allows, and nothing is written. Every other key of the file is kept; the file is
+    /// replaced atomically and stays readable by you alone. A CAIRN_SECTION__KEY
+    /// environment variable still wins over the file (the list says where each value comes
+    /// from). Hooks and the viewer's context page read the file afresh each time; a running
+    /// worker on SIGHUP or when it starts again.
     Config(ops::ConfigArgs),
     /// Take an online backup of the database.
     Backup(ops::BackupArgs),
@@ -245,7 +256,18 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Ok(l) => l,
         // `cairn status` is where a broken settings file is reported (with what waits
         // behind it), so it runs on the defaults rather than failing.
-        Err(e) if matches!(cli.command, Command::Status(_)) => {
+        // `cairn config set` / `unset` is how a bad value is put right: the writer checks
+        // the file itself.
+        Err(e)
+            if matches!(
+                cli.command,
+                Command::Status(_)
+                    | Command::Config(ops::ConfigArgs {
+                        change: Some(_),
+                        ..
+                    })
+            ) =>
+        {
             log::warn!("{e}");
             Settings::load_from(std::path::Path::new(""), std::iter::empty(), &[])?
         }

@@ -16,7 +16,8 @@
 //!
 //! Writes nothing itself: replay and discard go through `queue::admin`, clearing the
 //! quarantine through `capture::quarantine`, acknowledging through `store::incidents`,
-//! forgetting through `memory::forget`.
+//! forgetting through `memory::forget`, the context page's settings (`context.*`,
+//! `recall.*` only) through `settings::write`, as `cairn config set` does.
 //!
 //! Invariants: it listens on its own loopback address only, and only while `cairn ui`
 //! runs; every request for a page carries the access token (`?token=` once, then an
@@ -57,7 +58,7 @@ use crate::recall::request::SearchFields;
 use crate::recall::search::{self, SearchRequest};
 use crate::recall::searcher::Searcher;
 use crate::recall::timeline::{self, Anchor, TimelineRequest};
-use crate::settings::Settings;
+use crate::settings::{Settings, Source, write};
 use crate::store::db::{self, OpenOptions};
 use crate::store::incidents;
 use crate::store::paths::DataDir;
@@ -379,6 +380,7 @@ fn route(app: &App, req: &Req) -> Result<Answer> {
             )
         }
         "/context" | "/context.json" if get => context_page(app, req)?,
+        "/context/settings" if post => change_setting(app, req)?,
         "/health" if get => health_page(app, req.query.get("done").map(String::as_str))?,
         "/queue/replay" | "/queue/discard" if post => queue_action(app, req)?,
         "/quarantine/clear" if post => {
@@ -518,9 +520,68 @@ fn queue_action(app: &App, req: &Req) -> Result<Answer> {
 /// What the next session of a project is told, as `cairn context` renders it, with the
 /// settings read again from the data dir (so a change shows without a restart).
 fn context_page(app: &App, req: &Req) -> Result<Answer> {
+    let prompt = req.query.get("prompt").cloned().unwrap_or_default();
+    context_answer(
+        app,
+        project_of(&req.query),
+        &prompt,
+        req.path == "/context.json",
+        None,
+    )
+}
+
+/// Whether the context page may change a setting: only those that shape what a session
+/// is told (`context.*`, `recall.*`), never paths, model endpoints and keys, or sync;
+/// `cairn config set` changes the others.
+fn changeable(key: &str) -> bool {
+    key.starts_with("context.") || key.starts_with("recall.")
+}
+
+/// A change of a setting from the context page (`key`, `value` or `unset=yes`), written
+/// by the settings writer as `cairn config set` writes it, then the page again with the
+/// new context, or with why nothing was written.
+fn change_setting(app: &App, req: &Req) -> Result<Answer> {
+    let key = req.form.get("key").cloned().unwrap_or_default();
+    let outcome = if !changeable(&key) {
+        Err(format!(
+            "{key} cannot be changed here: the page changes context.* and recall.* settings \
+             (`cairn config set` changes the others)"
+        ))
+    } else {
+        let change = if req.form.get("unset").map(String::as_str) == Some("yes") {
+            write::Change::Unset { key: key.clone() }
+        } else {
+            write::Change::Set {
+                key: key.clone(),
+                value: req.form.get("value").cloned().unwrap_or_default(),
+            }
+        };
+        write::apply(&app.dir.settings(), &change)
+            .map(|w| match &w.after {
+                _ if w.unchanged() => format!("{key} unchanged"),
+                Some(v) => format!("{key} set to {v} in settings.json"),
+                None => format!("{key} back to its default, {}", w.effective),
+            })
+            .map_err(|e| format!("{e}; nothing was written"))
+    };
+    let refused = outcome.is_err();
+    let mut answer = context_answer(app, project_of(&req.form), "", false, Some(outcome))?;
+    if refused {
+        answer.status = 400;
+    }
+    Ok(answer)
+}
+
+fn context_answer(
+    app: &App,
+    project: Option<String>,
+    prompt: &str,
+    json: bool,
+    changed: Option<std::result::Result<String, String>>,
+) -> Result<Answer> {
     let conn = open(&app.dir)?;
     let projects = data::projects(&conn)?;
-    let Some(project) = project_of(&req.query).or_else(|| projects.first().cloned()) else {
+    let Some(project) = project.or_else(|| projects.first().cloned()) else {
         return Ok(Answer::html(
             200,
             pages::message("Context", "No project has a session yet."),
@@ -528,11 +589,24 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
     };
     let (settings, rows, error) = match Settings::load(&app.dir) {
         Ok(loaded) => {
+            // Set in the file, whether or not a variable hides it.
+            let file = Settings::load_from(&app.dir.settings(), std::iter::empty(), &[]).ok();
+            let in_file = |key: &str| {
+                file.as_ref()
+                    .is_some_and(|f| matches!(f.sources.get(key), Some(Source::File(_))))
+            };
             let rows = loaded
                 .effective()
                 .into_iter()
                 .filter(|(k, _, _)| k.starts_with("context.") || k.starts_with("recall."))
-                .map(|(k, v, src)| (k, v.to_string(), src.to_string()))
+                .map(|(key, value, src)| pages::SettingRow {
+                    changeable: changeable(&key),
+                    from_env: matches!(src, Source::Env(_)),
+                    in_file: in_file(&key),
+                    source: src.to_string(),
+                    key,
+                    value,
+                })
                 .collect::<Vec<_>>();
             (loaded.settings, rows, None)
         }
@@ -540,7 +614,7 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
     };
     let text = context::session_start(&conn, &project, &settings.context, clock::now_ms())?;
     let tokens = context::tokens(&text);
-    if req.path == "/context.json" {
+    if json {
         let json = serde_json::json!({ "project": project, "text": text, "tokens": tokens });
         return Ok(Answer {
             status: 200,
@@ -552,11 +626,10 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
     // What a prompt typed here would receive: the hook's own search and choice
     // (`recall::moment`): by the running worker, words and meaning, when it answers in
     // time, else by words alone; for a session given nothing yet.
-    let prompt = req.query.get("prompt").cloned().unwrap_or_default();
     let recalled = if prompt.trim().is_empty() {
         None
     } else {
-        let request = moment::prompt_request(&project, &prompt, &settings.recall);
+        let request = moment::prompt_request(&project, prompt, &settings.recall);
         let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
         Some(
             moment::find(&conn, &app.dir.recall_socket(), &request, deadline)
@@ -582,7 +655,11 @@ fn context_page(app: &App, req: &Req) -> Result<Answer> {
             tokens,
             settings: &rows,
             settings_error: error.as_deref(),
-            prompt: &prompt,
+            changed: changed
+                .as_ref()
+                .map(|c| c.as_deref().map_err(String::as_str)),
+            csrf: &app.csrf,
+            prompt,
             recalled: recalled.as_ref().map(|r| {
                 r.as_ref()
                     .map(|(r, how)| (r, how.as_str()))

@@ -677,13 +677,32 @@ pub struct ContextView<'a> {
     /// The SessionStart block and its tokens.
     pub text: &'a str,
     pub tokens: usize,
-    /// `(key, value, source)` of the settings that shape it.
-    pub settings: &'a [(String, String, String)],
+    /// The settings that shape it.
+    pub settings: &'a [SettingRow],
     pub settings_error: Option<&'a str>,
+    /// What a change of a setting just did (`Ok`) or why it was refused (`Err`).
+    pub changed: Option<Result<&'a str, &'a str>>,
+    /// The form token of the settings forms.
+    pub csrf: &'a str,
     /// A prompt typed on the page, and what it would receive.
     pub prompt: &'a str,
     /// What it would receive, and how it was found.
     pub recalled: Option<Result<(&'a Recalled, &'a str), String>>,
+}
+
+/// One setting on the context page: its effective value, where that came from, and
+/// whether the page may change it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettingRow {
+    pub key: String,
+    pub value: serde_json::Value,
+    /// `default`, the file, or `env VAR`.
+    pub source: String,
+    /// An environment variable of `cairn ui`'s sets it: it wins over the file.
+    pub from_env: bool,
+    /// `settings.json` sets it (so Default has something to remove).
+    pub in_file: bool,
+    pub changeable: bool,
 }
 
 /// The context page: exactly what the next session of a project is told at its start (the
@@ -698,11 +717,32 @@ pub fn context(v: ContextView<'_>) -> String {
         tokens,
         settings,
         settings_error,
+        changed,
+        csrf,
         prompt,
         recalled,
     } = v;
-    let mut body = format!(
-        "<h1>What the next session is told</h1><form class=\"bar\" method=\"get\" action=\"/context\">{}\
+    let mut body = String::from("<h1>What the next session is told</h1>");
+    match changed {
+        None => {}
+        Some(Ok(done)) => {
+            let _ = write!(
+                body,
+                "<p class=\"notice\" id=\"setting-changed\">{}</p>",
+                esc(done)
+            );
+        }
+        Some(Err(why)) => {
+            let _ = write!(
+                body,
+                "<p class=\"error\" id=\"setting-refused\">{}</p>",
+                esc(why)
+            );
+        }
+    }
+    let _ = write!(
+        body,
+        "<form class=\"bar\" method=\"get\" action=\"/context\">{}\
          <button class=\"show\">Show</button></form>\
          <p class=\"hint\">The block Claude Code receives when a session of this project starts \
          (what <code>cairn context</code> prints): <strong id=\"context-tokens\">{}</strong> tokens (estimated as characters / 4). \
@@ -778,20 +818,67 @@ pub fn context(v: ContextView<'_>) -> String {
         let _ = write!(body, "<p class=\"error\">{}</p>", esc(e));
     }
     body.push_str("<table id=\"context-settings\"><thead><tr><th>setting</th><th>value</th><th>from</th></tr></thead><tbody>");
-    for (k, v, src) in settings {
+    for row in settings {
         let _ = write!(
             body,
-            "<tr><td><code>{}</code></td><td>{}</td><td class=\"text\">{}</td></tr>",
-            esc(k),
-            esc(v),
-            esc(src)
+            "<tr><td><code>{}</code></td><td>{}</td><td class=\"text\">{}{}</td></tr>",
+            esc(&row.key),
+            setting_value(row, project, csrf),
+            esc(&row.source),
+            if row.from_env {
+                " (wins over settings.json)"
+            } else {
+                ""
+            }
         );
     }
     body.push_str(
-        "</tbody></table><p class=\"hint\">They live in the data dir's <code>settings.json</code> \
-         (or <code>CAIRN_CONTEXT__*</code>, <code>CAIRN_RECALL__*</code> variables); <code>cairn config</code> lists them all.</p>",
+        "</tbody></table><p class=\"hint\">A change is written to the data dir's <code>settings.json</code> \
+         as <code>cairn config set</code> writes it, checked the same way; Default removes it from the file. \
+         A <code>CAIRN_CONTEXT__*</code> or <code>CAIRN_RECALL__*</code> variable in <code>cairn ui</code>'s \
+         environment wins over the file. <code>cairn config</code> lists every setting.</p>",
     );
     layout("Context", "Context", &body)
+}
+
+/// A setting's value: a form that changes it when the page may, else the value.
+fn setting_value(row: &SettingRow, project: &str, csrf: &str) -> String {
+    let shown = match &row.value {
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    if !row.changeable {
+        return esc(&shown);
+    }
+    let id = format!("set-{}", row.key.replace('.', "-"));
+    let input = match row.value {
+        serde_json::Value::Bool(b) => format!(
+            "<select name=\"value\" id=\"{id}\"><option{}>true</option><option{}>false</option></select>",
+            if b { " selected" } else { "" },
+            if b { "" } else { " selected" },
+        ),
+        _ => format!(
+            "<input name=\"value\" id=\"{id}\" value=\"{}\" size=\"8\">",
+            esc(&shown)
+        ),
+    };
+    let default = if row.in_file {
+        format!(
+            " <button name=\"unset\" value=\"yes\" id=\"{id}-default\" class=\"quiet\">Default</button>"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "<form method=\"post\" action=\"/context/settings\" class=\"setting\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">\
+         <input type=\"hidden\" name=\"key\" value=\"{}\">{input} \
+         <button id=\"{id}-save\">Save</button>{default}</form>",
+        esc(csrf),
+        esc(project),
+        esc(&row.key),
+    )
 }
 
 /// A project list where one project is always chosen.

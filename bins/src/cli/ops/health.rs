@@ -5,8 +5,11 @@ use cairn_core::ops::doctor::{self, Level};
 use cairn_core::ops::status;
 use cairn_core::queue::claim::JobStatus;
 
+use cairn_core::settings::{Settings, Source, write};
+
 use super::{
-    ConfigArgs, DoctorArgs, StatusArgs, age, bytes, emit, one_line, open, outln, print_json,
+    ConfigArgs, ConfigCommand, DoctorArgs, StatusArgs, age, bytes, emit, one_line, open, outln,
+    print_json,
 };
 use crate::cli::Ctx;
 use crate::exit;
@@ -337,8 +340,12 @@ pub fn doctor(ctx: &Ctx, args: &DoctorArgs) -> anyhow::Result<u8> {
     })
 }
 
-/// `cairn config`: every effective setting and where it came from.
+/// `cairn config`: every effective setting and where it came from; `set` and `unset`
+/// change one (`settings::write`).
 pub fn config(ctx: &Ctx, args: &ConfigArgs) -> anyhow::Result<u8> {
+    if let Some(c) = &args.change {
+        return change(ctx, c);
+    }
     let rows = ctx.loaded.effective();
     if args.json {
         let list: Vec<serde_json::Value> = rows
@@ -378,6 +385,78 @@ pub fn config(ctx: &Ctx, args: &ConfigArgs) -> anyhow::Result<u8> {
     }
     for w in &ctx.loaded.warnings {
         outln!(o, "warning: {w}");
+    }
+    emit(&o)?;
+    Ok(exit::OK)
+}
+
+/// `cairn config set` / `unset`: one change through the settings writer, then what it did
+/// and whether an environment variable hides it.
+fn change(ctx: &Ctx, command: &ConfigCommand) -> anyhow::Result<u8> {
+    let change = match command {
+        ConfigCommand::Set { key, value } => write::Change::Set {
+            key: key.clone(),
+            value: value.clone(),
+        },
+        ConfigCommand::Unset { key } => write::Change::Unset { key: key.clone() },
+    };
+    ctx.data_dir.ensure()?;
+    let file = ctx.data_dir.settings();
+    let written =
+        write::apply(&file, &change).map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
+    let shown = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    };
+    let key = &written.key;
+    let mut o = String::new();
+    match (&written.before, &written.after) {
+        (_, Some(after)) if written.unchanged() => {
+            outln!(
+                o,
+                "{key} is already {} in {}",
+                shown(after),
+                written.file.display()
+            );
+        }
+        (None, None) => outln!(
+            o,
+            "{key} is not set in {}: it is its default, {}",
+            written.file.display(),
+            shown(&written.effective)
+        ),
+        (Some(before), None) => outln!(
+            o,
+            "{key} unset in {} (was {}): back to its default, {}",
+            written.file.display(),
+            shown(before),
+            shown(&written.effective)
+        ),
+        (before, Some(after)) => outln!(
+            o,
+            "{key} = {} in {}{}",
+            shown(after),
+            written.file.display(),
+            before
+                .as_ref()
+                .map(|b| format!(" (was {})", shown(b)))
+                .unwrap_or_default()
+        ),
+    }
+    // The environment wins over the file: say so, or the change seems not to work.
+    if let Ok(now) = Settings::load(&ctx.data_dir)
+        && let Some(Source::Env(var)) = now.sources.get(key.as_str())
+    {
+        let value = now
+            .effective()
+            .into_iter()
+            .find(|(k, _, _)| k == key)
+            .map(|(_, v, _)| shown(&v))
+            .unwrap_or_default();
+        outln!(
+            o,
+            "note: {var} is set in the environment, so {key} stays {value} until it is unset"
+        );
     }
     emit(&o)?;
     Ok(exit::OK)

@@ -205,10 +205,40 @@ pub struct DoctorArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ConfigArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(subcommand)]
+    pub change: Option<ConfigCommand>,
+}
+
+/// `cairn config set` / `unset` (explained in `cairn config --help`).
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Set KEY (`section.key`, as `cairn config` lists them) to VALUE in settings.json.
+    ///
+    /// The value is parsed for the key's type: true or false, a number, text, a list as
+    /// `a,b` or as JSON. Nothing is written when the key is unknown or the value is not
+    /// allowed. Examples:
+    ///
+    ///   cairn config set context.budget_tokens 2000
+    ///
+    ///   cairn config set recall.at_prompt false
+    ///
+    ///   cairn config set capture.skip_tools TodoWrite,Read
+    Set {
+        /// The setting, e.g. context.budget_tokens.
+        key: String,
+        /// Its new value.
+        value: String,
+    },
+    /// Remove KEY from settings.json: it goes back to its default.
+    Unset {
+        /// The setting, e.g. context.budget_tokens.
+        key: String,
+    },
 }
 
 #[derive(Debug, Args)]
