@@ -7,8 +7,9 @@
 //! [`Settings::validate`]): an unknown key, a bad value or any error in the result writes
 //! nothing. Every other key of the file, unknown ones too, is kept as it was, in its
 //! order. The file is replaced atomically (a private temp file beside it, fsynced, renamed
-//! over it, the directory fsynced), mode 0600. Only `settings.json` is written: sync's
-//! url and key live in files of their own, never touched here.
+//! over it, the directory fsynced), mode 0600. Two changes at once take turns on a lock
+//! file beside it (`.settings.json.lock`), so neither is lost. Only `settings.json` is
+//! written: sync's url and key live in files of their own, never touched here.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -62,6 +63,7 @@ pub fn apply(file: &Path, change: &Change) -> Result<Written> {
     let refused = |why: String| Error::Settings(format!("cannot change {key}: {why}"));
     let default = known(key).map_err(refused)?;
     let target = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    let _turn = take_turn(&target)?;
     let text = read_file(&target)?;
     let mut map = match &text {
         Some(t) => parse_file(file, t)?,
@@ -140,6 +142,26 @@ fn known(key: &str) -> std::result::Result<Value, String> {
             ))
         }
     }
+}
+
+/// Waits for and holds the lock beside `file` that every change takes, so that a read,
+/// change and write of the file is never interleaved with another's. Released on drop.
+fn take_turn(file: &Path) -> Result<std::fs::File> {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "settings.json".into());
+    let path = file.with_file_name(format!(".{name}.lock"));
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| Error::io("cannot open settings lock", &path, e))?;
+    lock.lock()
+        .map_err(|e| Error::io("cannot lock settings", &path, e))?;
+    Ok(lock)
 }
 
 /// Replaces `file` with `bytes`: a private temp file in the same directory, synced, then
@@ -233,6 +255,36 @@ mod tests {
     }
 
     #[test]
+    fn changes_made_at_once_are_all_kept() {
+        let (_tmp, file) = file_with(Some("{}"));
+        let keys = [
+            ("context.budget_tokens", "700"),
+            ("context.max_sessions", "5"),
+            ("recall.max_memories", "2"),
+            ("recall.budget_tokens", "120"),
+            ("recall.min_relevance", "0.6"),
+            ("recall.at_prompt", "false"),
+        ];
+        std::thread::scope(|s| {
+            for (key, value) in keys {
+                let file = &file;
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        apply(file, &set(key, value)).expect("set");
+                        apply(file, &unset(key)).expect("unset");
+                    }
+                    apply(file, &set(key, value)).expect("set");
+                });
+            }
+        });
+        let v = read(&file);
+        for (key, value) in keys {
+            let (section, leaf) = key.split_once('.').expect("dotted");
+            assert_eq!(v[section][leaf].to_string(), value, "{key} lost");
+        }
+    }
+
+    #[test]
     fn values_are_parsed_for_the_keys_type() {
         let (_tmp, file) = file_with(None);
         apply(&file, &set("recall.at_prompt", "off")).expect("bool");
@@ -284,13 +336,12 @@ mod tests {
             set("worker.concurrency", "99999999999"),
             &["worker.concurrency"],
         );
-        assert!(
-            std::fs::read_dir(file.parent().expect("dir"))
-                .expect("dir")
-                .count()
-                == 1,
-            "no temp file left behind"
-        );
+        let left: Vec<_> = std::fs::read_dir(file.parent().expect("dir"))
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "temp files left behind: {left:?}");
     }
 
     #[test]
