@@ -437,6 +437,16 @@ impl Settings {
         Self::load_from(&dir.settings(), std::env::vars(), &[])
     }
 
+    /// How long a hook waits for the database (`capture.lock_wait_ms`) as the data dir's
+    /// settings say, the default when they cannot be read: what a recovery started by a
+    /// reader (`store::recover::recover_unless_worker`) must outlast.
+    pub fn lock_wait(dir: &DataDir) -> std::time::Duration {
+        let ms = Self::load(dir)
+            .map(|l| l.settings.capture.lock_wait_ms)
+            .unwrap_or(Settings::default().capture.lock_wait_ms);
+        std::time::Duration::from_millis(ms)
+    }
+
     /// Loads from an explicit file (missing means defaults), environment and flag overrides
     /// (`("batch.max_size", "20")`, values parsed like environment values).
     pub fn load_from(

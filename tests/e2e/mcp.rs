@@ -6,7 +6,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use serde_json::{Value, json};
 
 use crate::recall::{hostile_queries, project_dir, seed};
-use crate::support::TestEnv;
+use crate::support::{TestEnv, stderr, stdout};
 
 /// A running `cairn mcp` with its pipes.
 struct Client {
@@ -613,4 +613,31 @@ fn a_start_that_only_lists_the_tools_writes_nothing() {
     let before = counts(&env);
     list(&env);
     assert_eq!(counts(&env), before, "{tables:?}");
+}
+
+#[test]
+fn a_database_damaged_under_the_server_is_recovered_and_the_call_answered() {
+    let env = TestEnv::new();
+    seed(&env);
+    let backup = env.run("cairn", &["backup"], b"");
+    assert_eq!(backup.status.code(), Some(0), "{}", stderr(&backup));
+    let mut c = Client::start(&env);
+    c.handshake();
+    // The header overwritten while the server runs, before the call that opens the database.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(env.db_path())
+        .and_then(|mut f| f.write_all(&[0u8; 100]).and_then(|()| f.sync_all()))
+        .expect("damage the header");
+    let (err, text) = c.call("search", json!({"query": "lease"}));
+    assert!(!err, "{text}");
+    assert!(text.contains("Queue internals"), "{text}");
+    let (_, code) = c.finish();
+    assert_eq!(code, Some(0));
+    let status = env.run("cairn", &["status"], b"");
+    assert!(
+        stdout(&status).contains("the database was damaged"),
+        "{}",
+        stdout(&status)
+    );
 }

@@ -107,7 +107,7 @@ fn the_next_command_recovers_a_database_whose_header_is_broken() {
     overwrite(&env.db_path(), 0, &[0u8; 100]);
     let status = env.run("cairn", &["status"], b"");
     let err = stderr(&status);
-    assert!(err.contains("recovering it"), "{err}");
+    assert!(err.contains("recovered it"), "{err}");
     assert!(err.contains("rebuilt its broken header"), "{err}");
     assert_eq!(status.status.code(), Some(1), "{}\n{err}", stdout(&status));
     assert!(
@@ -133,7 +133,7 @@ fn the_next_command_recovers_a_truncated_database_and_counts_what_it_lost() {
         .and_then(|f| f.set_len(len * 2 / 3))
         .expect("truncate");
     let o = env.run("cairn", &["status"], b"");
-    assert!(stderr(&o).contains("recovering it"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("recovered it"), "{}", stderr(&o));
     let w = env.run("cairn-worker", &["--once"], b"");
     assert_eq!(w.status.code(), Some(0), "{}", stderr(&w));
     let kept = prompts(&env);
@@ -183,4 +183,21 @@ fn restore_replaces_a_database_with_a_damaged_page() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("is kept at"), "{}", stdout(&o));
     assert_eq!(prompts(&env), vec!["turn 1 of old".to_string()]);
+}
+
+#[test]
+fn the_viewer_recovers_a_database_damaged_while_it_serves() {
+    let env = data_dir(false);
+    let ui = crate::ui::Ui::start(&env);
+    assert_eq!(ui.get("/").status, 200);
+    overwrite(&env.db_path(), 0, &[0u8; 100]);
+    let page = ui.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("turn 2 of new"), "{}", page.body);
+    let status = env.run("cairn", &["status"], b"");
+    assert!(
+        stdout(&status).contains("the database was damaged"),
+        "{}",
+        stdout(&status)
+    );
 }

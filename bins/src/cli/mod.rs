@@ -210,30 +210,23 @@ fn recover_damage(
         Some(d) => DataDir::new(d),
         None => DataDir::from_env()?,
     };
-    let lock_wait = Settings::load(&dir)
-        .map(|l| l.settings.capture.lock_wait_ms)
-        .unwrap_or(Settings::default().capture.lock_wait_ms);
-    let now = cairn_core::clock::now_ms();
-    let Some(held) = cairn_core::store::lock::WorkerLock::try_acquire(&dir.worker_lock(), now)?
-    else {
-        anyhow::bail!(
-            "{cause}; the worker running on it is recovering it: run the command again in a moment (`cairn status` shows the recovery)"
-        );
-    };
-    out::note!("cairn: {cause}; recovering it");
-    let done = cairn_core::store::recover::recover_and_report(
+    let recovered = cairn_core::store::recover::recover_unless_worker(
         &dir,
         cause,
-        Duration::from_millis(lock_wait),
-        now,
+        Settings::lock_wait(&dir),
+        cairn_core::clock::now_ms(),
     )
     .map_err(|e| {
         anyhow::anyhow!(
             "{cause}; recovering it failed ({e}): restore a backup with `cairn restore PATH` (daily backups are in the data dir's backups/)"
         )
     })?;
-    drop(held);
-    out::note!("cairn: {}", done.describe());
+    let Some(done) = recovered else {
+        anyhow::bail!(
+            "{cause}; the worker running on it is recovering it: run the command again in a moment (`cairn status` shows the recovery)"
+        );
+    };
+    out::note!("cairn: {cause}; recovered it: {}", done.describe());
     Ok(())
 }
 

@@ -255,6 +255,24 @@ pub fn recover_and_report(
     Ok(done)
 }
 
+/// What a reader that met damage does (the CLI, the MCP server, the viewer): when no worker
+/// runs on the data dir, it takes the worker lock and runs [`recover_and_report`]
+/// (`Some`); when a worker runs, that worker recovers the database (every path of it
+/// detects damage) and this returns `None`. The caller has closed its connections.
+pub fn recover_unless_worker(
+    dir: &DataDir,
+    cause: &Error,
+    lock_wait: Duration,
+    now: i64,
+) -> Result<Option<Recovery>> {
+    let Some(held) = crate::store::lock::WorkerLock::try_acquire(&dir.worker_lock(), now)? else {
+        return Ok(None);
+    };
+    let done = recover_and_report(dir, cause, lock_wait, now);
+    drop(held);
+    done.map(Some)
+}
+
 /// Recovers the data dir's damaged database (see the module comment). The caller holds the
 /// worker lock and has closed its connections to the damaged file. `hold` is how long the
 /// damaged file's write lock is kept after the swap: longer than a hook waits for the

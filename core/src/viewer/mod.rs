@@ -170,6 +170,40 @@ fn open(dir: &DataDir) -> Result<Connection> {
     Ok(conn)
 }
 
+/// A page met a damaged database (`cause`): recovered here unless a worker runs on the
+/// data dir (which then recovers it), and the page made again on the recovered one. Each
+/// request has its own connection, closed by now; a live feed's ends at the damage and
+/// the browser opens it again.
+fn mend(app: &App, req: &Req, cause: &Error) -> Answer {
+    let lock_wait = crate::settings::Settings::lock_wait(&app.dir);
+    let now = crate::clock::now_ms();
+    match crate::store::recover::recover_unless_worker(&app.dir, cause, lock_wait, now) {
+        Ok(Some(done)) => {
+            log::warn!("{cause}; {}", done.describe());
+            match route(app, req) {
+                Ok(a) => a,
+                Err(e) => Answer::html(500, pages::message("Error", &e.to_string())),
+            }
+        }
+        Ok(None) => Answer::html(
+            503,
+            pages::message(
+                "Being recovered",
+                &format!("{cause}. The worker is recovering the database: reload in a moment."),
+            ),
+        ),
+        Err(e) => Answer::html(
+            500,
+            pages::message(
+                "Error",
+                &format!(
+                    "{cause}; recovering it failed ({e}): restore a backup with `cairn restore PATH` (daily backups are in the data dir's backups/)"
+                ),
+            ),
+        ),
+    }
+}
+
 /// An answer: status, content type, body, extra headers.
 struct Answer {
     status: u16,
@@ -291,6 +325,7 @@ fn handle(app: &App, request: server::Request, mut stream: TcpStream) {
         } else {
             match route(app, &req) {
                 Ok(a) => a,
+                Err(e) if e.is_corrupt() => mend(app, &req, &e),
                 Err(e) => Answer::html(500, pages::message("Error", &e.to_string())),
             }
         }
@@ -880,6 +915,10 @@ fn events(app: &App, mut out: TcpStream, query: &HashMap<String, String>) {
                     text.push_str(&format!("event: seen\ndata: {json}\n\n"));
                 }
                 seen = next;
+            }
+            Err(e) if e.is_corrupt() => {
+                log::warn!("live feed: {e}");
+                return;
             }
             Err(e) => log::warn!("live feed: {e}"),
         }

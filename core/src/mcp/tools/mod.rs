@@ -53,6 +53,8 @@ pub enum Database {
     /// This data dir's database, opened (and made, if missing) at the first call of a tool
     /// that needs it, and tuned for reading.
     At(DataDir),
+    /// This data dir's database, open.
+    OpenAt(DataDir, Connection),
 }
 
 impl Database {
@@ -61,13 +63,40 @@ impl Database {
         if let Database::At(dir) = self {
             let conn = db::open_data_dir(dir, OpenOptions::default())?;
             search::tune_for_reading(&conn)?;
-            *self = Database::Open(conn);
+            *self = Database::OpenAt(dir.clone(), conn);
         }
         match self {
-            Database::Open(conn) => Ok(conn),
+            Database::Open(conn) | Database::OpenAt(_, conn) => Ok(conn),
             Database::At(_) => unreachable!("opened just above"),
         }
     }
+
+    /// Met damage (`cause`): closes the connection and recovers the data dir's database
+    /// unless a worker runs on it (which then recovers it), so that the next call opens
+    /// the recovered one. A bare connection is left as it is.
+    fn recover(&mut self, cause: &crate::Error, now: i64) -> crate::Result<Mended> {
+        let dir = match self {
+            Database::Open(_) => return Ok(Mended::NotHere),
+            Database::At(dir) | Database::OpenAt(dir, _) => dir.clone(),
+        };
+        *self = Database::At(dir.clone());
+        let lock_wait = crate::settings::Settings::lock_wait(&dir);
+        let done = crate::store::recover::recover_unless_worker(&dir, cause, lock_wait, now)?;
+        Ok(if done.is_some() {
+            Mended::Recovered
+        } else {
+            Mended::ByTheWorker
+        })
+    }
+}
+
+/// What became of a damaged database a tool met.
+enum Mended {
+    Recovered,
+    /// The worker running on the data dir recovers it.
+    ByTheWorker,
+    /// A bare connection: nothing to recover from here.
+    NotHere,
 }
 
 /// The four tools and what they need.
@@ -138,6 +167,26 @@ impl Tools {
                 ));
             }
         };
+        match self.run(name, args) {
+            // Damage met on the way: recovered (or being recovered by the worker), then
+            // the call is made once more on the recovered database.
+            Err(ToolError::Internal(cause)) if cause.is_corrupt() => {
+                match self.db.recover(&cause, (self.clock)()) {
+                    Ok(Mended::Recovered) => self.run(name, args),
+                    Ok(Mended::ByTheWorker) => Err(ToolError::Internal(crate::Error::Invalid(
+                        format!("{cause}; the worker is recovering it: try again in a moment"),
+                    ))),
+                    Ok(Mended::NotHere) => Err(ToolError::Internal(cause)),
+                    Err(e) => Err(ToolError::Internal(crate::Error::Invalid(format!(
+                        "{cause}; recovering it failed ({e}): restore a backup with `cairn restore PATH`"
+                    )))),
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn run(&mut self, name: &str, args: &Map<String, Value>) -> Result<String> {
         match name {
             "search" => self.search(args),
             "timeline" => self.timeline(args),
