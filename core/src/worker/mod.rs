@@ -6,7 +6,9 @@
 //! `housekeeping` (which also ingests the hooks' spool through `ingest`), the model
 //! threads' `calls` (split, prompt, call with retries, parse) and the single `writer`,
 //! joined by the `messages` they send each other; `embedder` gives stored
-//! memories their sentence vectors (through `recall::embed`); `answerer` answers the
+//! memories their sentence vectors (through `recall::embed`); `syncer` keeps the device
+//! in its sync space (through `sync::live`: pushes what is written here, pulls what other
+//! devices pushed); `answerer` answers the
 //! hooks' searches by meaning on a Unix socket (`recall::ask`); `prompt` builds what a
 //! model is asked, `parse` reads what it answers; `usage` counts the tokens.
 //!
@@ -29,4 +31,5 @@ pub mod offline;
 pub mod parse;
 pub mod pipeline;
 pub mod prompt;
+pub mod syncer;
 pub mod usage;
