@@ -88,7 +88,7 @@ fn count(d: &Device, sql: &str) -> i64 {
 }
 
 /// Imports `n` memories of project `p` titled `<prefix> <i>`, in one session, at once.
-fn import(d: &Device, prefix: &str, n: usize) {
+fn import(d: &Device, prefix: &str, n: i64) {
     let session = format!("s-{}", prefix.replace(' ', "-"));
     let mut lines = vec![
         serde_json::json!({"record": "header", "format": "cairn-export", "version": 1, "exported_at": 1}),
@@ -215,11 +215,23 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
     let pg = Pg::start();
     let (a, b) = (Device::new(), Device::new());
     space(&pg, &a, &[&b]);
-    // Each round both devices write a batch, start their workers and are killed a little
-    // later: before connecting, while pushing, while pulling, or idle.
-    let kill_after_ms = [40, 120, 250, 400, 600, 900, 180, 70, 330, 1_300];
-    let per_round = 120;
-    for (round, ms) in kill_after_ms.iter().enumerate() {
+    let local = |d: &Device| -> serde_json::Value {
+        serde_json::from_str(&d.ok(&["sync", "status", "--json", "--local"])).expect("json")
+    };
+    let a_id = local(&a)["device"].as_str().expect("device").to_string();
+    let a_log = || -> i64 {
+        pg.sql(&format!(
+            "SELECT count(*) FROM cairn_records WHERE device_id = '{a_id}'"
+        ))
+        .parse()
+        .expect("count")
+    };
+    let stored = |d: &Device| count(d, "SELECT count(*) FROM observations");
+    // Timed rounds: both devices write a batch, start their workers and are killed a
+    // little later: before connecting, while pushing or pulling, or idle.
+    let timed_ms = [40, 120, 250, 400, 600, 900, 180, 1_300];
+    let per_round: i64 = 120;
+    for (round, ms) in timed_ms.iter().enumerate() {
         import(&a, &format!("a round {round}"), per_round);
         import(&b, &format!("b round {round}"), per_round);
         let (wa, wb) = (worker(&a, &[]), worker(&b, &[]));
@@ -227,15 +239,40 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
         wa.kill9();
         wb.kill9();
     }
+    // Watched rounds, each batch larger than a push's transaction (500 records) and a
+    // pull's (1,000): a is killed as soon as its log on the server grew, b as soon as its
+    // store grew.
+    let big: i64 = 1_600;
+    let timed = per_round * timed_ms.len() as i64;
+    let mut a_written = timed;
+    let (mut cut_pushes, mut cut_pulls) = (0, 0);
+    for round in 0..3 {
+        import(&a, &format!("a big round {round}"), big);
+        a_written += big;
+        let (log_before, b_before) = (a_log(), stored(&b));
+        let wa = worker(&a, &[]);
+        wait_until("a pushes", 60, || a_log() > log_before);
+        wa.kill9();
+        cut_pushes += i32::from(a_log() < a_written);
+        let wa = worker(&a, &[]);
+        wait_until("a pushed everything", 60, || a_log() >= a_written);
+        wa.kill9();
+        let wb = worker(&b, &[]);
+        wait_until("b pulls", 60, || stored(&b) > b_before);
+        wb.kill9();
+        cut_pulls += i32::from(stored(&b) < b_before + big);
+    }
+    eprintln!("pushes cut short: {cut_pushes} of 3, pulls cut short: {cut_pulls} of 3");
     let _workers = [worker(&a, &[]), worker(&b, &[])];
-    let all = (2 * per_round * kill_after_ms.len()) as i64;
+    let (a_all, b_all) = (a_written, timed);
+    let all = a_all + b_all;
     for (name, d) in [("a", &a), ("b", &b)] {
         wait_until(&format!("{name} has every memory"), 120, || {
-            count(d, "SELECT count(*) FROM observations") >= all
+            stored(d) >= all
         });
     }
     for d in [&a, &b] {
-        assert_eq!(count(d, "SELECT count(*) FROM observations"), all);
+        assert_eq!(stored(d), all);
         assert_eq!(
             count(d, "SELECT count(DISTINCT title) FROM observations"),
             all
@@ -243,9 +280,8 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
     }
     // Every log holds each memory once, numbered without a gap.
     let logs = pg
-        .sql("SELECT count(*) || ' ' || max(seq) FROM cairn_records GROUP BY device_id ORDER BY 1");
-    let each = all / 2;
-    assert_eq!(logs, format!("{each} {each}\n{each} {each}"), "{logs}");
+        .sql("SELECT count(*) || ' ' || max(seq) FROM cairn_records GROUP BY device_id ORDER BY count(*)");
+    assert_eq!(logs, format!("{b_all} {b_all}\n{a_all} {a_all}"), "{logs}");
 }
 
 #[test]
