@@ -15,7 +15,8 @@
 //! Writes `observations` and `session_summaries` (through `memory::observations`, inside
 //! `queue::claim::ack`'s transaction), `pending_messages` through the queue, `workers`
 //! through `queue::workers`, `model_calls` and `model_limits` (`usage`, their only
-//! writer), and `embeddings` (through `recall::embed::store`).
+//! writer), `embeddings` (through `recall::embed::store`), and the sync tables and the
+//! memories other devices pushed (through `sync`, from the `syncer`).
 //!
 //! Invariants: no transaction is held across a model call; results are stored only inside
 //! the ack's transaction, so a batch whose lease was lost stores nothing; every prompt is
