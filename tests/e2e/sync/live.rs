@@ -187,6 +187,16 @@ fn workers_converge_on_their_own_through_notifications_and_through_polling() {
         status(&a)["sync"]["devices"].as_array().map(Vec::len) == Some(2)
     });
     assert_eq!(status(&c)["sync"]["listening"], false);
+    // `cairn sync status` also asks the server how far behind this device is now.
+    let text = a.ok(&["sync", "status"]);
+    for line in [
+        "last push: 20",
+        "last pull: 20",
+        "server now: 0 records behind",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains("last error"), "{text}");
     let text = stdout(&a.cairn(&["status"]));
     assert!(
         text.lines().any(|l| l.starts_with("sync")
