@@ -28,9 +28,6 @@ fn pg_bin() -> PathBuf {
     found.pop().expect("a PostgreSQL version with initdb")
 }
 
-/// The worker syncing on its own (`tests/e2e/sync/live.rs`), with this file's helpers.
-mod live;
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -221,6 +218,9 @@ fn space(pg: &Pg, first: &Device, others: &[&Device]) -> String {
     }
     key
 }
+
+/// The worker syncing on its own (`tests/e2e/sync/live.rs`), with this file's helpers.
+mod live;
 
 #[test]
 fn three_devices_converge_and_forget_everywhere() {
