@@ -201,14 +201,15 @@ pub fn server_now(setup: Setup, conn: &Connection) -> ServerNow {
     }
 }
 
-/// A look at the local store that changes when a memory or a tombstone is written, so
-/// the syncer stages only then: SQLite's `data_version` (changed by any other
-/// connection's commit, free to read), and when it moved, counts and edges of the
-/// synced tables (a summary redone changes its `created_at`).
+/// A look at the local store that changes when a memory, a session, a prompt or a
+/// tombstone is written, so the syncer stages only then: SQLite's `data_version` (changed
+/// by any other connection's commit, free to read), and when it moved, counts and edges of
+/// the synced tables (a summary redone changes its `created_at`). What it misses (a
+/// session's later changes) the syncer stages at its next poll.
 #[derive(Debug, Default)]
 pub struct LocalMark {
     version: Option<i64>,
-    tables: Option<[i64; 6]>,
+    tables: Option<[i64; 8]>,
 }
 
 impl LocalMark {
@@ -225,7 +226,9 @@ impl LocalMark {
                     (SELECT count(*) FROM session_summaries),
                     (SELECT coalesce(max(id), 0) FROM session_summaries),
                     (SELECT coalesce(max(created_at), 0) FROM session_summaries),
-                    (SELECT count(*) FROM forgotten)",
+                    (SELECT count(*) FROM forgotten),
+                    (SELECT count(*) FROM sessions),
+                    (SELECT count(*) FROM user_prompts)",
             [],
             |r| {
                 Ok([
@@ -235,6 +238,8 @@ impl LocalMark {
                     r.get(3)?,
                     r.get(4)?,
                     r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
                 ])
             },
         )?;
@@ -385,8 +390,10 @@ mod tests {
         let mut mark = LocalMark::default();
         assert!(mark.changed(&watcher).expect("first"), "the first look");
         assert!(!mark.changed(&watcher).expect("same"));
-        // A write that is not a memory moves data_version but not the tables.
+        // A new session is something to stage; a write to no synced table is not.
         db::write(&mut writer, |tx| sessions::ensure(tx, "s1", "p", "/w", 1)).expect("session");
+        assert!(mark.changed(&watcher).expect("session"));
+        db::write(&mut writer, |tx| local::set(tx, RETRY_AT, "1")).expect("other table");
         assert!(!mark.changed(&watcher).expect("no memory"));
         db::write(&mut writer, |tx| {
             let o = NewObservation {

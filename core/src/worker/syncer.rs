@@ -5,8 +5,8 @@
 //! `sync.projects` names something, it holds one connection to the server that `LISTEN`s
 //! on the space's channel. Every [`TICK`] it looks at the local store
 //! (`sync::live::LocalMark`: free unless something was written) and stages and pushes
-//! what was written here, then notifies the space; a notification from another device,
-//! or `sync.poll_secs` without one, makes it pull. The server away, or the connection
+//! what was written here, then notifies the space; a notification from another device
+//! makes it pull, and every `sync.poll_secs` it stages, pushes and pulls regardless. The server away, or the connection
 //! lost: the error is recorded for `status`, and it tries again after 1 s, 2 s, 4 s … up
 //! to a minute, catching up from the outbox and the cursors when it is back; an error
 //! only the user can fix (a refused login, a wrong key) is tried again after ten minutes
@@ -122,6 +122,8 @@ impl Syncer {
                     self.settings = l.settings.sync;
                 }
                 self.next_poll = Instant::now() + self.poll_every();
+                // Also stages what the look at the store does not see.
+                self.push_due = true;
                 self.pull_due = true;
             }
             if !self.settings.enabled || self.settings.projects.is_empty() {
