@@ -239,7 +239,7 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
     let stored = |d: &Device| count(d, "SELECT count(*) FROM observations");
     // Timed rounds: both devices write a batch, start their workers and are killed a
     // little later: before connecting, while pushing or pulling, or idle.
-    let timed_ms = [40, 120, 250, 400, 600, 900, 180, 1_300];
+    let timed_ms = [40, 150, 300, 600, 900, 1_300];
     let per_round: i64 = 120;
     for (round, ms) in timed_ms.iter().enumerate() {
         import(&a, &format!("a round {round}"), per_round);
@@ -252,11 +252,12 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
     // Watched rounds, each batch larger than a push's transaction (500 records) and a
     // pull's (1,000): a is killed as soon as its log on the server grew, b as soon as its
     // store grew.
-    let big: i64 = 1_600;
+    let big: i64 = 1_200;
     let timed = per_round * timed_ms.len() as i64;
     let mut a_written = timed;
     let (mut cut_pushes, mut cut_pulls) = (0, 0);
-    for round in 0..3 {
+    let watched = 2;
+    for round in 0..watched {
         import(&a, &format!("a big round {round}"), big);
         a_written += big;
         let (log_before, b_before) = (a_log(), stored(&b));
@@ -272,7 +273,9 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
         wb.kill9();
         cut_pulls += i32::from(stored(&b) < b_before + big);
     }
-    eprintln!("pushes cut short: {cut_pushes} of 3, pulls cut short: {cut_pulls} of 3");
+    eprintln!(
+        "pushes cut short: {cut_pushes} of {watched}, pulls cut short: {cut_pulls} of {watched}"
+    );
     let _workers = [worker(&a, &[]), worker(&b, &[])];
     let (a_all, b_all) = (a_written, timed);
     let all = a_all + b_all;
