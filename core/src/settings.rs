@@ -305,14 +305,36 @@ impl Default for ContextSettings {
     }
 }
 
-/// `sync.*`: what this device shares through its sync space (`cairn sync`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// `sync.*`: what this device shares through its sync space (`cairn sync`), and how the
+/// worker keeps it in sync on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SyncSettings {
     /// Projects whose memories sync; none by default, `*` for all.
     pub projects: Vec<String>,
     /// Also sync the user's prompts.
     pub prompts: bool,
+    /// The running worker syncs on its own (pushes soon after memories are written here,
+    /// pulls when another device pushed); `false` leaves syncing to `cairn sync`.
+    pub enabled: bool,
+    /// The worker also pulls this often when no notification came (a pooler in
+    /// transaction mode or a server that drops them), and re-reads this device's setup.
+    pub poll_secs: u64,
+    /// The worker `LISTEN`s for other devices' pushes on a connection of its own; `false`
+    /// (behind a pooler that cannot carry it) leaves it to polling every `poll_secs`.
+    pub listen: bool,
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        Self {
+            projects: Vec::new(),
+            prompts: false,
+            enabled: true,
+            poll_secs: 30,
+            listen: true,
+        }
+    }
 }
 
 /// `embed.*`: the sentence model behind search by meaning.

@@ -219,6 +219,9 @@ fn space(pg: &Pg, first: &Device, others: &[&Device]) -> String {
     key
 }
 
+/// The worker syncing on its own (`tests/e2e/sync/live.rs`), with this file's helpers.
+mod live;
+
 #[test]
 fn three_devices_converge_and_forget_everywhere() {
     let pg = Pg::start();
@@ -442,9 +445,17 @@ fn with_the_server_away_nothing_is_lost_and_sync_catches_up() {
         a.ok(&["search", "outage", "--project", "p"])
             .contains("during the outage")
     );
-    let status: serde_json::Value =
-        serde_json::from_str(&a.ok(&["sync", "status", "--json"])).expect("json");
+    let out = a.cairn(&["sync", "status", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "an error is shown as one");
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
     assert_eq!(status["unsent"].as_i64(), Some(1), "{status}");
+    assert_eq!(status["server_now"]["ok"], false, "{status}");
+    assert!(
+        status["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("start the server")),
+        "{status}"
+    );
     assert!(
         status["last_error"]
             .as_str()

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 
 use cairn_core::clock;
 use cairn_core::store::db::{self, OpenOptions};
-use cairn_core::sync::{self, Setup, SyncError};
+use cairn_core::sync::{self, Setup, SyncError, live};
 
 use super::Ctx;
 use super::out::say;
@@ -28,7 +28,9 @@ pub enum SyncCommand {
     Init(InitArgs),
     /// Put this machine in an existing sync space.
     Join(JoinArgs),
-    /// Show the server, the space, the devices seen, the last sync and its error.
+    /// Show the server, the space, the devices seen, the last push and pull, how far behind,
+    /// and the last error with its fix; then asks the server how far behind this device is
+    /// now (unless --local).
     Status(StatusArgs),
 }
 
@@ -67,6 +69,9 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Only what the worker and `cairn sync` recorded here: do not connect to the server.
+    #[arg(long)]
+    pub local: bool,
 }
 
 fn host_name() -> String {
@@ -179,27 +184,80 @@ fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         }
         return Ok(exit::NEGATIVE);
     };
+    let server_now = match args.local {
+        true => None,
+        false => Setup::load(&ctx.data_dir, &conn)
+            .map_err(explain)?
+            .map(|setup| live::server_now(setup, &conn)),
+    };
+    let failing = s.last_error.is_some() || server_now.as_ref().is_some_and(|n| !n.ok);
     if args.json {
-        say!("{}", serde_json::to_string_pretty(&s)?);
-        return Ok(exit::OK);
+        let mut v = serde_json::to_value(&s)?;
+        v["server_now"] = serde_json::to_value(&server_now)?;
+        say!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(if failing { exit::NEGATIVE } else { exit::OK });
     }
-    say!("server:  {}", s.server);
-    say!("space:   {}", s.space);
-    say!("device:  {} ({})", s.device_name, s.device);
-    say!("unsent:  {} records", s.unsent);
-    match s.last_sync_at {
-        Some(t) => say!("last sync: {}", clock::iso_utc(t)),
-        None => say!("last sync: never"),
-    }
+    let now = clock::now_ms();
+    let when = |t: Option<i64>| match t {
+        Some(t) => format!(
+            "{} ({} ago)",
+            clock::iso_utc(t),
+            clock::span(now - t, false)
+        ),
+        None => "never".into(),
+    };
+    say!("server:    {}", s.server);
+    say!("space:     {}", s.space);
+    say!("device:    {} ({})", s.device_name, s.device);
+    say!("unsent:    {} records", s.unsent);
+    say!("last push: {}", when(s.last_push_at));
+    say!("last pull: {}", when(s.last_pull_at));
+    say!(
+        "behind:    {} records at the last pull{}",
+        s.behind,
+        match s.listening {
+            Some(true) => "; the worker listens for the other devices' pushes",
+            Some(false) => "; the worker polls (sync.listen is off)",
+            None => "",
+        }
+    );
     if let Some(e) = &s.last_error {
-        say!("last error: {e}");
+        let since = s
+            .last_error_at
+            .map_or(String::new(), |t| format!(" (since {})", clock::iso_utc(t)));
+        say!("last error: {e}{since}");
+        if let Some(fix) = &s.fix {
+            say!("  fix: {fix}");
+        }
+        if let Some(t) = s.retry_at {
+            say!("  the worker tries again at {}", clock::iso_utc(t));
+        }
     }
     for d in &s.devices {
-        say!("  device {} ({}): read to #{}", d.name, d.device, d.read_to);
+        let of = d.last_seq.map_or(String::new(), |l| format!(" of #{l}"));
+        let name = if d.name.is_empty() {
+            "(no records yet)"
+        } else {
+            &d.name
+        };
+        say!("  device {name} ({}): read to #{}{of}", d.device, d.read_to);
     }
-    Ok(if s.last_error.is_some() {
-        exit::NEGATIVE
-    } else {
-        exit::OK
-    })
+    match &server_now {
+        Some(n) if n.ok => say!(
+            "server now: {} records behind, {} other devices with a log",
+            n.behind.unwrap_or(0),
+            n.devices.unwrap_or(0)
+        ),
+        Some(n) => {
+            say!(
+                "server now: {}",
+                n.error.as_deref().unwrap_or("unknown error")
+            );
+            if let Some(fix) = &n.fix {
+                say!("  fix: {fix}");
+            }
+        }
+        None => {}
+    }
+    Ok(if failing { exit::NEGATIVE } else { exit::OK })
 }

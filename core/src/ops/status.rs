@@ -177,6 +177,9 @@ pub struct Status {
     /// Memories given to sessions in the last 7 days, per moment (SessionStart index,
     /// prompts, files), with their tokens (`memory::told`).
     pub given_last_week: Vec<crate::memory::told::Totals>,
+    /// This device's sync space, as the worker (or `cairn sync`) last recorded it; `None`
+    /// when it is in none. Read from the local store only: no connection to the server.
+    pub sync: Option<crate::sync::Status>,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -355,6 +358,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             now - 7 * 86_400_000,
         )?,
         given_last_week: crate::memory::told::totals_since(conn, now - 7 * 86_400_000)?,
+        sync: sync_status(dir, conn),
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -368,6 +372,14 @@ pub fn kept_outside(dir: &DataDir) -> Option<(usize, String)> {
     let fb = crate::store::fallback::existing(dir)?;
     let n = crate::capture::spool::pending(&fb).ok()?.len();
     (n > 0).then(|| (n, fb.root().display().to_string()))
+}
+
+/// The sync status, `None` when not in a space (or when it cannot be read, logged).
+fn sync_status(dir: &DataDir, conn: &Connection) -> Option<crate::sync::Status> {
+    crate::sync::status(dir, conn)
+        .inspect_err(|e| log::warn!("cannot read the sync status: {e}"))
+        .ok()
+        .flatten()
 }
 
 fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Result<SearchStatus> {
@@ -410,6 +422,7 @@ pub enum Topic {
     Notice,
     Recovered,
     Quarantine,
+    Sync,
 }
 
 fn push(out: &mut Vec<(Topic, String)>, topic: Topic, text: String) {
@@ -591,6 +604,18 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
                 plural(s.recovered_last_week, "event was", "events were")
             ),
         );
+    }
+    if let Some(sync) = &s.sync
+        && let Some(e) = &sync.last_error
+    {
+        let since = sync.last_error_at.map_or(String::new(), |t| {
+            format!(" (since {})", crate::clock::minute_utc(t))
+        });
+        let fix = sync
+            .fix
+            .as_deref()
+            .map_or(String::new(), |f| format!(": {f}"));
+        push(&mut out, Topic::Sync, format!("sync: {e}{since}{fix}"));
     }
     if s.quarantined_recently > 0 {
         push(

@@ -11,6 +11,8 @@
 //! - [`crypto`]: the space's key, sealing and opening records (pure but for randomness).
 //! - [`server`]: the PostgreSQL side, which sees ids, sequence numbers, sizes and times.
 //! - [`local`]: this device's sync tables (migration 0011) and applying records.
+//! - [`live`]: continuous sync as the worker runs it: a listening connection, the retry
+//!   delays, and what the worker records for `status`.
 //!
 //! The data dir holds the space's key (`sync.key`) and the server URL (`sync.url`), both
 //! owner-only files: the URL may carry the database password, so it is never logged or
@@ -23,6 +25,7 @@
 //! its cursor move are one local transaction, so pulling is too.
 
 pub mod crypto;
+pub mod live;
 pub mod local;
 pub mod server;
 
@@ -98,6 +101,46 @@ impl SyncError {
             // No answer from the server at all: refused, timed out, cut off.
             None => SyncError::Unreachable(text),
         }
+    }
+}
+
+impl SyncError {
+    /// What to do about it, as `status` and `doctor` show it.
+    pub fn fix(&self) -> Option<&'static str> {
+        Some(match self {
+            SyncError::Unreachable(_) => {
+                "start the server, or check the host and port in the data dir's sync.url and the network; the worker retries on its own and catches up, nothing is lost"
+            }
+            SyncError::LoginRefused(_) => {
+                "fix the user or the password (in the data dir's sync.url, PGPASSWORD or the password file); the worker tries again when sync.url changes"
+            }
+            SyncError::WrongKey(_) | SyncError::BadKey | SyncError::Unreadable { .. } => {
+                "this data dir's sync.key is not the space's key: copy sync.key from the data dir of a machine in the space"
+            }
+            SyncError::NoSuchSpace(_) => {
+                "check that sync.url names the server and database the space was created on"
+            }
+            SyncError::ServerTooNew { .. } => "upgrade cairn on this machine",
+            SyncError::BadUrl(_) => "fix the URL in the data dir's sync.url",
+            SyncError::Server(_) => {
+                "see the server's log; the worker retries on its own and catches up"
+            }
+            _ => return None,
+        })
+    }
+
+    /// An error only the user can fix (trying again soon would fail the same way).
+    pub fn is_lasting(&self) -> bool {
+        matches!(
+            self,
+            SyncError::LoginRefused(_)
+                | SyncError::WrongKey(_)
+                | SyncError::BadKey
+                | SyncError::Unreadable { .. }
+                | SyncError::NoSuchSpace(_)
+                | SyncError::ServerTooNew { .. }
+                | SyncError::BadUrl(_)
+        )
     }
 }
 
@@ -376,26 +419,26 @@ pub fn sync_once(
         let mut client = setup.url.connect()?;
         server::migrate(&mut client)?;
         let pushed = push(conn, &mut client, &setup)?;
+        if pushed > 0 {
+            server::notify(&mut client, &setup.key.space, &setup.device)?;
+        }
         let mut moved = pull(conn, &mut client, &setup, now)?;
         moved.pushed = pushed;
         Ok(moved)
     })();
-    let outcome = match &result {
-        Ok(_) => String::new(),
-        Err(e) => e.to_string(),
-    };
-    db::write(conn, |tx| {
-        if result.is_ok() {
-            local::set(tx, local::LAST_PUSH, &now.to_string())?;
-            local::set(tx, local::LAST_PULL, &now.to_string())?;
+    match &result {
+        Ok(_) => {
+            live::record_ok(conn, live::Step::Pushed, now)?;
+            live::record_ok(conn, live::Step::Pulled, now)?;
         }
-        local::set(tx, local::LAST_ERROR, &outcome)
-    })?;
+        Err(e) => live::record_error(conn, e, None, now)?,
+    }
     result
 }
 
-/// What `cairn sync status` shows.
-#[derive(Debug, Clone, Serialize)]
+/// What `cairn sync status`, `cairn status` and `cairn doctor` show: what `cairn sync`
+/// and the worker recorded in the local store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
     pub server: String,
     pub space: String,
@@ -404,16 +447,32 @@ pub struct Status {
     /// Records sealed but not yet on the server.
     pub unsent: i64,
     pub last_sync_at: Option<i64>,
+    pub last_push_at: Option<i64>,
+    pub last_pull_at: Option<i64>,
+    /// Records of the other devices' logs that were on the server at the last pull and
+    /// are not applied here.
+    pub behind: i64,
     pub last_error: Option<String>,
+    /// Since when the errors last without a success in between.
+    pub last_error_at: Option<i64>,
+    /// What to do about the error.
+    pub fix: Option<String>,
+    /// When the worker tries again.
+    pub retry_at: Option<i64>,
+    /// Whether the worker listens for the other devices' pushes (`None`: it never
+    /// connected).
+    pub listening: Option<bool>,
     pub devices: Vec<DeviceStatus>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeviceStatus {
     pub device: String,
     pub name: String,
     /// The last record of its log applied here.
     pub read_to: i64,
+    /// The last record of its log on the server at the last pull.
+    pub last_seq: Option<i64>,
 }
 
 /// This device's sync state, from the local store only (no network).
@@ -421,21 +480,46 @@ pub fn status(dir: &DataDir, conn: &Connection) -> Result<Option<Status>, SyncEr
     let Some(setup) = Setup::load(dir, conn)? else {
         return Ok(None);
     };
+    let r = live::recorded(conn)?;
+    let mut devices: Vec<DeviceStatus> = local::devices(conn)?
+        .into_iter()
+        .map(|(device, name, read_to)| DeviceStatus {
+            device,
+            name,
+            read_to,
+            last_seq: None,
+        })
+        .collect();
+    for (device, last) in &r.server_logs {
+        match devices.iter_mut().find(|d| d.device == *device) {
+            Some(d) => d.last_seq = Some(*last),
+            None => devices.push(DeviceStatus {
+                device: device.clone(),
+                name: String::new(),
+                read_to: 0,
+                last_seq: Some(*last),
+            }),
+        }
+    }
+    let behind = devices
+        .iter()
+        .map(|d| (d.last_seq.unwrap_or(0) - d.read_to).max(0))
+        .sum();
     Ok(Some(Status {
         server: setup.url.display(),
         space: setup.key.space.clone(),
         device: setup.device,
         device_name: setup.device_name,
         unsent: local::outbox_len(conn)?,
-        last_sync_at: local::get(conn, local::LAST_PULL)?.and_then(|v| v.parse().ok()),
-        last_error: local::get(conn, local::LAST_ERROR)?.filter(|e| !e.is_empty()),
-        devices: local::devices(conn)?
-            .into_iter()
-            .map(|(device, name, read_to)| DeviceStatus {
-                device,
-                name,
-                read_to,
-            })
-            .collect(),
+        last_sync_at: r.last_pull_at,
+        last_push_at: r.last_push_at,
+        last_pull_at: r.last_pull_at,
+        behind,
+        last_error: r.last_error,
+        last_error_at: r.last_error_at,
+        fix: r.fix,
+        retry_at: r.retry_at,
+        listening: r.listening,
+        devices,
     }))
 }

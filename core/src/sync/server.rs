@@ -300,6 +300,27 @@ pub fn read(
         .collect())
 }
 
+/// The space's notification channel: `cairn_` and its id (hex, so a plain identifier).
+fn channel(space: &str) -> String {
+    let id: String = space.chars().filter(char::is_ascii_alphanumeric).collect();
+    format!("cairn_{}", id.to_ascii_lowercase())
+}
+
+/// Asks the server to tell this connection when a device of `space` pushed (`notify`).
+/// Needs a session of its own: behind a pooler in transaction mode it is accepted but
+/// nothing arrives, and polling does the work.
+pub fn listen(client: &mut Client, space: &str) -> Result<(), SyncError> {
+    client.batch_execute(&format!("LISTEN {}", channel(space)))?;
+    Ok(())
+}
+
+/// Tells the devices listening on `space` that `device` pushed. The payload is the device
+/// id, which the server already holds: no content.
+pub fn notify(client: &mut Client, space: &str, device: &str) -> Result<(), SyncError> {
+    client.execute("SELECT pg_notify($1, $2)", &[&channel(space), &device])?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,5 +340,11 @@ mod tests {
         let want = ["db", "5432", "mem", "ann"];
         assert_eq!(pgpass_lookup(text, &want).as_deref(), Some("pa:ss"));
         assert_eq!(pgpass_lookup(text, &["db", "1", "mem", "ann"]), None);
+    }
+
+    #[test]
+    fn channels_are_plain_identifiers() {
+        assert_eq!(channel("0aF9"), "cairn_0af9");
+        assert_eq!(channel("a\"; DROP"), "cairn_adrop");
     }
 }

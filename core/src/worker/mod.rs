@@ -6,14 +6,17 @@
 //! `housekeeping` (which also ingests the hooks' spool through `ingest`), the model
 //! threads' `calls` (split, prompt, call with retries, parse) and the single `writer`,
 //! joined by the `messages` they send each other; `embedder` gives stored
-//! memories their sentence vectors (through `recall::embed`); `answerer` answers the
+//! memories their sentence vectors (through `recall::embed`); `syncer` keeps the device
+//! in its sync space (through `sync::live`: pushes what is written here, pulls what other
+//! devices pushed); `answerer` answers the
 //! hooks' searches by meaning on a Unix socket (`recall::ask`); `prompt` builds what a
 //! model is asked, `parse` reads what it answers; `usage` counts the tokens.
 //!
 //! Writes `observations` and `session_summaries` (through `memory::observations`, inside
 //! `queue::claim::ack`'s transaction), `pending_messages` through the queue, `workers`
 //! through `queue::workers`, `model_calls` and `model_limits` (`usage`, their only
-//! writer), and `embeddings` (through `recall::embed::store`).
+//! writer), `embeddings` (through `recall::embed::store`), and the sync tables and the
+//! memories other devices pushed (through `sync`, from the `syncer`).
 //!
 //! Invariants: no transaction is held across a model call; results are stored only inside
 //! the ack's transaction, so a batch whose lease was lost stores nothing; every prompt is
@@ -29,4 +32,5 @@ pub mod offline;
 pub mod parse;
 pub mod pipeline;
 pub mod prompt;
+pub mod syncer;
 pub mod usage;

@@ -220,6 +220,10 @@ fn render_status(s: &status::Status) -> String {
         (None, None) => "by words only".into(),
     };
     out.push_str(&format!("{:<11}{search}\n", "search"));
+    if let Some(sync) = &s.sync {
+        let line = cairn_core::sync::live::summary(sync, s.now);
+        out.push_str(&format!("{:<11}{line}\n", "sync"));
+    }
     let database = match &s.read_only {
         Some(why) => format!("{}, read-only ({why})", bytes(s.database_bytes)),
         None => bytes(s.database_bytes),

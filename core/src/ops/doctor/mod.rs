@@ -2,7 +2,8 @@
 //! Here the findings and the runner; the checks by topic: `data` (database, schema,
 //! integrity, permissions, disk), `hooks` (cairn's hooks or plugin in Claude Code's
 //! settings), `worker` (running, heartbeat), `model` (the provider and its online test,
-//! the sentence model), `transcripts` (Claude Code's transcript format).
+//! the sentence model), `transcripts` (Claude Code's transcript format), `sync` (the sync
+//! space, as last recorded: no connection to the server).
 //!
 //! Invariants: the checks only read (the database is opened read-only for the schema check
 //! and only then through [`crate::store::db::open`]); the one network call is the
@@ -20,6 +21,7 @@ use crate::store::paths::DataDir;
 mod data;
 mod hooks;
 mod model;
+mod sync;
 mod transcripts;
 mod worker;
 
@@ -48,7 +50,7 @@ impl Level {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `worker`,
-    /// `provider`, `online`, `search`, `disk`, `settings`, `transcripts`.
+    /// `provider`, `online`, `search`, `disk`, `settings`, `transcripts`, `sync`.
     pub check: String,
     pub level: Level,
     pub message: String,
@@ -132,6 +134,7 @@ pub fn run(
             ),
         ));
     }
+    sync::check_sync(dir, settings, conn.as_ref(), &mut out);
     data::check_disk(dir, &mut out);
     transcripts::check_transcripts(env, &mut out);
     out

@@ -56,6 +56,9 @@ use messages::{Damage, Finished, ToWriter, Work};
 pub use writer::Report;
 use writer::writer_thread;
 
+/// How long a stop waits for the syncer (in a step with the server) before going on.
+const SYNCER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A worker id: `<hostname or "local">:<pid>:<start ms>`.
 pub fn worker_id(now: i64) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -157,6 +160,18 @@ pub fn run(
         true => None,
     };
 
+    // Keeps this device in its sync space, when it is in one; not with `--once`. A stop
+    // flag of its own, for the same reason as the embedder's.
+    let sync_stop = Arc::new(AtomicBool::new(false));
+    let syncer = match opts.once {
+        false => Some(super::syncer::spawn(
+            dir,
+            &settings,
+            [sync_stop.clone(), control.stop.clone()],
+        )?),
+        true => None,
+    };
+
     let answerer = match opts.once {
         false => super::answerer::Answerer::start(dir, &settings),
         true => None,
@@ -190,6 +205,10 @@ pub fn run(
     };
     if let Some(a) = answerer {
         a.stop();
+    }
+    sync_stop.store(true, Ordering::SeqCst);
+    if let Some(thread) = syncer {
+        super::syncer::join(thread, SYNCER_GRACE);
     }
     match embedder {
         Some(thread) => {
