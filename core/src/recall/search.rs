@@ -134,6 +134,10 @@ pub struct Hit {
     /// nothing was ranked (no word to rank by, or an order by time): every hit is what
     /// the filters and words asked for.
     pub relevance: f64,
+    /// The name of the other device this memory came from (sync); absent for this
+    /// machine's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 impl Hit {
@@ -475,6 +479,7 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
         snippet,
         score: c.score,
         relevance: c.relevance,
+        device: crate::sync::local::device_of(conn, c.kind, id)?,
     }))
 }
 

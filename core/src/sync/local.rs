@@ -10,14 +10,24 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::memory::forget::{self, Memory};
 use crate::memory::forgotten::{self, Key};
+use crate::memory::kind::Kind;
 use crate::memory::observations::{self, NewObservation, NewSummary};
 use crate::memory::rows::ObservationContent;
-use crate::memory::sessions;
+use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 
 /// What one record of a log says, sealed before it leaves the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Record {
+    /// A session (project, start, end): another device's session reads as a history.
+    /// Merged, never replaced: the earlier start and the later end win.
+    Session {
+        s: SessionRecord,
+    },
+    /// A user prompt, only with `sync.prompts`.
+    Prompt {
+        p: PromptRecord,
+    },
     Observation {
         o: NewObservation,
     },
@@ -43,6 +53,16 @@ impl Record {
     /// `(kind, origin id)` in `sync_rows`, and the content hash to compare.
     fn origin(&self) -> (&'static str, String, String) {
         match self {
+            Record::Session { s } => (
+                SESSION,
+                s.session_id.clone(),
+                session_hash(s.started_at, s.ended_at),
+            ),
+            Record::Prompt { p } => {
+                let (_, key) =
+                    Key::prompt(&p.session_id, p.prompt_id.as_deref(), p.prompt_number).stored();
+                (PROMPT, key, String::new())
+            }
             Record::Observation { o } => {
                 let hash = o.content_hash();
                 (
@@ -61,6 +81,8 @@ impl Record {
     }
 }
 
+const SESSION: &str = "session";
+const PROMPT: &str = "prompt";
 const OBSERVATION: &str = "observation";
 const SUMMARY: &str = "summary";
 const FORGET: &str = "forget";
@@ -117,15 +139,72 @@ impl Projects {
     }
 }
 
+/// What of a session a record carries that can change: its start and its end (both merge
+/// one way, so two devices stop sending once they agree).
+fn session_hash(started_at: i64, ended_at: Option<i64>) -> String {
+    format!("{started_at}:{}", ended_at.unwrap_or(0))
+}
+
 fn list(text: String) -> Vec<String> {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
-/// The stored memories of synced projects and the tombstones of synced memories that no
-/// log carries yet (or, for a summary, carries in an older version), as records.
-pub fn unsent(tx: &Transaction, projects: &Projects) -> Result<Vec<Record>> {
+/// The stored sessions and memories of synced projects (prompts only when `prompts`) and
+/// the tombstones of synced memories that no log carries yet (or, for a summary or a
+/// session, carries in an older version), as records; sessions first, so that a device
+/// applying them in order knows a session before its memories.
+pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Vec<Record>> {
     let (all, named) = projects.sql_args();
     let mut out = Vec::new();
+    let mut stmt = tx.prepare_cached(
+        "SELECT session_id, project, prompt_counter, status, started_at, updated_at, ended_at
+         FROM sessions m
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'session'
+                           AND s.origin = m.session_id
+                           AND s.hash = m.started_at || ':' || coalesce(m.ended_at, 0))
+         ORDER BY started_at, session_id",
+    )?;
+    let rows = stmt.query_map(params![all, named], |r| {
+        Ok(SessionRecord {
+            session_id: r.get(0)?,
+            project: r.get(1)?,
+            // Where the session ran is this machine's business.
+            cwd: String::new(),
+            prompt_counter: r.get(2)?,
+            status: r.get(3)?,
+            started_at: r.get(4)?,
+            updated_at: r.get(5)?,
+            ended_at: r.get(6)?,
+        })
+    })?;
+    for s in rows {
+        out.push(Record::Session { s: s? });
+    }
+    if prompts {
+        let mut stmt = tx.prepare_cached(
+            "SELECT session_id, project, prompt_number, prompt_id, prompt_text, created_at
+             FROM user_prompts p
+             WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+               AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'prompt'
+                               AND s.origin = p.session_id || ':'
+                                   || coalesce(p.prompt_id, '#' || p.prompt_number))
+             ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![all, named], |r| {
+            Ok(PromptRecord {
+                session_id: r.get(0)?,
+                project: r.get(1)?,
+                prompt_number: r.get(2)?,
+                prompt_id: r.get(3)?,
+                prompt_text: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })?;
+        for p in rows {
+            out.push(Record::Prompt { p: p? });
+        }
+    }
     let mut stmt = tx.prepare_cached(
         "SELECT session_id, project, prompt_number, type, original_type, title, subtitle,
                 narrative, facts, concepts, files_read, files_modified, origin, created_at
@@ -195,7 +274,8 @@ pub fn unsent(tx: &Transaction, projects: &Projects) -> Result<Vec<Record>> {
         "SELECT kind, key FROM forgotten f
          WHERE EXISTS (SELECT 1 FROM sync_rows s
                        WHERE s.kind = CASE f.kind WHEN 'observation_hash' THEN 'observation'
-                                                  WHEN 'summary' THEN 'summary' END
+                                                  WHEN 'summary' THEN 'summary'
+                                                  WHEN 'prompt' THEN 'prompt' END
                          AND s.origin = f.key)
            AND NOT EXISTS (SELECT 1 FROM sync_rows s
                            WHERE s.kind = 'forget' AND s.origin = f.kind || ' ' || f.key)
@@ -219,6 +299,21 @@ pub fn mark(tx: &Transaction, record: &Record, device: &str) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO sync_rows (kind, origin, device, hash) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (kind, origin) DO UPDATE SET device = excluded.device, hash = excluded.hash",
+    )?
+    .execute(params![kind, origin, device, hash])?;
+    Ok(())
+}
+
+/// Notes that `record` came from `device`'s log; a memory already listed with the same
+/// content keeps the device it was listed with (the same words saved on two machines stay
+/// this machine's own here).
+fn mark_pulled(tx: &Transaction, record: &Record, device: &str) -> Result<()> {
+    let (kind, origin, hash) = record.origin();
+    tx.prepare_cached(
+        "INSERT INTO sync_rows (kind, origin, device, hash) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (kind, origin) DO UPDATE SET hash = excluded.hash,
+             device = CASE WHEN sync_rows.hash = excluded.hash THEN sync_rows.device
+                           ELSE excluded.device END",
     )?
     .execute(params![kind, origin, device, hash])?;
     Ok(())
@@ -289,6 +384,36 @@ pub fn devices(conn: &Connection) -> Result<Vec<(String, String, i64)>> {
         .collect::<rusqlite::Result<_>>()?)
 }
 
+/// The name of the other device whose log brought this memory here (its id's first eight
+/// digits when it has no name); `None` for a memory of this device's own. What search,
+/// the context, MCP and the viewer mark a memory from another machine with.
+pub fn device_of(conn: &Connection, kind: Kind, id: i64) -> Result<Option<String>> {
+    let origin = match kind {
+        Kind::Observation => {
+            "SELECT 'observation' AS kind, coalesce(session_id, '') || ':' || content_hash AS origin
+             FROM observations WHERE id = ?1"
+        }
+        Kind::Summary => {
+            "SELECT 'summary' AS kind, session_id || ':' || prompt_number AS origin
+             FROM session_summaries WHERE id = ?1"
+        }
+        Kind::Prompt => {
+            "SELECT 'prompt' AS kind,
+                    session_id || ':' || coalesce(prompt_id, '#' || prompt_number) AS origin
+             FROM user_prompts WHERE id = ?1"
+        }
+    };
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT CASE WHEN d.name = '' THEN substr(d.device, 1, 8) ELSE d.name END
+             FROM ({origin}) m
+             JOIN sync_rows s ON s.kind = m.kind AND s.origin = m.origin
+             JOIN sync_devices d ON d.device = s.device"
+        ))?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
+}
+
 /// What applying one record changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Applied {
@@ -308,6 +433,25 @@ pub fn apply(
     now: i64,
 ) -> Result<Applied> {
     let applied = match &env.record {
+        Record::Session { s } => {
+            if sessions::merge(tx, s)? {
+                Applied::Added
+            } else {
+                Applied::Nothing
+            }
+        }
+        Record::Prompt { p } => {
+            if forgotten::prompt_forgotten(tx, p)? {
+                Applied::Nothing
+            } else {
+                sessions::ensure(tx, &p.session_id, &p.project, "", p.created_at)?;
+                if sessions::import_prompt(tx, p)? {
+                    Applied::Added
+                } else {
+                    Applied::Nothing
+                }
+            }
+        }
         Record::Observation { o } => {
             if forgotten::observation_forgotten(tx, o)? {
                 Applied::Nothing
@@ -337,7 +481,7 @@ pub fn apply(
             None => Applied::Nothing,
         },
     };
-    mark(tx, &env.record, device)?;
+    mark_pulled(tx, &env.record, device)?;
     advance(tx, device, &env.device_name, seq)?;
     Ok(applied)
 }
@@ -362,11 +506,24 @@ fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
             )?
             .query_row(params![session_id, prompt_number], |r| r.get(0))
             .optional()?,
+        Key::Prompt { session_id, prompt } => {
+            let (prompt_id, number) = match prompt {
+                forgotten::PromptRef::Id(id) => (Some(id), None),
+                forgotten::PromptRef::Number(n) => (None, Some(n)),
+            };
+            tx.prepare_cached(
+                "SELECT id FROM user_prompts WHERE session_id = ?1
+                   AND (prompt_id = ?2 OR (?2 IS NULL AND prompt_id IS NULL AND prompt_number = ?3))",
+            )?
+            .query_row(params![session_id, prompt_id, number], |r| r.get(0))
+            .optional()?
+        }
         _ => None,
     };
     let memory = match (key, id) {
         (Key::Observation { .. }, Some(id)) => Memory::Observation(id),
         (Key::Summary { .. }, Some(id)) => Memory::Summary(id),
+        (Key::Prompt { .. }, Some(id)) => Memory::Prompt(id),
         _ => {
             forgotten::forget(tx, key, now)?;
             return Ok(Applied::Nothing);
@@ -420,7 +577,7 @@ mod tests {
         projects: &Projects,
     ) -> usize {
         let records = db::write(from, |tx| {
-            let r = unsent(tx, projects)?;
+            let r = unsent(tx, projects, false)?;
             for rec in &r {
                 mark(tx, rec, "a")?;
             }
@@ -460,7 +617,8 @@ mod tests {
             Ok(())
         })
         .expect("seed");
-        assert_eq!(carry(&mut a, &mut b, &mut seq, &only_p), 2);
+        // The session, the observation of p and the summary; not the observation of q.
+        assert_eq!(carry(&mut a, &mut b, &mut seq, &only_p), 3);
         assert_eq!(count(&b, "SELECT count(*) FROM observations"), 1);
         assert_eq!(count(&b, "SELECT count(*) FROM session_summaries"), 1);
         // Nothing new, nothing staged; the same records again change nothing.
@@ -513,6 +671,128 @@ mod tests {
             vec![("a".into(), "laptop".into(), seq)]
         );
         assert_eq!(cursor(&b, "a").expect("cursor"), seq);
+    }
+
+    /// Every unsent record of `from` (prompts when `prompts`), applied to `to` as device "a"'s.
+    fn carry_all(from: &mut Connection, to: &mut Connection, prompts: bool) -> Vec<Record> {
+        let records = db::write(from, |tx| {
+            let r = unsent(tx, &Projects::All, prompts)?;
+            for rec in &r {
+                mark(tx, rec, "mine")?;
+            }
+            Ok(r)
+        })
+        .expect("stage");
+        db::write(to, |tx| {
+            let from_seq = cursor(tx, "a")?;
+            for (i, r) in records.iter().enumerate() {
+                let env = Envelope {
+                    device_name: "laptop".into(),
+                    record: r.clone(),
+                };
+                apply(tx, "a", from_seq + i as i64 + 1, &env, 9)?;
+            }
+            Ok(())
+        })
+        .expect("apply");
+        records
+    }
+
+    #[test]
+    fn sessions_travel_prompts_only_when_asked_and_memories_name_their_device() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (mut a, mut b) = (store(tmp.path(), "a.db"), store(tmp.path(), "b.db"));
+        db::write(&mut a, |tx| {
+            sessions::start(tx, "s1", "p", "/home/ann/p", 100)?;
+            sessions::record_prompt(
+                tx,
+                &sessions::NewPrompt {
+                    session_id: "s1",
+                    project: "p",
+                    cwd: "/home/ann/p",
+                    prompt_id: Some("q1"),
+                    text: "how do leases work",
+                },
+                110,
+            )?;
+            observations::insert_observation(tx, &observation("p", "leases expire"))?;
+            Ok(())
+        })
+        .expect("seed");
+        let sent = carry_all(&mut a, &mut b, false);
+        assert!(
+            matches!(sent.first(), Some(Record::Session { .. })),
+            "{sent:?}"
+        );
+        assert!(!sent.iter().any(|r| matches!(r, Record::Prompt { .. })));
+        assert_eq!(count(&b, "SELECT count(*) FROM user_prompts"), 0);
+        let (started, cwd): (i64, String) = b
+            .query_row(
+                "SELECT started_at, cwd FROM sessions WHERE session_id = 's1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("session on b");
+        assert_eq!(
+            (started, cwd.as_str()),
+            (100, ""),
+            "the start travels, the path does not"
+        );
+
+        // With prompts asked for, the prompt goes; forgetting it forgets it on b too.
+        let sent = carry_all(&mut a, &mut b, true);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(count(&b, "SELECT count(*) FROM user_prompts"), 1);
+        let (obs, prompt): (i64, i64) = b
+            .query_row(
+                "SELECT (SELECT id FROM observations), (SELECT id FROM user_prompts)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("ids");
+        assert_eq!(
+            device_of(&b, Kind::Observation, obs)
+                .expect("device")
+                .as_deref(),
+            Some("laptop")
+        );
+        assert_eq!(
+            device_of(&b, Kind::Prompt, prompt)
+                .expect("device")
+                .as_deref(),
+            Some("laptop")
+        );
+        let own: i64 = a
+            .query_row("SELECT id FROM observations", [], |r| r.get(0))
+            .expect("id");
+        assert_eq!(device_of(&a, Kind::Observation, own).expect("device"), None);
+
+        db::write(&mut a, |tx| {
+            let id: i64 = tx.query_row("SELECT id FROM user_prompts", [], |r| r.get(0))?;
+            forget::forget(tx, &[Memory::Prompt(id)], 120)
+        })
+        .expect("forget");
+        assert_eq!(carry_all(&mut a, &mut b, true).len(), 1, "one tombstone");
+        assert_eq!(count(&b, "SELECT count(*) FROM user_prompts"), 0);
+
+        // The session ended on b (it went on there): the end travels back, and a sees one
+        // session, ended; then both agree and nothing more is sent either way.
+        db::write(&mut b, |tx| sessions::end(tx, "s1", "p", "", 500)).expect("end");
+        let back = carry_all(&mut b, &mut a, true);
+        assert!(
+            back.iter().any(|r| matches!(r, Record::Session { .. })),
+            "{back:?}"
+        );
+        let ended: Option<i64> = a
+            .query_row(
+                "SELECT ended_at FROM sessions WHERE session_id = 's1'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("session on a");
+        assert_eq!(ended, Some(500));
+        assert_eq!(carry_all(&mut a, &mut b, true), Vec::new());
+        assert_eq!(carry_all(&mut b, &mut a, true), Vec::new());
     }
 
     #[test]

@@ -271,7 +271,7 @@ pub fn stage(
 ) -> Result<usize, SyncError> {
     let projects = local::Projects::from_setting(&settings.projects);
     let staged = db::write(conn, |tx| {
-        let records = local::unsent(tx, &projects)?;
+        let records = local::unsent(tx, &projects, settings.prompts)?;
         let mut sealed = Vec::with_capacity(records.len());
         for record in records {
             let seq = local::next_seq(tx)?;
