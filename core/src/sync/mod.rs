@@ -65,7 +65,9 @@ pub enum SyncError {
         "the server's sync schema is version {found}, newer than this cairn supports ({supported}); upgrade cairn"
     )]
     ServerTooNew { found: i32, supported: i32 },
-    #[error("the server is not reachable: {0}")]
+    #[error(
+        "the server is not reachable: {0} (check that it is running and the URL's host and port)"
+    )]
     Unreachable(String),
     #[error(
         "the server refused the login: {0} (check the user and the password in the URL, PGPASSWORD or the password file)"

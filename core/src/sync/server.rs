@@ -96,12 +96,27 @@ impl Url {
             config.password(p);
         }
         config.connect_timeout(CONNECT_TIMEOUT);
+        let no_password = config.get_password().is_none();
         let client = match config.get_ssl_mode() {
             SslMode::Disable => config.connect(NoTls),
             _ => config.connect(tls()),
         };
-        client.map_err(SyncError::from_postgres)
+        client.map_err(|e| {
+            if no_password && asked_for_password(&e) {
+                SyncError::LoginRefused("the server asks for a password and none was given".into())
+            } else {
+                SyncError::from_postgres(e)
+            }
+        })
     }
+}
+
+/// True when the server asked for a password the client did not have. The `postgres`
+/// crate reports it as a configuration error whose source says so, with no kind a caller
+/// can match: its message is the only sign.
+fn asked_for_password(e: &postgres::Error) -> bool {
+    e.as_db_error().is_none()
+        && std::error::Error::source(e).is_some_and(|s| s.to_string().contains("password missing"))
 }
 
 fn tls() -> tokio_postgres_rustls::MakeRustlsConnect {
