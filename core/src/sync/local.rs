@@ -321,13 +321,18 @@ fn mark_pulled(tx: &Transaction, record: &Record, device: &str) -> Result<()> {
 
 /// Takes the next sequence number of this device's log.
 pub fn next_seq(tx: &Transaction) -> Result<i64> {
+    take_seqs(tx, 1)
+}
+
+/// Takes the next `n` sequence numbers of this device's log; returns the first.
+pub fn take_seqs(tx: &Transaction, n: usize) -> Result<i64> {
     let seq = tx
         .prepare_cached("SELECT value FROM sync_state WHERE key = ?1")?
         .query_row([NEXT_SEQ], |r| r.get::<_, String>(0))
         .optional()?
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    set(tx, NEXT_SEQ, &(seq + 1).to_string())?;
+    set(tx, NEXT_SEQ, &(seq + n as i64).to_string())?;
     Ok(seq)
 }
 

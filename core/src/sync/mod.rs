@@ -275,8 +275,8 @@ pub fn stage(
     let staged = db::write(conn, |tx| {
         let records = local::unsent(tx, &projects, settings.prompts)?;
         let mut sealed = Vec::with_capacity(records.len());
-        for record in records {
-            let seq = local::next_seq(tx)?;
+        let first = local::take_seqs(tx, records.len())?;
+        for (seq, record) in (first..).zip(records) {
             let env = local::Envelope {
                 device_name: setup.device_name.clone(),
                 record,

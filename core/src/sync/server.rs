@@ -268,13 +268,15 @@ pub fn append(
          SET last_seq = greatest(cairn_devices.last_seq, excluded.last_seq), last_push = now()",
         &[&space, &device, &last],
     )?;
-    let insert = tx.prepare(
-        "INSERT INTO cairn_records (space_id, device_id, seq, body) VALUES ($1, $2, $3, $4)
+    // The whole batch in one statement (one round trip), as two arrays.
+    let seqs: Vec<i64> = records.iter().map(|r| r.0).collect();
+    let bodies: Vec<&[u8]> = records.iter().map(|r| r.1.as_slice()).collect();
+    tx.execute(
+        "INSERT INTO cairn_records (space_id, device_id, seq, body)
+         SELECT $1, $2, r.seq, r.body FROM unnest($3::bigint[], $4::bytea[]) AS r (seq, body)
          ON CONFLICT (space_id, device_id, seq) DO NOTHING",
+        &[&space, &device, &seqs, &bodies],
     )?;
-    for (seq, body) in records {
-        tx.execute(&insert, &[&space, &device, seq, body])?;
-    }
     tx.commit()?;
     Ok(())
 }
