@@ -134,8 +134,11 @@ pub fn load(conn: &Connection, project: &str, settings: &ContextSettings) -> Res
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut observations = observations;
-    for o in &mut observations {
-        o.device = crate::sync::local::device_of(conn, Kind::Observation, o.id)?;
+    // SessionStart renders this: a store in no space pays one query, not one per line.
+    if crate::sync::local::any_devices(conn)? {
+        for o in &mut observations {
+            o.device = crate::sync::local::device_of(conn, Kind::Observation, o.id)?;
+        }
     }
     Ok(ContextData {
         project: project.to_string(),

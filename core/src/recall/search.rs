@@ -239,6 +239,12 @@ pub fn search_with(
             out.push(hit);
         }
     }
+    // A memory from another device (sync) says which.
+    if crate::sync::local::any_devices(conn)? {
+        for h in &mut out {
+            h.device = crate::sync::local::device_of(conn, h.kind, h.id)?;
+        }
+    }
     Ok(out)
 }
 
@@ -479,7 +485,7 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
         snippet,
         score: c.score,
         relevance: c.relevance,
-        device: crate::sync::local::device_of(conn, c.kind, id)?,
+        device: None,
     }))
 }
 

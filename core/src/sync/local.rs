@@ -389,6 +389,14 @@ pub fn devices(conn: &Connection) -> Result<Vec<(String, String, i64)>> {
         .collect::<rusqlite::Result<_>>()?)
 }
 
+/// True when some other device's log was read here: only then can a memory be marked
+/// with another device (a store in no space skips [`device_of`] for one query).
+pub fn any_devices(conn: &Connection) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sync_devices)")?
+        .query_row([], |r| r.get(0))?)
+}
+
 /// The name of the other device whose log brought this memory here (its id's first eight
 /// digits when it has no name); `None` for a memory of this device's own. What search,
 /// the context, MCP and the viewer mark a memory from another machine with.
@@ -639,6 +647,17 @@ mod tests {
             .query_row("SELECT learned FROM session_summaries", [], |r| r.get(0))
             .expect("summary");
         assert_eq!(learned, "second version");
+        let sid: i64 = b
+            .query_row("SELECT id FROM session_summaries", [], |r| r.get(0))
+            .expect("summary id");
+        assert!(any_devices(&b).expect("any"));
+        assert!(!any_devices(&a).expect("any"));
+        assert_eq!(
+            device_of(&b, Kind::Summary, sid)
+                .expect("device")
+                .as_deref(),
+            Some("laptop")
+        );
 
         // Forgetting on a carries the tombstones of synced memories only.
         db::write(&mut a, |tx| {
