@@ -140,7 +140,8 @@ impl Projects {
 }
 
 /// What of a session a record carries that can change: its start and its end (both merge
-/// one way, so two devices stop sending once they agree).
+/// one way, so two devices stop sending once they agree). [`unsent`] compares the same
+/// text built in SQL.
 fn session_hash(started_at: i64, ended_at: Option<i64>) -> String {
     format!("{started_at}:{}", ended_at.unwrap_or(0))
 }
@@ -182,6 +183,7 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
         out.push(Record::Session { s: s? });
     }
     if prompts {
+        // A prompt's origin is its tombstone's key (`forgotten::Key::prompt`), built here.
         let mut stmt = tx.prepare_cached(
             "SELECT session_id, project, prompt_number, prompt_id, prompt_text, created_at
              FROM user_prompts p
@@ -446,12 +448,10 @@ pub fn apply(
     now: i64,
 ) -> Result<Applied> {
     let applied = match &env.record {
+        // A session is where memories live, not one: it counts as nothing added.
         Record::Session { s } => {
-            if sessions::merge(tx, s)? {
-                Applied::Added
-            } else {
-                Applied::Nothing
-            }
+            sessions::merge(tx, s)?;
+            Applied::Nothing
         }
         Record::Prompt { p } => {
             if forgotten::prompt_forgotten(tx, p)? {
