@@ -135,9 +135,9 @@ pub fn load(conn: &Connection, project: &str, settings: &ContextSettings) -> Res
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut observations = observations;
     // SessionStart renders this: a store in no space pays one query, not one per line.
-    if crate::sync::local::any_devices(conn)? {
+    if crate::memory::origin::any_devices(conn)? {
         for o in &mut observations {
-            o.device = crate::sync::local::device_of(conn, Kind::Observation, o.id)?;
+            o.device = crate::memory::origin::device_of(conn, Kind::Observation, o.id)?;
         }
     }
     Ok(ContextData {

@@ -240,9 +240,9 @@ pub fn search_with(
         }
     }
     // A memory from another device (sync) says which.
-    if crate::sync::local::any_devices(conn)? {
+    if crate::memory::origin::any_devices(conn)? {
         for h in &mut out {
-            h.device = crate::sync::local::device_of(conn, h.kind, h.id)?;
+            h.device = crate::memory::origin::device_of(conn, h.kind, h.id)?;
         }
     }
     Ok(out)

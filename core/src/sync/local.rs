@@ -14,6 +14,8 @@ use crate::memory::kind::Kind;
 use crate::memory::observations::{self, NewObservation, NewSummary};
 use crate::memory::rows::ObservationContent;
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
+use crate::recall::embed::store::{self as vectors, Carried};
+use crate::sync::crypto::{hex, unhex};
 
 /// What one record of a log says, sealed before it leaves the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,25 +23,52 @@ use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 pub enum Record {
     /// A session (project, start, end): another device's session reads as a history.
     /// Merged, never replaced: the earlier start and the later end win.
-    Session {
-        s: SessionRecord,
-    },
+    Session { s: SessionRecord },
     /// A user prompt, only with `sync.prompts`.
-    Prompt {
-        p: PromptRecord,
-    },
+    Prompt { p: PromptRecord },
     Observation {
         o: NewObservation,
+        /// Its vector, when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<Vector>,
     },
     /// A turn summary; a later record of the same turn supersedes it.
     Summary {
         s: NewSummary,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<Vector>,
     },
     /// A tombstone: the `forgotten` row `(kind, key)`, applied by every device.
-    Forget {
-        kind: String,
-        key: String,
-    },
+    Forget { kind: String, key: String },
+}
+
+/// A memory's vector as a record carries it: the model that made it, and its sign bits and
+/// int8 components in hex. Kept by a device whose vectors come from the same model; any
+/// other embeds the memory itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vector {
+    pub model: String,
+    pub bits: String,
+    pub vector: String,
+}
+
+impl Vector {
+    fn of(c: Carried) -> Self {
+        Vector {
+            model: c.model,
+            bits: hex(&c.bits),
+            vector: hex(&c.vector),
+        }
+    }
+
+    /// `None` when the hex is damaged: the memory is then embedded here.
+    fn carried(&self) -> Option<Carried> {
+        Some(Carried {
+            model: self.model.clone(),
+            bits: unhex(&self.bits)?,
+            vector: unhex(&self.vector)?,
+        })
+    }
 }
 
 /// A record with the name of the device that wrote it.
@@ -63,7 +92,7 @@ impl Record {
                     Key::prompt(&p.session_id, p.prompt_id.as_deref(), p.prompt_number).stored();
                 (PROMPT, key, String::new())
             }
-            Record::Observation { o } => {
+            Record::Observation { o, .. } => {
                 let hash = o.content_hash();
                 (
                     OBSERVATION,
@@ -71,7 +100,7 @@ impl Record {
                     hash,
                 )
             }
-            Record::Summary { s } => (
+            Record::Summary { s, .. } => (
                 SUMMARY,
                 format!("{}:{}", s.session_id, s.prompt_number),
                 s.content_hash(),
@@ -209,7 +238,7 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
     }
     let mut stmt = tx.prepare_cached(
         "SELECT session_id, project, prompt_number, type, original_type, title, subtitle,
-                narrative, facts, concepts, files_read, files_modified, origin, created_at
+                narrative, facts, concepts, files_read, files_modified, origin, created_at, id
          FROM observations o
          WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
            AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'observation'
@@ -217,32 +246,38 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
          ORDER BY id",
     )?;
     let rows = stmt.query_map(params![all, named], |r| {
-        Ok(NewObservation {
-            session_id: r.get(0)?,
-            project: r.get(1)?,
-            prompt_number: r.get(2)?,
-            kind: r.get(3)?,
-            original_type: r.get(4)?,
-            content: ObservationContent {
-                title: r.get(5)?,
-                subtitle: r.get(6)?,
-                narrative: r.get(7)?,
-                facts: list(r.get(8)?),
-                concepts: list(r.get(9)?),
-                files_read: list(r.get(10)?),
-                files_modified: list(r.get(11)?),
+        let id: i64 = r.get(14)?;
+        Ok((
+            id,
+            NewObservation {
+                session_id: r.get(0)?,
+                project: r.get(1)?,
+                prompt_number: r.get(2)?,
+                kind: r.get(3)?,
+                original_type: r.get(4)?,
+                content: ObservationContent {
+                    title: r.get(5)?,
+                    subtitle: r.get(6)?,
+                    narrative: r.get(7)?,
+                    facts: list(r.get(8)?),
+                    concepts: list(r.get(9)?),
+                    files_read: list(r.get(10)?),
+                    files_modified: list(r.get(11)?),
+                },
+                source_job_ids: Vec::new(),
+                origin: r.get(12)?,
+                created_at: r.get(13)?,
             },
-            source_job_ids: Vec::new(),
-            origin: r.get(12)?,
-            created_at: r.get(13)?,
-        })
+        ))
     })?;
-    for o in rows {
-        out.push(Record::Observation { o: o? });
+    for row in rows {
+        let (id, o) = row?;
+        let v = vectors::carried(tx, Kind::Observation, id)?.map(Vector::of);
+        out.push(Record::Observation { o, v });
     }
     let mut stmt = tx.prepare_cached(
         "SELECT session_id, project, prompt_number, request, investigated, learned, completed,
-                next_steps, notes, files_read, files_edited, origin, created_at
+                next_steps, notes, files_read, files_edited, origin, created_at, id
          FROM session_summaries m
          WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
            AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'summary'
@@ -251,25 +286,31 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
          ORDER BY id",
     )?;
     let rows = stmt.query_map(params![all, named], |r| {
-        Ok(NewSummary {
-            session_id: r.get(0)?,
-            project: r.get(1)?,
-            prompt_number: r.get(2)?,
-            request: r.get(3)?,
-            investigated: r.get(4)?,
-            learned: r.get(5)?,
-            completed: r.get(6)?,
-            next_steps: r.get(7)?,
-            notes: r.get(8)?,
-            files_read: list(r.get(9)?),
-            files_edited: list(r.get(10)?),
-            source_job_ids: Vec::new(),
-            origin: r.get(11)?,
-            created_at: r.get(12)?,
-        })
+        let id: i64 = r.get(13)?;
+        Ok((
+            id,
+            NewSummary {
+                session_id: r.get(0)?,
+                project: r.get(1)?,
+                prompt_number: r.get(2)?,
+                request: r.get(3)?,
+                investigated: r.get(4)?,
+                learned: r.get(5)?,
+                completed: r.get(6)?,
+                next_steps: r.get(7)?,
+                notes: r.get(8)?,
+                files_read: list(r.get(9)?),
+                files_edited: list(r.get(10)?),
+                source_job_ids: Vec::new(),
+                origin: r.get(11)?,
+                created_at: r.get(12)?,
+            },
+        ))
     })?;
-    for s in rows {
-        out.push(Record::Summary { s: s? });
+    for row in rows {
+        let (id, s) = row?;
+        let v = vectors::carried(tx, Kind::Summary, id)?.map(Vector::of);
+        out.push(Record::Summary { s, v });
     }
     // Only tombstones of memories that went into a log: what never left never leaves.
     let mut stmt = tx.prepare_cached(
@@ -391,44 +432,6 @@ pub fn devices(conn: &Connection) -> Result<Vec<(String, String, i64)>> {
         .collect::<rusqlite::Result<_>>()?)
 }
 
-/// True when some other device's log was read here: only then can a memory be marked
-/// with another device (a store in no space skips [`device_of`] for one query).
-pub fn any_devices(conn: &Connection) -> Result<bool> {
-    Ok(conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sync_devices)")?
-        .query_row([], |r| r.get(0))?)
-}
-
-/// The name of the other device whose log brought this memory here (its id's first eight
-/// digits when it has no name); `None` for a memory of this device's own. What search,
-/// the context, MCP and the viewer mark a memory from another machine with.
-pub fn device_of(conn: &Connection, kind: Kind, id: i64) -> Result<Option<String>> {
-    let origin = match kind {
-        Kind::Observation => {
-            "SELECT 'observation' AS kind, coalesce(session_id, '') || ':' || content_hash AS origin
-             FROM observations WHERE id = ?1"
-        }
-        Kind::Summary => {
-            "SELECT 'summary' AS kind, session_id || ':' || prompt_number AS origin
-             FROM session_summaries WHERE id = ?1"
-        }
-        Kind::Prompt => {
-            "SELECT 'prompt' AS kind,
-                    session_id || ':' || coalesce(prompt_id, '#' || prompt_number) AS origin
-             FROM user_prompts WHERE id = ?1"
-        }
-    };
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT CASE WHEN d.name = '' THEN substr(d.device, 1, 8) ELSE d.name END
-             FROM ({origin}) m
-             JOIN sync_rows s ON s.kind = m.kind AND s.origin = m.origin
-             JOIN sync_devices d ON d.device = s.device"
-        ))?
-        .query_row([id], |r| r.get(0))
-        .optional()?)
-}
-
 /// What applying one record changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Applied {
@@ -465,7 +468,7 @@ pub fn apply(
                 }
             }
         }
-        Record::Observation { o } => {
+        Record::Observation { o, v } => {
             if forgotten::observation_forgotten(tx, o)? {
                 Applied::Nothing
             } else {
@@ -473,18 +476,24 @@ pub fn apply(
                     sessions::ensure(tx, sid, &o.project, "", o.created_at)?;
                 }
                 match observations::save_manual(tx, o)? {
-                    observations::Stored::Added(_) => Applied::Added,
+                    observations::Stored::Added(id) => {
+                        keep_vector(tx, v, Kind::Observation, id, &o.project, o.created_at)?;
+                        Applied::Added
+                    }
                     observations::Stored::Duplicate(_) => Applied::Nothing,
                 }
             }
         }
-        Record::Summary { s } => {
+        Record::Summary { s, v } => {
             if forgotten::summary_forgotten(tx, s)? {
                 Applied::Nothing
             } else {
                 sessions::ensure(tx, &s.session_id, &s.project, "", s.created_at)?;
                 match observations::upsert_summary(tx, s)? {
-                    observations::Stored::Added(_) => Applied::Added,
+                    observations::Stored::Added(id) => {
+                        keep_vector(tx, v, Kind::Summary, id, &s.project, s.created_at)?;
+                        Applied::Added
+                    }
                     observations::Stored::Duplicate(_) => Applied::Nothing,
                 }
             }
@@ -497,6 +506,22 @@ pub fn apply(
     mark_pulled(tx, &env.record, device)?;
     advance(tx, device, &env.device_name, seq)?;
     Ok(applied)
+}
+
+/// Keeps the vector a pulled memory came with, when this store's vectors come from the
+/// same model; else the memory stays in the embedding queue (its insert put it there).
+fn keep_vector(
+    tx: &Transaction,
+    v: &Option<Vector>,
+    kind: Kind,
+    id: i64,
+    project: &str,
+    created_at: i64,
+) -> Result<()> {
+    if let Some(c) = v.as_ref().and_then(Vector::carried) {
+        vectors::keep_carried(tx, kind, id, project, created_at, &c)?;
+    }
+    Ok(())
 }
 
 fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
@@ -549,6 +574,7 @@ fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::origin::{any_devices, device_of};
     use crate::store::db;
 
     fn store(dir: &std::path::Path, name: &str) -> Connection {
@@ -684,6 +710,7 @@ mod tests {
                 device_name: "laptop".into(),
                 record: Record::Observation {
                     o: observation("p", "shared"),
+                    v: None,
                 },
             };
             apply(tx, "a", 1, &env, 9)
@@ -817,6 +844,81 @@ mod tests {
         assert_eq!(ended, Some(500));
         assert_eq!(carry_all(&mut a, &mut b, true), Vec::new());
         assert_eq!(carry_all(&mut b, &mut a, true), Vec::new());
+    }
+
+    /// An observation titled `title` with a vector of `model` (bits 0x01, vector 0x0203).
+    fn embedded(conn: &mut Connection, title: &str, model: &str) -> i64 {
+        db::write(conn, |tx| {
+            sessions::ensure(tx, "s1", "p", "", 1)?;
+            let id = observations::insert_observation(tx, &observation("p", title))?.id();
+            tx.execute(
+                "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+                 VALUES (0, ?1, 'p', 5, ?2, x'01', x'0203')",
+                params![id, model],
+            )?;
+            tx.execute("DELETE FROM embedding_queue WHERE ref_id = ?1", [id])?;
+            Ok(id)
+        })
+        .expect("embedded observation")
+    }
+
+    #[test]
+    fn vectors_travel_to_devices_of_the_same_model_only() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut a = store(tmp.path(), "a.db");
+        let (mut same, mut other) = (store(tmp.path(), "b.db"), store(tmp.path(), "c.db"));
+        embedded(&mut a, "leases expire", "m:1");
+        embedded(&mut same, "already here", "m:1");
+        embedded(&mut other, "already here", "m:2");
+        let records = db::write(&mut a, |tx| unsent(tx, &Projects::All, false)).expect("stage");
+        assert!(
+            records
+                .iter()
+                .any(|r| matches!(r, Record::Observation { v: Some(v), .. } if v.model == "m:1")),
+            "{records:?}"
+        );
+        for to in [&mut same, &mut other] {
+            db::write(to, |tx| {
+                for (i, r) in records.iter().enumerate() {
+                    let env = Envelope {
+                        device_name: "laptop".into(),
+                        record: r.clone(),
+                    };
+                    apply(tx, "a", i as i64 + 1, &env, 9)?;
+                }
+                Ok(())
+            })
+            .expect("apply");
+        }
+        let vector_of = |c: &Connection| -> (Option<String>, i64) {
+            let id: i64 = c
+                .query_row(
+                    "SELECT id FROM observations WHERE title = 'leases expire'",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("pulled");
+            let model = c
+                .query_row(
+                    "SELECT model FROM embeddings WHERE kind = 0 AND ref_id = ?1 AND bits = x'01'",
+                    [id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .expect("vector");
+            let queued = c
+                .query_row(
+                    "SELECT count(*) FROM embedding_queue WHERE kind = 0 AND ref_id = ?1",
+                    [id],
+                    |r| r.get(0),
+                )
+                .expect("queue");
+            (model, queued)
+        };
+        // The same model: the vector is kept and nothing is left to embed.
+        assert_eq!(vector_of(&same), (Some("m:1".into()), 0));
+        // Another model: no foreign vector; the worker embeds it here.
+        assert_eq!(vector_of(&other), (None, 1));
     }
 
     #[test]
