@@ -701,3 +701,47 @@ fn prompts_and_sessions_sync_only_as_asked() {
     a.sync();
     assert_eq!(a.count("SELECT count(*) FROM user_prompts"), 0);
 }
+
+#[test]
+fn a_memory_keeps_its_vector_on_a_device_of_the_same_model_only() {
+    let pg = Pg::start();
+    let (a, b, c) = (Device::new(), Device::new(), Device::new());
+    space(&pg, &a, &[&b, &c]);
+    let model = crate::support::model_dir();
+    let model = model.to_str().expect("utf-8 path");
+    a.save(
+        "p",
+        "leases expire",
+        "the worker's lease runs out after ten minutes",
+    );
+    b.save("p", "b's own note", "embedded here with the same model");
+    // a and b embed with the same sentence model; c has none.
+    for d in [&a, &b] {
+        d.ok(&["embed", "--from", model]);
+        assert_eq!(d.count("SELECT count(*) FROM embedding_queue"), 0);
+    }
+    a.sync();
+    b.sync();
+    c.sync();
+    let vector = |d: &Device| -> Option<Vec<u8>> {
+        d.env
+            .db()
+            .query_row(
+                "SELECT e.vector FROM embeddings e JOIN observations o ON o.id = e.ref_id
+                 WHERE e.kind = 0 AND o.title = 'leases expire'",
+                [],
+                |r| r.get(0),
+            )
+            .ok()
+    };
+    // b kept a's vector and has nothing to embed; c, with no vectors of that model, embeds
+    // it itself (it stays queued until its worker does).
+    assert!(vector(&a).is_some());
+    assert_eq!(vector(&b), vector(&a));
+    assert_eq!(b.count("SELECT count(*) FROM embedding_queue"), 0);
+    assert_eq!(vector(&c), None);
+    assert!(c.count("SELECT count(*) FROM embedding_queue") >= 1);
+    // And b finds it by meaning: the vector is searchable there.
+    let found = b.ok(&["search", "when does the lease time out", "--project", "p"]);
+    assert!(found.contains("leases expire"), "{found}");
+}
