@@ -1,150 +1,23 @@
-//! Sync through a real PostgreSQL server: Debian's `postgresql` binaries, a cluster made
-//! with `initdb` in a temp dir, started with `pg_ctl` on a free loopback port (as the
-//! unprivileged `postgres` user when the tests run as root) and stopped at the end.
+//! Sync through a real PostgreSQL server (`tests/common/postgres.rs`: Debian's binaries, a
+//! cluster of its own per test on a free loopback port, stopped at the end).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use crate::support::{TestEnv, stderr, stdout};
+use crate::support::{TestEnv, hook_fixture, run_with_stdin, stderr, stdout};
 
-/// A PostgreSQL cluster of its own, stopped on drop.
-struct Pg {
-    _tmp: tempfile::TempDir,
-    bin: PathBuf,
-    data: PathBuf,
-    socket: PathBuf,
-    port: u16,
-    as_postgres: bool,
-}
-
-fn pg_bin() -> PathBuf {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL is installed (apt-get install postgresql)")
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("bin"))
-        .filter(|b| b.join("initdb").exists())
-        .collect();
-    found.sort();
-    found.pop().expect("a PostgreSQL version with initdb")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-impl Pg {
-    fn start() -> Pg {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let as_postgres = rustix::process::geteuid().is_root();
-        if as_postgres {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777))
-                .expect("chmod");
-        }
-        let pg = Pg {
-            bin: pg_bin(),
-            data: tmp.path().join("data"),
-            socket: tmp.path().to_path_buf(),
-            port: free_port(),
-            as_postgres,
-            _tmp: tmp,
-        };
-        let out = pg.tool(
-            "initdb",
-            &["-U", "cairn", "-A", "trust", "-E", "UTF8", "--no-sync"],
-            &["-D"],
-        );
-        assert!(out.status.success(), "initdb: {}", stderr(&out));
-        pg.up();
-        pg
-    }
-
-    /// Runs one of the server's programs (as `postgres` when root), `-D data` appended.
-    fn tool(&self, name: &str, args: &[&str], data_flag: &[&str]) -> Output {
-        let program = self.bin.join(name);
-        let mut c = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
-        };
-        c.args(args).args(data_flag).arg(&self.data);
-        c.output().expect("run a PostgreSQL program")
-    }
-
-    fn up(&self) {
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            self.port,
-            self.socket.display()
-        );
-        let log = self.socket.join("server.log");
-        let log = log.to_str().expect("utf-8 path");
-        let out = self.tool("pg_ctl", &["-w", "-l", log, "-o", &opts, "start"], &["-D"]);
-        assert!(out.status.success(), "pg_ctl start: {}", stderr(&out));
-    }
-
-    fn down(&self) {
-        let out = self.tool("pg_ctl", &["-w", "-m", "fast", "stop"], &["-D"]);
-        assert!(out.status.success(), "pg_ctl stop: {}", stderr(&out));
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "postgres://cairn@127.0.0.1:{}/postgres?sslmode=disable",
-            self.port
-        )
-    }
-
-    /// Runs SQL with psql and returns its unaligned output.
-    fn sql(&self, sql: &str) -> String {
-        let out = Command::new(self.bin.join("psql"))
-            .args(["-X", "-A", "-t", "-d", &self.url(), "-c", sql])
-            .output()
-            .expect("psql");
-        assert!(out.status.success(), "psql {sql}: {}", stderr(&out));
-        stdout(&out).trim().to_string()
-    }
-
-    /// Every byte the server keeps on disk (tables, WAL), after a checkpoint.
-    fn files_contain(&self, needle: &str) -> Vec<PathBuf> {
-        self.sql("CHECKPOINT");
-        let mut hits = Vec::new();
-        let mut stack = vec![self.data.clone()];
-        while let Some(dir) = stack.pop() {
-            for e in std::fs::read_dir(&dir).expect("read dir").flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if let Ok(bytes) = std::fs::read(&p)
-                    && contains(&bytes, needle.as_bytes())
-                {
-                    hits.push(p);
-                }
-            }
-        }
-        hits
-    }
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let _ = self.tool("pg_ctl", &["-w", "-m", "immediate", "stop"], &["-D"]);
-    }
-}
+#[path = "../common/postgres.rs"]
+mod postgres;
+use postgres::{PASSWORD, Pg};
 
 /// One machine: a data dir whose projects all sync unless told otherwise.
 struct Device {
     env: TestEnv,
     projects: &'static str,
+    /// `sync.prompts`.
+    prompts: std::cell::Cell<bool>,
+    /// Its clock's offset from the real one, as `faketime -f` takes it (`+1h`).
+    clock: Option<&'static str>,
 }
 
 impl Device {
@@ -156,13 +29,68 @@ impl Device {
         Device {
             env: TestEnv::new(),
             projects,
+            prompts: std::cell::Cell::new(false),
+            clock: None,
         }
     }
 
+    /// A machine whose clock is `offset` off (Debian's `faketime`, libfaketime).
+    fn with_clock(offset: &'static str) -> Device {
+        Device {
+            clock: Some(offset),
+            ..Device::new()
+        }
+    }
+
+    fn command(&self, bin: &str) -> Command {
+        let mut c = self.env.cmd(bin);
+        c.env("CAIRN_SYNC__PROJECTS", self.projects)
+            .env("CAIRN_SYNC__PROMPTS", self.prompts.get().to_string());
+        let Some(offset) = self.clock else {
+            return c;
+        };
+        let mut f = Command::new("faketime");
+        f.args(["-f", offset]).arg(c.get_program());
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => f.env(k, v),
+                None => f.env_remove(k),
+            };
+        }
+        // Timeouts and sleeps keep real time; only the wall clock is off.
+        f.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        f
+    }
+
     fn cairn(&self, args: &[&str]) -> Output {
-        let mut c = self.env.cmd("cairn");
-        c.env("CAIRN_SYNC__PROJECTS", self.projects).args(args);
+        let mut c = self.command("cairn");
+        c.args(args);
         c.output().expect("run cairn")
+    }
+
+    /// The hook, given a real Claude Code payload.
+    fn hook(&self, payload: &serde_json::Value) {
+        let out = run_with_stdin(self.command("cairn-hook"), payload.to_string().as_bytes());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
+    /// A session started in `cwd` with one prompt.
+    fn prompt(&self, session: &str, cwd: &str, text: &str) {
+        for name in ["SessionStart.json", "UserPromptSubmit.json"] {
+            let mut ev: serde_json::Value =
+                serde_json::from_str(&hook_fixture(name)).expect("fixture");
+            ev["session_id"] = session.into();
+            ev["cwd"] = cwd.into();
+            if name == "UserPromptSubmit.json" {
+                ev["prompt"] = text.into();
+                ev["prompt_id"] = format!("{session}-p1").into();
+            }
+            self.hook(&ev);
+        }
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.env.count(sql)
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -207,14 +135,32 @@ impl Device {
     }
 }
 
-/// A space made on `first`, joined by the others; returns the key.
+/// A space made on `first` (named `device0`), joined by the others (`device1`, ...);
+/// returns the key.
 fn space(pg: &Pg, first: &Device, others: &[&Device]) -> String {
-    let init: serde_json::Value =
-        serde_json::from_str(&first.ok(&["sync", "init", "--url", &pg.url(), "--json"]))
-            .expect("json");
+    let init: serde_json::Value = serde_json::from_str(&first.ok(&[
+        "sync",
+        "init",
+        "--url",
+        &pg.url(),
+        "--name",
+        "device0",
+        "--json",
+    ]))
+    .expect("json");
     let key = init["key"].as_str().expect("key").to_string();
-    for d in others {
-        d.ok(&["sync", "join", "--url", &pg.url(), "--key", &key]);
+    for (i, d) in others.iter().enumerate() {
+        let name = format!("device{}", i + 1);
+        d.ok(&[
+            "sync",
+            "join",
+            "--url",
+            &pg.url(),
+            "--key",
+            &key,
+            "--name",
+            &name,
+        ]);
     }
     key
 }
@@ -297,9 +243,39 @@ fn three_devices_converge_and_forget_everywhere() {
         (Some(0), Some(0))
     );
 
-    // Pulled memories are searchable at once.
+    // Pulled memories are searchable at once, marked with the device they came from (a
+    // is device0); a device's own memories carry no mark.
     let found = c.ok(&["search", "postgres", "--project", "shared"]);
     assert!(found.contains("alpha uses postgres"), "{found}");
+    assert!(found.contains("@device0"), "{found}");
+    let hits: serde_json::Value = serde_json::from_str(&c.ok(&[
+        "search",
+        "--json",
+        "--project",
+        "shared",
+        "--order",
+        "newest",
+        "--limit",
+        "50",
+    ]))
+    .expect("json");
+    let device_of = |title: &str| {
+        hits.as_array()
+            .expect("hits")
+            .iter()
+            .find(|h| h["title"] == title)
+            .map(|h| h["device"].clone())
+            .unwrap_or_else(|| panic!("{title} in {hits}"))
+    };
+    assert_eq!(device_of("alpha uses postgres"), "device0");
+    assert_eq!(device_of("beta deploys"), "device1");
+    assert!(device_of("gamma caches").is_null(), "c's own: {hits}");
+    let context = c.ok(&["context", "--project", "shared"]);
+    assert!(
+        context.contains("@device0 alpha uses postgres"),
+        "{context}"
+    );
+    assert!(!context.contains("@device2"), "{context}");
 
     // Forgetting on b (a memory a wrote) forgets on every device.
     let id = b.id_of("alpha uses postgres").to_string();
@@ -333,8 +309,25 @@ fn three_devices_converge_and_forget_everywhere() {
 fn the_server_sees_no_content_no_secret_and_no_private_text() {
     let pg = Pg::start();
     let (a, b) = (Device::new(), Device::new());
+    a.prompts.set(true);
     space(&pg, &a, &[&b]);
     let canary = "AKIAQYLPMN5HHHFPZAM2";
+    // A prompt too (prompts sync here), and a whole session in an excluded project.
+    a.prompt(
+        "sess-canary",
+        "/work/orchidproject",
+        &format!("deploy with {canary} <private>marmoset prompt words</private> please"),
+    );
+    for name in ["SessionStart.json", "UserPromptSubmit.json"] {
+        let mut ev: serde_json::Value = serde_json::from_str(&hook_fixture(name)).expect("json");
+        ev["session_id"] = "sess-excluded".into();
+        ev["cwd"] = "/work/tapirproject".into();
+        ev["prompt"] = "the okapi plan of tapirproject".into();
+        let mut c = a.command("cairn-hook");
+        c.env("CAIRN_CAPTURE__EXCLUDED_PROJECTS", "tapirproject");
+        let out = run_with_stdin(c, ev.to_string().as_bytes());
+        assert_eq!(out.status.code(), Some(0));
+    }
     a.save(
         "orchidproject",
         "zebrafinch deploy notes",
@@ -357,15 +350,32 @@ fn the_server_sees_no_content_no_secret_and_no_private_text() {
         !narrative.contains(canary) && !narrative.contains("marmoset"),
         "{narrative}"
     );
+    let prompt: String = b
+        .env
+        .db()
+        .query_row("SELECT prompt_text FROM user_prompts", [], |r| r.get(0))
+        .expect("synced prompt");
+    assert!(prompt.contains("please"), "{prompt}");
+    assert!(
+        !prompt.contains(canary) && !prompt.contains("marmoset"),
+        "{prompt}"
+    );
+    assert_eq!(
+        b.count("SELECT count(*) FROM sessions WHERE project = 'tapirproject'"),
+        0
+    );
     // The server holds sealed bytes only: not the secret, not the private text, and not
-    // even what the memory says or its project's name.
-    assert_eq!(pg.sql("SELECT count(*) FROM cairn_records"), "1");
+    // even what the memory says or its project's name. Records: the prompt's session and
+    // the prompt, the saved memory's session-less observation.
+    assert_eq!(pg.sql("SELECT count(*) FROM cairn_records"), "3");
     for needle in [
         canary,
         "marmoset",
         "zebrafinch",
         "orchidproject",
         "the rest",
+        "tapirproject",
+        "okapi",
     ] {
         let hits = pg.sql(&format!(
             "SELECT count(*) FROM cairn_records WHERE position(convert_to('{needle}', 'UTF8') in body) > 0"
@@ -474,4 +484,275 @@ fn with_the_server_away_nothing_is_lost_and_sync_catches_up() {
         "{titles:?}"
     );
     assert_eq!(pg.sql("SELECT count(*) FROM cairn_records"), "2");
+}
+
+/// Every title of every device, sorted, each once: what converged looks like.
+fn assert_converged(devices: &[&Device]) -> Vec<String> {
+    let first = devices[0].titles();
+    let mut unique = first.clone();
+    unique.dedup();
+    assert_eq!(unique, first, "a memory twice");
+    for (i, d) in devices.iter().enumerate() {
+        assert_eq!(d.titles(), first, "device {i} differs");
+    }
+    first
+}
+
+#[test]
+fn a_refused_login_and_a_server_that_is_down_say_the_fix_and_write_nothing() {
+    let pg = Pg::start_with_password();
+    let (a, b) = (Device::new(), Device::new());
+    // No password anywhere: refused, and nothing written on either side.
+    let out = a.cairn(&["sync", "init", "--url", &pg.url()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("refused the login") && err.contains("PGPASSWORD"),
+        "{err}"
+    );
+    assert!(!err.contains(PASSWORD));
+    assert!(!a.env.data_dir.join("sync.key").exists());
+    assert!(!a.env.data_dir.join("sync.url").exists());
+    // A wrong password in the URL: the same, and the password is not repeated.
+    let wrong = pg.url().replace("cairn@", "cairn:not-the-password@");
+    let out = a.cairn(&["sync", "init", "--url", &wrong]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("refused the login"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("not-the-password"));
+    assert!(!a.env.data_dir.join("sync.key").exists());
+
+    // The right one from PGPASSWORD: a is in the space.
+    let mut init = a.command("cairn");
+    init.env("PGPASSWORD", PASSWORD)
+        .args(["sync", "init", "--url", &pg.url(), "--json"]);
+    let out = init.output().expect("init");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let key = serde_json::from_str::<serde_json::Value>(&stdout(&out)).expect("json")["key"]
+        .as_str()
+        .expect("key")
+        .to_string();
+    // A sync without the password: refused, the memory stays queued, nothing on the server.
+    a.save("p", "queued while refused", "kept until the login works");
+    let out = a.cairn(&["sync"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("refused the login"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(pg.sql("SELECT count(*) FROM cairn_records"), "0");
+    assert_eq!(a.count("SELECT count(*) FROM sync_outbox"), 1);
+    let status: serde_json::Value =
+        serde_json::from_str(&stdout(&a.cairn(&["sync", "status", "--json"]))).expect("json");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused the login")),
+        "{status}"
+    );
+
+    // A server that is down: join says so, with the fix, and writes nothing.
+    pg.down();
+    let out = b.cairn(&["sync", "join", "--url", &pg.url(), "--key", &key]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not reachable") && err.contains("host and port"),
+        "{err}"
+    );
+    assert!(!b.env.data_dir.join("sync.key").exists());
+    assert!(!b.env.data_dir.join("sync.url").exists());
+}
+
+#[test]
+fn a_device_offline_while_others_write_and_forget_converges_when_back() {
+    let pg = Pg::start();
+    let (a, b, c) = (Device::new(), Device::new(), Device::new());
+    space(&pg, &a, &[&b, &c]);
+    a.save("p", "a one", "first of a");
+    b.save("p", "b one", "first of b");
+    c.save("p", "c one", "first of c");
+    for _ in 0..2 {
+        for d in [&a, &b, &c] {
+            d.sync();
+        }
+    }
+    assert_converged(&[&a, &b, &c]);
+
+    // c goes away. Meanwhile a and b write, forget each other's memories, and forget one
+    // c never saw; c writes on its own.
+    a.save("p", "a two", "second of a");
+    a.save(
+        "p",
+        "a short-lived",
+        "written and forgotten while c was away",
+    );
+    b.save("p", "b two", "second of b");
+    c.save("p", "c two", "written offline");
+    for d in [&a, &b, &a] {
+        d.sync();
+    }
+    let forget = |d: &Device, title: &str| {
+        let id = d.id_of(title).to_string();
+        d.ok(&["forget", &id, "--yes"]);
+    };
+    forget(&b, "a one");
+    forget(&a, "b one");
+    forget(&a, "a short-lived");
+    for _ in 0..3 {
+        a.sync();
+        b.sync();
+    }
+
+    // c is back: two rounds and everyone agrees.
+    for _ in 0..2 {
+        for d in [&c, &a, &b] {
+            d.sync();
+        }
+    }
+    let titles = assert_converged(&[&a, &b, &c]);
+    assert_eq!(titles, ["a two", "b two", "c one", "c two"], "{titles:?}");
+}
+
+#[test]
+fn clocks_an_hour_apart_converge_with_nothing_lost_or_twice() {
+    let pg = Pg::start();
+    // b's clock runs an hour ahead, c's an hour behind.
+    let (a, b, c) = (
+        Device::new(),
+        Device::with_clock("+1h"),
+        Device::with_clock("-1h"),
+    );
+    space(&pg, &a, &[&b, &c]);
+    let real_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    a.save("p", "written on time", "a's clock is right");
+    b.save("p", "written in the future", "b's clock is an hour ahead");
+    c.save("p", "written in the past", "c's clock is an hour behind");
+    // The same words saved on two machines are one memory everywhere.
+    b.save("p", "the same note", "saved on two machines");
+    c.save("p", "the same note", "saved on two machines");
+    for _ in 0..2 {
+        for d in [&b, &c, &a] {
+            d.sync();
+        }
+    }
+    // The clocks really were off: b's memory is stamped about an hour ahead, everywhere.
+    let stamp = |d: &Device| -> i64 {
+        d.env
+            .db()
+            .query_row(
+                "SELECT created_at FROM observations WHERE title = 'written in the future'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("stamp")
+    };
+    assert!(stamp(&b) > real_now + 50 * 60_000, "faketime took effect");
+    assert_eq!(stamp(&a), stamp(&b));
+    assert_eq!(stamp(&c), stamp(&b));
+    // And a forget from the past reaches the future.
+    let id = c.id_of("written on time").to_string();
+    c.ok(&["forget", &id, "--yes"]);
+    for _ in 0..2 {
+        for d in [&c, &b, &a] {
+            d.sync();
+        }
+    }
+    let titles = assert_converged(&[&a, &b, &c]);
+    assert_eq!(
+        titles,
+        [
+            "the same note",
+            "written in the future",
+            "written in the past"
+        ],
+        "{titles:?}"
+    );
+}
+
+#[test]
+fn prompts_and_sessions_sync_only_as_asked() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    space(&pg, &a, &[&b]);
+    a.prompt(
+        "sess-1",
+        "/work/ferncastle",
+        "how do the ferncastle leases expire",
+    );
+    a.sync();
+    b.sync();
+    // The session came (another device's session reads as a history), its prompt did not.
+    assert_eq!(
+        b.count("SELECT count(*) FROM sessions WHERE session_id = 'sess-1'"),
+        1
+    );
+    assert_eq!(b.count("SELECT count(*) FROM user_prompts"), 0);
+    assert_eq!(b.count("SELECT count(*) FROM sessions WHERE cwd <> ''"), 0);
+
+    // With sync.prompts, the prompt goes too, marked with its device where it is found.
+    a.prompts.set(true);
+    let moved = a.sync();
+    assert_eq!(moved["pushed"].as_u64(), Some(1), "{moved}");
+    b.sync();
+    assert_eq!(b.count("SELECT count(*) FROM user_prompts"), 1);
+    let found = b.ok(&["search", "ferncastle", "--all-projects", "--kind", "prompt"]);
+    assert!(found.contains("@device0"), "{found}");
+    // Forgotten on b, forgotten on a.
+    let id = b.count("SELECT id FROM user_prompts");
+    b.ok(&["forget", &format!("P{id}"), "--yes"]);
+    b.sync();
+    a.sync();
+    assert_eq!(a.count("SELECT count(*) FROM user_prompts"), 0);
+}
+
+#[test]
+fn a_memory_keeps_its_vector_on_a_device_of_the_same_model_only() {
+    let pg = Pg::start();
+    let (a, b, c) = (Device::new(), Device::new(), Device::new());
+    space(&pg, &a, &[&b, &c]);
+    let model = crate::support::model_dir();
+    let model = model.to_str().expect("utf-8 path");
+    a.save(
+        "p",
+        "leases expire",
+        "the worker's lease runs out after ten minutes",
+    );
+    b.save("p", "b's own note", "embedded here with the same model");
+    // a and b embed with the same sentence model; c has none.
+    for d in [&a, &b] {
+        d.ok(&["embed", "--from", model]);
+        assert_eq!(d.count("SELECT count(*) FROM embedding_queue"), 0);
+    }
+    a.sync();
+    b.sync();
+    c.sync();
+    let vector = |d: &Device| -> Option<Vec<u8>> {
+        d.env
+            .db()
+            .query_row(
+                "SELECT e.vector FROM embeddings e JOIN observations o ON o.id = e.ref_id
+                 WHERE e.kind = 0 AND o.title = 'leases expire'",
+                [],
+                |r| r.get(0),
+            )
+            .ok()
+    };
+    // b kept a's vector and has nothing to embed; c, with no vectors of that model, embeds
+    // it itself (it stays queued until its worker does).
+    assert!(vector(&a).is_some());
+    assert_eq!(vector(&b), vector(&a));
+    assert_eq!(b.count("SELECT count(*) FROM embedding_queue"), 0);
+    assert_eq!(vector(&c), None);
+    assert!(c.count("SELECT count(*) FROM embedding_queue") >= 1);
+    // And b finds it by meaning: the vector is searchable there.
+    let found = b.ok(&["search", "when does the lease time out", "--project", "p"]);
+    assert!(found.contains("leases expire"), "{found}");
 }

@@ -342,7 +342,11 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
                 let mut row = vec![
                     h.reference(),
                     clock::minute_utc(h.created_at),
-                    h.label.clone(),
+                    // A memory from another machine says which.
+                    match &h.device {
+                        Some(d) => format!("{} @{d}", h.label),
+                        None => h.label.clone(),
+                    },
                 ];
                 if wide {
                     row.push(h.project.clone());

@@ -2,7 +2,8 @@
 //! (`kind`). Sessions and the user's prompts (`sessions`), the
 //! observations and turn summaries the worker distils from them (`observations`), and
 //! what the user asked to forget (`forgotten`), which nothing may bring back, and what each
-//! session was already given of it (`told`).
+//! session was already given of it (`told`). Which other device a memory came from, as
+//! sync listed it (`origin`, a reader of sync's tables).
 //!
 //! Owns and is the only writer of `sessions`, `user_prompts`, `observations`,
 //! `session_summaries`, `memory_given` (through `told`) and `forgotten` (tombstones, written only by `forgotten`; `forget`
@@ -25,6 +26,7 @@ pub mod forget;
 pub mod forgotten;
 pub mod kind;
 pub mod observations;
+pub mod origin;
 pub mod rows;
 pub mod sessions;
 pub mod told;

@@ -229,6 +229,28 @@ pub fn import_session(tx: &Transaction, s: &SessionRecord) -> Result<bool> {
     Ok(added > 0)
 }
 
+/// Merges a session another device holds (sync): added when missing; else its start is
+/// the earlier of the two, its end the later, and it is ended when either side ended it,
+/// so two devices holding parts of one session agree on it whatever order they apply in.
+/// The prompt counter is raised as for an import. Returns true when a row was added.
+pub fn merge(tx: &Transaction, s: &SessionRecord) -> Result<bool> {
+    let added = import_session(tx, s)?;
+    if !added {
+        tx.prepare_cached(
+            "UPDATE sessions SET
+                 started_at = min(started_at, ?2),
+                 ended_at = CASE WHEN ?3 IS NULL THEN ended_at
+                                 ELSE max(coalesce(ended_at, ?3), ?3) END,
+                 status = CASE WHEN ?4 = 'ended' THEN 'ended' ELSE status END
+             WHERE session_id = ?1
+               AND (started_at > ?2 OR (?3 IS NOT NULL AND coalesce(ended_at, 0) < ?3)
+                    OR (?4 = 'ended' AND status <> 'ended'))",
+        )?
+        .execute(params![s.session_id, s.started_at, s.ended_at, s.status])?;
+    }
+    Ok(added)
+}
+
 /// Adds an imported prompt unless its session already has a prompt with that number (or
 /// that `prompt_id`). The session must exist. Returns true when a row was added.
 pub fn import_prompt(tx: &Transaction, p: &PromptRecord) -> Result<bool> {

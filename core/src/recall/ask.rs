@@ -85,6 +85,8 @@ struct WireHit {
     snippet: String,
     score: Option<f64>,
     relevance: f64,
+    #[serde(default)]
+    device: Option<String>,
 }
 
 /// The worker's answer.
@@ -173,6 +175,7 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
                 snippet: h.snippet,
                 score: h.score,
                 relevance: h.relevance,
+                device: h.device,
             })
         })
         .collect())
@@ -214,6 +217,7 @@ pub fn answer(
                     snippet: h.snippet,
                     score: h.score,
                     relevance: h.relevance,
+                    device: h.device,
                 })
                 .collect(),
             error: None,
@@ -247,6 +251,7 @@ mod tests {
             snippet: "s".into(),
             score: Some(0.7),
             relevance: 0.6,
+            device: Some("laptop".into()),
         }
     }
 

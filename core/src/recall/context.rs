@@ -38,6 +38,8 @@ pub struct IndexLine {
     /// The observation type.
     pub kind: String,
     pub title: String,
+    /// The name of the other device it came from (sync); `None` for this machine's own.
+    pub device: Option<String>,
 }
 
 /// Everything the block may show.
@@ -126,10 +128,18 @@ pub fn load(conn: &Connection, project: &str, settings: &ContextSettings) -> Res
                     created_at: r.get(1)?,
                     kind: r.get(2)?,
                     title: r.get(3)?,
+                    device: None,
                 })
             },
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut observations = observations;
+    // SessionStart renders this: a store in no space pays one query, not one per line.
+    if crate::memory::origin::any_devices(conn)? {
+        for o in &mut observations {
+            o.device = crate::memory::origin::device_of(conn, Kind::Observation, o.id)?;
+        }
+    }
     Ok(ContextData {
         project: project.to_string(),
         summary,
@@ -226,9 +236,13 @@ pub fn render_shown(data: &ContextData, budget_tokens: usize, now: i64) -> (Stri
                 day_index,
                 o.id,
                 format!(
-                    "- #{} {hh:02}:{mm:02} {} {}",
+                    "- #{} {hh:02}:{mm:02} {}{} {}",
                     o.id,
                     one_line(&o.kind),
+                    o.device
+                        .as_ref()
+                        .map(|d| format!(" @{}", one_line(d)))
+                        .unwrap_or_default(),
                     shorten(&one_line(&o.title), TITLE_CHARS)
                 ),
             ));
@@ -323,6 +337,7 @@ mod tests {
             created_at: at,
             kind: "bugfix".into(),
             title: title.into(),
+            device: None,
         }
     }
 

@@ -134,6 +134,10 @@ pub struct Hit {
     /// nothing was ranked (no word to rank by, or an order by time): every hit is what
     /// the filters and words asked for.
     pub relevance: f64,
+    /// The name of the other device this memory came from (sync); absent for this
+    /// machine's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 impl Hit {
@@ -233,6 +237,12 @@ pub fn search_with(
         // A row deleted between the two reads is simply left out.
         if let Some(hit) = fill(conn, c, pair)? {
             out.push(hit);
+        }
+    }
+    // A memory from another device (sync) says which.
+    if crate::memory::origin::any_devices(conn)? {
+        for h in &mut out {
+            h.device = crate::memory::origin::device_of(conn, h.kind, h.id)?;
         }
     }
     Ok(out)
@@ -475,6 +485,7 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
         snippet,
         score: c.score,
         relevance: c.relevance,
+        device: None,
     }))
 }
 

@@ -10,26 +10,65 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::memory::forget::{self, Memory};
 use crate::memory::forgotten::{self, Key};
+use crate::memory::kind::Kind;
 use crate::memory::observations::{self, NewObservation, NewSummary};
 use crate::memory::rows::ObservationContent;
-use crate::memory::sessions;
+use crate::memory::sessions::{self, PromptRecord, SessionRecord};
+use crate::recall::embed::store::{self as vectors, Carried};
+use crate::sync::crypto::{hex, unhex};
 
 /// What one record of a log says, sealed before it leaves the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Record {
+    /// A session (project, start, end): another device's session reads as a history.
+    /// Merged, never replaced: the earlier start and the later end win.
+    Session { s: SessionRecord },
+    /// A user prompt, only with `sync.prompts`.
+    Prompt { p: PromptRecord },
     Observation {
         o: NewObservation,
+        /// Its vector, when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<Vector>,
     },
     /// A turn summary; a later record of the same turn supersedes it.
     Summary {
         s: NewSummary,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        v: Option<Vector>,
     },
     /// A tombstone: the `forgotten` row `(kind, key)`, applied by every device.
-    Forget {
-        kind: String,
-        key: String,
-    },
+    Forget { kind: String, key: String },
+}
+
+/// A memory's vector as a record carries it: the model that made it, and its sign bits and
+/// int8 components in hex. Kept by a device whose vectors come from the same model; any
+/// other embeds the memory itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vector {
+    pub model: String,
+    pub bits: String,
+    pub vector: String,
+}
+
+impl Vector {
+    fn of(c: Carried) -> Self {
+        Vector {
+            model: c.model,
+            bits: hex(&c.bits),
+            vector: hex(&c.vector),
+        }
+    }
+
+    /// `None` when the hex is damaged: the memory is then embedded here.
+    fn carried(&self) -> Option<Carried> {
+        Some(Carried {
+            model: self.model.clone(),
+            bits: unhex(&self.bits)?,
+            vector: unhex(&self.vector)?,
+        })
+    }
 }
 
 /// A record with the name of the device that wrote it.
@@ -43,7 +82,17 @@ impl Record {
     /// `(kind, origin id)` in `sync_rows`, and the content hash to compare.
     fn origin(&self) -> (&'static str, String, String) {
         match self {
-            Record::Observation { o } => {
+            Record::Session { s } => (
+                SESSION,
+                s.session_id.clone(),
+                session_hash(s.started_at, s.ended_at),
+            ),
+            Record::Prompt { p } => {
+                let (_, key) =
+                    Key::prompt(&p.session_id, p.prompt_id.as_deref(), p.prompt_number).stored();
+                (PROMPT, key, String::new())
+            }
+            Record::Observation { o, .. } => {
                 let hash = o.content_hash();
                 (
                     OBSERVATION,
@@ -51,7 +100,7 @@ impl Record {
                     hash,
                 )
             }
-            Record::Summary { s } => (
+            Record::Summary { s, .. } => (
                 SUMMARY,
                 format!("{}:{}", s.session_id, s.prompt_number),
                 s.content_hash(),
@@ -61,6 +110,8 @@ impl Record {
     }
 }
 
+const SESSION: &str = "session";
+const PROMPT: &str = "prompt";
 const OBSERVATION: &str = "observation";
 const SUMMARY: &str = "summary";
 const FORGET: &str = "forget";
@@ -117,18 +168,77 @@ impl Projects {
     }
 }
 
+/// What of a session a record carries that can change: its start and its end (both merge
+/// one way, so two devices stop sending once they agree). [`unsent`] compares the same
+/// text built in SQL.
+fn session_hash(started_at: i64, ended_at: Option<i64>) -> String {
+    format!("{started_at}:{}", ended_at.unwrap_or(0))
+}
+
 fn list(text: String) -> Vec<String> {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
-/// The stored memories of synced projects and the tombstones of synced memories that no
-/// log carries yet (or, for a summary, carries in an older version), as records.
-pub fn unsent(tx: &Transaction, projects: &Projects) -> Result<Vec<Record>> {
+/// The stored sessions and memories of synced projects (prompts only when `prompts`) and
+/// the tombstones of synced memories that no log carries yet (or, for a summary or a
+/// session, carries in an older version), as records; sessions first, so that a device
+/// applying them in order knows a session before its memories.
+pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Vec<Record>> {
     let (all, named) = projects.sql_args();
     let mut out = Vec::new();
     let mut stmt = tx.prepare_cached(
+        "SELECT session_id, project, prompt_counter, status, started_at, updated_at, ended_at
+         FROM sessions m
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'session'
+                           AND s.origin = m.session_id
+                           AND s.hash = m.started_at || ':' || coalesce(m.ended_at, 0))
+         ORDER BY started_at, session_id",
+    )?;
+    let rows = stmt.query_map(params![all, named], |r| {
+        Ok(SessionRecord {
+            session_id: r.get(0)?,
+            project: r.get(1)?,
+            // Where the session ran is this machine's business.
+            cwd: String::new(),
+            prompt_counter: r.get(2)?,
+            status: r.get(3)?,
+            started_at: r.get(4)?,
+            updated_at: r.get(5)?,
+            ended_at: r.get(6)?,
+        })
+    })?;
+    for s in rows {
+        out.push(Record::Session { s: s? });
+    }
+    if prompts {
+        // A prompt's origin is its tombstone's key (`forgotten::Key::prompt`), built here.
+        let mut stmt = tx.prepare_cached(
+            "SELECT session_id, project, prompt_number, prompt_id, prompt_text, created_at
+             FROM user_prompts p
+             WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+               AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'prompt'
+                               AND s.origin = p.session_id || ':'
+                                   || coalesce(p.prompt_id, '#' || p.prompt_number))
+             ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![all, named], |r| {
+            Ok(PromptRecord {
+                session_id: r.get(0)?,
+                project: r.get(1)?,
+                prompt_number: r.get(2)?,
+                prompt_id: r.get(3)?,
+                prompt_text: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })?;
+        for p in rows {
+            out.push(Record::Prompt { p: p? });
+        }
+    }
+    let mut stmt = tx.prepare_cached(
         "SELECT session_id, project, prompt_number, type, original_type, title, subtitle,
-                narrative, facts, concepts, files_read, files_modified, origin, created_at
+                narrative, facts, concepts, files_read, files_modified, origin, created_at, id
          FROM observations o
          WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
            AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'observation'
@@ -136,32 +246,38 @@ pub fn unsent(tx: &Transaction, projects: &Projects) -> Result<Vec<Record>> {
          ORDER BY id",
     )?;
     let rows = stmt.query_map(params![all, named], |r| {
-        Ok(NewObservation {
-            session_id: r.get(0)?,
-            project: r.get(1)?,
-            prompt_number: r.get(2)?,
-            kind: r.get(3)?,
-            original_type: r.get(4)?,
-            content: ObservationContent {
-                title: r.get(5)?,
-                subtitle: r.get(6)?,
-                narrative: r.get(7)?,
-                facts: list(r.get(8)?),
-                concepts: list(r.get(9)?),
-                files_read: list(r.get(10)?),
-                files_modified: list(r.get(11)?),
+        let id: i64 = r.get(14)?;
+        Ok((
+            id,
+            NewObservation {
+                session_id: r.get(0)?,
+                project: r.get(1)?,
+                prompt_number: r.get(2)?,
+                kind: r.get(3)?,
+                original_type: r.get(4)?,
+                content: ObservationContent {
+                    title: r.get(5)?,
+                    subtitle: r.get(6)?,
+                    narrative: r.get(7)?,
+                    facts: list(r.get(8)?),
+                    concepts: list(r.get(9)?),
+                    files_read: list(r.get(10)?),
+                    files_modified: list(r.get(11)?),
+                },
+                source_job_ids: Vec::new(),
+                origin: r.get(12)?,
+                created_at: r.get(13)?,
             },
-            source_job_ids: Vec::new(),
-            origin: r.get(12)?,
-            created_at: r.get(13)?,
-        })
+        ))
     })?;
-    for o in rows {
-        out.push(Record::Observation { o: o? });
+    for row in rows {
+        let (id, o) = row?;
+        let v = vectors::carried(tx, Kind::Observation, id)?.map(Vector::of);
+        out.push(Record::Observation { o, v });
     }
     let mut stmt = tx.prepare_cached(
         "SELECT session_id, project, prompt_number, request, investigated, learned, completed,
-                next_steps, notes, files_read, files_edited, origin, created_at
+                next_steps, notes, files_read, files_edited, origin, created_at, id
          FROM session_summaries m
          WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
            AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'summary'
@@ -170,32 +286,39 @@ pub fn unsent(tx: &Transaction, projects: &Projects) -> Result<Vec<Record>> {
          ORDER BY id",
     )?;
     let rows = stmt.query_map(params![all, named], |r| {
-        Ok(NewSummary {
-            session_id: r.get(0)?,
-            project: r.get(1)?,
-            prompt_number: r.get(2)?,
-            request: r.get(3)?,
-            investigated: r.get(4)?,
-            learned: r.get(5)?,
-            completed: r.get(6)?,
-            next_steps: r.get(7)?,
-            notes: r.get(8)?,
-            files_read: list(r.get(9)?),
-            files_edited: list(r.get(10)?),
-            source_job_ids: Vec::new(),
-            origin: r.get(11)?,
-            created_at: r.get(12)?,
-        })
+        let id: i64 = r.get(13)?;
+        Ok((
+            id,
+            NewSummary {
+                session_id: r.get(0)?,
+                project: r.get(1)?,
+                prompt_number: r.get(2)?,
+                request: r.get(3)?,
+                investigated: r.get(4)?,
+                learned: r.get(5)?,
+                completed: r.get(6)?,
+                next_steps: r.get(7)?,
+                notes: r.get(8)?,
+                files_read: list(r.get(9)?),
+                files_edited: list(r.get(10)?),
+                source_job_ids: Vec::new(),
+                origin: r.get(11)?,
+                created_at: r.get(12)?,
+            },
+        ))
     })?;
-    for s in rows {
-        out.push(Record::Summary { s: s? });
+    for row in rows {
+        let (id, s) = row?;
+        let v = vectors::carried(tx, Kind::Summary, id)?.map(Vector::of);
+        out.push(Record::Summary { s, v });
     }
     // Only tombstones of memories that went into a log: what never left never leaves.
     let mut stmt = tx.prepare_cached(
         "SELECT kind, key FROM forgotten f
          WHERE EXISTS (SELECT 1 FROM sync_rows s
                        WHERE s.kind = CASE f.kind WHEN 'observation_hash' THEN 'observation'
-                                                  WHEN 'summary' THEN 'summary' END
+                                                  WHEN 'summary' THEN 'summary'
+                                                  WHEN 'prompt' THEN 'prompt' END
                          AND s.origin = f.key)
            AND NOT EXISTS (SELECT 1 FROM sync_rows s
                            WHERE s.kind = 'forget' AND s.origin = f.kind || ' ' || f.key)
@@ -224,15 +347,35 @@ pub fn mark(tx: &Transaction, record: &Record, device: &str) -> Result<()> {
     Ok(())
 }
 
+/// Notes that `record` came from `device`'s log; a memory already listed with the same
+/// content keeps the device it was listed with (the same words saved on two machines stay
+/// this machine's own here).
+fn mark_pulled(tx: &Transaction, record: &Record, device: &str) -> Result<()> {
+    let (kind, origin, hash) = record.origin();
+    tx.prepare_cached(
+        "INSERT INTO sync_rows (kind, origin, device, hash) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (kind, origin) DO UPDATE SET hash = excluded.hash,
+             device = CASE WHEN sync_rows.hash = excluded.hash THEN sync_rows.device
+                           ELSE excluded.device END",
+    )?
+    .execute(params![kind, origin, device, hash])?;
+    Ok(())
+}
+
 /// Takes the next sequence number of this device's log.
 pub fn next_seq(tx: &Transaction) -> Result<i64> {
+    take_seqs(tx, 1)
+}
+
+/// Takes the next `n` sequence numbers of this device's log; returns the first.
+pub fn take_seqs(tx: &Transaction, n: usize) -> Result<i64> {
     let seq = tx
         .prepare_cached("SELECT value FROM sync_state WHERE key = ?1")?
         .query_row([NEXT_SEQ], |r| r.get::<_, String>(0))
         .optional()?
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    set(tx, NEXT_SEQ, &(seq + 1).to_string())?;
+    set(tx, NEXT_SEQ, &(seq + n as i64).to_string())?;
     Ok(seq)
 }
 
@@ -308,7 +451,24 @@ pub fn apply(
     now: i64,
 ) -> Result<Applied> {
     let applied = match &env.record {
-        Record::Observation { o } => {
+        // A session is where memories live, not one: it counts as nothing added.
+        Record::Session { s } => {
+            sessions::merge(tx, s)?;
+            Applied::Nothing
+        }
+        Record::Prompt { p } => {
+            if forgotten::prompt_forgotten(tx, p)? {
+                Applied::Nothing
+            } else {
+                sessions::ensure(tx, &p.session_id, &p.project, "", p.created_at)?;
+                if sessions::import_prompt(tx, p)? {
+                    Applied::Added
+                } else {
+                    Applied::Nothing
+                }
+            }
+        }
+        Record::Observation { o, v } => {
             if forgotten::observation_forgotten(tx, o)? {
                 Applied::Nothing
             } else {
@@ -316,18 +476,24 @@ pub fn apply(
                     sessions::ensure(tx, sid, &o.project, "", o.created_at)?;
                 }
                 match observations::save_manual(tx, o)? {
-                    observations::Stored::Added(_) => Applied::Added,
+                    observations::Stored::Added(id) => {
+                        keep_vector(tx, v, Kind::Observation, id, &o.project, o.created_at)?;
+                        Applied::Added
+                    }
                     observations::Stored::Duplicate(_) => Applied::Nothing,
                 }
             }
         }
-        Record::Summary { s } => {
+        Record::Summary { s, v } => {
             if forgotten::summary_forgotten(tx, s)? {
                 Applied::Nothing
             } else {
                 sessions::ensure(tx, &s.session_id, &s.project, "", s.created_at)?;
                 match observations::upsert_summary(tx, s)? {
-                    observations::Stored::Added(_) => Applied::Added,
+                    observations::Stored::Added(id) => {
+                        keep_vector(tx, v, Kind::Summary, id, &s.project, s.created_at)?;
+                        Applied::Added
+                    }
                     observations::Stored::Duplicate(_) => Applied::Nothing,
                 }
             }
@@ -337,9 +503,25 @@ pub fn apply(
             None => Applied::Nothing,
         },
     };
-    mark(tx, &env.record, device)?;
+    mark_pulled(tx, &env.record, device)?;
     advance(tx, device, &env.device_name, seq)?;
     Ok(applied)
+}
+
+/// Keeps the vector a pulled memory came with, when this store's vectors come from the
+/// same model; else the memory stays in the embedding queue (its insert put it there).
+fn keep_vector(
+    tx: &Transaction,
+    v: &Option<Vector>,
+    kind: Kind,
+    id: i64,
+    project: &str,
+    created_at: i64,
+) -> Result<()> {
+    if let Some(c) = v.as_ref().and_then(Vector::carried) {
+        vectors::keep_carried(tx, kind, id, project, created_at, &c)?;
+    }
+    Ok(())
 }
 
 fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
@@ -362,11 +544,24 @@ fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
             )?
             .query_row(params![session_id, prompt_number], |r| r.get(0))
             .optional()?,
+        Key::Prompt { session_id, prompt } => {
+            let (prompt_id, number) = match prompt {
+                forgotten::PromptRef::Id(id) => (Some(id), None),
+                forgotten::PromptRef::Number(n) => (None, Some(n)),
+            };
+            tx.prepare_cached(
+                "SELECT id FROM user_prompts WHERE session_id = ?1
+                   AND (prompt_id = ?2 OR (?2 IS NULL AND prompt_id IS NULL AND prompt_number = ?3))",
+            )?
+            .query_row(params![session_id, prompt_id, number], |r| r.get(0))
+            .optional()?
+        }
         _ => None,
     };
     let memory = match (key, id) {
         (Key::Observation { .. }, Some(id)) => Memory::Observation(id),
         (Key::Summary { .. }, Some(id)) => Memory::Summary(id),
+        (Key::Prompt { .. }, Some(id)) => Memory::Prompt(id),
         _ => {
             forgotten::forget(tx, key, now)?;
             return Ok(Applied::Nothing);
@@ -379,6 +574,7 @@ fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::origin::{any_devices, device_of};
     use crate::store::db;
 
     fn store(dir: &std::path::Path, name: &str) -> Connection {
@@ -420,7 +616,7 @@ mod tests {
         projects: &Projects,
     ) -> usize {
         let records = db::write(from, |tx| {
-            let r = unsent(tx, projects)?;
+            let r = unsent(tx, projects, false)?;
             for rec in &r {
                 mark(tx, rec, "a")?;
             }
@@ -460,7 +656,8 @@ mod tests {
             Ok(())
         })
         .expect("seed");
-        assert_eq!(carry(&mut a, &mut b, &mut seq, &only_p), 2);
+        // The session, the observation of p and the summary; not the observation of q.
+        assert_eq!(carry(&mut a, &mut b, &mut seq, &only_p), 3);
         assert_eq!(count(&b, "SELECT count(*) FROM observations"), 1);
         assert_eq!(count(&b, "SELECT count(*) FROM session_summaries"), 1);
         // Nothing new, nothing staged; the same records again change nothing.
@@ -476,6 +673,17 @@ mod tests {
             .query_row("SELECT learned FROM session_summaries", [], |r| r.get(0))
             .expect("summary");
         assert_eq!(learned, "second version");
+        let sid: i64 = b
+            .query_row("SELECT id FROM session_summaries", [], |r| r.get(0))
+            .expect("summary id");
+        assert!(any_devices(&b).expect("any"));
+        assert!(!any_devices(&a).expect("any"));
+        assert_eq!(
+            device_of(&b, Kind::Summary, sid)
+                .expect("device")
+                .as_deref(),
+            Some("laptop")
+        );
 
         // Forgetting on a carries the tombstones of synced memories only.
         db::write(&mut a, |tx| {
@@ -502,6 +710,7 @@ mod tests {
                 device_name: "laptop".into(),
                 record: Record::Observation {
                     o: observation("p", "shared"),
+                    v: None,
                 },
             };
             apply(tx, "a", 1, &env, 9)
@@ -513,6 +722,203 @@ mod tests {
             vec![("a".into(), "laptop".into(), seq)]
         );
         assert_eq!(cursor(&b, "a").expect("cursor"), seq);
+    }
+
+    /// Every unsent record of `from` (prompts when `prompts`), applied to `to` as device "a"'s.
+    fn carry_all(from: &mut Connection, to: &mut Connection, prompts: bool) -> Vec<Record> {
+        let records = db::write(from, |tx| {
+            let r = unsent(tx, &Projects::All, prompts)?;
+            for rec in &r {
+                mark(tx, rec, "mine")?;
+            }
+            Ok(r)
+        })
+        .expect("stage");
+        db::write(to, |tx| {
+            let from_seq = cursor(tx, "a")?;
+            for (i, r) in records.iter().enumerate() {
+                let env = Envelope {
+                    device_name: "laptop".into(),
+                    record: r.clone(),
+                };
+                apply(tx, "a", from_seq + i as i64 + 1, &env, 9)?;
+            }
+            Ok(())
+        })
+        .expect("apply");
+        records
+    }
+
+    #[test]
+    fn sessions_travel_prompts_only_when_asked_and_memories_name_their_device() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (mut a, mut b) = (store(tmp.path(), "a.db"), store(tmp.path(), "b.db"));
+        db::write(&mut a, |tx| {
+            sessions::start(tx, "s1", "p", "/home/ann/p", 100)?;
+            sessions::record_prompt(
+                tx,
+                &sessions::NewPrompt {
+                    session_id: "s1",
+                    project: "p",
+                    cwd: "/home/ann/p",
+                    prompt_id: Some("q1"),
+                    text: "how do leases work",
+                },
+                110,
+            )?;
+            observations::insert_observation(tx, &observation("p", "leases expire"))?;
+            Ok(())
+        })
+        .expect("seed");
+        let sent = carry_all(&mut a, &mut b, false);
+        assert!(
+            matches!(sent.first(), Some(Record::Session { .. })),
+            "{sent:?}"
+        );
+        assert!(!sent.iter().any(|r| matches!(r, Record::Prompt { .. })));
+        assert_eq!(count(&b, "SELECT count(*) FROM user_prompts"), 0);
+        let (started, cwd): (i64, String) = b
+            .query_row(
+                "SELECT started_at, cwd FROM sessions WHERE session_id = 's1'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("session on b");
+        assert_eq!(
+            (started, cwd.as_str()),
+            (100, ""),
+            "the start travels, the path does not"
+        );
+
+        // With prompts asked for, the prompt goes; forgetting it forgets it on b too.
+        let sent = carry_all(&mut a, &mut b, true);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(count(&b, "SELECT count(*) FROM user_prompts"), 1);
+        let (obs, prompt): (i64, i64) = b
+            .query_row(
+                "SELECT (SELECT id FROM observations), (SELECT id FROM user_prompts)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("ids");
+        assert_eq!(
+            device_of(&b, Kind::Observation, obs)
+                .expect("device")
+                .as_deref(),
+            Some("laptop")
+        );
+        assert_eq!(
+            device_of(&b, Kind::Prompt, prompt)
+                .expect("device")
+                .as_deref(),
+            Some("laptop")
+        );
+        let own: i64 = a
+            .query_row("SELECT id FROM observations", [], |r| r.get(0))
+            .expect("id");
+        assert_eq!(device_of(&a, Kind::Observation, own).expect("device"), None);
+
+        db::write(&mut a, |tx| {
+            let id: i64 = tx.query_row("SELECT id FROM user_prompts", [], |r| r.get(0))?;
+            forget::forget(tx, &[Memory::Prompt(id)], 120)
+        })
+        .expect("forget");
+        assert_eq!(carry_all(&mut a, &mut b, true).len(), 1, "one tombstone");
+        assert_eq!(count(&b, "SELECT count(*) FROM user_prompts"), 0);
+
+        // The session ended on b (it went on there): the end travels back, and a sees one
+        // session, ended; then both agree and nothing more is sent either way.
+        db::write(&mut b, |tx| sessions::end(tx, "s1", "p", "", 500)).expect("end");
+        let back = carry_all(&mut b, &mut a, true);
+        assert!(
+            back.iter().any(|r| matches!(r, Record::Session { .. })),
+            "{back:?}"
+        );
+        let ended: Option<i64> = a
+            .query_row(
+                "SELECT ended_at FROM sessions WHERE session_id = 's1'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("session on a");
+        assert_eq!(ended, Some(500));
+        assert_eq!(carry_all(&mut a, &mut b, true), Vec::new());
+        assert_eq!(carry_all(&mut b, &mut a, true), Vec::new());
+    }
+
+    /// An observation titled `title` with a vector of `model` (bits 0x01, vector 0x0203).
+    fn embedded(conn: &mut Connection, title: &str, model: &str) -> i64 {
+        db::write(conn, |tx| {
+            sessions::ensure(tx, "s1", "p", "", 1)?;
+            let id = observations::insert_observation(tx, &observation("p", title))?.id();
+            tx.execute(
+                "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+                 VALUES (0, ?1, 'p', 5, ?2, x'01', x'0203')",
+                params![id, model],
+            )?;
+            tx.execute("DELETE FROM embedding_queue WHERE ref_id = ?1", [id])?;
+            Ok(id)
+        })
+        .expect("embedded observation")
+    }
+
+    #[test]
+    fn vectors_travel_to_devices_of_the_same_model_only() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut a = store(tmp.path(), "a.db");
+        let (mut same, mut other) = (store(tmp.path(), "b.db"), store(tmp.path(), "c.db"));
+        embedded(&mut a, "leases expire", "m:1");
+        embedded(&mut same, "already here", "m:1");
+        embedded(&mut other, "already here", "m:2");
+        let records = db::write(&mut a, |tx| unsent(tx, &Projects::All, false)).expect("stage");
+        assert!(
+            records
+                .iter()
+                .any(|r| matches!(r, Record::Observation { v: Some(v), .. } if v.model == "m:1")),
+            "{records:?}"
+        );
+        for to in [&mut same, &mut other] {
+            db::write(to, |tx| {
+                for (i, r) in records.iter().enumerate() {
+                    let env = Envelope {
+                        device_name: "laptop".into(),
+                        record: r.clone(),
+                    };
+                    apply(tx, "a", i as i64 + 1, &env, 9)?;
+                }
+                Ok(())
+            })
+            .expect("apply");
+        }
+        let vector_of = |c: &Connection| -> (Option<String>, i64) {
+            let id: i64 = c
+                .query_row(
+                    "SELECT id FROM observations WHERE title = 'leases expire'",
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("pulled");
+            let model = c
+                .query_row(
+                    "SELECT model FROM embeddings WHERE kind = 0 AND ref_id = ?1 AND bits = x'01'",
+                    [id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .expect("vector");
+            let queued = c
+                .query_row(
+                    "SELECT count(*) FROM embedding_queue WHERE kind = 0 AND ref_id = ?1",
+                    [id],
+                    |r| r.get(0),
+                )
+                .expect("queue");
+            (model, queued)
+        };
+        // The same model: the vector is kept and nothing is left to embed.
+        assert_eq!(vector_of(&same), (Some("m:1".into()), 0));
+        // Another model: no foreign vector; the worker embeds it here.
+        assert_eq!(vector_of(&other), (None, 1));
     }
 
     #[test]

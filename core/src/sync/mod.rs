@@ -68,7 +68,9 @@ pub enum SyncError {
         "the server's sync schema is version {found}, newer than this cairn supports ({supported}); upgrade cairn"
     )]
     ServerTooNew { found: i32, supported: i32 },
-    #[error("the server is not reachable: {0}")]
+    #[error(
+        "the server is not reachable: {0} (check that it is running and the URL's host and port)"
+    )]
     Unreachable(String),
     #[error(
         "the server refused the login: {0} (check the user and the password in the URL, PGPASSWORD or the password file)"
@@ -314,10 +316,10 @@ pub fn stage(
 ) -> Result<usize, SyncError> {
     let projects = local::Projects::from_setting(&settings.projects);
     let staged = db::write(conn, |tx| {
-        let records = local::unsent(tx, &projects)?;
+        let records = local::unsent(tx, &projects, settings.prompts)?;
         let mut sealed = Vec::with_capacity(records.len());
-        for record in records {
-            let seq = local::next_seq(tx)?;
+        let first = local::take_seqs(tx, records.len())?;
+        for (seq, record) in (first..).zip(records) {
             let env = local::Envelope {
                 device_name: setup.device_name.clone(),
                 record,

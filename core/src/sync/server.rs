@@ -96,12 +96,27 @@ impl Url {
             config.password(p);
         }
         config.connect_timeout(CONNECT_TIMEOUT);
+        let no_password = config.get_password().is_none();
         let client = match config.get_ssl_mode() {
             SslMode::Disable => config.connect(NoTls),
             _ => config.connect(tls()),
         };
-        client.map_err(SyncError::from_postgres)
+        client.map_err(|e| {
+            if no_password && asked_for_password(&e) {
+                SyncError::LoginRefused("the server asks for a password and none was given".into())
+            } else {
+                SyncError::from_postgres(e)
+            }
+        })
     }
+}
+
+/// True when the server asked for a password the client did not have. The `postgres`
+/// crate reports it as a configuration error whose source says so, with no kind a caller
+/// can match: its message is the only sign.
+fn asked_for_password(e: &postgres::Error) -> bool {
+    e.as_db_error().is_none()
+        && std::error::Error::source(e).is_some_and(|s| s.to_string().contains("password missing"))
 }
 
 fn tls() -> tokio_postgres_rustls::MakeRustlsConnect {
@@ -253,13 +268,15 @@ pub fn append(
          SET last_seq = greatest(cairn_devices.last_seq, excluded.last_seq), last_push = now()",
         &[&space, &device, &last],
     )?;
-    let insert = tx.prepare(
-        "INSERT INTO cairn_records (space_id, device_id, seq, body) VALUES ($1, $2, $3, $4)
+    // The whole batch in one statement (one round trip), as two arrays.
+    let seqs: Vec<i64> = records.iter().map(|r| r.0).collect();
+    let bodies: Vec<&[u8]> = records.iter().map(|r| r.1.as_slice()).collect();
+    tx.execute(
+        "INSERT INTO cairn_records (space_id, device_id, seq, body)
+         SELECT $1, $2, r.seq, r.body FROM unnest($3::bigint[], $4::bytea[]) AS r (seq, body)
          ON CONFLICT (space_id, device_id, seq) DO NOTHING",
+        &[&space, &device, &seqs, &bodies],
     )?;
-    for (seq, body) in records {
-        tx.execute(&insert, &[&space, &device, seq, body])?;
-    }
     tx.commit()?;
     Ok(())
 }

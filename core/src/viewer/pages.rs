@@ -330,7 +330,7 @@ pub fn search(
                 let _ = write!(
                     body,
                     "<li class=\"item\"><div class=\"meta\"><a href=\"/memory/{r}\">{r}</a> \
-                     <span class=\"label\">{label}</span> <span class=\"project\">{project}</span> \
+                     <span class=\"label\">{label}</span> <span class=\"project\">{project}</span>{device} \
                      {time}{score} <a class=\"side\" href=\"/timeline/{r}\">timeline</a></div>\
                      <div class=\"title\">{title}</div><div class=\"snippet\">{snippet}</div></li>",
                     score = if ranked {
@@ -344,6 +344,14 @@ pub fn search(
                     r = esc(&h.reference()),
                     label = esc(&h.label),
                     project = esc(&h.project),
+                    device = h
+                        .device
+                        .as_ref()
+                        .map(|d| format!(
+                            " <span class=\"device\" title=\"from another device\">@{}</span>",
+                            esc(d)
+                        ))
+                        .unwrap_or_default(),
                     time = time(h.created_at),
                     title = esc(&h.title),
                     snippet = marked(&h.snippet),

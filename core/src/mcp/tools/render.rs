@@ -43,10 +43,14 @@ pub fn search_hits(hits: &[Hit], project: Option<&str>, budget: usize, offset: u
         .iter()
         .map(|h| {
             let mut line = format!(
-                "{} {} {}{}{} {}",
+                "{} {} {}{}{}{} {}",
                 h.reference(),
                 crate::clock::date_utc(h.created_at),
                 h.label,
+                h.device
+                    .as_ref()
+                    .map(|d| format!(" @{d}"))
+                    .unwrap_or_default(),
                 if project.is_none() {
                     format!(" [{}]", h.project)
                 } else {

@@ -5,9 +5,11 @@
 //! newest queued memories, embeds them and, in one transaction, stores their vectors and
 //! takes them off the queue. A queued memory deleted before it was embedded simply drops
 //! out. When the model changes, [`requeue_other_models`] puts every memory embedded by
-//! another model back in the queue, so search never mixes two models' vectors.
+//! another model back in the queue, so search never mixes two models' vectors. Sync carries
+//! a memory's vector to other devices ([`carried`]); one whose vectors come from the same
+//! model keeps it ([`keep_carried`]) instead of embedding the memory again.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::model::Embedder;
 use super::{bits_of, quantize, text_of};
@@ -173,6 +175,67 @@ pub fn requeue_other_models(conn: &mut Connection, model: &str) -> Result<usize>
             )?
             .execute([model])?)
     })
+}
+
+/// A memory's stored vector as it travels with the memory to another device (sync).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carried {
+    pub model: String,
+    pub bits: Vec<u8>,
+    pub vector: Vec<u8>,
+}
+
+/// The vector stored for a memory, whichever model made it.
+pub fn carried(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Carried>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT model, bits, vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2",
+        )?
+        .query_row(params![kind.code(), id], |r| {
+            Ok(Carried {
+                model: r.get(0)?,
+                bits: r.get(1)?,
+                vector: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Keeps a vector that came with a memory from another device, and takes the memory off
+/// the queue, when the model that made it is the one this store's vectors come from (the
+/// newest vector's); returns whether it was kept. Otherwise the memory stays queued for
+/// the local model, as any new memory does.
+pub fn keep_carried(
+    tx: &Transaction,
+    kind: Kind,
+    id: i64,
+    project: &str,
+    created_at: i64,
+    c: &Carried,
+) -> Result<bool> {
+    let local: Option<String> = tx
+        .prepare_cached("SELECT model FROM embeddings ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    if local.as_deref() != Some(c.model.as_str()) {
+        return Ok(false);
+    }
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        kind.code(),
+        id,
+        project,
+        created_at,
+        c.model,
+        c.bits,
+        c.vector
+    ])?;
+    tx.prepare_cached("DELETE FROM embedding_queue WHERE kind = ?1 AND ref_id = ?2")?
+        .execute(params![kind.code(), id])?;
+    Ok(true)
 }
 
 /// Embedded and waiting counts for `model`.

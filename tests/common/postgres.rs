@@ -1,0 +1,188 @@
+//! A PostgreSQL server of its own for the sync tests and benchmark: Debian's `postgresql`
+//! binaries (under `/usr/lib/postgresql/<version>/bin`), a cluster made with `initdb` in a
+//! temp dir, started with `pg_ctl` on a free loopback port (as the unprivileged `postgres`
+//! user when run as root) and stopped on drop.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A PostgreSQL cluster of its own, stopped on drop.
+pub struct Pg {
+    _tmp: tempfile::TempDir,
+    bin: PathBuf,
+    data: PathBuf,
+    socket: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+fn pg_bin() -> PathBuf {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL is installed (apt-get install postgresql)")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("bin"))
+        .filter(|b| b.join("initdb").exists())
+        .collect();
+    found.sort();
+    found.pop().expect("a PostgreSQL version with initdb")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+impl Pg {
+    pub fn start() -> Pg {
+        Pg::start_with(&["-A", "trust"])
+    }
+
+    /// A server that asks for a password over TCP (`PASSWORD` for user `cairn`); the URL
+    /// of [`Pg::url`] has none in it.
+    pub fn start_with_password() -> Pg {
+        let pg = Pg::start_with(&["--auth-local=trust", "--auth-host=scram-sha-256"]);
+        let out = Command::new(pg.bin.join("psql"))
+            .args(["-X", "-h"])
+            .arg(&pg.socket)
+            .args([
+                "-p",
+                &pg.port.to_string(),
+                "-U",
+                "cairn",
+                "-d",
+                "postgres",
+                "-c",
+            ])
+            .arg(format!("ALTER USER cairn PASSWORD '{PASSWORD}'"))
+            .output()
+            .expect("psql");
+        assert!(out.status.success(), "set password: {}", stderr(&out));
+        pg
+    }
+
+    fn start_with(auth: &[&str]) -> Pg {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let as_postgres = rustix::process::geteuid().is_root();
+        if as_postgres {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777))
+                .expect("chmod");
+        }
+        let pg = Pg {
+            bin: pg_bin(),
+            data: tmp.path().join("data"),
+            socket: tmp.path().to_path_buf(),
+            port: free_port(),
+            as_postgres,
+            _tmp: tmp,
+        };
+        let mut args = vec!["-U", "cairn", "-E", "UTF8", "--no-sync"];
+        args.extend_from_slice(auth);
+        let out = pg.tool("initdb", &args, &["-D"]);
+        assert!(out.status.success(), "initdb: {}", stderr(&out));
+        pg.up();
+        pg
+    }
+
+    /// Runs one of the server's programs (as `postgres` when root), `-D data` appended.
+    fn tool(&self, name: &str, args: &[&str], data_flag: &[&str]) -> Output {
+        let program = self.bin.join(name);
+        let mut c = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        c.args(args).args(data_flag).arg(&self.data);
+        c.output().expect("run a PostgreSQL program")
+    }
+
+    pub fn up(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.socket.display()
+        );
+        let log = self.socket.join("server.log");
+        let log = log.to_str().expect("utf-8 path");
+        let out = self.tool("pg_ctl", &["-w", "-l", log, "-o", &opts, "start"], &["-D"]);
+        assert!(out.status.success(), "pg_ctl start: {}", stderr(&out));
+    }
+
+    pub fn down(&self) {
+        let out = self.tool("pg_ctl", &["-w", "-m", "fast", "stop"], &["-D"]);
+        assert!(out.status.success(), "pg_ctl stop: {}", stderr(&out));
+    }
+
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://cairn@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// Runs SQL with psql (through the socket, where no password is asked) and returns its
+    /// unaligned output.
+    pub fn sql(&self, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-X", "-A", "-t", "-h"])
+            .arg(&self.socket)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "cairn",
+                "-d",
+                "postgres",
+            ])
+            .args(["-c", sql])
+            .output()
+            .expect("psql");
+        assert!(out.status.success(), "psql {sql}: {}", stderr(&out));
+        stdout(&out).trim().to_string()
+    }
+
+    /// Every byte the server keeps on disk (tables, WAL), after a checkpoint.
+    pub fn files_contain(&self, needle: &str) -> Vec<PathBuf> {
+        self.sql("CHECKPOINT");
+        let mut hits = Vec::new();
+        let mut stack = vec![self.data.clone()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).expect("read dir").flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if let Ok(bytes) = std::fs::read(&p)
+                    && contains(&bytes, needle.as_bytes())
+                {
+                    hits.push(p);
+                }
+            }
+        }
+        hits
+    }
+}
+
+/// The password of [`Pg::start_with_password`]'s server.
+pub const PASSWORD: &str = "right-horse-battery";
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let _ = self.tool("pg_ctl", &["-w", "-m", "immediate", "stop"], &["-D"]);
+    }
+}
