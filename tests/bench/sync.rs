@@ -136,6 +136,7 @@ fn run(pg: &Pg, n: usize) -> Run {
     let settings = SyncSettings {
         projects: vec!["*".into()],
         prompts: false,
+        ..SyncSettings::default()
     };
     let (dir_a, mut a) = open(&tmp.path().join("a"));
     seed(&mut a, n);
