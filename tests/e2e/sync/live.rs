@@ -238,7 +238,8 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
     };
     let stored = |d: &Device| count(d, "SELECT count(*) FROM observations");
     // Timed rounds: both devices write a batch, start their workers and are killed a
-    // little later: before connecting, while pushing or pulling, or idle.
+    // little later: before connecting, while pushing or pulling, or idle. Each batch is
+    // an import with its session, a record of its own in the device's log.
     let timed_ms = [40, 150, 300, 600, 900, 1_300];
     let per_round: i64 = 120;
     for (round, ms) in timed_ms.iter().enumerate() {
@@ -254,19 +255,22 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
     // store grew.
     let big: i64 = 1_200;
     let timed = per_round * timed_ms.len() as i64;
+    let timed_sessions = timed_ms.len() as i64;
     let mut a_written = timed;
+    let mut a_logged = timed + timed_sessions;
     let (mut cut_pushes, mut cut_pulls) = (0, 0);
     let watched = 2;
     for round in 0..watched {
         import(&a, &format!("a big round {round}"), big);
         a_written += big;
+        a_logged += big + 1;
         let (log_before, b_before) = (a_log(), stored(&b));
         let wa = worker(&a, &[]);
         wait_until("a pushes", 60, || a_log() > log_before);
         wa.kill9();
-        cut_pushes += i32::from(a_log() < a_written);
+        cut_pushes += i32::from(a_log() < a_logged);
         let wa = worker(&a, &[]);
-        wait_until("a pushed everything", 60, || a_log() >= a_written);
+        wait_until("a pushed everything", 60, || a_log() >= a_logged);
         wa.kill9();
         let wb = worker(&b, &[]);
         wait_until("b pulls", 60, || stored(&b) > b_before);
@@ -291,10 +295,15 @@ fn workers_killed_mid_push_and_mid_pull_end_with_every_memory_once() {
             all
         );
     }
-    // Every log holds each memory once, numbered without a gap.
+    // Every log holds each memory and session once, numbered without a gap.
     let logs = pg
         .sql("SELECT count(*) || ' ' || max(seq) FROM cairn_records GROUP BY device_id ORDER BY count(*)");
-    assert_eq!(logs, format!("{b_all} {b_all}\n{a_all} {a_all}"), "{logs}");
+    let b_logged = b_all + timed_sessions;
+    assert_eq!(
+        logs,
+        format!("{b_logged} {b_logged}\n{a_logged} {a_logged}"),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -358,9 +367,10 @@ fn the_server_stopped_mid_sync_loses_nothing_and_status_shows_it_down_then_back(
         count(&b, "SELECT count(DISTINCT title) FROM observations"),
         all
     );
+    // The memories and the import's session, each once.
     assert_eq!(
         pg.sql("SELECT count(*) FROM cairn_records"),
-        all.to_string()
+        (all + 1).to_string()
     );
     let back = status(&a);
     assert!(
