@@ -604,6 +604,6 @@ mod tests {
         let (err, text) = call(&mut t, "search", json!({"query": "lease"}));
         assert!(!err, "{text}");
         assert!(dd.db().exists());
-        assert!(matches!(t.db, Database::Open(_)));
+        assert!(matches!(t.db, Database::OpenAt(..)));
     }
 }
