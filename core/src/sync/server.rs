@@ -45,6 +45,16 @@ const MIGRATION_LOCK: i64 = 0x6361_6972_6e73;
 /// How long connecting may take before the server counts as away.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How a connection notices a server gone without a word (a network dropped, a laptop
+/// asleep, a NAT entry expired): probed after 30 s idle, every 10 s, dead after 3
+/// unanswered probes, and dead when data sent waits 60 s unacknowledged. Without them a
+/// worker listening for changes would wait on a dead connection for hours (the system's
+/// defaults). A URL that sets its own (`keepalives_idle=…`, `tcp_user_timeout=…`) keeps it.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 3;
+const USER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A parsed server URL. Its `Debug` and [`Url::display`] never show the password.
 #[derive(Clone)]
 pub struct Url {
@@ -60,10 +70,19 @@ impl std::fmt::Debug for Url {
 impl Url {
     /// Reads a `postgres://` URL or a `key=value` connection string.
     pub fn parse(text: &str) -> Result<Self, SyncError> {
-        let config: Config = text
+        let mut config: Config = text
             .trim()
             .parse()
             .map_err(|e: postgres::Error| SyncError::BadUrl(e.to_string()))?;
+        if !text.contains("keepalives") {
+            config
+                .keepalives_idle(KEEPALIVE_IDLE)
+                .keepalives_interval(KEEPALIVE_INTERVAL)
+                .keepalives_retries(KEEPALIVE_RETRIES);
+        }
+        if !text.contains("tcp_user_timeout") {
+            config.tcp_user_timeout(USER_TIMEOUT);
+        }
         Ok(Url { config })
     }
 
@@ -349,6 +368,24 @@ mod tests {
         assert_eq!(u.display(), "ann@db.example:6543/mem");
         assert!(!format!("{u:?}").contains("s3cret"));
         assert!(Url::parse("postgres://[::1").is_err());
+    }
+
+    #[test]
+    fn a_dead_connection_is_noticed_within_a_minute_or_two_unless_the_url_says_otherwise() {
+        let c = Url::parse("postgres://ann@db.example/mem")
+            .expect("url")
+            .config;
+        assert!(c.get_keepalives());
+        assert_eq!(c.get_keepalives_idle(), KEEPALIVE_IDLE);
+        assert_eq!(c.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
+        assert_eq!(c.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
+        assert_eq!(c.get_tcp_user_timeout(), Some(&USER_TIMEOUT));
+        let own =
+            Url::parse("postgres://ann@db.example/mem?keepalives_idle=600&tcp_user_timeout=5")
+                .expect("url")
+                .config;
+        assert_eq!(own.get_keepalives_idle(), Duration::from_secs(600));
+        assert_eq!(own.get_tcp_user_timeout(), Some(&Duration::from_secs(5)));
     }
 
     #[test]
