@@ -5,7 +5,7 @@
 //! search: query, project, kinds, limit) and a [`Reply`] (the hits, or why none).
 //!
 //! Invariants: [`search`] never takes longer than its deadline (connect, write and every
-//! read are bounded by what is left of it); any failure (no worker, a slow or stopped one,
+//! read are bounded by what is left of it, the connect too when the worker accepts nothing); any failure (no worker, a slow or stopped one,
 //! one killed mid-answer, a reply that does not parse) is an error the caller answers by
 //! going by words alone. Only the search request crosses: the prompt as capture cleaned it.
 
@@ -107,7 +107,7 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
             .ok_or_else(|| Error::Invalid("the worker did not answer in time".into()))
     };
     let io = |what: &'static str, e: std::io::Error| Error::io(what, socket, e);
-    let mut stream = UnixStream::connect(socket).map_err(|e| io("cannot reach the worker", e))?;
+    let mut stream = connect(socket, left()?).map_err(|e| io("cannot reach the worker", e))?;
     stream
         .set_write_timeout(Some(left()?))
         .map_err(|e| io("cannot ask the worker", e))?;
@@ -176,6 +176,24 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
             })
         })
         .collect())
+}
+
+/// Connects to the worker's socket, waiting at most `wait`. A worker that accepts nothing
+/// (stopped, or stuck) leaves the connections queued for it; once its listen backlog is
+/// full, a plain connect would wait for it without end (std's `UnixStream::connect` has no
+/// timeout), so the socket gets its send timeout first, which bounds the connect too.
+fn connect(socket: &Path, wait: Duration) -> std::io::Result<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType, sockopt};
+    let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+    // A zero timeout would mean none.
+    sockopt::set_socket_timeout(
+        &fd,
+        sockopt::Timeout::Send,
+        Some(wait.max(Duration::from_millis(1))),
+    )?;
+    rustix::net::connect(&fd, &SocketAddrUnix::new(socket)?)?;
+    Ok(UnixStream::from(fd))
 }
 
 /// Answers one connection (the worker's side): reads a request (waiting at most `wait`),
@@ -298,6 +316,30 @@ mod tests {
         );
 
         drop(listener);
+        std::fs::remove_file(&path).expect("rm");
+
+        // A worker that accepts nothing: once its backlog is full, a connect is refused
+        // after its wait instead of waiting for the worker; the search ends in error.
+        let _listener = UnixListener::bind(&path).expect("bind");
+        let (done, finished) = std::sync::mpsc::channel();
+        let filler = path.clone();
+        std::thread::spawn(move || {
+            let mut refused = None;
+            for _ in 0..100_000 {
+                if let Err(e) = connect(&filler, Duration::from_millis(20)) {
+                    refused = Some(e.kind());
+                    break;
+                }
+            }
+            let searched = search(&filler, &request(), Duration::from_millis(20)).is_err();
+            let _ = done.send((refused, searched));
+        });
+        let (refused, searched) = finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a connect waited for a worker that accepts nothing");
+        assert_eq!(refused, Some(std::io::ErrorKind::WouldBlock));
+        assert!(searched);
+
         let path = tmp.path().join("other.sock");
         let listener = UnixListener::bind(&path).expect("bind");
         let server = std::thread::spawn(move || {
