@@ -18,6 +18,12 @@
 //! `CAIRN_BENCH_PROJECTS` (comma-separated, default `bat,jq,click`), `CAIRN_BENCH_QUESTIONS`
 //! (most questions per project, default 120), `CAIRN_BENCH_RUNS` (hooks per speed case,
 //! default 200), `CAIRN_BENCH_SKIP_QUALITY` / `CAIRN_BENCH_SKIP_SPEED`.
+//!
+//! Speed alone, as released: `CAIRN_BENCH_SKIP_QUALITY=1 cargo bench -p cairn --bench
+//! prompt_recall`; `CAIRN_BENCH_MEMORIES` (default 100,000) for a smaller trial. Besides the
+//! cases above, the worker stopped (SIGSTOP: it accepts nothing, as a worker stuck in a long
+//! batch) with prompts arriving, and for each prompt case how many hooks ran past the
+//! worker's deadline plus the words-alone p99 (the deadline exceeded: must be 0).
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -357,7 +363,7 @@ fn speed() {
             .filter_map(|v| v["title"].as_str().map(str::to_string))
             .collect()
     };
-    let n = 100_000;
+    let n = env_usize("CAIRN_BENCH_MEMORIES", 100_000);
     let started = Instant::now();
     {
         let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
@@ -417,7 +423,7 @@ fn speed() {
     );
     let prompts: Vec<&str> = titles.iter().take(runs).map(String::as_str).collect();
     let cwd = "/src/bench";
-    let case = |name: &str, f: &dyn Fn(usize) -> Duration| {
+    let case = |name: &str, f: &dyn Fn(usize) -> Duration| -> Vec<Duration> {
         let mut t: Vec<Duration> = (0..runs).map(f).collect();
         t.sort();
         println!(
@@ -426,6 +432,24 @@ fn speed() {
             pct(&t, 0.9),
             pct(&t, 0.99),
             pct(&t, 1.0)
+        );
+        t
+    };
+    // A hook past the worker's deadline plus what words alone take has waited for the
+    // worker longer than it may.
+    let deadline = Duration::from_millis(
+        cairn_core::settings::Settings::load(&dir)
+            .map(|l| l.settings.recall.worker_deadline_ms)
+            .unwrap_or(25),
+    );
+    let over = |name: &str, times: &[Duration], words_alone_p99: Duration| {
+        let bound = deadline + words_alone_p99;
+        println!(
+            "{name}: {} of {} hooks past the deadline ({} ms) + the words-alone p99 ({:.1} ms)",
+            times.iter().filter(|t| **t > bound).count(),
+            times.len(),
+            deadline.as_millis(),
+            words_alone_p99.as_secs_f64() * 1000.0
         );
     };
     let post = |i: usize| {
@@ -447,7 +471,7 @@ fn speed() {
     case("PostToolUse (no recall), no worker", &|i| {
         hook(&data, &post(i), &[]).0
     });
-    case("UserPromptSubmit, words alone (no worker)", &|i| {
+    let words_alone = case("UserPromptSubmit, words alone (no worker)", &|i| {
         hook(
             &data,
             &prompt(&format!("w{i}"), cwd, prompts[i % prompts.len()]),
@@ -455,13 +479,14 @@ fn speed() {
         )
         .0
     });
+    let words_alone_p99 = words_alone[((words_alone.len() - 1) as f64 * 0.99).round() as usize];
     case("PreToolUse Read, no worker", &|i| {
         hook(&data, &read(i), &[]).0
     });
     let before = words_alone_count(&data);
     {
-        let _w = worker(&data);
-        case("UserPromptSubmit, worker running", &|i| {
+        let w = worker(&data);
+        let running = case("UserPromptSubmit, worker running", &|i| {
             hook(
                 &data,
                 &prompt(&format!("m{i}"), cwd, prompts[i % prompts.len()]),
@@ -469,17 +494,49 @@ fn speed() {
             )
             .0
         });
+        over(
+            "UserPromptSubmit, worker running",
+            &running,
+            words_alone_p99,
+        );
         case("PreToolUse Read, worker running", &|i| {
             hook(&data, &read(i + runs), &[]).0
         });
         case("PostToolUse (no recall), worker running", &|i| {
             hook(&data, &post(i + runs), &[]).0
         });
+        println!(
+            "prompts past the worker's deadline (went by words alone) while it ran: {} of {runs}",
+            words_alone_count(&data) - before
+        );
+        let stopped = words_alone_count(&data);
+        let signal = |sig: &str| {
+            let ok = Command::new("kill")
+                .args([sig, &w.0.id().to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig}");
+        };
+        signal("-STOP");
+        let times = case("UserPromptSubmit, worker stopped (SIGSTOP)", &|i| {
+            hook(
+                &data,
+                &prompt(&format!("z{i}"), cwd, prompts[i % prompts.len()]),
+                &[],
+            )
+            .0
+        });
+        signal("-CONT");
+        over(
+            "UserPromptSubmit, worker stopped (SIGSTOP)",
+            &times,
+            words_alone_p99,
+        );
+        println!(
+            "prompts that went by words alone while it was stopped: {} of {runs}",
+            words_alone_count(&data) - stopped
+        );
     }
-    println!(
-        "prompts past the worker's deadline (went by words alone) while it ran: {} of {runs}",
-        words_alone_count(&data) - before
-    );
 }
 
 fn main() {
