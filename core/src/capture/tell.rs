@@ -65,6 +65,14 @@ pub fn prompt(
     let req = moment::prompt_request(project, prompt, &settings.recall);
     let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
     let found = moment::find(conn, &dir.recall_socket(), &req, deadline)?;
+    if let Some(waited) = found.waited {
+        // Read by the speed bench: the deadline is never exceeded.
+        log::debug!(
+            "waited {:.1} ms for the worker (deadline {} ms)",
+            waited.as_secs_f64() * 1000.0,
+            deadline.as_millis()
+        );
+    }
     if let Some(why) = &found.words_alone_because {
         log::debug!("a prompt's memories by words alone: {why}");
     }
