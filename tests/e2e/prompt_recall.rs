@@ -1,7 +1,7 @@
 //! Memories given at a prompt and before a file's read, through the real `cairn-hook`, with
 //! the real sentence model in a running `cairn-worker` (found by meaning over its socket),
-//! and without it: a worker that is down, silent or gone mid-answer leaves the hook going
-//! by words alone, with the prompt stored either way.
+//! and without it: a worker that is down, stopped, silent or gone mid-answer leaves the hook
+//! going by words alone, with the prompt stored either way.
 
 use std::io::Read;
 use std::os::unix::net::UnixListener;
@@ -208,6 +208,49 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
     let o = env.run("cairn", &["status"], b"");
     assert!(stdout(&o).contains("1 with prompts"), "{}", stdout(&o));
 
+    // The worker stopped (SIGSTOP: alive, its socket there, answering nothing): the hook
+    // gives up on it at its deadline and goes by words alone, and returns while the worker
+    // is still stopped; the prompt is stored.
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &worker.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let mut c = env.cmd("cairn-hook");
+    c.env("CAIRN_RECALL__WORKER_DEADLINE_MS", "300")
+        .env("CAIRN_LOG__LEVEL", "debug");
+    let o = crate::support::run_with_stdin(
+        c,
+        prompt(
+            &env,
+            "s4",
+            "p1",
+            "why does the login test fail on CI again?",
+        )
+        .as_bytes(),
+    );
+    signal("-CONT");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("answer");
+    let given = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .expect("by words");
+    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+    let logs: String = std::fs::read_dir(env.data_dir.join("logs"))
+        .expect("logs")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("hook-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert!(
+        logs.contains("by words alone: the worker did not answer"),
+        "{logs}"
+    );
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 7);
+
     // The worker killed: its socket is left behind; the hook goes by words alone at once,
     // and the prompt is stored.
     drop(worker);
@@ -225,7 +268,7 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
             .expect("by words")
             .contains(&format!("- {} bugfix", s.fix))
     );
-    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 7);
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 8);
 }
 
 #[test]
@@ -310,8 +353,13 @@ fn a_read_is_told_what_changed_in_its_file_and_is_never_changed() {
     assert_eq!(keys, ["additionalContext", "hookEventName"], "{v}");
     assert_eq!(v.as_object().expect("answer").len(), 1, "{v}");
     // Once per file per session, the edit included; nothing stored for a call about to run.
-    let (_, again) = hook(&env, &read("s1", "Edit"));
+    let (plain, again) = hook(&env, &read("s1", "Edit"));
     assert_eq!(again, None);
+    assert_eq!(
+        plain,
+        serde_json::json!({"continue": true, "suppressOutput": true}),
+        "nothing to tell: the plain answer, no decision"
+    );
     let (_, other) = hook(&env, &read("s2", "Edit"));
     assert!(other.is_some());
     assert_eq!(env.count("SELECT COUNT(*) FROM pending_messages"), 0);
