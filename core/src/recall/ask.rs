@@ -4,10 +4,11 @@
 //! ([`answer`], one connection). The wire is one JSON line each way: a [`Request`] (the
 //! search: query, project, kinds, limit) and a [`Reply`] (the hits, or why none).
 //!
-//! Invariants: [`search`] never takes longer than its deadline (connect, write and every
-//! read are bounded by what is left of it, the connect too when the worker accepts nothing); any failure (no worker, a slow or stopped one,
-//! one killed mid-answer, a reply that does not parse) is an error the caller answers by
-//! going by words alone. Only the search request crosses: the prompt as capture cleaned it.
+//! Invariants: [`search`] never takes longer than its deadline: it never blocks (the
+//! connect, the write and the reads are non-blocking, and it looks for the answer every
+//! millisecond until the deadline); any failure (no worker, a slow or stopped one, one
+//! killed mid-answer, a reply that does not parse) is an error the caller answers by going
+//! by words alone. Only the search request crosses: the prompt as capture cleaned it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -23,6 +24,9 @@ use crate::recall::sql::Filters;
 
 /// Longest reply read, in bytes: far above what the limit of hits a prompt asks for takes.
 const MAX_REPLY: u64 = 1 << 20;
+/// How often a hook looks for the worker's answer: the wait ends within this of the
+/// deadline (socket timeouts would end it up to a scheduler tick, several ms, after).
+const READ_STEP: Duration = Duration::from_millis(1);
 /// Longest request read by the worker, in bytes.
 const MAX_REQUEST: u64 = 64 << 10;
 
@@ -107,35 +111,32 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
             .ok_or_else(|| Error::Invalid("the worker did not answer in time".into()))
     };
     let io = |what: &'static str, e: std::io::Error| Error::io(what, socket, e);
-    let mut stream = connect(socket, left()?).map_err(|e| io("cannot reach the worker", e))?;
-    stream
-        .set_write_timeout(Some(left()?))
-        .map_err(|e| io("cannot ask the worker", e))?;
+    let timed_out = || {
+        Error::Invalid(format!(
+            "the worker did not answer within {} ms",
+            deadline.as_millis()
+        ))
+    };
+    left()?;
+    let mut stream = connect(socket).map_err(|e| io("cannot reach the worker", e))?;
     let mut line = serde_json::to_vec(&Request::of(req))
         .map_err(|e| Error::Invalid(format!("request: {e}")))?;
     line.push(b'\n');
+    // A request fits a fresh socket's buffer: a write that would wait is an error.
     stream
         .write_all(&line)
         .map_err(|e| io("cannot ask the worker", e))?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        stream
-            .set_read_timeout(Some(left()?))
-            .map_err(|e| io("cannot read the worker's answer", e))?;
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(Error::Invalid(format!(
-                    "the worker did not answer within {} ms",
-                    deadline.as_millis()
-                )));
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Nothing yet: look again shortly, never past the deadline.
+                let left = left().map_err(|_| timed_out())?;
+                std::thread::sleep(left.min(READ_STEP));
+                continue;
             }
             Err(e) => return Err(io("cannot read the worker's answer", e)),
         };
@@ -178,20 +179,15 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
         .collect())
 }
 
-/// Connects to the worker's socket, waiting at most `wait`. A worker that accepts nothing
-/// (stopped, or stuck) leaves the connections queued for it; once its listen backlog is
-/// full, a plain connect would wait for it without end (std's `UnixStream::connect` has no
-/// timeout), so the socket gets its send timeout first, which bounds the connect too.
-fn connect(socket: &Path, wait: Duration) -> std::io::Result<UnixStream> {
-    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType, sockopt};
+/// Connects to the worker's socket without waiting: the stream is non-blocking. A worker
+/// that accepts nothing (stopped, or stuck) leaves the connections queued for it; once its
+/// listen backlog is full a blocking connect would wait for it without end (std's
+/// `UnixStream::connect` has no timeout), a non-blocking one is refused at once.
+fn connect(socket: &Path) -> std::io::Result<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
     let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
     rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
-    // A zero timeout would mean none.
-    sockopt::set_socket_timeout(
-        &fd,
-        sockopt::Timeout::Send,
-        Some(wait.max(Duration::from_millis(1))),
-    )?;
+    rustix::io::ioctl_fionbio(&fd, true)?;
     rustix::net::connect(&fd, &SocketAddrUnix::new(socket)?)?;
     Ok(UnixStream::from(fd))
 }
@@ -319,14 +315,14 @@ mod tests {
         std::fs::remove_file(&path).expect("rm");
 
         // A worker that accepts nothing: once its backlog is full, a connect is refused
-        // after its wait instead of waiting for the worker; the search ends in error.
+        // instead of waiting for the worker; the search ends in error.
         let _listener = UnixListener::bind(&path).expect("bind");
         let (done, finished) = std::sync::mpsc::channel();
         let filler = path.clone();
         std::thread::spawn(move || {
             let mut refused = None;
             for _ in 0..100_000 {
-                if let Err(e) = connect(&filler, Duration::from_millis(20)) {
+                if let Err(e) = connect(&filler) {
                     refused = Some(e.kind());
                     break;
                 }
