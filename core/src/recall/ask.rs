@@ -4,11 +4,12 @@
 //! ([`answer`], one connection). The wire is one JSON line each way: a [`Request`] (the
 //! search: query, project, kinds, limit) and a [`Reply`] (the hits, or why none).
 //!
-//! Invariants: [`search`] never takes longer than its deadline: it never blocks (the
-//! connect, the write and the reads are non-blocking, and it looks for the answer every
-//! millisecond until the deadline); any failure (no worker, a slow or stopped one, one
-//! killed mid-answer, a reply that does not parse) is an error the caller answers by going
-//! by words alone. Only the search request crosses: the prompt as capture cleaned it.
+//! Invariants: [`search`] ends within a millisecond of its deadline, when the process is
+//! scheduled: it never blocks (the connect, the write and the reads are non-blocking, and
+//! it looks for the answer every millisecond until the deadline); any failure (no worker,
+//! a slow or stopped one, one killed mid-answer, a reply that does not parse) is an error
+//! the caller answers by going by words alone. Only the search request crosses: the
+//! prompt as capture cleaned it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
