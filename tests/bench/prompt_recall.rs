@@ -18,6 +18,13 @@
 //! `CAIRN_BENCH_PROJECTS` (comma-separated, default `bat,jq,click`), `CAIRN_BENCH_QUESTIONS`
 //! (most questions per project, default 120), `CAIRN_BENCH_RUNS` (hooks per speed case,
 //! default 200), `CAIRN_BENCH_SKIP_QUALITY` / `CAIRN_BENCH_SKIP_SPEED`.
+//!
+//! Speed alone, as released: `CAIRN_BENCH_SKIP_QUALITY=1 cargo bench -p cairn --bench
+//! prompt_recall`; `CAIRN_BENCH_MEMORIES` (default 100,000) for a smaller trial. Besides the
+//! cases above, the worker stopped (SIGSTOP: it accepts nothing, as a worker stuck in a long
+//! batch) with prompts arriving, and for each prompt case the longest wait for the worker
+//! and how many hooks waited past the deadline by more than 1 ms (from the hooks' debug
+//! logs; must be 0).
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -178,6 +185,29 @@ fn words_alone_count(data: &Path) -> usize {
         }
     }
     n
+}
+
+/// Every wait for the worker the hooks logged, in ms, in the order logged.
+fn worker_waits(data: &Path) -> Vec<f64> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data.join("logs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("hook-"))
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.split("waited ").nth(1))
+                .filter_map(|w| w.split(" ms for the worker").next()?.parse::<f64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 struct Question {
@@ -357,7 +387,7 @@ fn speed() {
             .filter_map(|v| v["title"].as_str().map(str::to_string))
             .collect()
     };
-    let n = 100_000;
+    let n = env_usize("CAIRN_BENCH_MEMORIES", 100_000);
     let started = Instant::now();
     {
         let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
@@ -417,7 +447,7 @@ fn speed() {
     );
     let prompts: Vec<&str> = titles.iter().take(runs).map(String::as_str).collect();
     let cwd = "/src/bench";
-    let case = |name: &str, f: &dyn Fn(usize) -> Duration| {
+    let case = |name: &str, f: &dyn Fn(usize) -> Duration| -> Vec<Duration> {
         let mut t: Vec<Duration> = (0..runs).map(f).collect();
         t.sort();
         println!(
@@ -426,6 +456,32 @@ fn speed() {
             pct(&t, 0.9),
             pct(&t, 0.99),
             pct(&t, 1.0)
+        );
+        t
+    };
+    let deadline = cairn_core::settings::Settings::load(&dir)
+        .map(|l| l.settings.recall.worker_deadline_ms)
+        .unwrap_or(25) as f64;
+    // How long each hook since the last call waited for the worker, from its logs.
+    let seen = std::cell::Cell::new(0usize);
+    let waited = |name: &str| {
+        let all = worker_waits(&data);
+        let new = &all[seen.get().min(all.len())..];
+        seen.set(all.len());
+        let mut sorted = new.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let at = |p: f64| {
+            sorted
+                .get(((sorted.len().max(1) - 1) as f64 * p).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        println!(
+            "{name}: waited for the worker p50 {:.1} ms, max {:.1} ms; {} of {} hooks past the deadline ({deadline} ms) by more than 1 ms",
+            at(0.5),
+            at(1.0),
+            new.iter().filter(|w| **w > deadline + 1.0).count(),
+            new.len(),
         );
     };
     let post = |i: usize| {
@@ -455,12 +511,15 @@ fn speed() {
         )
         .0
     });
+    waited("UserPromptSubmit, words alone (no worker)");
     case("PreToolUse Read, no worker", &|i| {
         hook(&data, &read(i), &[]).0
     });
     let before = words_alone_count(&data);
     {
-        let _w = worker(&data);
+        let w = worker(&data);
+        // Not the warm-up's wait, which has a deadline of its own.
+        seen.set(worker_waits(&data).len());
         case("UserPromptSubmit, worker running", &|i| {
             hook(
                 &data,
@@ -469,17 +528,41 @@ fn speed() {
             )
             .0
         });
+        waited("UserPromptSubmit, worker running");
         case("PreToolUse Read, worker running", &|i| {
             hook(&data, &read(i + runs), &[]).0
         });
         case("PostToolUse (no recall), worker running", &|i| {
             hook(&data, &post(i + runs), &[]).0
         });
+        println!(
+            "prompts past the worker's deadline (went by words alone) while it ran: {} of {runs}",
+            words_alone_count(&data) - before
+        );
+        let stopped = words_alone_count(&data);
+        let signal = |sig: &str| {
+            let ok = Command::new("kill")
+                .args([sig, &w.0.id().to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig}");
+        };
+        signal("-STOP");
+        case("UserPromptSubmit, worker stopped (SIGSTOP)", &|i| {
+            hook(
+                &data,
+                &prompt(&format!("z{i}"), cwd, prompts[i % prompts.len()]),
+                &[],
+            )
+            .0
+        });
+        signal("-CONT");
+        waited("UserPromptSubmit, worker stopped (SIGSTOP)");
+        println!(
+            "prompts that went by words alone while it was stopped: {} of {runs}",
+            words_alone_count(&data) - stopped
+        );
     }
-    println!(
-        "prompts past the worker's deadline (went by words alone) while it ran: {} of {runs}",
-        words_alone_count(&data) - before
-    );
 }
 
 fn main() {

@@ -1,7 +1,7 @@
 //! Memories given at a prompt and before a file's read, through the real `cairn-hook`, with
 //! the real sentence model in a running `cairn-worker` (found by meaning over its socket),
-//! and without it: a worker that is down, silent or gone mid-answer leaves the hook going
-//! by words alone, with the prompt stored either way.
+//! and without it: a worker that is down, stopped, silent or gone mid-answer leaves the hook
+//! going by words alone, with the prompt stored either way.
 
 use std::io::Read;
 use std::os::unix::net::UnixListener;
@@ -113,6 +113,39 @@ fn start_worker(env: &TestEnv) -> Worker {
     Worker(c.spawn().expect("spawn worker"))
 }
 
+/// What the hooks logged.
+fn hook_logs(env: &TestEnv) -> String {
+    std::fs::read_dir(env.data_dir.join("logs"))
+        .expect("logs")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("hook-"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect()
+}
+
+/// Fills the listen backlog of a socket whose listener accepts nothing: connects, without
+/// waiting, until a connect is refused for want of room. How many connections it queued.
+fn fill_backlog(socket: &std::path::Path) -> usize {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let addr = SocketAddrUnix::new(socket).expect("address");
+    for queued in 0..1_000_000 {
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        // A queued connection keeps its place once its end here is closed.
+        match rustix::net::connect(&fd, &addr) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::AGAIN) => return queued,
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    panic!("the backlog never filled")
+}
+
 fn found_by(env: &TestEnv, text: &str) -> Value {
     let mut c = env.cmd("cairn");
     c.current_dir(project_dir(env))
@@ -208,6 +241,79 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
     let o = env.run("cairn", &["status"], b"");
     assert!(stdout(&o).contains("1 with prompts"), "{}", stdout(&o));
 
+    // The worker stopped (SIGSTOP: alive, its socket there, answering nothing): the hook
+    // gives up on it at its deadline and goes by words alone, and returns while the worker
+    // is still stopped; the prompt is stored.
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &worker.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let mut c = env.cmd("cairn-hook");
+    c.env("CAIRN_RECALL__WORKER_DEADLINE_MS", "300")
+        .env("CAIRN_LOG__LEVEL", "debug");
+    let o = crate::support::run_with_stdin(
+        c,
+        prompt(
+            &env,
+            "s4",
+            "p1",
+            "why does the login test fail on CI again?",
+        )
+        .as_bytes(),
+    );
+    signal("-CONT");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("answer");
+    let given = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .expect("by words");
+    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+    let logs = hook_logs(&env);
+    assert!(
+        logs.contains("by words alone: the worker did not answer"),
+        "{logs}"
+    );
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 7);
+
+    // Stopped long enough for its listen backlog to fill (connections queue for a worker
+    // that accepts nothing): the hook's connect is refused at once, where a plain connect
+    // would wait for the worker without end; it goes by words alone, the prompt stored.
+    signal("-STOP");
+    let queued = fill_backlog(&env.data_dir.join("run").join("recall.sock"));
+    assert!(queued > 0, "nothing queued");
+    let (done, answered) = std::sync::mpsc::channel();
+    let mut c = env.cmd("cairn-hook");
+    c.env("CAIRN_RECALL__WORKER_DEADLINE_MS", "300")
+        .env("CAIRN_LOG__LEVEL", "debug");
+    let payload = prompt(
+        &env,
+        "s5",
+        "p1",
+        "why does the login test fail on CI again?",
+    );
+    std::thread::spawn(move || {
+        let _ = done.send(crate::support::run_with_stdin(c, payload.as_bytes()));
+    });
+    let o = answered.recv_timeout(Duration::from_secs(60));
+    // Resumed either way: a hook waiting for it would then be accepted and end.
+    signal("-CONT");
+    let o = o.expect("the hook waited for a stopped worker whose backlog is full");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("answer");
+    assert!(
+        v["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .expect("by words")
+            .contains(&format!("- {} bugfix", s.fix)),
+        "{v}"
+    );
+    assert!(hook_logs(&env).contains("by words alone: cannot reach the worker"));
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 8);
+
     // The worker killed: its socket is left behind; the hook goes by words alone at once,
     // and the prompt is stored.
     drop(worker);
@@ -225,7 +331,7 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
             .expect("by words")
             .contains(&format!("- {} bugfix", s.fix))
     );
-    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 7);
+    assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 9);
 }
 
 #[test]
@@ -310,8 +416,13 @@ fn a_read_is_told_what_changed_in_its_file_and_is_never_changed() {
     assert_eq!(keys, ["additionalContext", "hookEventName"], "{v}");
     assert_eq!(v.as_object().expect("answer").len(), 1, "{v}");
     // Once per file per session, the edit included; nothing stored for a call about to run.
-    let (_, again) = hook(&env, &read("s1", "Edit"));
+    let (plain, again) = hook(&env, &read("s1", "Edit"));
     assert_eq!(again, None);
+    assert_eq!(
+        plain,
+        serde_json::json!({"continue": true, "suppressOutput": true}),
+        "nothing to tell: the plain answer, no decision"
+    );
     let (_, other) = hook(&env, &read("s2", "Edit"));
     assert!(other.is_some());
     assert_eq!(env.count("SELECT COUNT(*) FROM pending_messages"), 0);

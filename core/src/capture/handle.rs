@@ -1124,6 +1124,64 @@ mod told_tests {
     }
 
     #[test]
+    fn an_index_later_in_a_session_leaves_out_what_the_session_was_given() {
+        let (_t, dd) = env();
+        let mut s = Settings::default();
+        s.context.max_observations = 1;
+        s.recall.min_relevance = 0.3;
+        let older = remember(
+            &dd,
+            "discovery",
+            "Font rendering in the PDF export drops ligatures",
+            &[],
+            T0 - 20 * 86_400_000,
+        );
+        let fix = remember(
+            &dd,
+            "bugfix",
+            "Login tests failed on CI because the session expiry read the wall clock",
+            &["src/session.rs"],
+            T0 - 10 * 86_400_000,
+        );
+        let recent = remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
+        let start = |session: &str, source: &str| {
+            format!(
+                r#"{{"hook_event_name":"SessionStart","session_id":"{session}","cwd":"/nowhere/web","source":"{source}"}}"#
+            )
+        };
+        let index = |o: &Outcome| context_of(&o.answer, "SessionStart").expect("index");
+        let first = index(&run(&dd, &s, &start("s1", "startup"), T0));
+        assert!(first.contains(&format!("#{recent} ")), "{first}");
+        let o = run(
+            &dd,
+            &s,
+            &prompt("s1", "p1", "why do the login tests fail on CI again?"),
+            T0 + 1,
+        );
+        let given = context_of(&o.answer, "UserPromptSubmit").expect("memories");
+        assert!(given.contains(&format!("- {fix} bugfix ")), "{given}");
+
+        // After a compaction the session starts again: what its first index showed and what
+        // its prompt was given are left out, the next memory takes their place.
+        let again = index(&run(&dd, &s, &start("s1", "compact"), T0 + 2));
+        assert!(again.contains(&format!("#{older} ")), "{again}");
+        assert!(!again.contains(&format!("#{recent} ")), "{again}");
+        assert!(!again.contains(&format!("#{fix} ")), "{again}");
+        // Another session is shown the newest again.
+        let other = index(&run(&dd, &s, &start("s2", "startup"), T0 + 3));
+        assert!(other.contains(&format!("#{recent} ")), "{other}");
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(
+            q(
+                &conn,
+                "SELECT COUNT(*) FROM (SELECT 1 FROM memory_given
+                 GROUP BY session_id, kind, memory_id HAVING COUNT(*) > 1)"
+            ),
+            0
+        );
+    }
+
+    #[test]
     fn a_read_is_told_about_its_file_once_and_never_stored_or_changed() {
         let (_t, dd) = env();
         let s = Settings::default();

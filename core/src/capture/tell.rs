@@ -25,7 +25,8 @@ use crate::store::paths::DataDir;
 /// memories are still given, and may be given once more later in the session.
 const RECORD_WAIT: Duration = Duration::from_millis(100);
 
-/// The SessionStart answer: the project's index, recorded as given to `session`.
+/// The SessionStart answer: the project's index, without what `session` was already given
+/// (a start after a compaction or a resume), recorded as given to it.
 pub fn session_start(
     conn: &mut Connection,
     settings: &Settings,
@@ -33,7 +34,8 @@ pub fn session_start(
     session: &str,
     now: i64,
 ) -> Result<String> {
-    let (block, shown) = context::session_start_shown(conn, project, &settings.context, now)?;
+    let (block, shown) =
+        context::session_start_shown(conn, project, Some(session), &settings.context, now)?;
     record(
         conn,
         session,
@@ -63,6 +65,14 @@ pub fn prompt(
     let req = moment::prompt_request(project, prompt, &settings.recall);
     let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
     let found = moment::find(conn, &dir.recall_socket(), &req, deadline)?;
+    if let Some(waited) = found.waited {
+        // Read by the speed bench: the deadline is never exceeded.
+        log::debug!(
+            "waited {:.1} ms for the worker (deadline {} ms)",
+            waited.as_secs_f64() * 1000.0,
+            deadline.as_millis()
+        );
+    }
     if let Some(why) = &found.words_alone_because {
         log::debug!("a prompt's memories by words alone: {why}");
     }

@@ -4,10 +4,12 @@
 //! ([`answer`], one connection). The wire is one JSON line each way: a [`Request`] (the
 //! search: query, project, kinds, limit) and a [`Reply`] (the hits, or why none).
 //!
-//! Invariants: [`search`] never takes longer than its deadline (connect, write and every
-//! read are bounded by what is left of it); any failure (no worker, a slow or stopped one,
-//! one killed mid-answer, a reply that does not parse) is an error the caller answers by
-//! going by words alone. Only the search request crosses: the prompt as capture cleaned it.
+//! Invariants: [`search`] ends within a millisecond of its deadline, when the process is
+//! scheduled: it never blocks (the connect, the write and the reads are non-blocking, and
+//! it looks for the answer every millisecond until the deadline); any failure (no worker,
+//! a slow or stopped one, one killed mid-answer, a reply that does not parse) is an error
+//! the caller answers by going by words alone. Only the search request crosses: the
+//! prompt as capture cleaned it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -23,6 +25,9 @@ use crate::recall::sql::Filters;
 
 /// Longest reply read, in bytes: far above what the limit of hits a prompt asks for takes.
 const MAX_REPLY: u64 = 1 << 20;
+/// How often a hook looks for the worker's answer: the wait ends within this of the
+/// deadline (socket timeouts would end it up to a scheduler tick, several ms, after).
+const READ_STEP: Duration = Duration::from_millis(1);
 /// Longest request read by the worker, in bytes.
 const MAX_REQUEST: u64 = 64 << 10;
 
@@ -109,35 +114,32 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
             .ok_or_else(|| Error::Invalid("the worker did not answer in time".into()))
     };
     let io = |what: &'static str, e: std::io::Error| Error::io(what, socket, e);
-    let mut stream = UnixStream::connect(socket).map_err(|e| io("cannot reach the worker", e))?;
-    stream
-        .set_write_timeout(Some(left()?))
-        .map_err(|e| io("cannot ask the worker", e))?;
+    let timed_out = || {
+        Error::Invalid(format!(
+            "the worker did not answer within {} ms",
+            deadline.as_millis()
+        ))
+    };
+    left()?;
+    let mut stream = connect(socket).map_err(|e| io("cannot reach the worker", e))?;
     let mut line = serde_json::to_vec(&Request::of(req))
         .map_err(|e| Error::Invalid(format!("request: {e}")))?;
     line.push(b'\n');
+    // A request fits a fresh socket's buffer: a write that would wait is an error.
     stream
         .write_all(&line)
         .map_err(|e| io("cannot ask the worker", e))?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        stream
-            .set_read_timeout(Some(left()?))
-            .map_err(|e| io("cannot read the worker's answer", e))?;
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(Error::Invalid(format!(
-                    "the worker did not answer within {} ms",
-                    deadline.as_millis()
-                )));
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Nothing yet: look again shortly, never past the deadline.
+                let left = left().map_err(|_| timed_out())?;
+                std::thread::sleep(left.min(READ_STEP));
+                continue;
             }
             Err(e) => return Err(io("cannot read the worker's answer", e)),
         };
@@ -179,6 +181,19 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
             })
         })
         .collect())
+}
+
+/// Connects to the worker's socket without waiting: the stream is non-blocking. A worker
+/// that accepts nothing (stopped, or stuck) leaves the connections queued for it; once its
+/// listen backlog is full a blocking connect would wait for it without end (std's
+/// `UnixStream::connect` has no timeout), a non-blocking one is refused at once.
+fn connect(socket: &Path) -> std::io::Result<UnixStream> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
+    let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+    rustix::io::ioctl_fionbio(&fd, true)?;
+    rustix::net::connect(&fd, &SocketAddrUnix::new(socket)?)?;
+    Ok(UnixStream::from(fd))
 }
 
 /// Answers one connection (the worker's side): reads a request (waiting at most `wait`),
@@ -303,6 +318,30 @@ mod tests {
         );
 
         drop(listener);
+        std::fs::remove_file(&path).expect("rm");
+
+        // A worker that accepts nothing: once its backlog is full, a connect is refused
+        // instead of waiting for the worker; the search ends in error.
+        let _listener = UnixListener::bind(&path).expect("bind");
+        let (done, finished) = std::sync::mpsc::channel();
+        let filler = path.clone();
+        std::thread::spawn(move || {
+            let mut refused = None;
+            for _ in 0..100_000 {
+                if let Err(e) = connect(&filler) {
+                    refused = Some(e.kind());
+                    break;
+                }
+            }
+            let searched = search(&filler, &request(), Duration::from_millis(20)).is_err();
+            let _ = done.send((refused, searched));
+        });
+        let (refused, searched) = finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a connect waited for a worker that accepts nothing");
+        assert_eq!(refused, Some(std::io::ErrorKind::WouldBlock));
+        assert!(searched);
+
         let path = tmp.path().join("other.sock");
         let listener = UnixListener::bind(&path).expect("bind");
         let server = std::thread::spawn(move || {

@@ -11,6 +11,12 @@
 //!   heading goes with its last line), then the summary lines; when not even the heading,
 //!   one line and the footer fit, the block is empty;
 //! - nothing to show (no summary, no observation) is an empty block.
+//!
+//! The index is a compact list (id, time, type, title): the detail of a memory comes with
+//! the prompt it answers or the file it is about (`recall::moment`). Asked for a session
+//! ([`session_start_shown`]), it leaves out the observations that session was already given
+//! (`memory_given`: at an earlier start after a compaction or a resume, a prompt, a file), so
+//! that nothing is given twice in a session whichever moment came first.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -71,25 +77,32 @@ pub fn session_start(
     settings: &ContextSettings,
     now: i64,
 ) -> Result<String> {
-    Ok(session_start_shown(conn, project, settings, now)?.0)
+    Ok(session_start_shown(conn, project, None, settings, now)?.0)
 }
 
-/// [`session_start`], with the observations the block shows (for `memory::told`: a prompt
-/// of the session is not given them again).
+/// [`session_start`] for `session`, leaving out what it was already given, with the
+/// observations the block shows (for `memory::told`: a prompt of the session is not given
+/// them again).
 pub fn session_start_shown(
     conn: &Connection,
     project: &str,
+    session: Option<&str>,
     settings: &ContextSettings,
     now: i64,
 ) -> Result<(String, Vec<Given>)> {
-    let data = load(conn, project, settings)?;
+    let data = load(conn, project, session, settings)?;
     Ok(render_shown(&data, settings.budget_tokens, now))
 }
 
 /// Reads the latest summary (when `show_last_summary`) and the `max_observations` newest
 /// observations of the project's `max_sessions` most recent sessions (plus memories saved
-/// outside a session).
-pub fn load(conn: &Connection, project: &str, settings: &ContextSettings) -> Result<ContextData> {
+/// outside a session) that `session`, when given, was not given yet.
+pub fn load(
+    conn: &Connection,
+    project: &str,
+    session: Option<&str>,
+    settings: &ContextSettings,
+) -> Result<ContextData> {
     let summary = if settings.show_last_summary {
         conn.prepare_cached(
             "SELECT created_at, request, completed, next_steps FROM session_summaries
@@ -114,13 +127,17 @@ pub fn load(conn: &Connection, project: &str, settings: &ContextSettings) -> Res
                AND (session_id IS NULL OR session_id IN (
                     SELECT session_id FROM sessions WHERE project = ?1
                     ORDER BY updated_at DESC LIMIT ?2))
+               AND NOT EXISTS (SELECT 1 FROM memory_given g
+                    WHERE g.session_id = ?4 AND g.kind = ?5 AND g.memory_id = observations.id)
              ORDER BY created_at DESC, id DESC LIMIT ?3",
         )?
         .query_map(
             params![
                 project,
                 settings.max_sessions as i64,
-                settings.max_observations as i64
+                settings.max_observations as i64,
+                session,
+                Kind::Observation.code()
             ],
             |r| {
                 Ok(IndexLine {
@@ -538,7 +555,7 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
             max_observations: 5,
             ..ContextSettings::default()
         };
-        let d = load(&conn, "acme", &settings).expect("load");
+        let d = load(&conn, "acme", None, &settings).expect("load");
         let titles: Vec<&str> = d.observations.iter().map(|o| o.title.as_str()).collect();
         assert_eq!(
             titles,
@@ -554,6 +571,52 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
             d.summary.as_ref().map(|s| s.request.as_str()),
             Some("request 2")
         );
+
+        // A session given two of them at a prompt: its index leaves them out and shows
+        // older ones in their place; another session's index is as before.
+        let given: Vec<Given> = d.observations[..2]
+            .iter()
+            .map(|o| Given {
+                kind: Kind::Observation,
+                id: o.id,
+                tokens: 9,
+            })
+            .collect();
+        db::write(&mut conn, |tx| {
+            crate::memory::told::record(
+                tx,
+                "now",
+                crate::memory::told::Moment::Prompt,
+                None,
+                &given,
+                NOW,
+            )
+        })
+        .expect("told");
+        let titles_for = |session: Option<&str>| -> Vec<String> {
+            load(&conn, "acme", session, &settings)
+                .expect("load")
+                .observations
+                .into_iter()
+                .map(|o| o.title)
+                .collect()
+        };
+        assert_eq!(
+            titles_for(Some("now")),
+            vec![
+                "session 2 obs 1",
+                "session 2 obs 0",
+                "session 1 obs 3",
+                "session 1 obs 2",
+                "session 1 obs 1"
+            ]
+        );
+        assert_eq!(titles_for(Some("other")), titles);
+        let (text, shown) =
+            session_start_shown(&conn, "acme", Some("now"), &settings, NOW).expect("render");
+        assert!(!text.contains("session 2 obs 3"), "{text}");
+        assert_eq!(shown.len(), 5);
+        assert!(shown.iter().all(|s| given.iter().all(|g| g.id != s.id)));
         let text = session_start(&conn, "acme", &settings, NOW).expect("render");
         assert!(text.contains("- Next steps: next 2"), "{text}");
         assert!(!text.contains("other project"));

@@ -167,6 +167,8 @@ pub struct Found {
     pub by_meaning: bool,
     /// Why the search went by words alone, when it did and was meant not to.
     pub words_alone_because: Option<String>,
+    /// How long the worker was waited for, when it was asked (at most about the deadline).
+    pub waited: Option<std::time::Duration>,
 }
 
 /// Runs a prompt's search as the hook does: by the running worker listening on `socket`
@@ -178,24 +180,29 @@ pub fn find(
     req: &SearchRequest,
     deadline: std::time::Duration,
 ) -> Result<Found> {
-    let why = if deadline.is_zero() {
-        None
+    let (why, waited) = if deadline.is_zero() {
+        (None, None)
     } else {
-        match crate::recall::ask::search(socket, req, deadline) {
+        let asked = std::time::Instant::now();
+        let answer = crate::recall::ask::search(socket, req, deadline);
+        let waited = Some(asked.elapsed());
+        match answer {
             Ok(hits) => {
                 return Ok(Found {
                     hits,
                     by_meaning: true,
                     words_alone_because: None,
+                    waited,
                 });
             }
-            Err(e) => Some(e.to_string()),
+            Err(e) => (Some(e.to_string()), waited),
         }
     };
     Ok(Found {
         hits: crate::recall::search::search(conn, req)?,
         by_meaning: false,
         words_alone_because: why,
+        waited,
     })
 }
 
