@@ -1111,7 +1111,7 @@ fn every_command_on_bad_input_is_one_error_line_and_changes_nothing() {
     // A database from a newer cairn.
     let env = TestEnv::new();
     let conn = create_db(&env);
-    conn.execute_batch("PRAGMA user_version = 99")
+    conn.execute_batch("PRAGMA user_version = 99; UPDATE schema_version SET version = 99")
         .expect("bump");
     drop(conn);
     let before = snapshot(&env.data_dir);

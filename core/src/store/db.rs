@@ -66,7 +66,14 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0012_sync",
         include_str!("../../../migrations/0012_sync.sql"),
     ),
+    (
+        "0013_schema_version",
+        include_str!("../../../migrations/0013_schema_version.sql"),
+    ),
 ];
+
+/// The first schema version that keeps its number in the `schema_version` table too.
+const VERSION_ROW_SINCE: i64 = 13;
 
 /// The schema version this cairn writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -143,11 +150,7 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
         )
         .map_err(not_db)?;
     if version > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            path: path.to_path_buf(),
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
+        return Err(too_new(&conn, path, version));
     }
     if version == 0 && foreign_tables > 0 {
         return Err(Error::NotADatabase {
@@ -209,11 +212,7 @@ fn open_read_only_as(path: &Path, param: &str, busy_timeout: Duration) -> Result
     conn.busy_timeout(busy_timeout).map_err(not_db)?;
     let version = schema_version(&conn).map_err(not_db)?;
     if version > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            path: path.to_path_buf(),
-            found: version,
-            supported: SCHEMA_VERSION,
-        });
+        return Err(too_new(&conn, path, version));
     }
     if version < SCHEMA_VERSION {
         return Err(Error::UpgradePending {
@@ -306,6 +305,33 @@ pub fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("PRAGMA user_version", [], |r| r.get(0))
 }
 
+/// Why a database whose header claims schema `found`, above this cairn's, cannot be
+/// opened: a newer cairn wrote it (its `schema_version` row says the same), or the header
+/// is damaged (the row says otherwise, or is missing: every schema above this one has it).
+pub fn too_new(conn: &Connection, path: &Path, found: i64) -> Error {
+    let row: rusqlite::Result<i64> =
+        conn.query_row("SELECT version FROM schema_version", [], |r| r.get(0));
+    match row {
+        Ok(kept) if kept == found => Error::SchemaTooNew {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        },
+        Ok(kept) => Error::Damaged {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the header's schema version {found} disagrees with the tables' {kept}"
+            ),
+        },
+        Err(e) => Error::Damaged {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the header's schema version {found} has no record in the tables ({e})"
+            ),
+        },
+    }
+}
+
 /// Switches to WAL unless already there. Changing the journal mode takes an exclusive lock
 /// without calling the busy handler, so a fresh database opened by many hooks at once sees
 /// SQLITE_BUSY immediately; retry with jitter until the deadline.
@@ -354,11 +380,11 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let current = schema_version(&tx)?;
     if current > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            path: tx.path().map(Into::into).unwrap_or_default(),
-            found: current,
-            supported: SCHEMA_VERSION,
-        });
+        return Err(too_new(
+            &tx,
+            tx.path().map(Path::new).unwrap_or(Path::new("")),
+            current,
+        ));
     }
     for (index, (name, sql)) in MIGRATIONS.iter().enumerate() {
         let target = index as i64 + 1;
@@ -381,6 +407,9 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
             }
         })?;
         tx.execute_batch(&format!("PRAGMA user_version = {target}"))?;
+        if target >= VERSION_ROW_SINCE {
+            tx.execute("UPDATE schema_version SET version = ?1", [target])?;
+        }
     }
     tx.commit()?;
     Ok(())
@@ -593,7 +622,7 @@ mod tests {
     fn refuses_a_newer_schema_without_touching_it() {
         let (_tmp, dd) = temp_db();
         let conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
-        conn.execute_batch("PRAGMA user_version = 99")
+        conn.execute_batch("PRAGMA user_version = 99; UPDATE schema_version SET version = 99")
             .expect("bump");
         drop(conn);
         let before = std::fs::read(dd.db()).expect("read");
@@ -604,6 +633,26 @@ mod tests {
         );
         assert!(err.to_string().contains("upgrade cairn"));
         assert_eq!(before, std::fs::read(dd.db()).expect("read"));
+    }
+
+    #[test]
+    fn a_header_claiming_a_newer_schema_than_its_tables_is_damage() {
+        let (_tmp, dd) = temp_db();
+        let conn = open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert_eq!(
+            conn.query_row("SELECT version FROM schema_version", [], |r| r
+                .get::<_, i64>(0))
+                .expect("row"),
+            SCHEMA_VERSION
+        );
+        conn.execute_batch("PRAGMA user_version = 12044")
+            .expect("garble");
+        drop(conn);
+        let err = open_data_dir(&dd, OpenOptions::default()).expect_err("damaged");
+        assert!(err.is_corrupt(), "{err}");
+        assert!(err.to_string().contains("disagrees"), "{err}");
+        let err = open_read_only(dd.db().as_path(), Duration::from_secs(1)).expect_err("damaged");
+        assert!(err.is_corrupt(), "{err}");
     }
 
     #[test]

@@ -63,10 +63,19 @@ pub(super) fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Co
     let version =
         Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE).and_then(|mut c| {
             db::trace_if_asked(&mut c);
-            db::schema_version(&c)
+            db::schema_version(&c).map(|v| (c, v))
         });
     match version {
-        Ok(v) if v > db::SCHEMA_VERSION => {
+        Ok((c, v)) if v > db::SCHEMA_VERSION && db::too_new(&c, &path, v).is_corrupt() => {
+            out.push(finding(
+                "database",
+                Level::Fail,
+                db::too_new(&c, &path, v).to_string(),
+                Some(restore_hint(dir)),
+            ));
+            return None;
+        }
+        Ok((_, v)) if v > db::SCHEMA_VERSION => {
             out.push(finding(
                 "schema",
                 Level::Fail,
@@ -78,7 +87,7 @@ pub(super) fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Co
             ));
             return None;
         }
-        Ok(v) if v < db::SCHEMA_VERSION => out.push(finding(
+        Ok((_, v)) if v < db::SCHEMA_VERSION => out.push(finding(
             "schema",
             Level::Warn,
             format!(
@@ -87,7 +96,7 @@ pub(super) fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Co
             ),
             Some("nothing to do: it is migrated the next time cairn opens it".into()),
         )),
-        Ok(v) => out.push(ok("schema", format!("schema version {v} (current)"))),
+        Ok((_, v)) => out.push(ok("schema", format!("schema version {v} (current)"))),
         Err(_) if read_only_finding(dir).is_some() => {
             out.extend(read_only_finding(dir));
             return None;
