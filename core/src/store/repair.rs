@@ -21,14 +21,57 @@ const MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// Page sizes tried when the header's own cannot be trusted, the likeliest first.
 const PAGE_SIZES: &[u32] = &[4096, 1024, 2048, 8192, 16384, 32768, 65536, 512];
 
+/// How many pages after the first [`looks_like_sqlite`] reads when page 1 is garbage.
+const PAGES_LOOKED_AT: usize = 8;
+
 /// True when the file at `path` looks like a SQLite database, damaged or not: its magic,
-/// or, after a broken header, page 1's b-tree header where SQLite puts it.
+/// or, after a broken header, page 1's b-tree header where SQLite puts it, or, when all of
+/// page 1 is garbage, the pages after it: in a file of whole pages of some size, at least
+/// two of the next [`PAGES_LOOKED_AT`] (all of them in a smaller file) carry a b-tree page
+/// header whose fields fit the page. Random bytes pass that by chance about once in
+/// 10^8 per page size; a text or a binary of another kind, practically never.
 pub(crate) fn looks_like_sqlite(path: &Path) -> bool {
-    let mut head = [0u8; 101];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| read_up_to(&mut f, &mut head))
-        .unwrap_or(0);
-    (n >= 16 && &head[..16] == MAGIC) || (n > 100 && matches!(head[100], 5 | 13))
+    let largest = *PAGE_SIZES.iter().max().unwrap_or(&4096) as usize;
+    let mut head = vec![0u8; largest * (PAGES_LOOKED_AT + 1)];
+    let (n, len) = std::fs::File::open(path)
+        .and_then(|mut f| Ok((read_up_to(&mut f, &mut head)?, f.metadata()?.len())))
+        .unwrap_or((0, 0));
+    let head = &head[..n];
+    if (n >= 16 && &head[..16] == MAGIC) || (n > 100 && matches!(head[100], 5 | 13)) {
+        return true;
+    }
+    PAGE_SIZES.iter().any(|&ps| {
+        let ps = ps as usize;
+        if len < 2 * ps as u64 || !len.is_multiple_of(ps as u64) {
+            return false;
+        }
+        let pages: Vec<&[u8]> = head
+            .chunks_exact(ps)
+            .skip(1)
+            .take(PAGES_LOOKED_AT)
+            .collect();
+        let btree = pages.iter().filter(|p| btree_page_header(p)).count();
+        btree >= 2.min(pages.len())
+    })
+}
+
+/// True when `page` (not page 1) starts with a b-tree page header whose fields fit it:
+/// its type, the first free block and the cell content area inside the page, and its cell
+/// pointers between the header and the content area.
+fn btree_page_header(page: &[u8]) -> bool {
+    let u16_at = |at: usize| usize::from(u16::from_be_bytes([page[at], page[at + 1]]));
+    let header = match page.first() {
+        Some(2 | 5) => 12,
+        Some(10 | 13) => 8,
+        _ => return false,
+    };
+    let (free, cells, content) = (u16_at(1), u16_at(3), u16_at(5));
+    let content = if content == 0 { 65536 } else { content };
+    let pointers_end = header + 2 * cells;
+    (free == 0 || (pointers_end..page.len()).contains(&free))
+        && pointers_end <= content
+        && content <= page.len()
+        && usize::from(page[7]) <= 60
 }
 
 /// True when the file at `path` has SQLite's magic but a header field SQLite rejects (page
@@ -384,6 +427,40 @@ fn wal_frames(wal: &[u8]) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_whose_first_page_is_garbage_still_looks_like_one_and_other_files_do_not() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let db_path = tmp.path().join("cairn.db");
+        let conn = db::open(&db_path, db::OpenOptions::default()).expect("open");
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .expect("checkpoint");
+        drop(conn);
+        let mut bytes = std::fs::read(&db_path).expect("read");
+        let mut x: u32 = 0x9e37_79b9;
+        for b in &mut bytes[..4096] {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *b = x as u8;
+        }
+        std::fs::write(&db_path, &bytes).expect("write");
+        assert!(looks_like_sqlite(&db_path));
+        for (name, other) in [
+            (
+                "random",
+                (0..65536u32)
+                    .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                    .collect::<Vec<u8>>(),
+            ),
+            ("text", "fn main() {}\n".repeat(4096).into_bytes()),
+            ("zeros", vec![0u8; 65536]),
+        ] {
+            let p = tmp.path().join(name);
+            std::fs::write(&p, other).expect("write");
+            assert!(!looks_like_sqlite(&p), "{name}");
+        }
+    }
 
     #[test]
     fn a_header_is_rebuilt_readable_and_a_wal_checked() {
