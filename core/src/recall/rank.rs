@@ -73,8 +73,10 @@ struct Features {
 pub(super) struct Scored {
     pub(super) candidate: Candidate,
     pub(super) signals: Signals,
-    /// The candidate model's estimate alone: how likely it is the memory asked about,
-    /// were the query asking about the project's past. What the search floor gates.
+    /// What the search floor gates: for a candidate holding a word of the query, the
+    /// candidate model's estimate alone (how likely it is the memory asked about, were
+    /// the query asking about the project's past); for one found by meaning alone, its
+    /// relevance.
     pub(super) estimate: f64,
 }
 
@@ -266,6 +268,9 @@ pub(super) fn scored(
                 estimate *= PROMPT_FACTOR;
             }
             let relevance = estimate * asks;
+            if signals.coverage == 0.0 {
+                estimate = relevance;
+            }
             Scored {
                 candidate: Candidate {
                     kind,
@@ -287,10 +292,11 @@ pub(super) fn scored(
 /// candidate's estimate is below `min_relevance` (no memory holds what is asked). The
 /// floor gates the query, not each hit: a relevant memory is often the best of a few weak
 /// candidates (on the benchmarks, hiding every hit under the floor that hides nonsense
-/// lost 5% of the relevant memories in a top 10; gating on the best, 0.2%). It gates the
-/// candidate model's estimate, not the relevance: a search is asked on purpose, and the
-/// query model, trained on sentences, rates a lone keyword such as `lease` like an
-/// everyday request; nonsense, which no memory holds, stays under it either way.
+/// lost 5% of the relevant memories in a top 10; gating on the best, 0.2%). For a
+/// candidate holding a word of the query it gates the candidate model's estimate, not the
+/// relevance: a search is asked on purpose, and the query model, trained on sentences,
+/// rates a lone keyword such as `lease` like an everyday request. Nonsense, which no
+/// memory holds, is gated by the relevance of what meaning found.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn relevance(
     conn: &Connection,

@@ -263,8 +263,9 @@ pub struct Measured {
     pub id: i64,
     pub signals: Signals,
     pub relevance: f64,
-    /// Its relevance before the query's model: how likely it is the memory asked about,
-    /// were the query asking about the project's past. What the search floor gates.
+    /// What the search floor gates: its relevance before the query's model (how likely
+    /// it is the memory asked about, were the query asking about the project's past)
+    /// when it holds a word of the query, else its relevance.
     pub estimate: f64,
 }
 
