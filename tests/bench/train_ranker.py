@@ -29,9 +29,12 @@ and cosine) from the same run, without and with the floor; what prompt recall wo
 prompts, which nothing here is trained or tuned on); the reliability of the held-out
 relevance; and the two thresholds, each chosen from the other projects only:
 - `search.min_relevance`, which a query's best candidate's estimate by the candidate model
-  must reach for anything to show (a search is asked on purpose: the query model, trained
-  on sentences, is not asked): the first step of LADDER at `--margin` times the highest
-  estimate of a made-up query;
+  (by meaning alone: its relevance) must reach for anything to show (a search is asked on
+  purpose: the query model, trained on sentences, rates a lone keyword like an everyday
+  request): the highest step of LADDER at most `--margin` times below the lowest best
+  estimate of a question whose memory the ranking puts in a top 10 (hiding no such
+  question with room to spare), reported beside the made-up queries' highest, which it
+  must be above;
 - `recall.min_relevance`, which a memory must reach to be given with a prompt: the first
   step of LADDER at which the noise of the training negatives (other projects' questions,
   `train` everyday prompts) is at most `--noise`.
@@ -220,7 +223,10 @@ def judge(data, project, side, models):
         row = {"role": q["role"], "query": q["query"], "from": q.get("from"),
                "by_words": len(q["words"]) > 0,
                "best": float(r.max()) if len(r) else 0.0,
-               "best_estimate": float(p.max()) if len(p) else 0.0, "place": None, "hit_at": 0.0,
+               # What the search floor gates: the estimate of a candidate holding a word of
+               # the query, the relevance of one found by meaning alone.
+               "best_estimate": float(np.where(m[:, COL["coverage"]] > 0, p, r).max())
+               if len(p) else 0.0, "place": None, "hit_at": 0.0,
                "r": r, "labels": m[:, 0] if len(m) else np.zeros(0)}
         if q["role"] == "question":
             row["bm25"], row["fusion"] = q["bm25"], q["fusion"]
@@ -273,8 +279,17 @@ def made_up(r):
 
 
 def search_floor(rows, margin):
+    """The highest step of the ladder at most `margin` times below the lowest best estimate
+    of a question found in a top 10 (none when it would not be above every made-up query)."""
+    found = [r["best_estimate"] for r in rows
+             if r["role"] == "question" and r["place"] is not None and r["place"] < 10]
+    lowest = min(found, default=1.0)
+    floor = max((f for f in LADDER if f <= lowest / margin), default=LADDER[0])
     worst = max((r["best_estimate"] for r in rows if made_up(r)), default=0.0)
-    return next((f for f in LADDER if f >= worst * margin), LADDER[-1])
+    if floor <= worst:
+        sys.exit(f"no search floor: a made-up query reaches {worst:.4f}, a found question "
+                 f"{lowest:.4f}")
+    return floor
 
 
 def reliability(probs, labels, bins=10):
@@ -311,9 +326,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("features", help="the folder CAIRN_BENCH_FEATURES named")
     ap.add_argument("--l2", type=float, default=1.0, help="L2 penalty on standardized weights")
-    ap.add_argument("--margin", type=float, default=1.5,
-                    help="the search floor's factor over the highest made-up relevance")
-    ap.add_argument("--noise", type=float, default=0.03,
+    ap.add_argument("--margin", type=float, default=3.0,
+                    help="how many times below the lowest found question's estimate the "
+                    "search floor stays")
+    ap.add_argument("--noise", type=float, default=0.04,
                     help="the training negatives' noise the prompt threshold allows")
     ap.add_argument("--floor", type=float, help="search floor to report with (default: chosen)")
     ap.add_argument("--threshold", type=float, help="prompt threshold (default: chosen)")
@@ -364,9 +380,9 @@ def main():
             (folder / f"{out}.json").write_text(weights_doc(lopo[out], setting[out]))
         print(f"wrote each project's held-out weights and thresholds to {folder}")
     print("thresholds chosen without each project (search floor, prompt threshold): "
-          + ", ".join(f"{p} {setting[p]['search']:.2f} {setting[p]['prompt']:.2f}"
+          + ", ".join(f"{p} {setting[p]['search']:g} {setting[p]['prompt']:g}"
                       for p in projects)
-          + f"; shipped {setting[None]['search']:.2f} {setting[None]['prompt']:.2f}")
+          + f"; shipped {setting[None]['search']:g} {setting[None]['prompt']:g}")
 
     for side in SIDES:
         print(f"\n## {side}\n")
@@ -398,7 +414,7 @@ def main():
         nonsense = sorted(((r["best_estimate"], r["query"], p) for p in projects
                            for r in judged[side][p] if made_up(r)), reverse=True)
         print("made-up queries' best candidate estimate (held out), highest first: "
-              + ", ".join(f"{b:.3f} {q!r} ({p})" for b, q, p in nonsense[:6]))
+              + ", ".join(f"{b:.1e} {q!r} ({p})" for b, q, p in nonsense[:6]))
 
         print("\n| project (questions) | floor | BM25-OR | RRF k=60 | learned | learned, floor "
               "applied | threshold | prompt hit rate | noise: other projects' questions | "
@@ -460,7 +476,7 @@ def main():
                   + " ".join(f"{h[0]:.2f}" for h in hs))
         floor, t = chosen[(side, None)]  # this side's own choice
         print(f"\nshipped thresholds ({side}, the same rules on every project's held-out "
-              f"relevance): search.min_relevance {floor:.2f}, recall.min_relevance {t:.2f}")
+              f"relevance): search.min_relevance {floor:g}, recall.min_relevance {t:g}")
         noisy = sorted(((r["best"], r["role"], r["query"], p, r["from"]) for p in projects
                         for r in judged[side][p]
                         if r["role"] in ("other", "held_out") and r["best"] >= setting[p]["prompt"]),
