@@ -40,15 +40,18 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SearchSettings {
-    /// A search by relevance returns nothing when its best result's relevance (the
-    /// estimated probability that the memory answers the query, 0 to 1) is below this:
-    /// nothing answers the query. 0 always shows the candidates.
+    /// A search by relevance returns nothing when its best result's estimate (the
+    /// probability that the memory is the one asked about, were the query asking about
+    /// the project's past, 0 to 1) is below this: no memory holds what is asked. 0
+    /// always shows the candidates.
     pub min_relevance: f64,
 }
 
 impl Default for SearchSettings {
     fn default() -> Self {
-        Self { min_relevance: 0.1 }
+        Self {
+            min_relevance: 0.01,
+        }
     }
 }
 
@@ -389,7 +392,7 @@ impl Default for RecallSettings {
             at_file: true,
             max_memories: 3,
             max_file_memories: 3,
-            min_relevance: 0.5,
+            min_relevance: 0.4,
             budget_tokens: 250,
             worker_deadline_ms: 25,
         }

@@ -13,9 +13,17 @@
 //!   time of `UserPromptSubmit` with the worker running, with no worker (words alone), of
 //!   `PreToolUse` for `Read`, and of `PostToolUse` (no recall) beside them.
 //!
+//! The everyday prompts are the `held_out` ones of `everyday.json` there, which the
+//! ranker is neither trained nor tuned on. `CAIRN_BENCH_RANKER_DIR=DIR` judges each
+//! project with the weights trained without it (`DIR/<project>.json`, written by
+//! `train_ranker.py --lopo DIR`, with the thresholds chosen without it), given to the hook
+//! and the worker through `CAIRN_BENCH_RANKER`.
+//!
 //! Run: `cargo bench -p cairn --bench prompt_recall`. Needs the all-MiniLM-L6-v2 files:
 //! `CAIRN_BENCH_MODEL_DIR`, else `target/test-model/` as the end-to-end tests fetch it.
-//! `CAIRN_BENCH_PROJECTS` (comma-separated, default `bat,jq,click`), `CAIRN_BENCH_QUESTIONS`
+//! `CAIRN_BENCH_DATA=DIR` starts each project from a copy of the database the quality
+//! bench embedded in `DIR/<project>/`. `CAIRN_BENCH_PROJECTS` (comma-separated, default
+//! `bat,jq,click`), `CAIRN_BENCH_QUESTIONS`
 //! (most questions per project, default 120), `CAIRN_BENCH_RUNS` (hooks per speed case,
 //! default 200), `CAIRN_BENCH_SKIP_QUALITY` / `CAIRN_BENCH_SKIP_SPEED`.
 //!
@@ -43,26 +51,41 @@ use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
 use serde_json::Value;
 
-const EVERYDAY: &[&str] = &[
-    "run the tests",
-    "commit this",
-    "explain this error",
-    "fix the failing test",
-    "what does this function do?",
-    "add a changelog entry",
-    "refactor this into smaller functions",
-    "why is the build slow?",
-    "write a unit test for this",
-    "update the README",
-    "rename this variable",
-    "make it faster",
-    "review my diff",
-    "push the branch",
-    "thanks, that works",
-];
-
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recall-eval")
+}
+
+/// Everyday prompts no project's memory answers, never trained or tuned on.
+fn everyday() -> Vec<String> {
+    let text = std::fs::read_to_string(fixtures().join("everyday.json")).expect("everyday");
+    let v: Value = serde_json::from_str(&text).expect("everyday json");
+    v["held_out"]
+        .as_array()
+        .expect("held_out")
+        .iter()
+        .map(|p| p.as_str().expect("prompt").to_string())
+        .collect()
+}
+
+/// For a project: the environment that has the hook and the worker rank with the weights
+/// and thresholds chosen without it (`CAIRN_BENCH_RANKER_DIR`), or nothing.
+fn held_out_weights(project: &str) -> Vec<(String, String)> {
+    let Some(dir) = std::env::var_os("CAIRN_BENCH_RANKER_DIR") else {
+        return Vec::new();
+    };
+    let path = Path::new(&dir).join(format!("{project}.json"));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("held-out weights"))
+        .expect("weights json");
+    let mut env = vec![("CAIRN_BENCH_RANKER".to_string(), path.display().to_string())];
+    for (setting, key) in [
+        ("CAIRN_RECALL__MIN_RELEVANCE", "prompt"),
+        ("CAIRN_SEARCH__MIN_RELEVANCE", "search"),
+    ] {
+        if let Some(t) = v["thresholds"][key].as_f64() {
+            env.push((setting.to_string(), t.to_string()));
+        }
+    }
+    env
 }
 
 fn model_dir() -> PathBuf {
@@ -87,7 +110,7 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
 }
 
 /// Runs the hook on `payload`; its wall time and `additionalContext`.
-fn hook(data: &Path, payload: &str, extra: &[(&str, &str)]) -> (Duration, Option<String>) {
+fn hook(data: &Path, payload: &str, extra: &[(String, String)]) -> (Duration, Option<String>) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cairn-hook"));
     c.env("CAIRN_DATA_DIR", data)
         .env("HOME", data)
@@ -135,9 +158,10 @@ impl Drop for Worker {
     }
 }
 
-/// Starts the worker and waits for its socket.
-fn worker(data: &Path) -> Worker {
+/// Starts the worker (with the environment `extra`) and waits for its socket.
+fn worker(data: &Path, extra: &[(String, String)]) -> Worker {
     let child = Command::new(env!("CARGO_BIN_EXE_cairn-worker"))
+        .envs(extra.iter().map(|(k, v)| (k, v)))
         .env("CAIRN_DATA_DIR", data)
         .env("HOME", data)
         .env("CAIRN_MODEL__PROVIDER", "offline")
@@ -157,7 +181,10 @@ fn worker(data: &Path) -> Worker {
     let _ = hook(
         data,
         &prompt("warm", "/src/x", "warm up the index"),
-        &[("CAIRN_RECALL__WORKER_DEADLINE_MS", "60000")],
+        &[(
+            "CAIRN_RECALL__WORKER_DEADLINE_MS".to_string(),
+            "60000".to_string(),
+        )],
     );
     w
 }
@@ -257,7 +284,14 @@ fn quality() {
     for (pi, project) in projects.iter().enumerate() {
         let data = root.path().join(project);
         let dir = DataDir::new(&data);
-        {
+        // CAIRN_BENCH_DATA=DIR: a copy of the database the quality bench embedded there.
+        let embedded = std::env::var_os("CAIRN_BENCH_DATA")
+            .map(|d| Path::new(&d).join(project).join("cairn.db"))
+            .filter(|db| db.is_file());
+        if let Some(db) = embedded {
+            std::fs::create_dir_all(&data).expect("data dir");
+            std::fs::copy(db, dir.db()).expect("copy the embedded database");
+        } else {
             let mut conn = db::open_data_dir(&dir, OpenOptions::default()).expect("open");
             let corpus = fixtures().join(project).join("corpus.jsonl");
             let file = std::io::BufReader::new(std::fs::File::open(&corpus).expect("corpus"));
@@ -282,11 +316,12 @@ fn quality() {
                 .collect::<rusqlite::Result<_>>()
                 .expect("rows")
         };
-        let _w = worker(&data);
+        let extra = held_out_weights(project);
+        let _w = worker(&data, &extra);
         let cwd = format!("/src/{project}");
         let mut own = Tally::default();
         for (i, q) in questions(project, most).iter().enumerate() {
-            let (_, given) = hook(&data, &prompt(&format!("q{i}"), &cwd, &q.text), &[]);
+            let (_, given) = hook(&data, &prompt(&format!("q{i}"), &cwd, &q.text), &extra);
             own.prompts += 1;
             if let Some(block) = given {
                 own.given += 1;
@@ -302,7 +337,7 @@ fn quality() {
         let other_project = &projects[(pi + 1) % projects.len()];
         let mut other = Tally::default();
         for (i, q) in questions(other_project, most / 2).iter().enumerate() {
-            let (_, given) = hook(&data, &prompt(&format!("o{i}"), &cwd, &q.text), &[]);
+            let (_, given) = hook(&data, &prompt(&format!("o{i}"), &cwd, &q.text), &extra);
             other.prompts += 1;
             if let Some(block) = given {
                 other.given += 1;
@@ -311,8 +346,8 @@ fn quality() {
             }
         }
         let mut daily = Tally::default();
-        for (i, text) in EVERYDAY.iter().enumerate() {
-            let (_, given) = hook(&data, &prompt(&format!("d{i}"), &cwd, text), &[]);
+        for (i, text) in everyday().iter().enumerate() {
+            let (_, given) = hook(&data, &prompt(&format!("d{i}"), &cwd, text), &extra);
             daily.prompts += 1;
             if let Some(block) = given {
                 daily.given += 1;
@@ -517,7 +552,7 @@ fn speed() {
     });
     let before = words_alone_count(&data);
     {
-        let w = worker(&data);
+        let w = worker(&data, &[]);
         // Not the warm-up's wait, which has a deadline of its own.
         seen.set(worker_waits(&data).len());
         case("UserPromptSubmit, worker running", &|i| {

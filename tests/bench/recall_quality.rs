@@ -26,8 +26,11 @@
 //! candidate of every question (`DIR/<project>.jsonl`: the signals of `recall::ranker`,
 //! with and without the model, and whether the candidate is a relevant memory), beside
 //! where the relevant memory stands in BM25-OR, the plain fusion and `cairn search`, and
-//! the candidates of [`OFF_TOPIC`] questions: what `tests/bench/train_ranker.py` retrains
-//! the ranker from, judging it project by project on the projects it was not trained on.
+//! the candidates of queries no memory of the project answers: [`OFF_TOPIC`] ones, up to
+//! [`NEGATIVES`] questions of every other project (spread over its list), and the
+//! everyday prompts of `everyday.json` there (marked `train` or `held_out`). What
+//! `tests/bench/train_ranker.py` retrains the ranker from, judging it project by project
+//! on the projects it was not trained on.
 //!
 //! `CAIRN_BENCH_KEEP=DIR` keeps, per project, the database (`DIR/<project>/cairn.db`) and
 //! each question's rankings with the two candidate pools and their raw scores
@@ -52,8 +55,11 @@ use sha2::{Digest, Sha256};
 
 /// Candidates the baseline fusion takes from each side, as `cairn search` does.
 const POOL: usize = 50;
-/// Candidates taken from each side for the dump of features.
-const DUMP_POOL: usize = 100;
+/// Candidates taken from each side for the dump of features: as `cairn search` takes.
+const DUMP_POOL: usize = POOL;
+/// Questions of each other project asked in a project for the dump (no memory of this
+/// project answers them), unless `CAIRN_BENCH_NEGATIVES` says otherwise.
+const NEGATIVES: usize = 30;
 /// The reciprocal rank fusion constant.
 const RRF_K: f64 = 60.0;
 
@@ -158,23 +164,31 @@ fn model_dir() -> PathBuf {
     d
 }
 
-/// The benchmarks: every folder of the fixtures holding a corpus and its questions, by
-/// name, or those `CAIRN_BENCH_PROJECTS` (comma-separated) names.
-fn projects() -> Vec<String> {
-    let only: Option<HashSet<String>> = std::env::var("CAIRN_BENCH_PROJECTS")
-        .ok()
-        .map(|s| s.split(',').map(|p| p.trim().to_string()).collect());
+/// Every benchmark, whatever `CAIRN_BENCH_PROJECTS` says.
+fn all_projects() -> Vec<String> {
     let mut found: Vec<String> = std::fs::read_dir(fixtures())
         .expect("fixtures")
         .filter_map(|e| {
             let path = e.expect("entry").path();
             let complete =
                 path.join("corpus.jsonl").is_file() && path.join("queries.jsonl").is_file();
-            let name = path.file_name()?.to_str()?.to_string();
-            (complete && only.as_ref().is_none_or(|o| o.contains(&name))).then_some(name)
+            complete.then(|| path.file_name()?.to_str().map(str::to_string))?
         })
         .collect();
     found.sort();
+    found
+}
+
+/// The benchmarks: every folder of the fixtures holding a corpus and its questions, by
+/// name, or those `CAIRN_BENCH_PROJECTS` (comma-separated) names.
+fn projects() -> Vec<String> {
+    let only: Option<HashSet<String>> = std::env::var("CAIRN_BENCH_PROJECTS")
+        .ok()
+        .map(|s| s.split(',').map(|p| p.trim().to_string()).collect());
+    let found: Vec<String> = all_projects()
+        .into_iter()
+        .filter(|name| only.as_ref().is_none_or(|o| o.contains(name)))
+        .collect();
     assert!(!found.is_empty(), "no benchmark found");
     found
 }
@@ -431,6 +445,46 @@ fn measure(
             };
             let line = serde_json::json!({
                 "project": project, "query": text, "off_topic": true,
+                "meaning": dump(&mut with_model, &conn, &req, |_| false),
+                "words": dump(&mut words_only, &conn, &req, |_| false),
+            });
+            dumped.push_str(&format!("{line}\n"));
+        }
+        let mut negatives: Vec<(String, &str, String)> = Vec::new();
+        let per_project = std::env::var("CAIRN_BENCH_NEGATIVES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(NEGATIVES);
+        for other in all_projects().into_iter().filter(|p| p != project) {
+            let qs = questions(&other);
+            let step = (qs.len() / per_project.max(1)).max(1);
+            for q in qs.iter().step_by(step).take(per_project) {
+                negatives.push((q.text.clone(), "other", other.clone()));
+            }
+        }
+        let everyday: Value = serde_json::from_str(
+            &std::fs::read_to_string(fixtures().join("everyday.json")).expect("everyday"),
+        )
+        .expect("everyday json");
+        for set in ["train", "held_out"] {
+            for text in everyday[set].as_array().expect("prompts") {
+                let text = text.as_str().expect("prompt").to_string();
+                negatives.push((text, set, "everyday".into()));
+            }
+        }
+        for (text, set, from) in negatives {
+            let req = SearchRequest {
+                query: text.clone(),
+                filters: Filters {
+                    project: Some(project.into()),
+                    ..Filters::default()
+                },
+                kinds: vec![Kind::Observation],
+                limit: 10,
+                ..SearchRequest::default()
+            };
+            let line = serde_json::json!({
+                "project": project, "query": text, "negative": set, "from": from,
                 "meaning": dump(&mut with_model, &conn, &req, |_| false),
                 "words": dump(&mut words_only, &conn, &req, |_| false),
             });

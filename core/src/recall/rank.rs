@@ -9,10 +9,12 @@
 //!
 //! Every candidate is then measured ([`Signals`]: BM25, similarity, coverage of the
 //! query's words in the memory and in its title, phrasing, how it stands out of the
-//! others, duplicates; see `ranker`) and given its relevance by the shipped
-//! [`Ranker`], the probability that it answers the query; the candidates are ordered by
-//! it, and none is returned when even the best is under the request's floor. A prompt gets [`PROMPT_FACTOR`] of
-//! its relevance: the question a person asked ranks below the memories that answer it.
+//! others, duplicates, how rare its words are in the project; see `ranker`) and given its
+//! relevance by the shipped [`Ranker`], the probability that it answers the query (which
+//! candidate, times whether the query asks about the project's past at all); the
+//! candidates are ordered by it, and none is returned when even the best is under the
+//! request's floor. A prompt gets [`PROMPT_FACTOR`] of its relevance: the question a
+//! person asked ranks below the memories that answer it.
 //!
 //! The ranker was trained across the recall benchmarks' projects and is judged on each
 //! project it was not trained on; see BENCHMARKS.md.
@@ -38,6 +40,10 @@ pub const PROMPT_FACTOR: f64 = 0.8;
 /// Matches counted for a word's IDF; a word in more rows than this counts as that common.
 /// Bounds the cost of a very common word at a million rows.
 const IDF_COUNT_CAP: i64 = 1000;
+/// The fewest rows a word's rarity is measured among: in a young memory of a few dozen
+/// rows no word could be rare, yet a word held by one of them is as telling as one held
+/// by one of a thousand. (Every benchmark corpus is larger: this changes none of them.)
+const RARITY_ROWS: f64 = 1000.0;
 
 /// What search by meaning needs: the index of stored vectors and the query's vector.
 #[derive(Debug)]
@@ -67,6 +73,11 @@ struct Features {
 pub(super) struct Scored {
     pub(super) candidate: Candidate,
     pub(super) signals: Signals,
+    /// What the search floor gates: for a candidate holding a word of the query, the
+    /// candidate model's estimate alone (how likely it is the memory asked about, were
+    /// the query asking about the project's past); for one found by meaning alone, its
+    /// relevance.
+    pub(super) estimate: f64,
 }
 
 /// Every candidate of a relevance search with words (`any` is the query's
@@ -179,7 +190,7 @@ pub(super) fn scored(
             }
         }
     }
-    let ranker = Ranker::shipped().model(semantic.is_some());
+    let ranker = Ranker::shipped().pair(semantic.is_some());
     let wording = wording(conn, q, &found, &scratch)?;
     let duplicates = duplicates(conn, &found, &scratch)?;
 
@@ -213,7 +224,7 @@ pub(super) fn scored(
         .collect();
     let words = (q.group_expressions().len() as f64).ln_1p();
 
-    let scored = found
+    let measured: Vec<((Kind, i64), &Features, Signals)> = found
         .iter()
         .map(|(&(kind, id), feat)| {
             let w = wording.get(&(kind, id)).copied().unwrap_or_default();
@@ -223,6 +234,8 @@ pub(super) fn scored(
                 title_coverage: w.title_coverage,
                 phrasing: w.phrasing,
                 words,
+                rarity: w.rarity,
+                query_rarity: w.query_rarity,
                 duplicates: (duplicates.get(&(kind, id)).copied().unwrap_or(0) as f64).ln_1p(),
                 ..Signals::default()
             };
@@ -242,9 +255,21 @@ pub(super) fn scored(
                 signals.similarity_lead = f64::from(s) - crowd;
                 signals.meaning_rank = 1.0 / (1.0 + meaning_place[&(kind, id)] as f64);
             }
-            let mut relevance = ranker.relevance(&signals);
+            ((kind, id), feat, signals)
+        })
+        .collect();
+    let signals: Vec<Signals> = measured.iter().map(|m| m.2).collect();
+    let (estimates, asks) = ranker.estimates(&signals);
+    let scored = measured
+        .into_iter()
+        .zip(estimates)
+        .map(|(((kind, id), feat, signals), mut estimate)| {
             if kind == Kind::Prompt {
-                relevance *= PROMPT_FACTOR;
+                estimate *= PROMPT_FACTOR;
+            }
+            let relevance = estimate * asks;
+            if signals.coverage == 0.0 {
+                estimate = relevance;
             }
             Scored {
                 candidate: Candidate {
@@ -255,6 +280,7 @@ pub(super) fn scored(
                     relevance,
                 },
                 signals,
+                estimate,
             }
         })
         .collect();
@@ -262,11 +288,15 @@ pub(super) fn scored(
 }
 
 /// The ranked candidates of a relevance search with words (`any` is the query's
-/// at-least-one-word expression), best first, at most `fetch`; none when even the best is
-/// below `min_relevance` (nothing answers the query). The floor gates the query, not each
-/// hit: a relevant memory is often the best of a few weak candidates (on the benchmarks,
-/// hiding every hit under the floor that hides nonsense lost 5% of the relevant memories
-/// in a top 10; gating on the best, 0.2%).
+/// at-least-one-word expression), best first, at most `fetch`; none when even the best
+/// candidate's estimate is below `min_relevance` (no memory holds what is asked). The
+/// floor gates the query, not each hit: a relevant memory is often the best of a few weak
+/// candidates (on the benchmarks, hiding every hit under the floor that hides nonsense
+/// lost 5% of the relevant memories in a top 10; gating on the best, 0.2%). For a
+/// candidate holding a word of the query it gates the candidate model's estimate, not the
+/// relevance: a search is asked on purpose, and the query model, trained on sentences,
+/// rates a lone keyword such as `lease` like an everyday request. Nonsense, which no
+/// memory holds, is gated by the relevance of what meaning found.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn relevance(
     conn: &Connection,
@@ -278,13 +308,11 @@ pub(super) fn relevance(
     min_relevance: f64,
     semantic: Option<&Semantic>,
 ) -> Result<Vec<Candidate>> {
-    let mut ranked: Vec<Candidate> = scored(conn, q, any, kinds, f, fetch, semantic)?
-        .into_iter()
-        .map(|s| s.candidate)
-        .collect();
-    if !ranked.iter().any(|c| c.relevance >= min_relevance) {
+    let scored = scored(conn, q, any, kinds, f, fetch, semantic)?;
+    if !scored.iter().any(|s| s.estimate >= min_relevance) {
         return Ok(Vec::new());
     }
+    let mut ranked: Vec<Candidate> = scored.into_iter().map(|s| s.candidate).collect();
     ranked.sort_by(|a, b| {
         b.relevance
             .total_cmp(&a.relevance)
@@ -420,6 +448,11 @@ struct Wording {
     coverage: f64,
     title_coverage: f64,
     phrasing: f64,
+    /// The rarest of the query's words it holds: that word's IDF over the IDF of a word in
+    /// no row.
+    rarity: f64,
+    /// The mean of the same over all the query's words (the same for every candidate).
+    query_rarity: f64,
 }
 
 fn wording(
@@ -440,6 +473,8 @@ fn wording(
             .prepare_cached(&format!("SELECT coalesce(max(id), 0) FROM {}", t.table))?
             .query_row([], |r| r.get(0))?;
         let mut idf = Vec::with_capacity(groups.len());
+        let mut totals = Vec::with_capacity(groups.len());
+        let mut counts = Vec::with_capacity(groups.len());
         for g in &groups {
             let n: i64 = conn
                 .prepare_cached(&format!(
@@ -449,8 +484,33 @@ fn wording(
                 .query_row(params![g, IDF_COUNT_CAP], |r| r.get(0))?;
             let (n, total) = (n as f64, rows.max(n) as f64);
             idf.push(((total - n + 0.5) / (n + 0.5) + 1.0).ln());
+            totals.push(total);
+            counts.push(n);
         }
-        let coverage = shares(conn, &scratch[&kind], &groups, &idf)?;
+        // A word's rarity: its IDF over the IDF it would have in no row, among at least
+        // RARITY_ROWS rows.
+        let rarity: Vec<f64> = counts
+            .iter()
+            .zip(&totals)
+            .map(|(n, total)| {
+                let total = total.max(RARITY_ROWS);
+                let idf = |n: f64| ((total - n + 0.5) / (n + 0.5) + 1.0).ln();
+                idf(*n) / idf(0.0)
+            })
+            .collect();
+        let query_rarity = rarity.iter().sum::<f64>() / rarity.len() as f64;
+        let idf_sum: f64 = idf.iter().sum();
+        let mut coverage: HashMap<i64, f64> = HashMap::new();
+        let mut rarest: HashMap<i64, f64> = HashMap::new();
+        for ((g, w), r) in groups.iter().zip(&idf).zip(&rarity) {
+            for id in matching(conn, &scratch[&kind], g)? {
+                if idf_sum > 0.0 {
+                    *coverage.entry(id).or_insert(0.0) += w / idf_sum;
+                }
+                let best = rarest.entry(id).or_insert(0.0);
+                *best = best.max(*r);
+            }
+        }
         let first = t.columns.split(',').next().unwrap_or_default().trim();
         let in_title: Vec<String> = groups.iter().map(|g| format!("{first} : ({g})")).collect();
         let title_coverage = shares(conn, &scratch[&kind], &in_title, &idf)?;
@@ -462,6 +522,8 @@ fn wording(
                     coverage: coverage.get(&id).copied().unwrap_or(0.0),
                     title_coverage: title_coverage.get(&id).copied().unwrap_or(0.0),
                     phrasing: phrasing.get(&id).copied().unwrap_or(0.0),
+                    rarity: rarest.get(&id).copied().unwrap_or(0.0),
+                    query_rarity,
                 },
             );
         }

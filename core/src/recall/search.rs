@@ -129,8 +129,8 @@ pub struct Hit {
     pub score: Option<f64>,
     /// The estimated probability, in [0, 1], that this memory answers the query: the same
     /// number means the same across queries and projects (see [`crate::recall::ranker`]).
-    /// A search by relevance whose best hit is below [`SearchRequest::min_relevance`]
-    /// returns nothing. 1 when
+    /// A search by relevance whose best candidate's estimate ([`Measured::estimate`]) is
+    /// below [`SearchRequest::min_relevance`] returns nothing. 1 when
     /// nothing was ranked (no word to rank by, or an order by time): every hit is what
     /// the filters and words asked for.
     pub relevance: f64,
@@ -273,6 +273,10 @@ pub struct Measured {
     pub id: i64,
     pub signals: Signals,
     pub relevance: f64,
+    /// What the search floor gates: its relevance before the query's model (how likely
+    /// it is the memory asked about, were the query asking about the project's past)
+    /// when it holds a word of the query, else its relevance.
+    pub estimate: f64,
 }
 
 /// Every candidate a search by relevance weighs, before the floor and the page, in no
@@ -297,6 +301,7 @@ pub fn candidates_with(
                 id: s.candidate.id,
                 signals: s.signals,
                 relevance: s.candidate.relevance,
+                estimate: s.estimate,
             })
             .collect(),
     )
@@ -585,7 +590,17 @@ mod tests {
             with_floor(Some(all[0].relevance), Order::Relevance).len(),
             2
         );
-        assert!(with_floor(Some(all[0].relevance + 1e-9), Order::Relevance).is_empty());
+        // What it gates is the best candidate's estimate (at least its relevance).
+        let mut r = req("lease rescue", Some("p"));
+        r.min_relevance = Some(0.0);
+        let best = candidates_with(&f.conn, &r, None)
+            .expect("candidates")
+            .iter()
+            .map(|m| m.estimate)
+            .fold(0.0, f64::max);
+        assert!(best >= all[0].relevance, "{best} {all:?}");
+        assert_eq!(with_floor(Some(best), Order::Relevance).len(), 2);
+        assert!(with_floor(Some(best + 1e-9), Order::Relevance).is_empty());
         assert!(with_floor(Some(1.0), Order::Relevance).is_empty());
         // Orders by time rank nothing: every hit is what was asked for.
         let newest = with_floor(Some(1.0), Order::Newest);
