@@ -833,7 +833,7 @@ fn secret_shaped(t: &str, strong: bool) -> bool {
     let b = t.as_bytes();
     let n = b.len();
     let (min, min_entropy) = if strong { (24, 4.0) } else { (12, 3.0) };
-    if n < min || n > 512 {
+    if n < min || n > 512 || rules::name_like(t) || rules::reference_like(t) {
         return false;
     }
     let lower = b.iter().any(u8::is_ascii_lowercase);
@@ -843,16 +843,26 @@ fn secret_shaped(t: &str, strong: bool) -> bool {
     let classes = usize::from(lower) + usize::from(upper) + usize::from(digit);
     // A prefixed token (`sk_live_…`, `rubygems_…`) is shaped like a snake_case name, but its
     // last part is random.
-    let prefixed = t
-        .rsplit(['_', '-'])
-        .next()
-        .is_some_and(|last| last.len() >= 16 && last.len() < n && secret_shaped(last, false));
+    // A short hex tail is a resource's id (`backup-03e3c82e0183b7b6b`), not a key.
+    let prefixed = t.rsplit(['_', '-']).next().is_some_and(|last| {
+        last.len() >= 16
+            && last.len() < n
+            && secret_shaped(last, false)
+            && (last.len() >= 24 || !last.bytes().all(|c| c.is_ascii_hexdigit()))
+    });
     // A prefix names what the random part is: its own randomness is what counts.
     let min_entropy = if prefixed { 3.0 } else { min_entropy };
     if rules::entropy(b) < min_entropy || (rules::code_like(t) && !prefixed) {
         return false;
     }
     if strong {
+        // Words and hex ids joined (`TargetTracking-my-asg-61a39305-ed0c-…`): a name.
+        if t.split(['-', '_']).all(|p| {
+            p.len() < 24 && p.bytes().all(|c| c.is_ascii_hexdigit())
+                || p.len() <= 16 && p.bytes().all(|c| c.is_ascii_alphabetic())
+        }) {
+            return false;
+        }
         // Hex (hashes, commit ids, UUIDs) and base64 data need a word saying what they are.
         let r = shape_randomness(b);
         return (prefixed && !b.iter().any(|c| matches!(c, b'/' | b'+' | b'.')))
@@ -869,7 +879,10 @@ fn secret_shaped(t: &str, strong: bool) -> bool {
             .split(['.', '/'])
             .max_by_key(|p| p.len())
             .unwrap_or_default();
-        return longest.len() < n && secret_shaped(longest, false);
+        // A hex id in a path (`…:key/4c1731d6-5435-…`) names a resource.
+        return longest.len() < n
+            && !longest.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-')
+            && secret_shaped(longest, false);
     }
     if hex && digit {
         return n >= 16;
@@ -892,7 +905,10 @@ fn assigned_shaped(t: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
         && rules::entropy(b) >= 3.7
         && !rules::code_like(t)
-        && (shape_randomness(b) >= 0.2 || b.iter().any(u8::is_ascii_digit))
+        && !rules::name_like(t)
+        && (shape_randomness(b) >= 0.2
+            || b.iter().any(u8::is_ascii_digit)
+            || b.iter().any(u8::is_ascii_lowercase) && b.iter().any(u8::is_ascii_uppercase))
 }
 
 /// True when `t` reads as a name in code rather than a value: an identifier that starts
@@ -978,13 +994,60 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
                     .next()
                     .is_some_and(|word| word.contains(w))
             });
+        // A service's name and a quoted value, nothing else on the line before it
+        // (`keenio '15AP…'`, `mite "2w39…"`): how keys are written down beside what they
+        // are for.
+        let quote = start
+            .checked_sub(1)
+            .and_then(|q| b.get(q))
+            .filter(|q| matches!(q, b'\'' | b'"'));
+        let named = quote.is_some_and(|q| b.get(end) == Some(q)) && {
+            let name = before[..before.len() - 1].trim_end();
+            name.len() < before.len() - 1
+                && name.len() >= 4
+                && name
+                    .rsplit(|c: char| c.is_ascii_whitespace())
+                    .next()
+                    .is_some_and(|w| w.len() == name.trim_start().len() && w.len() >= 4)
+                && name.trim_start().bytes().all(|c| c.is_ascii_lowercase())
+        };
         // Base64 of plain text is text: `redact_encoded` looks into it.
         // A name with a leading underscore (`_MatcherAPIv1Base`) is code, whatever is near.
-        let shaped = !t.starts_with('_') && near && secret_shaped(t, false)
+        let shaped = !t.starts_with('_') && (near || named) && secret_shaped(t, false)
             || !t.starts_with('_') && assigned && assigned_shaped(t)
             || filled_prefixed(t)
             || secret_shaped(t, true) && !decodes_to_text(t.as_bytes()) && !identifier(t);
-        if !shaped || names_a_commit(&before, t) {
+        // A public key's body (`ssh-rsa AAAA…`) and a commit's id in a link are not secrets.
+        let public = [
+            "ssh-rsa ",
+            "ssh-ed25519 ",
+            "ssh-dss ",
+            "ecdsa-sha2-nistp256 ",
+        ]
+        .iter()
+        .any(|p| before.ends_with(p));
+        let linked = ["/commit/", "/commits/", "/blob/", "/tree/", "/compare/"]
+            .iter()
+            .any(|p| t.contains(p));
+        // The value of an id (`"JobId": "…"`, `user_id=…`) identifies; it is a secret
+        // only when the key says so too (`secret_id`). A resource's name (`arn:…/key/…`)
+        // likewise.
+        let key = gap
+            .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or_default();
+        let identifier = before.len() - gap.len() <= 6
+            && key.len() > 2
+            && key.ends_with("id")
+            && !["secret", "pass", "token", "auth"]
+                .iter()
+                .any(|w| key.contains(w));
+        let named_resource = before
+            .rsplit(|c: char| c.is_ascii_whitespace() || matches!(c, '"' | '\'' | '='))
+            .next()
+            .is_some_and(|w| w.starts_with("arn:") || w.starts_with("urn:"));
+        if !shaped || public || linked || identifier || named_resource || names_a_commit(&before, t)
+        {
             continue;
         }
         secrets.push(t.to_string());
@@ -1100,6 +1163,11 @@ fn redact_tokens<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         if matches!(b[i], b'A' | b'g' | b's' | b'x' | b'h' | b'e' | b'-' | b'L')
             && let Some((len, kind)) = secret_at(b, i)
         {
+            // AWS's documented example keys (`AKIAIOSFODNN7EXAMPLE`) are placeholders.
+            if rules::reference_like(&s[i..i + len]) {
+                i += len;
+                continue;
+            }
             secrets.push(s[i..i + len].to_string());
             let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
             o.push_str(&s[cursor..i]);
@@ -1331,7 +1399,11 @@ fn looks_like_secret(v: &str, quoted: bool) -> bool {
     {
         return false;
     }
-    if rules::code_like(v) || ident(v) && v.contains('_') && !quoted {
+    if rules::code_like(v)
+        || rules::name_like(v)
+        || rules::reference_like(v)
+        || ident(v) && v.contains('_') && !quoted
+    {
         return false;
     }
     true

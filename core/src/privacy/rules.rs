@@ -350,6 +350,132 @@ pub fn code_like(s: &str) -> bool {
         || snake
 }
 
+/// True when a would-be secret reads as a name: at least two words, joined by `_`, `-`,
+/// `.` or `/` or in camelCase (`currentAltReachedAcceptState`, `Ec2SubnetIds`,
+/// `public-key-base-64`, `my-app/5026-stage-150723.war`), each word pronounceable (no run
+/// of five consonants), few of them one or two letters long and few digits glued to
+/// letters. Random keys split the same way give many short, unpronounceable pieces.
+pub fn name_like(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.is_empty()
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'/'))
+    {
+        return false;
+    }
+    // Words, pieces (too short, or no vowel), numbers glued to letters, acronyms in camelCase.
+    let (mut words, mut pieces, mut glued, mut acronyms) = (0usize, 0usize, 0usize, 0usize);
+    for part in s.split(['_', '-', '.', '/']).filter(|p| !p.is_empty()) {
+        let p = part.as_bytes();
+        let mut i = 0;
+        while i < p.len() {
+            let start = i;
+            if p[i].is_ascii_digit() {
+                while i < p.len() && p[i].is_ascii_digit() {
+                    i += 1;
+                }
+                // Digits glued to letters (`S3`, `v4`), short in a name; a number of its
+                // own (`150723`) is a date or a version.
+                if start > 0 || i < p.len() {
+                    if i - start > 2 {
+                        return false;
+                    }
+                    glued += 1;
+                }
+                continue;
+            }
+            // A word: `Name`, `name`, or an acronym `AWS` (ending before `Access`).
+            let upper = p[i].is_ascii_uppercase();
+            i += 1;
+            let mut acronym = false;
+            if upper && p.get(i).is_some_and(u8::is_ascii_uppercase) {
+                while i < p.len()
+                    && p[i].is_ascii_uppercase()
+                    && !p.get(i + 1).is_some_and(u8::is_ascii_lowercase)
+                {
+                    i += 1;
+                }
+                acronym = true;
+                if start > 0 || i < p.len() {
+                    if i - start > 5 {
+                        return false;
+                    }
+                    acronyms += 1;
+                }
+            } else {
+                while i < p.len() && p[i].is_ascii_lowercase() {
+                    i += 1;
+                }
+            }
+            let w = &p[start..i];
+            words += 1;
+            let mut run = 0;
+            let mut vowel = false;
+            for c in w.iter().map(u8::to_ascii_lowercase) {
+                run = if b"aeiouy".contains(&c) {
+                    vowel = true;
+                    0
+                } else {
+                    run + 1
+                };
+                if run >= 5 {
+                    return false;
+                }
+            }
+            // A letter or two with its number is an acronym (`S3`, `v4`, `EC2`) when it is
+            // capital or begins its part.
+            let numbered = p.get(i).is_some_and(u8::is_ascii_digit) && (upper || start == 0);
+            if w.len() <= 2 && !numbered || w.len() >= 3 && !vowel && !acronym {
+                pieces += 1;
+            }
+        }
+    }
+    words >= 2 && pieces * 3 <= words && glued * 3 <= words && acronyms <= 1
+}
+
+/// True when a would-be secret is an example or a reference, not a value: a placeholder
+/// (`…12345EXAMPLE`, `dummy…`), a resource name (`arn:aws:…`, `urn:…`), a key's
+/// fingerprint or a digest written in hex pairs (`1f:51:ae:…`).
+pub fn reference_like(s: &str) -> bool {
+    let lower = s.to_ascii_lowercase();
+    // Not in a URL or an address, where `example.com` names the host, not the value.
+    !lower.contains(['@', ':'])
+        && ["example", "placeholder", "dummy"]
+            .iter()
+            .any(|w| lower.contains(w))
+        || lower.starts_with("arn:")
+        || lower.starts_with("urn:")
+        || s.len() >= 23
+            && s.split(':')
+                .all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// True when a would-be secret found by a rule is not a value: code ([`code_like`]), a
+/// name ([`name_like`]), a placeholder or a reference ([`reference_like`]), judged without
+/// the brackets that close the code around it (`self.credentials.token}`).
+pub fn not_a_value(s: &str) -> bool {
+    let t = s.trim_end_matches(['}', ']', ')', '>', ',', ';']);
+    code_like(t) || name_like(t) || reference_like(t)
+}
+
+/// True when the text before a generic rule's value ends with a key naming an id
+/// (`"KeyId": "`, `job_id=`), which identifies rather than grants, unless the key says
+/// secret too (`secret_id`, `token_id`).
+fn names_an_id(before: &[u8]) -> bool {
+    let before = String::from_utf8_lossy(before).to_ascii_lowercase();
+    let key = before
+        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-')
+        .next()
+        .unwrap_or_default();
+    key.len() > 2
+        && key.ends_with("id")
+        && !["secret", "pass", "token", "auth"]
+            .iter()
+            .any(|w| key.contains(w))
+}
+
 /// Shannon entropy in bits per byte, as gitleaks computes it.
 pub fn entropy(s: &[u8]) -> f64 {
     if s.is_empty() {
@@ -408,9 +534,13 @@ pub fn find(s: &str) -> Vec<Finding> {
             if r.entropy > 0.0 && entropy(sb) <= r.entropy {
                 continue;
             }
-            // A generic rule (a keyword, an operator, a value) on code: not a secret.
+            // A generic rule (a keyword, an operator, a value) on code: not a secret. Names
+            // and references are not secrets whatever found them.
+            let text = std::str::from_utf8(sb).unwrap_or_default();
             if (r.assignment || r.id == "token-assignment")
-                && std::str::from_utf8(sb).is_ok_and(code_like)
+                && (not_a_value(text) || names_an_id(&b[whole.start()..secret.start()]))
+                || name_like(text)
+                || reference_like(text)
             {
                 continue;
             }
@@ -494,5 +624,42 @@ mod tests {
         let f = find(s);
         assert_eq!(&s[f[0].start..f[0].end], "s3cretpw");
         assert!(entropy(b"aaaa") < 0.01 && entropy(b"abcd") > 1.99);
+    }
+
+    #[test]
+    fn names_and_references_are_told_from_random_values() {
+        for name in [
+            "currentAltReachedAcceptState",
+            "ResourceWithS3UrlDict",
+            "CrtSigV4AsymAuth",
+            "Ec2SubnetIds",
+            "AWSAccessKeyId",
+            "public-key-base-64",
+            "my-app/5026-stage-150723_224258.war",
+            "Fts5TokenizerModule",
+        ] {
+            assert!(name_like(name), "{name} is a name");
+        }
+        for key in [
+            "CD5wRvwe6g7NgnMDOC",
+            "SSVmFDNCFfOHKXQAEckx",
+            "Mkff1bQx72mxhvNdCsudapMP7eery91G",
+            "oxpf4a93fjovt0v1z6lltcbcizlrml98",
+            "ZWd1e2141Q2R1ds23sdX",
+            "hunter2",
+            "bcd2f1b8-9a78-44d3-8a7a-4dd07d7cf635",
+        ] {
+            assert!(!name_like(key), "{key} is not a name");
+        }
+        for reference in [
+            "RW5DdDJkMWYwZjM2MzM2VHVpOHJIUXlDUXlhc2QzRGViYnc9SEXAMPLE=",
+            "arn:aws:kms:us-east-1:123456789012:key/4c1731d6-5435-ed4d-be13-d53411a7cfbd",
+            "1f:51:ae:28:bf:89:e9:d8:1f:25:5d:37:2d:7d:b8:ca:9f:f5:f1:6f",
+        ] {
+            assert!(reference_like(reference), "{reference} is a reference");
+        }
+        assert!(!reference_like("alice:obn7RebJJI2w@git.example.com"));
+        assert!(not_a_value("self.credentials.token}"));
+        assert!(!not_a_value("Zx8Qw2Lm4Kp6Vb8N"));
     }
 }
