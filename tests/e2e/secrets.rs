@@ -295,15 +295,15 @@ fn sample_set_stays_out(file: &str, name: &str, min_samples: usize, floor: f64) 
 
 #[test]
 fn an_independent_sample_set_stays_out_of_the_data_dir() {
-    sample_set_stays_out("detectors.jsonl", "independent", 80, 0.95);
+    sample_set_stays_out("detectors.jsonl", "independent", 80, 0.985);
 }
 
 #[test]
 fn trufflehogs_detector_samples_stay_out_of_the_data_dir() {
     // Generated from trufflehog's detector tests by `build_trufflehog.py` (its first line
-    // names the source and commit). The target is 95%; what is measured today
-    // (BENCHMARKS.md) is the floor kept.
-    sample_set_stays_out("trufflehog.jsonl", "trufflehog", 800, 0.94);
+    // names the source and commit). The target is 95%; the floor is what the hook
+    // measured (863 of 904, BENCHMARKS.md).
+    sample_set_stays_out("trufflehog.jsonl", "trufflehog", 800, 0.954);
 }
 
 #[test]
