@@ -884,8 +884,10 @@ fn secret_shaped(t: &str, strong: bool) -> bool {
             && !longest.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-')
             && secret_shaped(longest, false);
     }
+    // Hex of 64 bits or so is a digest or an id (`456157e4ff304b13`); keys in hex are
+    // longer.
     if hex && digit {
-        return n >= 16;
+        return n >= 24;
     }
     match (digit, lower || upper) {
         (true, true) => r >= 0.3,
