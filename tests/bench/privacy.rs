@@ -148,6 +148,12 @@ fn main() {
             let after = cleaned["file"]["content"].as_str().unwrap_or_default();
             if after != text {
                 altered += 1;
+                // Every altered file on stderr, with how far the run is.
+                eprintln!(
+                    "altered {altered} at file {total} of {}: {}",
+                    list.len(),
+                    path.display()
+                );
                 let changed = changed_lines(&text, after);
                 lines += changed.len();
                 for (x, y) in changed {
