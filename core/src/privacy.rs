@@ -1003,22 +1003,26 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
             .checked_sub(1)
             .and_then(|q| b.get(q))
             .filter(|q| matches!(q, b'\'' | b'"'));
-        let named = quote.is_some_and(|q| b.get(end) == Some(q)) && {
-            let name = before[..before.len() - 1].trim_end();
-            name.len() < before.len() - 1
-                && name.len() >= 4
-                && name
-                    .rsplit(|c: char| c.is_ascii_whitespace())
-                    .next()
-                    .is_some_and(|w| w.len() == name.trim_start().len() && w.len() >= 4)
-                && name.trim_start().bytes().all(|c| c.is_ascii_lowercase())
-        };
+        let named = quote.is_some_and(|q| b.get(end) == Some(q))
+            && before.strip_suffix(['\'', '"']).is_some_and(|unquoted| {
+                let name = unquoted.trim_end();
+                name.len() < unquoted.len()
+                    && name.len() >= 4
+                    && name
+                        .rsplit(|c: char| c.is_ascii_whitespace())
+                        .next()
+                        .is_some_and(|w| w.len() == name.trim_start().len() && w.len() >= 4)
+                    && name.trim_start().bytes().all(|c| c.is_ascii_lowercase())
+            });
         // Base64 of plain text is text: `redact_encoded` looks into it.
         // A name with a leading underscore (`_MatcherAPIv1Base`) is code, whatever is near.
         let shaped = !t.starts_with('_') && (near || named) && secret_shaped(t, false)
             || !t.starts_with('_') && assigned && assigned_shaped(t)
             || filled_prefixed(t)
             || secret_shaped(t, true) && !decodes_to_text(t.as_bytes()) && !identifier(t);
+        if !shaped {
+            continue;
+        }
         // A public key's body (`ssh-rsa AAAA…`) and a commit's id in a link are not secrets.
         let public = [
             "ssh-rsa ",
@@ -1048,8 +1052,7 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
             .rsplit(|c: char| c.is_ascii_whitespace() || matches!(c, '"' | '\'' | '='))
             .next()
             .is_some_and(|w| w.starts_with("arn:") || w.starts_with("urn:"));
-        if !shaped || public || linked || identifier || named_resource || names_a_commit(&before, t)
-        {
+        if public || linked || identifier || named_resource || names_a_commit(&before, t) {
             continue;
         }
         secrets.push(t.to_string());
@@ -1165,11 +1168,6 @@ fn redact_tokens<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         if matches!(b[i], b'A' | b'g' | b's' | b'x' | b'h' | b'e' | b'-' | b'L')
             && let Some((len, kind)) = secret_at(b, i)
         {
-            // AWS's documented example keys (`AKIAIOSFODNN7EXAMPLE`) are placeholders.
-            if rules::reference_like(&s[i..i + len]) {
-                i += len;
-                continue;
-            }
             secrets.push(s[i..i + len].to_string());
             let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
             o.push_str(&s[cursor..i]);
@@ -1478,6 +1476,13 @@ mod tests {
         check("<private", "<private");
         check("<private/>x", "<private/>x");
         check("héllo <private>ü</private>wörld", "héllo wörld");
+    }
+
+    #[test]
+    fn a_window_cut_inside_a_character_is_no_context() {
+        // The credential window starts inside an `é`: no text before the value is read.
+        let s = format!("{}'Zx8Qw2Lm4Kp6Vb8Nq'", "é".repeat(30));
+        assert_eq!(redact(&s), s);
     }
 
     #[test]

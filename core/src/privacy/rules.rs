@@ -438,14 +438,20 @@ pub fn name_like(s: &str) -> bool {
 /// (`…12345EXAMPLE`, `dummy…`), a resource name (`arn:aws:…`, `urn:…`), a key's
 /// fingerprint or a digest written in hex pairs (`1f:51:ae:…`).
 pub fn reference_like(s: &str) -> bool {
-    let lower = s.to_ascii_lowercase();
+    let b = s.as_bytes();
+    let has = |w: &str| {
+        b.windows(w.len())
+            .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    let starts = |w: &str| {
+        b.get(..w.len())
+            .is_some_and(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+    };
     // Not in a URL or an address, where `example.com` names the host, not the value.
-    !lower.contains(['@', ':'])
-        && ["example", "placeholder", "dummy"]
-            .iter()
-            .any(|w| lower.contains(w))
-        || lower.starts_with("arn:")
-        || lower.starts_with("urn:")
+    !b.iter().any(|c| matches!(c, b'@' | b':'))
+        && ["example", "placeholder", "dummy"].iter().any(|w| has(w))
+        || starts("arn:")
+        || starts("urn:")
         || s.len() >= 23
             && s.split(':')
                 .all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_hexdigit()))
