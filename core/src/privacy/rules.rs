@@ -397,8 +397,14 @@ pub fn code_like(s: &str) -> bool {
     });
     // A pattern (`QuickSetup*`, `logs/*`, `*.example.org`).
     let pattern = s.ends_with('*') || s.starts_with("*.") || s.contains("/*") || s.contains("*/");
+    // A number written in hex (`0xf326d30c_e5f8_4fe7_ab74_f5a3196d92db`, a GUID's literal).
+    let hex_literal = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .is_some_and(|h| !h.is_empty() && h.bytes().all(|c| c.is_ascii_hexdigit() || c == b'_'));
     s.contains("::")
         || s.contains("->")
+        || hex_literal
         || colon_path
         || at_name
         || colour
@@ -818,6 +824,7 @@ mod tests {
         assert!(!not_a_value("-__Z=R-="));
         assert!(not_a_value("aws:dsql:ClusterId"));
         assert!(not_a_value("@pipelineState"));
+        assert!(not_a_value("0xf326d30c_e5f8_4fe7_ab74_f5a3196d92db"));
         assert!(not_a_value("lambda:createdBy"));
         assert!(not_a_value("{self.name}-{id_string}"));
         assert!(not_a_value("http://petstore.swagger.io/oauth/dialog"));
