@@ -316,9 +316,13 @@ impl Found {
             s.len() >= MIN_COPY
                 && s.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
                 && !s.contains(char::is_whitespace)
-                && !rules::code_like(s)
+                && !rules::not_a_value(s)
+                && !identifier(s)
                 && s.len() >= 8
                 && rules::entropy(s.as_bytes()) >= 3.0
+                // A word (`Redshift`) is not hunted for: random letters are.
+                && (s.bytes().any(|c| !c.is_ascii_alphabetic())
+                    || shape_randomness(s.as_bytes()) >= 0.3)
         });
         let session = session.filter(|_| redact).map(|r| {
             for s in &self.secrets {
@@ -355,8 +359,8 @@ impl Ready<'_> {
             }
         }
         for secret in &f.secrets {
-            if out.contains(secret.as_str()) {
-                out = Cow::Owned(out.replace(secret.as_str(), REDACTED));
+            if let Cow::Owned(o) = replace_whole(&out, secret) {
+                out = Cow::Owned(o);
             }
         }
         if f.key_material {
@@ -377,6 +381,34 @@ impl Ready<'_> {
             }
         }
         out
+    }
+}
+
+/// `s` with every copy of `secret` that stands whole (not inside a longer run of letters
+/// and digits: `Redshift` in `RedshiftPermissions`) replaced by the marker.
+fn replace_whole<'a>(s: &'a str, secret: &str) -> Cow<'a, str> {
+    let b = s.as_bytes();
+    let mut out: Option<String> = None;
+    let mut cursor = 0;
+    for (at, _) in s.match_indices(secret) {
+        let end = at + secret.len();
+        if at < cursor
+            || at > 0 && b[at - 1].is_ascii_alphanumeric()
+            || b.get(end).is_some_and(u8::is_ascii_alphanumeric)
+        {
+            continue;
+        }
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+        o.push_str(&s[cursor..at]);
+        o.push_str(REDACTED);
+        cursor = end;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[cursor..]);
+            Cow::Owned(o)
+        }
     }
 }
 
@@ -666,8 +698,9 @@ fn decode_base64(b: &[u8]) -> Vec<u8> {
             b'A'..=b'Z' => c - b'A',
             b'a'..=b'z' => c - b'a' + 26,
             b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
+            // Either alphabet: standard (`+/`) or URL-safe (`-_`).
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
             b'\n' | b'\r' => continue,
             _ => break,
         };
@@ -827,13 +860,37 @@ fn filled_prefixed(t: &str) -> bool {
 }
 
 /// A token as values of secrets look, by shape alone: long enough, random enough, of
-/// several character classes, not code, a path, a host, a version or a hash's hex.
+/// several character classes, not code, a path, a host, a version or a hash's hex, nor a
+/// test vector's filler ([`counting`]).
 /// `strong`: sure enough to redact with no credential word near it.
 fn secret_shaped(t: &str, strong: bool) -> bool {
+    shaped_by_class(t, strong) && !filler(t.as_bytes())
+}
+
+/// True when `b`, read as hex or as base64 (at any of its four alignments, as a line cut
+/// from a longer run is), holds bytes counting up by one (`000102…`, `AAECAwQF…`): a test
+/// vector's filler, no one's key.
+fn filler(b: &[u8]) -> bool {
+    let counting = |d: &[u8]| {
+        d.len() >= 12
+            && d.windows(2)
+                .filter(|w| w[1].wrapping_sub(w[0]) == 1)
+                .count()
+                * 10
+                >= (d.len() - 1) * 9
+    };
+    let hex: Vec<u8> = b
+        .chunks_exact(2)
+        .map_while(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect();
+    counting(&hex) || (0..4).any(|k| counting(&decode_base64(b.get(k..).unwrap_or_default())))
+}
+
+fn shaped_by_class(t: &str, strong: bool) -> bool {
     let b = t.as_bytes();
     let n = b.len();
     let (min, min_entropy) = if strong { (24, 4.0) } else { (12, 3.0) };
-    if n < min || n > 512 {
+    if n < min || n > 512 || rules::name_like(t) || rules::reference_like(t) {
         return false;
     }
     let lower = b.iter().any(u8::is_ascii_lowercase);
@@ -843,16 +900,26 @@ fn secret_shaped(t: &str, strong: bool) -> bool {
     let classes = usize::from(lower) + usize::from(upper) + usize::from(digit);
     // A prefixed token (`sk_live_…`, `rubygems_…`) is shaped like a snake_case name, but its
     // last part is random.
-    let prefixed = t
-        .rsplit(['_', '-'])
-        .next()
-        .is_some_and(|last| last.len() >= 16 && last.len() < n && secret_shaped(last, false));
+    // A short hex tail is a resource's id (`backup-03e3c82e0183b7b6b`), not a key.
+    let prefixed = t.rsplit(['_', '-']).next().is_some_and(|last| {
+        last.len() >= 16
+            && last.len() < n
+            && secret_shaped(last, false)
+            && (last.len() >= 24 || !last.bytes().all(|c| c.is_ascii_hexdigit()))
+    });
     // A prefix names what the random part is: its own randomness is what counts.
     let min_entropy = if prefixed { 3.0 } else { min_entropy };
     if rules::entropy(b) < min_entropy || (rules::code_like(t) && !prefixed) {
         return false;
     }
     if strong {
+        // Words and hex ids joined (`TargetTracking-my-asg-61a39305-ed0c-…`): a name.
+        if t.split(['-', '_']).all(|p| {
+            p.len() < 24 && p.bytes().all(|c| c.is_ascii_hexdigit())
+                || p.len() <= 16 && p.bytes().all(|c| c.is_ascii_alphabetic())
+        }) {
+            return false;
+        }
         // Hex (hashes, commit ids, UUIDs) and base64 data need a word saying what they are.
         let r = shape_randomness(b);
         return (prefixed && !b.iter().any(|c| matches!(c, b'/' | b'+' | b'.')))
@@ -865,14 +932,30 @@ fn secret_shaped(t: &str, strong: bool) -> bool {
     // A host, a file or a version (`docs.python.org/3/library`, `golang:1.27.0`).
     let dotted = b.iter().any(|c| matches!(c, b'.' | b'/'));
     if dotted {
+        // A file's name (`ed25519-pkcs8-v2.der`, `cert_2031.pem`): its extension says so.
+        if t.rsplit_once('.').is_some_and(|(name, ext)| {
+            !name.is_empty()
+                && (1..=4).contains(&ext.len())
+                && ext.as_bytes()[0].is_ascii_lowercase()
+                && ext
+                    .bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        }) {
+            return false;
+        }
         let longest = t
             .split(['.', '/'])
             .max_by_key(|p| p.len())
             .unwrap_or_default();
-        return longest.len() < n && secret_shaped(longest, false);
+        // A hex id in a path (`…:key/4c1731d6-5435-…`) names a resource.
+        return longest.len() < n
+            && !longest.bytes().all(|c| c.is_ascii_hexdigit() || c == b'-')
+            && secret_shaped(longest, false);
     }
+    // Hex of 64 bits or so is a digest or an id (`456157e4ff304b13`); keys in hex are
+    // longer.
     if hex && digit {
-        return n >= 16;
+        return n >= 24;
     }
     match (digit, lower || upper) {
         (true, true) => r >= 0.3,
@@ -892,7 +975,26 @@ fn assigned_shaped(t: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
         && rules::entropy(b) >= 3.7
         && !rules::code_like(t)
-        && (shape_randomness(b) >= 0.2 || b.iter().any(u8::is_ascii_digit))
+        && !rules::name_like(t)
+        && !rules::reference_like(t)
+        && !type_name(t)
+        && (shape_randomness(b) >= 0.2
+            || b.iter().any(u8::is_ascii_digit)
+            || b.iter().any(u8::is_ascii_lowercase) && b.iter().any(u8::is_ascii_uppercase))
+}
+
+/// True when `t` is a type's name with a number in it (`Ed25519PrivateKey`,
+/// `X448PublicKey`): an identifier whose part after its last digit is words
+/// ([`rules::name_like`]).
+fn type_name(t: &str) -> bool {
+    let tail = t
+        .rsplit(|c: char| c.is_ascii_digit())
+        .next()
+        .unwrap_or_default();
+    t.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        && tail.len() >= 6
+        && tail.len() < t.len()
+        && rules::name_like(tail)
 }
 
 /// True when `t` reads as a name in code rather than a value: an identifier that starts
@@ -978,13 +1080,91 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
                     .next()
                     .is_some_and(|word| word.contains(w))
             });
+        // A service's name and a quoted value, nothing else on the line before it
+        // (`keenio '15AP…'`, `mite "2w39…"`): how keys are written down beside what they
+        // are for.
+        let quote = start
+            .checked_sub(1)
+            .and_then(|q| b.get(q))
+            .filter(|q| matches!(q, b'\'' | b'"'));
+        let named = quote.is_some_and(|q| b.get(end) == Some(q))
+            && before.strip_suffix(['\'', '"']).is_some_and(|unquoted| {
+                let name = unquoted.trim_end();
+                name.len() < unquoted.len()
+                    && name.len() >= 4
+                    && name
+                        .rsplit(|c: char| c.is_ascii_whitespace())
+                        .next()
+                        .is_some_and(|w| w.len() == name.trim_start().len() && w.len() >= 4)
+                    && name.trim_start().bytes().all(|c| c.is_ascii_lowercase())
+            });
         // Base64 of plain text is text: `redact_encoded` looks into it.
         // A name with a leading underscore (`_MatcherAPIv1Base`) is code, whatever is near.
-        let shaped = !t.starts_with('_') && near && secret_shaped(t, false)
+        let shaped = !t.starts_with('_') && (near || named) && secret_shaped(t, false)
             || !t.starts_with('_') && assigned && assigned_shaped(t)
             || filled_prefixed(t)
-            || secret_shaped(t, true) && !decodes_to_text(t.as_bytes()) && !identifier(t);
-        if !shaped || names_a_commit(&before, t) {
+            || secret_shaped(t, true)
+                && !decodes_to_text(t.as_bytes())
+                && !identifier(t)
+                && !wrapped_line(b, start, end);
+        if !shaped {
+            continue;
+        }
+        // A public key's body (`ssh-rsa AAAA…`) and a commit's id in a link are not secrets.
+        let public = [
+            "ssh-rsa ",
+            "ssh-ed25519 ",
+            "ssh-dss ",
+            "ecdsa-sha2-nistp256 ",
+        ]
+        .iter()
+        .any(|p| before.ends_with(p));
+        let linked = ["/commit/", "/commits/", "/blob/", "/tree/", "/compare/"]
+            .iter()
+            .any(|p| t.contains(p));
+        // The value of an id (`"JobId": "…"`, `user_id=…`) identifies; it is a secret
+        // only when the key says so too (`secret_id`). A resource's name (`arn:…/key/…`)
+        // likewise.
+        let key = gap
+            .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or_default();
+        let identifier = before.len() - gap.len() <= 6
+            && key.len() > 2
+            && key.ends_with("id")
+            && !["secret", "pass", "token", "auth"]
+                .iter()
+                .any(|w| key.contains(w));
+        let named_resource = before
+            .rsplit(|c: char| c.is_ascii_whitespace() || matches!(c, '"' | '\'' | '='))
+            .next()
+            .is_some_and(|w| w.starts_with("arn:") || w.starts_with("urn:"));
+        // An anchor, a place in a page (`…/files#diff-a608d9…L14`, even wrapped onto the
+        // next line), names where to look, not a value.
+        let anchor = b[..start]
+            .iter()
+            .rposition(|c| !c.is_ascii_whitespace())
+            .is_some_and(|p| b[p] == b'#' && p > 0 && !b[p - 1].is_ascii_whitespace());
+        // A UUID names a thing; it is a credential only where a word for one is near
+        // (`client_secret = "…"`, `<secret>{… uuid}`), not a mere id (`CSIDL_…: "{…}"`).
+        let uuid = t.len() == 36
+            && t.bytes().enumerate().all(|(i, c)| match i {
+                8 | 13 | 18 | 23 => c == b'-',
+                _ => c.is_ascii_hexdigit(),
+            });
+        let granting = [
+            "secret", "token", "key", "pass", "pwd", "auth", "cred", "api",
+        ]
+        .iter()
+        .any(|w| before.contains(w));
+        if uuid && !granting
+            || public
+            || linked
+            || identifier
+            || named_resource
+            || anchor
+            || names_a_commit(&before, t)
+        {
             continue;
         }
         secrets.push(t.to_string());
@@ -1000,6 +1180,47 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
             Cow::Owned(o)
         }
     }
+}
+
+/// True when `b[start..end]` is a line of a wrapped base64 block (a mail's attachment, a
+/// certificate: lines of 60 characters or more, one after another, the last shorter): encoded data, which
+/// its shape alone does not make a secret. A key's body is caught by its header.
+fn wrapped_line(b: &[u8], start: usize, end: usize) -> bool {
+    let base64_line = |l: &[u8], min: usize| {
+        let l = l.trim_ascii();
+        l.len() >= min
+            && l.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='))
+    };
+    let from = b[..start]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    let to = b[end..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(b.len(), |p| end + p);
+    let line = &b[from..to];
+    if !base64_line(line, 40) {
+        return false;
+    }
+    // The block's full lines are 60 characters or more; its last one may be shorter.
+    let min = if line.trim_ascii().len() >= 60 {
+        40
+    } else {
+        60
+    };
+    let next = b
+        .get(to + 1..)
+        .map(|r| &r[..r.iter().position(|&c| c == b'\n').unwrap_or(r.len())]);
+    let prev = from.checked_sub(1).map(|e| {
+        let s = b[..e]
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |p| p + 1);
+        &b[s..e]
+    });
+    next.is_some_and(|l| base64_line(l, min)) || prev.is_some_and(|l| base64_line(l, min))
 }
 
 /// True when `b` is base64 of printable text (at least 19 of 20 bytes).
@@ -1155,7 +1376,11 @@ fn redact_assignments<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str>
         {
             k_start -= 1;
         }
-        if k_start == k_end || !is_secret_key(&s[k_start..k_end]) {
+        // A segment of a name joined by `:` (`arn:aws:secretsmanager:…:secret:name`).
+        if k_start == k_end
+            || !is_secret_key(&s[k_start..k_end])
+            || c == b':' && k_start > 0 && b[k_start - 1] == b':'
+        {
             continue;
         }
         // The value: after spaces, quoted or up to a delimiter.
@@ -1189,15 +1414,22 @@ fn redact_assignments<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str>
             }
         };
         let value = &s[v_start..v_end];
-        // After an authorization scheme (`Bearer …`), whatever follows is the credential.
+        // After an authorization scheme (`Bearer …`), whatever follows is the credential,
+        // unless it is an ellipsis or a word (`basic ...` in a doc).
         let scheme = ["bearer ", "basic ", "token "].iter().any(|w| {
             value.len() > w.len()
                 && value
                     .get(..w.len())
                     .is_some_and(|p| p.eq_ignore_ascii_case(w))
+                && value[w.len()..]
+                    .bytes()
+                    .filter(u8::is_ascii_alphanumeric)
+                    .count()
+                    >= 8
         });
         let called = !quoted && matches!(b.get(v_end), Some(b'(' | b'[' | b'.'));
-        if !scheme && (called || !looks_like_secret(value, quoted)) {
+        let typed = rules::keyed_by_type(&b[k_start.saturating_sub(128)..v_start]);
+        if !scheme && (called || typed || !looks_like_secret(value, quoted)) {
             continue;
         }
         secrets.push(value.to_string());
@@ -1314,6 +1546,9 @@ fn looks_like_secret(v: &str, quoted: bool) -> bool {
         if ident(v) && !(letters && digits && v.len() >= 6) {
             return false;
         }
+        if type_name(v) {
+            return false;
+        }
         if ident(v) && is_type_like(&lower) {
             return false;
         }
@@ -1331,7 +1566,15 @@ fn looks_like_secret(v: &str, quoted: bool) -> bool {
     {
         return false;
     }
-    if rules::code_like(v) || ident(v) && v.contains('_') && !quoted {
+    // A constant's name (`CODEBUILD`, `USER_PASSWORD_AUTH`).
+    let constant = v.bytes().all(|c| c.is_ascii_uppercase() || c == b'_');
+    if constant
+        || rules::plain_url(v)
+        || rules::code_like(v)
+        || rules::name_like(v)
+        || rules::reference_like(v)
+        || ident(v) && v.contains('_') && !quoted
+    {
         return false;
     }
     true
@@ -1404,6 +1647,13 @@ mod tests {
         check("<private", "<private");
         check("<private/>x", "<private/>x");
         check("héllo <private>ü</private>wörld", "héllo wörld");
+    }
+
+    #[test]
+    fn a_window_cut_inside_a_character_is_no_context() {
+        // The credential window starts inside an `é`: no text before the value is read.
+        let s = format!("{}'Zx8Qw2Lm4Kp6Vb8Nq'", "é".repeat(30));
+        assert_eq!(redact(&s), s);
     }
 
     #[test]

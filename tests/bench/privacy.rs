@@ -6,6 +6,9 @@
 //! Run: `cargo bench -p cairn --bench privacy -- <source dir>... [--git <repo dir>]`
 //! (or `CAIRN_FP_DIRS`, colon-separated, and `CAIRN_FP_GIT`). Altered lines are printed
 //! (up to `CAIRN_FP_SHOW`, default 40) so a new false positive can be read and fixed.
+//! `--samples <file.jsonl>` instead judges a secret sample set (`tests/fixtures/secrets/`)
+//! through the same cleaning, each text as a command and its output, and prints the
+//! samples that leak: quicker than the end-to-end test that is its judge.
 //! No corpus is committed: any source tree on the machine will do (Python's standard
 //! library, the Rust sources of the cargo registry, an npm package directory).
 
@@ -82,6 +85,32 @@ fn around_change(x: &str, y: &str) -> (String, String) {
     (cut(x), cut(y))
 }
 
+/// Puts each sample of a set through the cleaning an event gets (its text as a command
+/// and as its output) and prints those whose secret comes through, then the share kept out.
+fn samples(file: &str) {
+    let text = std::fs::read_to_string(file).expect("sample set");
+    let (mut total, mut leaked) = (0usize, 0usize);
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("jsonl");
+        let (Some(t), Some(secret)) = (v["text"].as_str(), v["secret"].as_str()) else {
+            continue;
+        };
+        total += 1;
+        let [input, response] = P.values([&json!({"command": t}), &json!({"stdout": t})]);
+        let out = format!("{input}{response}");
+        let escaped = Value::from(secret).to_string();
+        if out.contains(secret) || out.contains(escaped.trim_matches('"')) {
+            leaked += 1;
+            println!("leak {}: {secret:?} in {t:?}", v["detector"]);
+        }
+    }
+    println!(
+        "samples of {file}: {} of {total} kept out ({:.2}%)",
+        total - leaked,
+        100.0 * (total - leaked) as f64 / total.max(1) as f64
+    );
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args()
         .skip(1)
@@ -91,6 +120,11 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--git") {
         git = args.get(i + 1).cloned();
         args.drain(i..(i + 2).min(args.len()));
+    }
+    if let Some(i) = args.iter().position(|a| a == "--samples") {
+        let file = args.get(i + 1).cloned().expect("--samples <file.jsonl>");
+        args.drain(i..(i + 2).min(args.len()));
+        samples(&file);
     }
     if let Ok(dirs) = std::env::var("CAIRN_FP_DIRS") {
         args.extend(dirs.split(':').filter(|d| !d.is_empty()).map(String::from));
@@ -114,6 +148,12 @@ fn main() {
             let after = cleaned["file"]["content"].as_str().unwrap_or_default();
             if after != text {
                 altered += 1;
+                // Every altered file on stderr, with how far the run is.
+                eprintln!(
+                    "altered {altered} at file {total} of {}: {}",
+                    list.len(),
+                    path.display()
+                );
                 let changed = changed_lines(&text, after);
                 lines += changed.len();
                 for (x, y) in changed {

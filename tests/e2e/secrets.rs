@@ -295,15 +295,15 @@ fn sample_set_stays_out(file: &str, name: &str, min_samples: usize, floor: f64) 
 
 #[test]
 fn an_independent_sample_set_stays_out_of_the_data_dir() {
-    sample_set_stays_out("detectors.jsonl", "independent", 80, 0.95);
+    sample_set_stays_out("detectors.jsonl", "independent", 80, 0.985);
 }
 
 #[test]
 fn trufflehogs_detector_samples_stay_out_of_the_data_dir() {
     // Generated from trufflehog's detector tests by `build_trufflehog.py` (its first line
-    // names the source and commit). The target is 95%; what is measured today
-    // (BENCHMARKS.md) is the floor kept.
-    sample_set_stays_out("trufflehog.jsonl", "trufflehog", 800, 0.94);
+    // names the source and commit). The target is 95%; the floor is what the hook
+    // measured (862 of 904, BENCHMARKS.md).
+    sample_set_stays_out("trufflehog.jsonl", "trufflehog", 800, 0.953);
 }
 
 #[test]
@@ -337,6 +337,17 @@ fn source_lines_that_name_secrets_are_left_alone() {
         .lines()
         .filter(|l| p.text(l) != *l)
         .map(|l| (l, p.text(l)))
+        .collect();
+    assert!(changed.is_empty(), "{changed:#?}");
+    // What is judged by the lines around it (an anchor wrapped onto the next line, a block
+    // of base64 lines): each block whole.
+    let blocks =
+        std::fs::read_to_string(crate::support::fixtures().join("secrets/code-blocks.txt"))
+            .expect("blocks");
+    let changed: Vec<(&str, String)> = blocks
+        .split("---\n")
+        .filter(|b| p.text(b) != *b)
+        .map(|b| (b, p.text(b)))
         .collect();
     assert!(changed.is_empty(), "{changed:#?}");
 }

@@ -342,12 +342,282 @@ pub fn code_like(s: &str) -> bool {
                 || w.bytes()
                     .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
         });
+    // An index or a query into data (`Jobs[-1].JobId`, `Shards[*].ShardId`).
+    let indexed = s.contains('[') && {
+        let mut plain = String::with_capacity(s.len());
+        let mut depth = 0usize;
+        for c in s.chars() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth = depth.saturating_sub(1),
+                _ if depth == 0 => plain.push(c),
+                _ => {}
+            }
+        }
+        !plain.is_empty() && plain.split('.').all(|t| t.is_empty() || ident(t))
+    };
+    // A format string (`__attr_factory_%s`, `{0}:{1}`).
+    // A format string or a template (`__attr_factory_%s`, `{self.name}-{id}`).
+    let b = s.as_bytes();
+    // A directive or two, not a value made of `%` escapes (`…%4K%7%%a4…`).
+    let formatted = b.iter().filter(|&&c| c == b'%').count() <= 2
+        && b.windows(2).enumerate().any(|(i, w)| {
+            w[0] == b'%'
+                && (w[1] == b'('
+                    || matches!(w[1], b's' | b'd' | b'r')
+                        && !b.get(i + 2).is_some_and(u8::is_ascii_alphanumeric))
+        })
+        || s.contains('{') && s.contains('}');
+    // A name made of names joined by `:` (`aws:backup:backup-vault`, `aws:dsql:ClusterId`,
+    // `lambda:createdBy`): words, and with two parts one of them a name in words.
+    let word = |p: &str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'_'))
+    };
+    let parts = s.split(':').count();
+    let colon_path = parts >= 2
+        && s.split(':').all(|p| word(p) || name_like(p))
+        && (parts >= 3
+            || s.split(':').any(|p| {
+                // camelCase (`createdBy`) or words joined.
+                name_like(p)
+                    || p.starts_with(|c: char| c.is_ascii_lowercase())
+                        && p.bytes().any(|c| c.is_ascii_uppercase())
+            }));
+    // A reference to a name (`@pipelineState`, `@user_id`), a template's field
+    // (`{message}`, `${name}`).
+    let at_name = s.strip_prefix('@').is_some_and(ident)
+        || s.trim_start_matches('$')
+            .strip_prefix('{')
+            .is_some_and(|r| ident(r.trim_end_matches('}')));
+    // A colour (`#08547A`).
+    let colour = s.strip_prefix('#').is_some_and(|h| {
+        matches!(h.len(), 3 | 4 | 6 | 8) && h.bytes().all(|c| c.is_ascii_hexdigit())
+    });
+    // A pattern (`QuickSetup*`, `logs/*`, `*.example.org`).
+    let pattern = s.ends_with('*') || s.starts_with("*.") || s.contains("/*") || s.contains("*/");
+    // A number written in hex (`0xf326d30c_e5f8_4fe7_ab74_f5a3196d92db`, a GUID's literal).
+    let hex_literal = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .is_some_and(|h| !h.is_empty() && h.bytes().all(|c| c.is_ascii_hexdigit() || c == b'_'));
     s.contains("::")
         || s.contains("->")
+        || hex_literal
+        || colon_path
+        || at_name
+        || colour
+        || pattern
+        || indexed
+        || formatted
         || s.starts_with(':')
         || s.contains(['(', ')'])
         || dotted
         || snake
+}
+
+/// True when a would-be secret reads as a name: at least two words, joined by `_`, `-`,
+/// `.` or `/` or in camelCase (`currentAltReachedAcceptState`, `Ec2SubnetIds`,
+/// `public-key-base-64`, `my-app/5026-stage-150723.war`), each word pronounceable (no run
+/// of five consonants), few of them one or two letters long and few digits glued to
+/// letters. Random keys split the same way give many short, unpronounceable pieces.
+pub fn name_like(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.is_empty()
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b'/'))
+    {
+        return false;
+    }
+    // Words, pieces (too short, or no vowel), numbers glued to letters, acronyms in camelCase.
+    let (mut words, mut pieces, mut glued, mut acronyms) = (0usize, 0usize, 0usize, 0usize);
+    for part in s.split(['_', '-', '.', '/']).filter(|p| !p.is_empty()) {
+        let p = part.as_bytes();
+        let mut i = 0;
+        while i < p.len() {
+            let start = i;
+            if p[i].is_ascii_digit() {
+                while i < p.len() && p[i].is_ascii_digit() {
+                    i += 1;
+                }
+                // Digits glued to letters (`S3`, `v4`), short in a name; a number of its
+                // own (`150723`) is a date or a version.
+                // A year or a version closing the name (`DeGroote2016`) is one too.
+                let closing = i == p.len() && i - start <= 4 && s.ends_with(part);
+                if start > 0 || i < p.len() {
+                    if i - start > 2 && !closing {
+                        return false;
+                    }
+                    glued += 1;
+                }
+                continue;
+            }
+            // A word: `Name`, `name`, or an acronym `AWS` (ending before `Access`).
+            let upper = p[i].is_ascii_uppercase();
+            i += 1;
+            let mut acronym = false;
+            if upper && p.get(i).is_some_and(u8::is_ascii_uppercase) {
+                while i < p.len()
+                    && p[i].is_ascii_uppercase()
+                    && !p.get(i + 1).is_some_and(u8::is_ascii_lowercase)
+                {
+                    i += 1;
+                }
+                acronym = true;
+                if start > 0 || i < p.len() {
+                    if i - start > 5 {
+                        return false;
+                    }
+                    acronyms += 1;
+                }
+            } else {
+                while i < p.len() && p[i].is_ascii_lowercase() {
+                    i += 1;
+                }
+            }
+            let w = &p[start..i];
+            words += 1;
+            let mut run = 0;
+            let mut vowel = false;
+            for c in w.iter().map(u8::to_ascii_lowercase) {
+                run = if b"aeiouy".contains(&c) {
+                    vowel = true;
+                    0
+                } else {
+                    run + 1
+                };
+                if run >= 5 {
+                    return false;
+                }
+            }
+            // A letter or two with its number is an acronym (`S3`, `v4`, `EC2`) when it is
+            // capital or begins its part.
+            let numbered = p.get(i).is_some_and(u8::is_ascii_digit) && (upper || start == 0);
+            if w.len() <= 2 && !numbered || w.len() >= 3 && !vowel && !acronym {
+                pieces += 1;
+            }
+        }
+    }
+    words >= 2 && pieces * 3 <= words && glued * 3 <= words && acronyms <= 1
+}
+
+/// True when a would-be secret is an example or a reference, not a value: a placeholder
+/// (`…12345EXAMPLE`, `dummy…`), a resource name (`arn:aws:…`, `urn:…`), a key's
+/// fingerprint or a digest written in hex pairs (`1f:51:ae:…`).
+pub fn reference_like(s: &str) -> bool {
+    let b = s.as_bytes();
+    let has = |w: &str| {
+        b.windows(w.len())
+            .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    let starts = |w: &str| {
+        b.get(..w.len())
+            .is_some_and(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    // Not in a URL or an address, where `example.com` names the host, not the value.
+    !b.iter().any(|c| matches!(c, b'@' | b':'))
+        && ["example", "placeholder", "dummy"].iter().any(|w| has(w))
+        || starts("arn:")
+        || starts("urn:")
+        || self_naming(s)
+        || timestamp(s)
+        || s.len() >= 23
+            && s.split(':')
+                .all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// True when a value names what it stands for (`MyPassword`, `mynewpassword`,
+/// `SomeKindOfPassword123!@#`, `EXAMPLE1-…-SECRET1`, `objectkey1`): a placeholder written
+/// for a document or a test, not an issued secret, whose random characters would not
+/// spell a credential word.
+fn self_naming(s: &str) -> bool {
+    let b = s.as_bytes();
+    let has = |w: &str| {
+        b.windows(w.len())
+            .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    const WORDS: [&str; 5] = ["password", "passwd", "pswd", "secret", "token"];
+    let names = |p: &[u8]| {
+        WORDS.iter().any(|w| {
+            p.windows(w.len())
+                .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+        })
+    };
+    // A word as a prefix before a random part (`secret_H9ZGTfAERfN5W0AX`) is an issued key.
+    let random_part = s
+        .split(['_', '-'])
+        .any(|p| p.len() >= 12 && !names(p.as_bytes()));
+    b.len() <= 40 && !random_part && (WORDS.iter().any(|w| has(w)) || b.len() <= 24 && has("key"))
+}
+
+/// A date or a time (`2016-09-08T21:47:36Z`, `2024-01-31`).
+fn timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10
+        && b[..10].iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
+        && b[10..].iter().all(|c| {
+            c.is_ascii_digit() || matches!(c, b'T' | b'Z' | b':' | b'.' | b'+' | b'-' | b' ')
+        })
+}
+
+/// True when a would-be secret found by a rule is not a value: code ([`code_like`]), a
+/// name ([`name_like`]), a placeholder or a reference ([`reference_like`]), judged without
+/// the brackets that close the code around it (`self.credentials.token}`).
+pub fn not_a_value(s: &str) -> bool {
+    let t = s.trim_end_matches(['}', ']', ')', '>', ',', ';']);
+    // Symbols, not characters a key is made of (`0️⃣`, `→`).
+    let symbols = !t.is_ascii() && t.bytes().filter(u8::is_ascii_alphanumeric).count() < 4;
+    symbols || code_like(t) || name_like(t) || reference_like(t) || plain_url(t)
+}
+
+/// A URL with no credentials in it (`http://petstore.swagger.io/oauth/dialog`): an address,
+/// not a value. Services whose URL is the secret (webhooks) have rules of their own.
+pub fn plain_url(s: &str) -> bool {
+    ["http://", "https://"].iter().any(|p| s.starts_with(p)) && !s.contains(['@', '?'])
+}
+
+/// True when the text before a value ends with a quoted key that is a type's qualified
+/// name (`"AWS::KMS::Key": "2b447c471bc70388"`): a table about types, whose values
+/// describe the type (a schema's hash), not a credential.
+pub fn keyed_by_type(before: &[u8]) -> bool {
+    let Some(close) = before
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace() && !matches!(c, b':' | b'=' | b'\'' | b'"'))
+    else {
+        return false;
+    };
+    let key_end = close + 1;
+    let key_start = before[..key_end]
+        .iter()
+        .rposition(|&c| !(c.is_ascii_alphanumeric() || matches!(c, b'_' | b':')))
+        .map_or(0, |p| p + 1);
+    let key = &before[key_start..key_end];
+    key_start > 0
+        && matches!(before[key_start - 1], b'"' | b'\'')
+        && before.get(key_end) == Some(&before[key_start - 1])
+        && key.windows(2).any(|w| w == b"::")
+}
+
+/// True when the text before a generic rule's value ends with a key naming an id
+/// (`"KeyId": "`, `job_id=`), which identifies rather than grants, unless the key says
+/// secret too (`secret_id`, `token_id`).
+fn names_an_id(before: &[u8]) -> bool {
+    let before = String::from_utf8_lossy(before).to_ascii_lowercase();
+    let key = before
+        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .rsplit(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-')
+        .next()
+        .unwrap_or_default();
+    key.len() > 2
+        && key.ends_with("id")
+        && !["secret", "pass", "token", "auth"]
+            .iter()
+            .any(|w| key.contains(w))
 }
 
 /// Shannon entropy in bits per byte, as gitleaks computes it.
@@ -376,6 +646,14 @@ pub struct Finding {
     pub start: usize,
     pub end: usize,
     pub rule: &'static str,
+}
+
+/// Where the line holding byte `at` starts.
+fn line_start(b: &[u8], at: usize) -> usize {
+    b[..at]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1)
 }
 
 /// Every secret in `s`, sorted and merged where they overlap.
@@ -408,16 +686,19 @@ pub fn find(s: &str) -> Vec<Finding> {
             if r.entropy > 0.0 && entropy(sb) <= r.entropy {
                 continue;
             }
-            // A generic rule (a keyword, an operator, a value) on code: not a secret.
+            // A generic rule (a keyword, an operator, a value) on code: not a secret. Names
+            // and references are not secrets whatever found them.
+            let text = std::str::from_utf8(sb).unwrap_or_default();
             if (r.assignment || r.id == "token-assignment")
-                && std::str::from_utf8(sb).is_ok_and(code_like)
+                && (not_a_value(text)
+                    || names_an_id(&b[whole.start()..secret.start()])
+                    || keyed_by_type(&b[line_start(b, whole.start())..secret.start()]))
+                || name_like(text)
+                || reference_like(text)
             {
                 continue;
             }
-            let line_start = b[..whole.start()]
-                .iter()
-                .rposition(|&c| c == b'\n')
-                .map_or(0, |p| p + 1);
+            let line_start = line_start(b, whole.start());
             let line_end = b[whole.end()..]
                 .iter()
                 .position(|&c| c == b'\n')
@@ -494,5 +775,67 @@ mod tests {
         let f = find(s);
         assert_eq!(&s[f[0].start..f[0].end], "s3cretpw");
         assert!(entropy(b"aaaa") < 0.01 && entropy(b"abcd") > 1.99);
+    }
+
+    #[test]
+    fn names_and_references_are_told_from_random_values() {
+        for name in [
+            "currentAltReachedAcceptState",
+            "ResourceWithS3UrlDict",
+            "CrtSigV4AsymAuth",
+            "Ec2SubnetIds",
+            "AWSAccessKeyId",
+            "public-key-base-64",
+            "my-app/5026-stage-150723_224258.war",
+            "Fts5TokenizerModule",
+            "FiberForceLengthPassiveDeGroote2016",
+        ] {
+            assert!(name_like(name), "{name} is a name");
+        }
+        for key in [
+            "CD5wRvwe6g7NgnMDOC",
+            "SSVmFDNCFfOHKXQAEckx",
+            "Mkff1bQx72mxhvNdCsudapMP7eery91G",
+            "oxpf4a93fjovt0v1z6lltcbcizlrml98",
+            "ZWd1e2141Q2R1ds23sdX",
+            "hunter2",
+            "bcd2f1b8-9a78-44d3-8a7a-4dd07d7cf635",
+        ] {
+            assert!(!name_like(key), "{key} is not a name");
+        }
+        for reference in [
+            "RW5DdDJkMWYwZjM2MzM2VHVpOHJIUXlDUXlhc2QzRGViYnc9SEXAMPLE=",
+            "arn:aws:kms:us-east-1:123456789012:key/4c1731d6-5435-ed4d-be13-d53411a7cfbd",
+            "1f:51:ae:28:bf:89:e9:d8:1f:25:5d:37:2d:7d:b8:ca:9f:f5:f1:6f",
+            "SomeKindOfPassword123!@#",
+            "EXAMPLE1-90ab-cdef-fedc-ba987SECRET1",
+            "objectkey1",
+            "2016-09-08T21:47:36Z",
+        ] {
+            assert!(reference_like(reference), "{reference} is a reference");
+        }
+        assert!(!reference_like("alice:obn7RebJJI2w@git.example.com"));
+        assert!(not_a_value("self.credentials.token}"));
+        assert!(not_a_value("StreamDescription.Shards[-1].ShardId"));
+        assert!(not_a_value("__attr_factory_%s"));
+        assert!(!not_a_value(
+            "a4%Cw73f5Bq%D642%7%%6r%60d%nk%%Z9p9zQ%slT%%s%18H"
+        ));
+        assert!(!not_a_value("-__Z=R-="));
+        assert!(not_a_value("aws:dsql:ClusterId"));
+        assert!(not_a_value("@pipelineState"));
+        assert!(not_a_value("0xf326d30c_e5f8_4fe7_ab74_f5a3196d92db"));
+        assert!(not_a_value("lambda:createdBy"));
+        assert!(not_a_value("{self.name}-{id_string}"));
+        assert!(not_a_value("http://petstore.swagger.io/oauth/dialog"));
+        assert!(!not_a_value("https://user:S3cr3tP4ss@host.example.org/"));
+        assert!(not_a_value("#08547A"));
+        assert!(not_a_value("0\u{fe0f}\u{20e3}"));
+        assert!(not_a_value("{message}"));
+        assert!(not_a_value("QuickSetup*"));
+        assert!(!not_a_value("admin:S3cr3tP4ss"));
+        assert!(keyed_by_type(br#"    "AWS::KMS::Key": ""#));
+        assert!(!keyed_by_type(br#"    "api_key": ""#));
+        assert!(!not_a_value("Zx8Qw2Lm4Kp6Vb8N"));
     }
 }
