@@ -166,7 +166,7 @@ pub struct ModelSettings {
 pub struct ContextSettings {
     /// Size of the block, in tokens (estimated as characters / 4).
     pub budget_tokens: usize,
-    /// Most recent sessions of the project to draw observations from.
+    /// Most recent sessions of the project that left memories to draw observations from.
     pub max_sessions: usize,
     /// Most recent observations to consider.
     pub max_observations: usize,

@@ -79,6 +79,15 @@ fn tool_payload(i: usize) -> String {
     )
 }
 
+/// The SessionStart fixture as the start of session `i`: each run is a new session, as
+/// a session starts once (a resumed or compacted one is told only what it was not given).
+fn start_payload(i: usize) -> String {
+    let mut event: serde_json::Value =
+        serde_json::from_str(&fixture("SessionStart.json")).expect("fixture json");
+    event["session_id"] = format!("bench-start-{i:06}").into();
+    event.to_string()
+}
+
 struct Stats {
     median: Duration,
     p90: Duration,
@@ -395,12 +404,11 @@ fn main() {
         return;
     }
     let worker = db::open_data_dir(&dir2, OpenOptions::default()).expect("worker connection");
-    let start_payload = fixture("SessionStart.json");
-    let (_, answer) = run_once(&data2, home, start_payload.as_bytes());
+    let (_, answer) = run_once(&data2, home, start_payload(0).as_bytes());
     assert!(answer.contains("hookSpecificOutput"), "{answer}");
     let start_runs = (runs / 3).max(30);
-    let times: Vec<Duration> = (0..start_runs)
-        .map(|_| run_once(&data2, home, start_payload.as_bytes()).0)
+    let times: Vec<Duration> = (1..=start_runs)
+        .map(|i| run_once(&data2, home, start_payload(i).as_bytes()).0)
         .collect();
     let start = stats(times);
     let context_len = answer.len();
@@ -410,7 +418,7 @@ fn main() {
         ms(start.p90),
         ms(start.min)
     ));
-    let rss_start = rss_probe(&data2, home, &start_payload, 20);
+    let rss_start = rss_probe(&data2, home, &start_payload(start_runs + 1), 20);
     drop(worker);
 
     // 3. 32 hooks at once, worker connection open.

@@ -95,8 +95,10 @@ pub fn session_start_shown(
 }
 
 /// Reads the latest summary (when `show_last_summary`) and the `max_observations` newest
-/// observations of the project's `max_sessions` most recent sessions (plus memories saved
-/// outside a session) that `session`, when given, was not given yet.
+/// observations of the project's `max_sessions` most recent sessions that left any (plus
+/// memories saved outside a session) that `session`, when given, was not given yet.
+/// Sessions that left no memory (the one starting, quick questions) are passed over: they
+/// would empty the index, and make finding it a scan of every memory of the project.
 pub fn load(
     conn: &Connection,
     project: &str,
@@ -125,8 +127,10 @@ pub fn load(
             "SELECT id, created_at, type, title FROM observations
              WHERE project = ?1
                AND (session_id IS NULL OR session_id IN (
-                    SELECT session_id FROM sessions WHERE project = ?1
-                    ORDER BY updated_at DESC LIMIT ?2))
+                    SELECT s.session_id FROM sessions s WHERE s.project = ?1
+                      AND EXISTS (SELECT 1 FROM observations o
+                                  WHERE o.session_id = s.session_id)
+                    ORDER BY s.updated_at DESC LIMIT ?2))
                AND NOT EXISTS (SELECT 1 FROM memory_given g
                     WHERE g.session_id = ?4 AND g.kind = ?5 AND g.memory_id = observations.id)
              ORDER BY created_at DESC, id DESC LIMIT ?3",
@@ -571,6 +575,29 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
             d.summary.as_ref().map(|s| s.request.as_str()),
             Some("request 2")
         );
+
+        // Sessions that left no memory since (the one starting, quick questions) are passed
+        // over: the index still shows the last two sessions that left some.
+        db::write(&mut conn, |tx| {
+            for e in 0..3i64 {
+                crate::memory::sessions::ensure(
+                    tx,
+                    &format!("empty{e}"),
+                    "acme",
+                    "/acme",
+                    NOW + e,
+                )?;
+            }
+            Ok(())
+        })
+        .expect("empty sessions");
+        let again = load(&conn, "acme", None, &settings).expect("load");
+        let again: Vec<&str> = again
+            .observations
+            .iter()
+            .map(|o| o.title.as_str())
+            .collect();
+        assert_eq!(again, titles);
 
         // A session given two of them at a prompt: its index leaves them out and shows
         // older ones in their place; another session's index is as before.
