@@ -173,36 +173,58 @@ pub struct Found {
 
 /// Runs a prompt's search as the hook does: by the running worker listening on `socket`
 /// (words and meaning) when it answers within `deadline`, else by words alone on `conn`
-/// (at once when `deadline` is zero).
+/// (at once when `deadline` is zero). The worker is asked on a thread of its own while the
+/// search by words runs here, so a prompt pays the longer of the two, not their sum; an
+/// answer from the worker interrupts the search by words, whose result is then not needed.
 pub fn find(
     conn: &Connection,
     socket: &std::path::Path,
     req: &SearchRequest,
     deadline: std::time::Duration,
 ) -> Result<Found> {
-    let (why, waited) = if deadline.is_zero() {
-        (None, None)
-    } else {
-        let asked = std::time::Instant::now();
-        let answer = crate::recall::ask::search(socket, req, deadline);
-        let waited = Some(asked.elapsed());
-        match answer {
-            Ok(hits) => {
-                return Ok(Found {
-                    hits,
-                    by_meaning: true,
-                    words_alone_because: None,
-                    waited,
-                });
-            }
-            Err(e) => (Some(e.to_string()), waited),
-        }
+    let by_words = |why, waited| -> Result<Found> {
+        Ok(Found {
+            hits: crate::recall::search::search(conn, req)?,
+            by_meaning: false,
+            words_alone_because: why,
+            waited,
+        })
     };
-    Ok(Found {
-        hits: crate::recall::search::search(conn, req)?,
-        by_meaning: false,
-        words_alone_because: why,
-        waited,
+    if deadline.is_zero() {
+        return by_words(None, None);
+    }
+    let interrupt = conn.get_interrupt_handle();
+    std::thread::scope(|scope| {
+        let asking = scope.spawn(|| {
+            let asked = std::time::Instant::now();
+            let answer = crate::recall::ask::search(socket, req, deadline);
+            if answer.is_ok() {
+                interrupt.interrupt();
+            }
+            (answer, asked.elapsed())
+        });
+        let words = crate::recall::search::search(conn, req);
+        let (answer, waited) = asking.join().unwrap_or_else(|_| {
+            (
+                Err(crate::Error::Invalid("asking the worker panicked".into())),
+                deadline,
+            )
+        });
+        match (answer, words) {
+            (Ok(hits), _) => Ok(Found {
+                hits,
+                by_meaning: true,
+                words_alone_because: None,
+                waited: Some(waited),
+            }),
+            (Err(e), Ok(hits)) => Ok(Found {
+                hits,
+                by_meaning: false,
+                words_alone_because: Some(e.to_string()),
+                waited: Some(waited),
+            }),
+            (Err(e), Err(_)) => by_words(Some(e.to_string()), Some(waited)),
+        }
     })
 }
 
@@ -421,6 +443,48 @@ mod tests {
         ] {
             assert!(!is_users_prompt(p), "{p}");
         }
+    }
+
+    #[test]
+    fn a_prompt_takes_the_workers_answer_else_its_own_search_by_words() {
+        use std::os::unix::net::UnixListener;
+        use std::time::Duration;
+        let mut f = fixture();
+        let id = f.add(obs(
+            "web",
+            "bugfix",
+            "Login tests fail on CI",
+            "the session cookie expired",
+            T0,
+        ));
+        let req = prompt_request("web", "why do the login tests fail?", &settings());
+        let tmp = tempfile::tempdir().expect("tmp");
+        let socket = tmp.path().join("recall.sock");
+
+        // No worker: by words alone, and why.
+        let found = find(&f.conn, &socket, &req, Duration::from_millis(20)).expect("find");
+        assert!(!found.by_meaning);
+        assert!(found.words_alone_because.is_some());
+        assert_eq!(found.hits.first().map(|h| h.id), Some(id));
+
+        // A worker answering: its answer, whatever the words found.
+        let listener = UnixListener::bind(&socket).expect("bind");
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            crate::recall::ask::answer(stream, Duration::from_secs(5), |_| Ok(Vec::new()))
+        });
+        let found = find(&f.conn, &socket, &req, Duration::from_secs(5)).expect("find");
+        server.join().expect("join").expect("answer");
+        assert!(found.by_meaning);
+        assert!(found.hits.is_empty(), "{:?}", found.hits);
+        // The connection the worker's answer interrupted still serves the hook.
+        assert_eq!(
+            search(&f.conn, &req)
+                .expect("search after")
+                .first()
+                .map(|h| h.id),
+            Some(id)
+        );
     }
 
     #[test]
