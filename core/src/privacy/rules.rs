@@ -545,11 +545,19 @@ fn self_naming(s: &str) -> bool {
                 .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
         })
     };
-    // A word as a prefix before a random part (`secret_H9ZGTfAERfN5W0AX`) is an issued key.
+    // A word as a prefix before a random part (`secret_H9ZGTfAERfN5W0AX`) is an issued key,
+    // and so is one with digits inside its letters (`Sk9canarySecret4Lw`): a placeholder
+    // spells words and puts its numbers at the end (`Password123`, `SECRET1`).
     let random_part = s
         .split(['_', '-'])
         .any(|p| p.len() >= 12 && !names(p.as_bytes()));
-    b.len() <= 40 && !random_part && (WORDS.iter().any(|w| has(w)) || b.len() <= 24 && has("key"))
+    let digit_inside = b.windows(3).any(|w| {
+        w[0].is_ascii_alphabetic() && w[1].is_ascii_digit() && w[2].is_ascii_alphabetic()
+    });
+    b.len() <= 40
+        && !random_part
+        && !digit_inside
+        && (WORDS.iter().any(|w| has(w)) || b.len() <= 24 && has("key"))
 }
 
 /// A date or a time (`2016-09-08T21:47:36Z`, `2024-01-31`).
@@ -815,6 +823,9 @@ mod tests {
             assert!(reference_like(reference), "{reference} is a reference");
         }
         assert!(!reference_like("alice:obn7RebJJI2w@git.example.com"));
+        // A credential word among random letters and digits is no placeholder.
+        assert!(!reference_like("Sk9canarySecret4Lw"));
+        assert!(!reference_like("x7Token2QpLm"));
         assert!(not_a_value("self.credentials.token}"));
         assert!(not_a_value("StreamDescription.Shards[-1].ShardId"));
         assert!(not_a_value("__attr_factory_%s"));
