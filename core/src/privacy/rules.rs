@@ -551,9 +551,9 @@ fn self_naming(s: &str) -> bool {
     let random_part = s
         .split(['_', '-'])
         .any(|p| p.len() >= 12 && !names(p.as_bytes()));
-    let digit_inside = b.windows(3).any(|w| {
-        w[0].is_ascii_alphabetic() && w[1].is_ascii_digit() && w[2].is_ascii_alphabetic()
-    });
+    let digit_inside = b
+        .windows(3)
+        .any(|w| w[0].is_ascii_alphabetic() && w[1].is_ascii_digit() && w[2].is_ascii_alphabetic());
     b.len() <= 40
         && !random_part
         && !digit_inside
