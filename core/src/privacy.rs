@@ -1427,7 +1427,8 @@ fn redact_assignments<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str>
                     .count()
                     >= 8
         });
-        let called = !quoted && matches!(b.get(v_end), Some(b'(' | b'[' | b'.'));
+        let called = !quoted
+            && (matches!(b.get(v_end), Some(b'(' | b'[' | b'.')) || rules::annotated(&b[v_end..]));
         let typed = rules::keyed_by_type(&b[k_start.saturating_sub(128)..v_start]);
         if !scheme && (called || typed || !looks_like_secret(value, quoted)) {
             continue;

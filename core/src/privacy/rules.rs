@@ -323,6 +323,18 @@ pub fn uncompilable() -> Vec<&'static str> {
         .collect()
 }
 
+/// Rust's integer types, as a literal's suffix names them.
+const INT_TYPES: [&str; 12] = [
+    "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32", "u64", "u128", "usize",
+];
+
+/// True when the text after an unquoted would-be value shows it is a type: a declaration's
+/// annotation followed by its initializer (`pub const X: AuthMode = 4i32;`, `let k:
+/// KeyKind = …`), which no configuration value is followed by.
+pub fn annotated(after: &[u8]) -> bool {
+    after.starts_with(b" = ")
+}
+
 /// True when a would-be secret is code: a path (`a::b`, `:Name`), a dotted name
 /// (`win32api.RegEnumKey`), a call or index, a snake_case or camelCase identifier.
 pub fn code_like(s: &str) -> bool {
@@ -398,13 +410,33 @@ pub fn code_like(s: &str) -> bool {
     // A pattern (`QuickSetup*`, `logs/*`, `*.example.org`).
     let pattern = s.ends_with('*') || s.starts_with("*.") || s.contains("/*") || s.contains("*/");
     // A number written in hex (`0xf326d30c_e5f8_4fe7_ab74_f5a3196d92db`, a GUID's literal).
+    // With its type too (`0xC029008E_u32`).
     let hex_literal = s
         .strip_prefix("0x")
         .or_else(|| s.strip_prefix("0X"))
-        .is_some_and(|h| !h.is_empty() && h.bytes().all(|c| c.is_ascii_hexdigit() || c == b'_'));
+        .is_some_and(|h| {
+            let end = h
+                .find(|c: char| !(c.is_ascii_hexdigit() || c == '_'))
+                .unwrap_or(h.len());
+            end > 0 && (end == h.len() || INT_TYPES.contains(&&h[end..]))
+        });
+    // A number with its type (`3i32`, `0u8`, `1.5f32`, `100UL`): a constant in code. A
+    // bare number is not judged here (a PIN is one).
+    let typed_number = {
+        let t = s.strip_prefix('-').unwrap_or(s);
+        let end = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '_' || c == '.'))
+            .unwrap_or(t.len());
+        let suffix = t[end..].to_ascii_lowercase();
+        t.starts_with(|c: char| c.is_ascii_digit())
+            && (INT_TYPES.contains(&suffix.as_str())
+                || ["f32", "f64", "u", "l", "ul", "lu", "ll", "ull", "f"]
+                    .contains(&suffix.as_str()))
+    };
     s.contains("::")
         || s.contains("->")
         || hex_literal
+        || typed_number
         || colon_path
         || at_name
         || colour
@@ -699,6 +731,7 @@ pub fn find(s: &str) -> Vec<Finding> {
             let text = std::str::from_utf8(sb).unwrap_or_default();
             if (r.assignment || r.id == "token-assignment")
                 && (not_a_value(text)
+                    || annotated(&b[secret.end()..])
                     || names_an_id(&b[whole.start()..secret.start()])
                     || keyed_by_type(&b[line_start(b, whole.start())..secret.start()]))
                 || name_like(text)
@@ -836,6 +869,14 @@ mod tests {
         assert!(not_a_value("aws:dsql:ClusterId"));
         assert!(not_a_value("@pipelineState"));
         assert!(not_a_value("0xf326d30c_e5f8_4fe7_ab74_f5a3196d92db"));
+        assert!(not_a_value("3i32"));
+        assert!(not_a_value("0xC029008E_u32"));
+        assert!(!not_a_value("0xC029008E_zz9"));
+        assert!(annotated(b" = 4096i32;"));
+        assert!(!annotated(b" == x"));
+        assert!(!annotated(b"\n"));
+        assert!(not_a_value("100UL"));
+        assert!(!code_like("12345678"));
         assert!(not_a_value("lambda:createdBy"));
         assert!(not_a_value("{self.name}-{id_string}"));
         assert!(not_a_value("http://petstore.swagger.io/oauth/dialog"));
