@@ -1157,7 +1157,10 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
         ]
         .iter()
         .any(|w| before.contains(w));
+        // A type with its initializer after it (`KeyExchange: eTlsAlgorithmUsage = 0i32;`).
+        let typed = quote.is_none() && rules::annotated(&b[end..]);
         if uuid && !granting
+            || typed
             || public
             || linked
             || identifier
