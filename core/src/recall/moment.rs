@@ -182,16 +182,11 @@ pub fn find(
     req: &SearchRequest,
     deadline: std::time::Duration,
 ) -> Result<Found> {
-    let by_words = |why, waited| -> Result<Found> {
-        Ok(Found {
-            hits: crate::recall::search::search(conn, req)?,
-            by_meaning: false,
-            words_alone_because: why,
-            waited,
-        })
-    };
     if deadline.is_zero() {
-        return by_words(None, None);
+        return Ok(Found {
+            hits: crate::recall::search::search(conn, req)?,
+            ..Found::default()
+        });
     }
     let interrupt = conn.get_interrupt_handle();
     std::thread::scope(|scope| {
@@ -210,20 +205,19 @@ pub fn find(
                 deadline,
             )
         });
-        match (answer, words) {
-            (Ok(hits), _) => Ok(Found {
+        match answer {
+            Ok(hits) => Ok(Found {
                 hits,
                 by_meaning: true,
                 words_alone_because: None,
                 waited: Some(waited),
             }),
-            (Err(e), Ok(hits)) => Ok(Found {
-                hits,
+            Err(e) => Ok(Found {
+                hits: words?,
                 by_meaning: false,
                 words_alone_because: Some(e.to_string()),
                 waited: Some(waited),
             }),
-            (Err(e), Err(_)) => by_words(Some(e.to_string()), Some(waited)),
         }
     })
 }

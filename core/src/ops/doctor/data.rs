@@ -66,16 +66,17 @@ pub(super) fn check_database(dir: &DataDir, out: &mut Vec<Finding>) -> Option<Co
             db::schema_version(&c).map(|v| (c, v))
         });
     match version {
-        Ok((c, v)) if v > db::SCHEMA_VERSION && db::too_new(&c, &path, v).is_corrupt() => {
-            out.push(finding(
-                "database",
-                Level::Fail,
-                db::too_new(&c, &path, v).to_string(),
-                Some(restore_hint(dir)),
-            ));
-            return None;
-        }
-        Ok((_, v)) if v > db::SCHEMA_VERSION => {
+        Ok((c, v)) if v > db::SCHEMA_VERSION => {
+            let why = db::too_new(&c, &path, v);
+            if why.is_corrupt() {
+                out.push(finding(
+                    "database",
+                    Level::Fail,
+                    why.to_string(),
+                    Some(restore_hint(dir)),
+                ));
+                return None;
+            }
             out.push(finding(
                 "schema",
                 Level::Fail,
