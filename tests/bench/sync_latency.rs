@@ -1,7 +1,7 @@
 //! Sync latency benchmark: the time from a memory written on one device to it being
 //! searchable on another, both with a running `cairn-worker`, through a real PostgreSQL
-//! server on loopback (Debian's binaries, a cluster of its own in a temp dir, as the sync
-//! tests start it).
+//! server on loopback (Debian's binaries, a cluster of its own in a temp dir: the sync
+//! tests' `tests/common/postgres.rs`).
 //!
 //! The memory is written on device A through `cairn_core::memory` (as the worker's writer
 //! stores one); the clock starts when its transaction commits and stops when device B's
@@ -14,96 +14,20 @@
 //! Run: `cargo bench -p cairn --bench sync_latency` (`CAIRN_BENCH_MEMORIES`, default 120
 //! per run). Prints p50, p90, p99 and the largest, in ms.
 
+// The tests use all of it; the benchmark only starts a server.
+#[allow(dead_code)]
+#[path = "../common/postgres.rs"]
+mod postgres;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cairn_core::memory::observations::{self, NewObservation};
 use cairn_core::memory::rows::ObservationContent;
 use cairn_core::memory::sessions;
 use cairn_core::store::{db, paths::DataDir};
-
-/// A PostgreSQL cluster of its own, stopped on drop (the sync tests' `Pg`, cut down).
-struct Pg {
-    tmp: tempfile::TempDir,
-    bin: PathBuf,
-    port: u16,
-    as_postgres: bool,
-}
-
-impl Pg {
-    fn start() -> Pg {
-        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .expect("PostgreSQL is installed (apt-get install postgresql)")
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("bin"))
-            .filter(|b| b.join("initdb").exists())
-            .collect();
-        found.sort();
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let as_postgres = rustix::process::geteuid().is_root();
-        if as_postgres {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777))
-                .expect("chmod");
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let pg = Pg {
-            bin: found.pop().expect("a PostgreSQL version with initdb"),
-            tmp,
-            port,
-            as_postgres,
-        };
-        let out = pg.tool(
-            "initdb",
-            &["-U", "cairn", "-A", "trust", "-E", "UTF8", "--no-sync"],
-        );
-        assert!(out.status.success(), "initdb: {}", text(&out.stderr));
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1",
-            pg.port,
-            pg.tmp.path().display()
-        );
-        let log = pg.tmp.path().join("server.log");
-        let log = log.to_str().expect("utf-8 path").to_string();
-        let out = pg.tool("pg_ctl", &["-w", "-l", &log, "-o", &opts, "start"]);
-        assert!(out.status.success(), "pg_ctl start: {}", text(&out.stderr));
-        pg
-    }
-
-    fn tool(&self, name: &str, args: &[&str]) -> Output {
-        let program = self.bin.join(name);
-        let mut c = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
-        };
-        c.args(args).arg("-D").arg(self.tmp.path().join("data"));
-        c.output().expect("run a PostgreSQL program")
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "postgres://cairn@127.0.0.1:{}/postgres?sslmode=disable",
-            self.port
-        )
-    }
-}
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let _ = self.tool("pg_ctl", &["-w", "-m", "immediate", "stop"]);
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use postgres::Pg;
 
 /// One machine: a data dir, and its worker once started.
 struct Device {
@@ -301,4 +225,8 @@ fn main() {
     );
     a.stop_worker();
     b.stop_worker();
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
