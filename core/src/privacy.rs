@@ -345,18 +345,13 @@ impl Ready<'_> {
         let f = &self.0;
         let mut out = Cow::Borrowed(s);
         if let Some(session) = self.1 {
-            let spans = session.spans(&out);
-            if !spans.is_empty() {
-                let mut o = String::with_capacity(out.len());
-                let mut cursor = 0;
-                for (a, b) in spans {
-                    o.push_str(&out[cursor..a]);
-                    o.push_str(REDACTED);
-                    cursor = b;
+            out = then(out, |text| {
+                let mut o = Splice::new(text);
+                for (a, b) in session.spans(text) {
+                    o.replace(a, b, REDACTED);
                 }
-                o.push_str(&out[cursor..]);
-                out = Cow::Owned(o);
-            }
+                o.done()
+            });
         }
         for secret in &f.secrets {
             if let Cow::Owned(o) = replace_whole(&out, secret) {
@@ -364,20 +359,17 @@ impl Ready<'_> {
             }
         }
         if f.key_material {
-            out = match redact_base64_runs(&out) {
-                Cow::Borrowed(_) => out,
-                Cow::Owned(o) => Cow::Owned(o),
-            };
+            out = then(out, redact_base64_runs);
         }
         if f.split_prefix {
             let lead = out.len() - out.trim_start().len();
             let n = run_len(out.as_bytes(), lead, b64url);
             if n >= 8 && rules::entropy(&out.as_bytes()[lead..lead + n]) > 3.0 {
-                let mut o = String::with_capacity(out.len());
-                o.push_str(&out[..lead]);
-                o.push_str(REDACTED);
-                o.push_str(&out[lead + n..]);
-                out = Cow::Owned(o);
+                out = then(out, |text| {
+                    let mut o = Splice::new(text);
+                    o.replace(lead, lead + n, REDACTED);
+                    o.done()
+                });
             }
         }
         out
@@ -388,28 +380,18 @@ impl Ready<'_> {
 /// and digits: `Redshift` in `RedshiftPermissions`) replaced by the marker.
 fn replace_whole<'a>(s: &'a str, secret: &str) -> Cow<'a, str> {
     let b = s.as_bytes();
-    let mut out: Option<String> = None;
-    let mut cursor = 0;
+    let mut out = Splice::new(s);
     for (at, _) in s.match_indices(secret) {
         let end = at + secret.len();
-        if at < cursor
+        if at < out.end
             || at > 0 && b[at - 1].is_ascii_alphanumeric()
             || b.get(end).is_some_and(u8::is_ascii_alphanumeric)
         {
             continue;
         }
-        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
-        o.push_str(&s[cursor..at]);
-        o.push_str(REDACTED);
-        cursor = end;
+        out.replace(at, end, REDACTED);
     }
-    match out {
-        None => Cow::Borrowed(s),
-        Some(mut o) => {
-            o.push_str(&s[cursor..]);
-            Cow::Owned(o)
-        }
-    }
+    out.done()
 }
 
 /// Runs of at least 64 base64 characters (line breaks inside allowed), redacted: in an
@@ -417,8 +399,8 @@ fn replace_whole<'a>(s: &'a str, secret: &str) -> Cow<'a, str> {
 fn redact_base64_runs(s: &str) -> Cow<'_, str> {
     let b = s.as_bytes();
     let is_b64 = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
-    let mut out: Option<String> = None;
-    let (mut cursor, mut i) = (0, 0);
+    let mut out = Splice::new(s);
+    let mut i = 0;
     while i < b.len() {
         if !is_b64(b[i]) {
             i += 1;
@@ -435,22 +417,61 @@ fn redact_base64_runs(s: &str) -> Cow<'_, str> {
         }
         i = last + 1;
         if chars >= 64 {
-            let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
-            o.push_str(&s[cursor..start]);
-            o.push_str("[REDACTED:private-key]");
-            cursor = i;
+            out.replace(start, i, "[REDACTED:private-key]");
         }
     }
-    match out {
-        None => Cow::Borrowed(s),
-        Some(mut o) => {
-            o.push_str(&s[cursor..]);
-            Cow::Owned(o)
+    out.done()
+}
+
+const REDACTED: &str = "[REDACTED]";
+
+/// A text made of `s` with spans replaced, left to right: `s` itself (borrowed) until the
+/// first replacement. What every pass of redaction writes its result with.
+struct Splice<'a> {
+    s: &'a str,
+    out: Option<String>,
+    /// The end of the last span replaced (0 before any).
+    end: usize,
+}
+
+impl<'a> Splice<'a> {
+    fn new(s: &'a str) -> Self {
+        Splice {
+            s,
+            out: None,
+            end: 0,
+        }
+    }
+
+    /// Replaces `s[start..end]` by `marker`; `start` is at or after the last span's end.
+    fn replace(&mut self, start: usize, end: usize, marker: &str) {
+        let o = self
+            .out
+            .get_or_insert_with(|| String::with_capacity(self.s.len()));
+        o.push_str(&self.s[self.end..start]);
+        o.push_str(marker);
+        self.end = end;
+    }
+
+    fn done(self) -> Cow<'a, str> {
+        match self.out {
+            None => Cow::Borrowed(self.s),
+            Some(mut o) => {
+                o.push_str(&self.s[self.end..]);
+                Cow::Owned(o)
+            }
         }
     }
 }
 
-const REDACTED: &str = "[REDACTED]";
+/// `text` through one more pass of redaction: what the pass made of it when it changed
+/// anything, else `text` as it was.
+fn then<'a>(text: Cow<'a, str>, pass: impl FnOnce(&str) -> Cow<'_, str>) -> Cow<'a, str> {
+    match pass(&text) {
+        Cow::Owned(o) => Cow::Owned(o),
+        Cow::Borrowed(_) => text,
+    }
+}
 
 // ---------------------------------------------------------------------------------------
 // Tags
@@ -494,17 +515,11 @@ pub fn strip_tags(s: &str) -> Cow<'_, str> {
             spans.push((start, end));
         }
     }
-    if spans.is_empty() {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut cursor = 0;
+    let mut out = Splice::new(s);
     for (start, end) in spans {
-        out.push_str(&s[cursor..start]);
-        cursor = end;
+        out.replace(start, end, "");
     }
-    out.push_str(&s[cursor..]);
-    Cow::Owned(out)
+    out.done()
 }
 
 /// True when the tag at `b[at..end]` sits between two equal quotes (`"`, `'`, `` ` ``).
@@ -762,22 +777,10 @@ pub fn redact(s: &str) -> Cow<'_, str> {
 /// [`redact`], pushing the text of every secret it redacts onto `secrets`.
 fn redact_into<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let tokens = redact_tokens(s, secrets);
-    let ruled = match redact_rules(&tokens, secrets) {
-        Cow::Borrowed(_) => tokens,
-        Cow::Owned(o) => Cow::Owned(o),
-    };
-    let assigned = match redact_assignments(&ruled, secrets) {
-        Cow::Borrowed(_) => ruled,
-        Cow::Owned(o) => Cow::Owned(o),
-    };
-    let shaped = match redact_shaped(&assigned, secrets) {
-        Cow::Borrowed(_) => assigned,
-        Cow::Owned(o) => Cow::Owned(o),
-    };
-    match redact_encoded(&shaped, secrets) {
-        Cow::Borrowed(_) => shaped,
-        Cow::Owned(o) => Cow::Owned(o),
-    }
+    let ruled = then(tokens, |t| redact_rules(t, secrets));
+    let assigned = then(ruled, |t| redact_assignments(t, secrets));
+    let shaped = then(assigned, |t| redact_shaped(t, secrets));
+    then(shaped, |t| redact_encoded(t, secrets))
 }
 
 /// Words that make a nearby value a credential (lowercase, matched as parts of words): a
@@ -1029,8 +1032,8 @@ fn names_a_commit(before: &str, t: &str) -> bool {
 /// `twilio token - '…'`), and values so random in shape that they are secrets anywhere.
 fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let b = s.as_bytes();
-    let mut out: Option<String> = None;
-    let (mut cursor, mut i) = (0, 0);
+    let mut out = Splice::new(s);
+    let mut i = 0;
     while i < b.len() {
         if !token_char(b[i]) || (i > 0 && token_char(b[i - 1])) {
             i += 1;
@@ -1171,18 +1174,9 @@ fn redact_shaped<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
             continue;
         }
         secrets.push(t.to_string());
-        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
-        o.push_str(&s[cursor..start]);
-        o.push_str(REDACTED);
-        cursor = end;
+        out.replace(start, end, REDACTED);
     }
-    match out {
-        None => Cow::Borrowed(s),
-        Some(mut o) => {
-            o.push_str(&s[cursor..]);
-            Cow::Owned(o)
-        }
-    }
+    out.done()
 }
 
 /// True when `b[start..end]` is a line of a wrapped base64 block (a mail's attachment, a
@@ -1249,8 +1243,8 @@ const MIN_ENCODED: usize = 24;
 fn redact_encoded<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let b = s.as_bytes();
     let is_b64 = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=');
-    let mut out: Option<String> = None;
-    let (mut cursor, mut i) = (0, 0);
+    let mut out = Splice::new(s);
+    let mut i = 0;
     while i < b.len() {
         if !is_b64(b[i]) || (i > 0 && is_b64(b[i - 1])) {
             i += 1;
@@ -1282,73 +1276,41 @@ fn redact_encoded<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
             continue;
         }
         secrets.push(s[start..i].to_string());
-        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
-        o.push_str(&s[cursor..start]);
-        o.push_str("[REDACTED:encoded]");
-        cursor = i;
+        out.replace(start, i, "[REDACTED:encoded]");
     }
-    match out {
-        None => Cow::Borrowed(s),
-        Some(mut o) => {
-            o.push_str(&s[cursor..]);
-            Cow::Owned(o)
-        }
-    }
+    out.done()
 }
 
 fn redact_rules<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
-    let found = rules::find(s);
-    if found.is_empty() {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut cursor = 0;
-    for f in found {
+    let mut out = Splice::new(s);
+    for f in rules::find(s) {
         secrets.push(s[f.start..f.end].to_string());
-        out.push_str(&s[cursor..f.start]);
-        out.push_str("[REDACTED:");
-        out.push_str(f.rule);
-        out.push(']');
-        cursor = f.end;
+        out.replace(f.start, f.end, &format!("[REDACTED:{}]", f.rule));
     }
-    out.push_str(&s[cursor..]);
-    Cow::Owned(out)
+    out.done()
 }
 
 fn redact_tokens<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let b = s.as_bytes();
-    let mut out: Option<String> = None;
-    let mut cursor = 0;
+    let mut out = Splice::new(s);
     let mut i = 0;
     while i < b.len() {
         if matches!(b[i], b'A' | b'g' | b's' | b'x' | b'h' | b'e' | b'-' | b'L')
             && let Some((len, kind)) = secret_at(b, i)
         {
             secrets.push(s[i..i + len].to_string());
-            let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
-            o.push_str(&s[cursor..i]);
-            o.push_str("[REDACTED:");
-            o.push_str(kind);
-            o.push(']');
+            out.replace(i, i + len, &format!("[REDACTED:{kind}]"));
             i += len;
-            cursor = i;
             continue;
         }
         i += 1;
     }
-    match out {
-        None => Cow::Borrowed(s),
-        Some(mut o) => {
-            o.push_str(&s[cursor..]);
-            Cow::Owned(o)
-        }
-    }
+    out.done()
 }
 
 fn redact_assignments<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str> {
     let b = s.as_bytes();
-    let mut out: Option<String> = None;
-    let mut cursor = 0;
+    let mut out = Splice::new(s);
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -1437,19 +1399,10 @@ fn redact_assignments<'a>(s: &'a str, secrets: &mut Vec<String>) -> Cow<'a, str>
             continue;
         }
         secrets.push(value.to_string());
-        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
-        o.push_str(&s[cursor..v_start]);
-        o.push_str(REDACTED);
-        cursor = v_end;
+        out.replace(v_start, v_end, REDACTED);
         i = v_end;
     }
-    match out {
-        None => Cow::Borrowed(s),
-        Some(mut o) => {
-            o.push_str(&s[cursor..]);
-            Cow::Owned(o)
-        }
-    }
+    out.done()
 }
 
 fn is_value_end(c: u8) -> bool {
