@@ -41,6 +41,11 @@ pub struct Request {
     pub limit: usize,
     /// `SearchRequest::min_relevance`.
     pub min_relevance: Option<f64>,
+    /// When the asker stops waiting (ms since the epoch): a request read after it is not
+    /// searched. A worker busy with an answer nobody waits for any more would make every
+    /// prompt queued behind it late too.
+    #[serde(default)]
+    pub answer_by_ms: Option<i64>,
 }
 
 impl Request {
@@ -53,6 +58,7 @@ impl Request {
             kinds: req.kinds.iter().map(|k| k.code()).collect(),
             limit: req.limit,
             min_relevance: req.min_relevance,
+            answer_by_ms: None,
         }
     }
 
@@ -122,8 +128,14 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
     };
     left()?;
     let mut stream = connect(socket).map_err(|e| io("cannot reach the worker", e))?;
-    let mut line = serde_json::to_vec(&Request::of(req))
-        .map_err(|e| Error::Invalid(format!("request: {e}")))?;
+    let asked = Request {
+        answer_by_ms: Some(
+            crate::clock::now_ms() + i64::try_from(deadline.as_millis()).unwrap_or(i64::MAX / 2),
+        ),
+        ..Request::of(req)
+    };
+    let mut line =
+        serde_json::to_vec(&asked).map_err(|e| Error::Invalid(format!("request: {e}")))?;
     line.push(b'\n');
     // A request fits a fresh socket's buffer: a write that would wait is an error.
     stream
@@ -218,6 +230,14 @@ pub fn answer(
     .map_err(|e| Error::io("cannot read a request", "recall socket", e))?;
     let req: Request =
         serde_json::from_str(&line).map_err(|e| Error::Invalid(format!("recall request: {e}")))?;
+    if req
+        .answer_by_ms
+        .is_some_and(|by| crate::clock::now_ms() >= by)
+    {
+        return Err(Error::Invalid(
+            "a request its asker stopped waiting for, not searched".into(),
+        ));
+    }
     let reply = match run(&req.to_search()) {
         Ok(hits) => Reply {
             hits: hits
@@ -301,6 +321,25 @@ mod tests {
         let hits = search(&path, &request(), Duration::from_secs(5)).expect("search");
         assert_eq!(hits, vec![hit(3)]);
         server.join().expect("join").expect("answer");
+    }
+
+    #[test]
+    fn a_request_nobody_waits_for_any_more_is_not_searched() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let path = tmp.path().join("recall.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        // The hook gives up after 20 ms; the worker, busy, reads its request later.
+        let err = search(&path, &request(), Duration::from_millis(20)).expect_err("late");
+        assert!(err.to_string().contains("within 20 ms"), "{err}");
+        std::thread::sleep(Duration::from_millis(5));
+        let (stream, _) = listener.accept().expect("accept");
+        let searched = std::cell::Cell::new(false);
+        let answered = answer(stream, Duration::from_secs(5), |_| {
+            searched.set(true);
+            Ok(Vec::new())
+        });
+        assert!(answered.is_err());
+        assert!(!searched.get());
     }
 
     #[test]

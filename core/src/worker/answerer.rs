@@ -2,7 +2,9 @@
 //! on the data dir's `run/recall.sock`, with a sentence model and vector index of its own
 //! (`recall::searcher::Searcher`), so that a prompt's hook finds memories by meaning
 //! without loading a model. One connection at a time, in arrival order; a hook that gave
-//! up has gone by words alone, and its late answer is written to a closed socket.
+//! up has gone by words alone: its request, when read after that, is not searched
+//! (`ask::Request::answer_by_ms`), and an answer it gave up on while it was searched is
+//! written to a closed socket.
 //!
 //! Without a model the thread does not listen (a hook then finds no socket and goes by
 //! words at once). The socket's directory is the owner's only (`0700`); a socket left by
