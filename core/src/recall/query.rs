@@ -104,6 +104,34 @@ impl Query {
         out
     }
 
+    /// For each group, whether it is one plain word (letters and digits only: not a
+    /// phrase, not a prefix, not a choice of terms).
+    pub fn plain_words(&self) -> Vec<bool> {
+        self.groups
+            .iter()
+            .map(|g| match g.as_slice() {
+                [t] => !t.prefix && t.text.chars().all(char::is_alphanumeric),
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// [`Query::fts_any`] of the groups whose place in `keep` is true (minus the excluded
+    /// terms), or `None` when none is kept.
+    pub fn fts_any_of(&self, keep: &[bool]) -> Option<String> {
+        let kept = Query {
+            groups: self
+                .groups
+                .iter()
+                .zip(keep)
+                .filter(|(_, k)| **k)
+                .map(|(g, _)| g.clone())
+                .collect(),
+            ..self.clone()
+        };
+        kept.fts_any()
+    }
+
     fn joined(&self, op: &str) -> Option<String> {
         if self.groups.is_empty() {
             return None;
@@ -556,6 +584,17 @@ mod tests {
         );
         assert_eq!(q.group_expressions(), vec![r#""lease""#, r#""fenced ack""#]);
         assert_eq!(parse("lease").fts_any().as_deref(), Some(r#""lease""#));
+        assert_eq!(
+            parse("lease worker -flaky")
+                .fts_any_of(&[false, true])
+                .as_deref(),
+            Some(r#"("worker") NOT "flaky""#)
+        );
+        assert_eq!(parse("lease worker").fts_any_of(&[false, false]), None);
+        assert_eq!(
+            parse(r#"lease "fenced ack" work* snake_case"#).plain_words(),
+            vec![true, false, false, true, true]
+        );
         assert_eq!(parse("-flaky").fts_any(), None);
     }
 

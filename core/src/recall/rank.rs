@@ -3,7 +3,8 @@
 //! A search by relevance gathers candidates from two sides, each with the filters applied
 //! exactly (inside the query, never to a fixed number of results afterwards):
 //! - the full-text side: the [`POOL`] best matches of each kind by BM25 (title weighted
-//!   most), over every row matching at least one of the query's words;
+//!   most), over every row matching at least one of the query's words that is not common
+//!   ([`COMMON_SHARE`]);
 //! - the meaning side: the [`POOL`] nearest vectors (`embed::index`), kept when their cosine
 //!   similarity reaches `embed.min_similarity`.
 //!
@@ -29,7 +30,7 @@ use super::embed::index::{Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
 use super::ranker::{LEAD_PLACE, Ranker, Signals};
-use super::sql::{Candidate, Filters, full_text_led, push_filters, table};
+use super::sql::{Candidate, Filters, full_text_led, full_text_ranked, push_filters, table};
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
 
@@ -40,6 +41,17 @@ pub const PROMPT_FACTOR: f64 = 0.8;
 /// Matches counted for a word's IDF; a word in more rows than this counts as that common.
 /// Bounds the cost of a very common word at a million rows.
 const IDF_COUNT_CAP: i64 = 1000;
+/// A word held by more than this share of a kind's rows (and more than
+/// [`COMMON_MIN_ROWS`]) is not looked for by itself in the full-text pool, unless it is the
+/// rarest of the query's words: BM25 scores every row a word matches, and a word held by a
+/// quarter of 100,000 memories costs 25 ms while its matches rarely reach the pool. It
+/// still counts in coverage, phrasing and rarity. Measured on the recall benchmarks with
+/// the share alone (no floor), as it acts at 100,000 memories: the pools of 50 hold the
+/// memory asked about for 0.907 of the questions, against 0.911 when every word is looked
+/// for (BENCHMARKS.md, "Prompt recall speed").
+const COMMON_SHARE: f64 = 0.05;
+/// See [`COMMON_SHARE`]: a word held by fewer rows costs little whatever its share.
+const COMMON_MIN_ROWS: i64 = 1000;
 /// The fewest rows a word's rarity is measured among: in a young memory of a few dozen
 /// rows no word could be rare, yet a word held by one of them is as telling as one held
 /// by one of a thousand. (Every benchmark corpus is larger: this changes none of them.)
@@ -93,6 +105,11 @@ pub(super) fn scored(
     semantic: Option<&Semantic>,
 ) -> Result<Vec<Scored>> {
     let pool = POOL.max(fetch);
+    let groups = q.group_expressions();
+    let counts = kinds
+        .iter()
+        .map(|&kind| Ok((kind, Counts::of(conn, kind, q, &groups)?)))
+        .collect::<Result<HashMap<Kind, Counts>>>()?;
     // The ids passing the filters the vector index does not hold; read before the scan,
     // which then needs nothing from the database.
     let allowed = match semantic {
@@ -118,7 +135,23 @@ pub(super) fn scored(
         });
         let pools: Result<Vec<_>> = kinds
             .iter()
-            .map(|&kind| Ok((kind, text_pool(conn, kind, any, f, pool)?)))
+            .map(|&kind| {
+                let held = &counts[&kind];
+                let searched = held.searched();
+                let expr = q.fts_any_of(&searched).unwrap_or_else(|| any.to_string());
+                let matches = held
+                    .held
+                    .iter()
+                    .zip(&searched)
+                    .filter(|(_, s)| **s)
+                    .map(|(n, _)| n)
+                    .sum();
+                let by_key = match &f.project {
+                    Some(p) => key_is_cheaper(conn, kind, p, matches)?,
+                    None => false,
+                };
+                Ok((kind, text_pool(conn, kind, &expr, f, pool, by_key)?))
+            })
             .collect();
         let closest = match scan.map(|h| h.join()) {
             Some(Ok(closest)) => Ok(closest),
@@ -191,7 +224,7 @@ pub(super) fn scored(
         }
     }
     let ranker = Ranker::shipped().pair(semantic.is_some());
-    let wording = wording(conn, q, &found, &scratch)?;
+    let wording = wording(conn, q, &counts, &found, &scratch)?;
     let duplicates = duplicates(conn, &found, &scratch)?;
 
     let best_bm25: HashMap<Kind, f64> = kinds
@@ -341,8 +374,9 @@ fn text_pool(
     any: &str,
     f: &Filters,
     pool: usize,
+    by_key: bool,
 ) -> Result<Vec<(i64, i64, f64)>> {
-    let (sql, args) = pool_statement(kind, any, f, pool);
+    let (sql, args) = pool_statement(kind, any, f, pool, by_key);
     let rows = conn
         .prepare_cached(&sql)?
         .query_map(params_from_iter(args), |r| {
@@ -352,19 +386,41 @@ fn text_pool(
     Ok(rows)
 }
 
-/// The statement of [`text_pool`] and its arguments. The project is in the MATCH
-/// expression; with no other filter, the best `pool` matches are taken from the full-text
-/// index alone and only they are joined to their rows (for their time).
+/// Whether a pool's project is cheaper matched by its key in the MATCH expression
+/// ([`full_text_led`]) than filtered on the rows ([`full_text_ranked`]): when the project
+/// holds fewer rows of the kind than the searched words match in every project (at least
+/// `matches`). BM25 then walks the key's doclist, the project's rows, for its IDF; the
+/// other way it scores every project's matches and drops the others'. Counts at most
+/// `matches` rows.
+fn key_is_cheaper(conn: &Connection, kind: Kind, project: &str, matches: i64) -> Result<bool> {
+    let rows: i64 = conn
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM (SELECT 1 FROM {} WHERE project = ?1 LIMIT ?2)",
+            table(kind).table
+        ))?
+        .query_row(params![project, matches], |r| r.get(0))?;
+    Ok(rows < matches)
+}
+
+/// The statement of [`text_pool`] and its arguments, the project matched `by_key` or
+/// filtered on the rows (see [`key_is_cheaper`]). With no other filter, the best `pool`
+/// matches are taken from the full-text index alone and only they are joined to their rows
+/// (for their time); otherwise the filters read the covering index.
 pub(super) fn pool_statement(
     kind: Kind,
     any: &str,
     f: &Filters,
     pool: usize,
+    by_key: bool,
 ) -> (String, Vec<Value>) {
     let t = table(kind);
     let fts = t.fts;
     let score = t.bm25();
-    let (mut args, wheres) = full_text_led(kind, any, f);
+    let (mut args, wheres) = if by_key {
+        full_text_led(kind, any, f)
+    } else {
+        full_text_ranked(kind, any, f)
+    };
     args.push(Value::Integer(pool as i64));
     let limit = args.len();
     let sql = if wheres.len() == 1 {
@@ -455,9 +511,74 @@ struct Wording {
     query_rarity: f64,
 }
 
+/// How many rows of a kind hold each of the query's word groups, counted up to a cap,
+/// and how many rows the kind has (its highest id).
+#[derive(Debug, Clone)]
+struct Counts {
+    rows: i64,
+    held: Vec<i64>,
+}
+
+impl Counts {
+    /// Counts each of `q`'s `groups` up to [`IDF_COUNT_CAP`], and a plain word held by
+    /// more on up to what makes it common. A phrase or a prefix is never common: counting
+    /// its matches reads their positions, and it is rarely held by many rows.
+    fn of(conn: &Connection, kind: Kind, q: &Query, groups: &[String]) -> Result<Counts> {
+        let t = table(kind);
+        let rows: i64 = conn
+            .prepare_cached(&format!("SELECT coalesce(max(id), 0) FROM {}", t.table))?
+            .query_row([], |r| r.get(0))?;
+        let count = |g: &str, cap: i64| -> Result<i64> {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ?1 LIMIT ?2)",
+                    fts = t.fts
+                ))?
+                .query_row(params![g, cap], |r| r.get(0))?)
+        };
+        let plain = q.plain_words();
+        let common = common_above(rows);
+        let held = groups
+            .iter()
+            .zip(plain)
+            .map(|(g, plain)| {
+                let n = count(g, IDF_COUNT_CAP)?;
+                if plain && n >= IDF_COUNT_CAP && common >= IDF_COUNT_CAP {
+                    count(g, common + 1)
+                } else {
+                    Ok(n)
+                }
+            })
+            .collect::<Result<Vec<i64>>>()?;
+        Ok(Counts { rows, held })
+    }
+
+    /// The groups the full-text pool looks for: the ones not common (see
+    /// [`COMMON_SHARE`]), and always the rarest.
+    fn searched(&self) -> Vec<bool> {
+        let limit = common_above(self.rows);
+        let rarest = self.held.iter().copied().min().unwrap_or(0);
+        let mut rarest_kept = false;
+        self.held
+            .iter()
+            .map(|&n| {
+                let keep = n <= limit || (n == rarest && !rarest_kept);
+                rarest_kept |= n == rarest;
+                keep
+            })
+            .collect()
+    }
+}
+
+/// The most rows a word may hold and not be common (see [`COMMON_SHARE`]).
+fn common_above(rows: i64) -> i64 {
+    COMMON_MIN_ROWS.max((rows as f64 * COMMON_SHARE) as i64)
+}
+
 fn wording(
     conn: &Connection,
     q: &Query,
+    counts: &HashMap<Kind, Counts>,
     found: &HashMap<(Kind, i64), Features>,
     scratch: &HashMap<Kind, String>,
 ) -> Result<HashMap<(Kind, i64), Wording>> {
@@ -469,19 +590,15 @@ fn wording(
     }
     for (kind, ids) in by_kind(found) {
         let t = table(kind);
-        let rows: i64 = conn
-            .prepare_cached(&format!("SELECT coalesce(max(id), 0) FROM {}", t.table))?
-            .query_row([], |r| r.get(0))?;
+        let Some(held) = counts.get(&kind) else {
+            continue;
+        };
+        let rows = held.rows;
         let mut idf = Vec::with_capacity(groups.len());
         let mut totals = Vec::with_capacity(groups.len());
         let mut counts = Vec::with_capacity(groups.len());
-        for g in &groups {
-            let n: i64 = conn
-                .prepare_cached(&format!(
-                    "SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ?1 LIMIT ?2)",
-                    fts = t.fts
-                ))?
-                .query_row(params![g, IDF_COUNT_CAP], |r| r.get(0))?;
+        for &n in &held.held {
+            let n = n.min(IDF_COUNT_CAP);
             let (n, total) = (n as f64, rows.max(n) as f64);
             idf.push(((total - n + 0.5) / (n + 0.5) + 1.0).ln());
             totals.push(total);
@@ -759,17 +876,20 @@ mod tests {
             until: Some(i64::MAX),
             ..Default::default()
         };
-        // With the project alone (in the MATCH expression), the pool is taken from the
-        // full-text index before any row is read.
+        // With the project alone, matched by its key or filtered on the rows, the
+        // full-text index leads.
         let project_only = Filters {
             project: Some("p".into()),
             ..Default::default()
         };
-        for (kind, filters) in Kind::ALL
+        for (kind, filters, by_key) in Kind::ALL
             .into_iter()
-            .flat_map(|k| [(k, &filters), (k, &project_only)])
+            .flat_map(|k| {
+                [false, true].map(|by_key| [(k, &filters, by_key), (k, &project_only, by_key)])
+            })
+            .flatten()
         {
-            let sql = pool_statement(kind, "x", filters, 1);
+            let sql = pool_statement(kind, "x", filters, 1, by_key);
             let mut stmt = f
                 .conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.0))
@@ -795,5 +915,52 @@ mod tests {
                 "{kind:?}:\n{rows}"
             );
         }
+    }
+
+    #[test]
+    fn a_common_word_is_not_looked_for_alone_but_still_counts() {
+        let mut f = fixture();
+        // "update" is in 1,050 of 1,100 rows (common), "pager" in two.
+        let mut pager = Vec::new();
+        for i in 0..1100 {
+            let title = match i {
+                0 | 1 => format!("Update the pager {i}"),
+                2..1050 => format!("Update dependency {i}"),
+                _ => format!("Tidy module {i}"),
+            };
+            let id = f.add(obs("p", "change", &title, "", T0 + i));
+            if i < 2 {
+                pager.push(id);
+            }
+        }
+        let filters = Filters {
+            project: Some("p".into()),
+            ..Filters::default()
+        };
+        let kinds = [Kind::Observation];
+        let candidates = |text: &str| {
+            let q = query::parse(text);
+            let any = q.fts_any().expect("words");
+            scored(&f.conn, &q, &any, &kinds, &filters, 20, None).expect("scored")
+        };
+        // The rows holding only the common word are not searched; the rare word's rows
+        // are, and their coverage counts the common word too.
+        let found = candidates("update pager");
+        let mut ids: Vec<i64> = found.iter().map(|s| s.candidate.id).collect();
+        ids.sort();
+        assert_eq!(ids, pager);
+        assert!(found.iter().all(|s| s.signals.coverage > 0.99));
+        // A query of common words alone still finds their rows.
+        assert_eq!(candidates("update dependency").len(), 50);
+        // In a young memory no word is common: the pool holds rows of "update" alone.
+        let mut young = fixture();
+        for i in 0..200 {
+            young.add(obs("p", "change", &format!("Update {i}"), "", T0 + i));
+        }
+        young.add(obs("p", "change", "pager", "", T0 + 30));
+        let q = query::parse("update pager");
+        let any = q.fts_any().expect("words");
+        let found = scored(&young.conn, &q, &any, &kinds, &filters, 20, None).expect("scored");
+        assert_eq!(found.len(), 50);
     }
 }

@@ -147,6 +147,27 @@ pub(super) fn full_text_led(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>,
     (args, wheres)
 }
 
+/// As [`full_text_led`], for a statement ordered by BM25: the project is a filter of the
+/// rows (`+t.project`, read from the covering index), not part of the MATCH expression.
+/// BM25 computes the IDF of every phrase of the expression by walking its whole doclist,
+/// and the project's key is in every row of the project (about 3 ms per statement at
+/// 100,000 memories of one project): when the words match fewer rows in all projects
+/// than the project holds, scoring them all and dropping the other projects' costs less
+/// (`rank::key_is_cheaper` chooses). The scores are the same: the key's column weighs
+/// nothing.
+pub(super) fn full_text_ranked(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>, Vec<String>) {
+    let unscoped = Filters {
+        project: None,
+        ..f.clone()
+    };
+    let (mut args, mut wheres) = full_text_led(kind, expr, &unscoped);
+    if let Some(p) = &f.project {
+        args.push(Value::Text(p.clone()));
+        wheres.push(format!("+t.project = ?{}", args.len()));
+    }
+    (args, wheres)
+}
+
 /// The word a project is indexed by in the `project_key` columns: `'x' || hex(project)`,
 /// as the tokenizer lowercases it.
 fn project_key(project: &str) -> String {
