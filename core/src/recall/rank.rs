@@ -50,6 +50,10 @@ const IDF_COUNT_CAP: i64 = 1000;
 /// memory asked about for 0.907 of the questions, against 0.911 when every word is looked
 /// for (BENCHMARKS.md, "Prompt recall speed").
 const COMMON_SHARE: f64 = 0.05;
+/// Matches below which a pool filters its project on the rows (see `key_is_cheaper`).
+const KEY_MATCHES: i64 = 2000;
+/// Matches sampled to tell whether they are mostly the project's (see `key_is_cheaper`).
+const KEY_SAMPLE: i64 = 500;
 /// See [`COMMON_SHARE`]: a word held by fewer rows costs little whatever its share.
 const COMMON_MIN_ROWS: i64 = 1000;
 /// The fewest rows a word's rarity is measured among: in a young memory of a few dozen
@@ -139,15 +143,12 @@ pub(super) fn scored(
                 let held = &counts[&kind];
                 let searched = held.searched();
                 let expr = q.fts_any_of(&searched).unwrap_or_else(|| any.to_string());
-                let matches = held
-                    .held
-                    .iter()
-                    .zip(&searched)
-                    .filter(|(_, s)| **s)
-                    .map(|(n, _)| n)
-                    .sum();
+                let kept = || held.held.iter().zip(&searched).filter(|(_, s)| **s);
+                // A count at the cap may stand for many more.
+                let many = kept().map(|(n, _)| n).sum::<i64>() >= KEY_MATCHES
+                    || kept().any(|(n, _)| *n >= IDF_COUNT_CAP);
                 let by_key = match &f.project {
-                    Some(p) => key_is_cheaper(conn, kind, p, matches)?,
+                    Some(p) => many && key_is_cheaper(conn, kind, &expr, p)?,
                     None => false,
                 };
                 Ok((kind, text_pool(conn, kind, &expr, f, pool, by_key)?))
@@ -387,19 +388,27 @@ fn text_pool(
 }
 
 /// Whether a pool's project is cheaper matched by its key in the MATCH expression
-/// ([`full_text_led`]) than filtered on the rows ([`full_text_ranked`]): when the project
-/// holds fewer rows of the kind than the searched words match in every project (at least
-/// `matches`). BM25 then walks the key's doclist, the project's rows, for its IDF; the
-/// other way it scores every project's matches and drops the others'. Counts at most
-/// `matches` rows.
-fn key_is_cheaper(conn: &Connection, kind: Kind, project: &str, matches: i64) -> Result<bool> {
-    let rows: i64 = conn
+/// ([`full_text_led`]) than filtered on the rows ([`full_text_ranked`]). Matching the key
+/// costs a walk of its doclist, every row of the project, for BM25's IDF (about 3 ms at
+/// 100,000 rows); filtering costs scoring and joining the other projects' matches of
+/// `expr`. Asked only when `expr` matches many rows (at least [`KEY_MATCHES`]; with
+/// fewer the filter costs less): the key when most of a sample of them (the first
+/// [`KEY_SAMPLE`]) are other projects'.
+fn key_is_cheaper(conn: &Connection, kind: Kind, expr: &str, project: &str) -> Result<bool> {
+    let t = table(kind);
+    let (sampled, own): (i64, i64) = conn
         .prepare_cached(&format!(
-            "SELECT count(*) FROM (SELECT 1 FROM {} WHERE project = ?1 LIMIT ?2)",
-            table(kind).table
+            "SELECT count(*), coalesce(sum(t.project = ?2), 0) FROM
+               (SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?1 LIMIT ?3) m
+             JOIN {table} t INDEXED BY {index} ON t.id = m.id",
+            fts = t.fts,
+            table = t.table,
+            index = t.search_index,
         ))?
-        .query_row(params![project, matches], |r| r.get(0))?;
-    Ok(rows < matches)
+        .query_row(params![expr, project, KEY_SAMPLE], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    Ok(own * 2 < sampled)
 }
 
 /// The statement of [`text_pool`] and its arguments, the project matched `by_key` or
@@ -521,8 +530,9 @@ struct Counts {
 
 impl Counts {
     /// Counts each of `q`'s `groups` up to [`IDF_COUNT_CAP`], and a plain word held by
-    /// more on up to what makes it common. A phrase or a prefix is never common: counting
-    /// its matches reads their positions, and it is rarely held by many rows.
+    /// more on up to what makes it common when there are other groups (a lone group is
+    /// looked for whatever its count). A phrase or a prefix is never common: counting its
+    /// matches reads their positions, and it is rarely held by many rows.
     fn of(conn: &Connection, kind: Kind, q: &Query, groups: &[String]) -> Result<Counts> {
         let t = table(kind);
         let rows: i64 = conn
@@ -543,7 +553,7 @@ impl Counts {
             .zip(plain)
             .map(|(g, plain)| {
                 let n = count(g, IDF_COUNT_CAP)?;
-                if plain && n >= IDF_COUNT_CAP && common >= IDF_COUNT_CAP {
+                if plain && groups.len() > 1 && n >= IDF_COUNT_CAP && common >= IDF_COUNT_CAP {
                     count(g, common + 1)
                 } else {
                     Ok(n)
@@ -962,5 +972,38 @@ mod tests {
         let any = q.fts_any().expect("words");
         let found = scored(&young.conn, &q, &any, &kinds, &filters, 20, None).expect("scored");
         assert_eq!(found.len(), 50);
+    }
+
+    #[test]
+    fn a_small_project_among_many_matches_is_matched_by_its_key() {
+        let mut f = fixture();
+        for i in 0..600 {
+            f.add(obs("big", "change", &format!("Update {i}"), "", T0 + i));
+        }
+        for i in 0..20 {
+            f.add(obs(
+                "small",
+                "change",
+                &format!("Update small {i}"),
+                "",
+                T0 + i,
+            ));
+        }
+        let expr = r#""update""#;
+        let cheaper = |project: &str| {
+            key_is_cheaper(&f.conn, Kind::Observation, expr, project).expect("sample")
+        };
+        assert!(cheaper("small"));
+        assert!(!cheaper("big"));
+        // Either way the pool holds the project's rows only.
+        let small = Filters {
+            project: Some("small".into()),
+            ..Filters::default()
+        };
+        for by_key in [false, true] {
+            let rows =
+                text_pool(&f.conn, Kind::Observation, expr, &small, 50, by_key).expect("pool");
+            assert_eq!(rows.len(), 20);
+        }
     }
 }

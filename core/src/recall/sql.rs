@@ -151,8 +151,8 @@ pub(super) fn full_text_led(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>,
 /// rows (`+t.project`, read from the covering index), not part of the MATCH expression.
 /// BM25 computes the IDF of every phrase of the expression by walking its whole doclist,
 /// and the project's key is in every row of the project (about 3 ms per statement at
-/// 100,000 memories of one project): when the words match fewer rows in all projects
-/// than the project holds, scoring them all and dropping the other projects' costs less
+/// 100,000 memories of one project): unless the words match many rows, most of them
+/// other projects', scoring them all and dropping the others' costs less
 /// (`rank::key_is_cheaper` chooses). The scores are the same: the key's column weighs
 /// nothing.
 pub(super) fn full_text_ranked(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>, Vec<String>) {
