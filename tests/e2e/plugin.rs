@@ -800,6 +800,13 @@ fn a_plugin_from_a_checkout_is_built_from_it_and_imports_what_ran_meanwhile() {
         "{}",
         log(&data)
     );
+    // The server starts as soon as the binaries are there; the installer goes on to the
+    // import, which removes the request when it is done.
+    let started = Instant::now();
+    while data.join("install-requested").exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "{}", log(&data));
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let calls = tools.calls();
     let checkout = tools.checkout().canonicalize().expect("checkout");
     assert!(
