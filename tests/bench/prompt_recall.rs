@@ -51,7 +51,9 @@ use cairn_core::recall::embed::store::{self, Queued};
 use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
-use moments::{context, hook, model_dir, pct, prompt, words_alone_count, worker, worker_waits};
+use moments::{
+    context, hook, model_dir, pct, prompt, words_alone_count, worker, worker_meanings, worker_waits,
+};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -439,6 +441,19 @@ fn speed() {
             .0
         });
         waited("UserPromptSubmit, worker running");
+        let halves = worker_meanings(&data);
+        let halves = &halves[halves.len().saturating_sub(runs)..];
+        let median = |f: fn(&(f64, f64)) -> f64| {
+            let mut v: Vec<f64> = halves.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        println!(
+            "the worker's half (embedding the prompt, its nearest neighbours), worker running: p50 {:.1} ms, of which embedding p50 {:.1} ms ({} logged)",
+            median(|h| h.0),
+            median(|h| h.1),
+            halves.len()
+        );
         case("PreToolUse Read, worker running", &|i| {
             hook(&data, &read(i + runs), &[]).0
         });

@@ -31,7 +31,7 @@ use cairn_core::memory::sessions;
 use cairn_core::recall::context;
 use cairn_core::recall::embed::index::VectorIndex;
 use cairn_core::recall::embed::{bits_of, model, quantize};
-use cairn_core::recall::rank::Semantic;
+use cairn_core::recall::rank::{Meaning, Semantic};
 use cairn_core::recall::search::{self, Order, SearchRequest};
 use cairn_core::recall::sql::Filters;
 use cairn_core::settings::ContextSettings;
@@ -816,12 +816,15 @@ fn run_semantic(n: usize) {
         let hits = match searcher.as_mut() {
             Some(s) => s.search(&conn, &c.req).expect("search"),
             None => {
-                let v = std::sync::OnceLock::from(unit_vector(&mut rng));
-                let semantic = Semantic {
-                    index: &index,
-                    query: &v,
-                    model: &model_id,
+                let meaning = std::sync::OnceLock::from(Meaning {
+                    vector: unit_vector(&mut rng),
+                    model: model_id.clone(),
                     min_similarity: 0.2,
+                    neighbours: None,
+                });
+                let semantic = Semantic {
+                    index: Some(&index),
+                    meaning: &meaning,
                 };
                 search::search_with(&conn, &c.req, Some(&semantic)).expect("search")
             }

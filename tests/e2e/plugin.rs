@@ -804,7 +804,11 @@ fn a_plugin_from_a_checkout_is_built_from_it_and_imports_what_ran_meanwhile() {
     // import, which removes the request when it is done.
     let started = Instant::now();
     while data.join("install-requested").exists() {
-        assert!(started.elapsed() < Duration::from_secs(60), "{}", log(&data));
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{}",
+            log(&data)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let calls = tools.calls();

@@ -1,10 +1,13 @@
-//! Search by meaning asked of the running worker, which has the sentence model loaded,
-//! over a Unix socket in an owner-only directory of the data dir (`run/recall.sock`; no
-//! TCP listener): the hook's side ([`search`], under a strict deadline) and the worker's
-//! ([`answer`], one connection). The wire is one JSON line each way: a [`Request`] (the
-//! search: query, project, kinds, limit) and a [`Reply`] (the hits, or why none).
+//! Search by meaning asked of the running worker, which has the sentence model and the
+//! index of stored vectors loaded, over a Unix socket in an owner-only directory of the
+//! data dir (`run/recall.sock`; no TCP listener): the hook's side ([`meaning`], under a
+//! strict deadline) and the worker's ([`answer`], one connection). The wire is one JSON
+//! line each way: a [`Request`] (the search: query, project, kinds, limit) and a [`Reply`]
+//! (the query's vector and its nearest neighbours, `rank::Meaning`, or why none). The
+//! worker embeds and scans; the hook ranks, with the full-text pools it gathered while the
+//! worker worked.
 //!
-//! Invariants: [`search`] ends within a millisecond of its deadline, when the process is
+//! Invariants: [`meaning`] ends within a millisecond of its deadline, when the process is
 //! scheduled: it never blocks (the connect, the write and the reads are non-blocking, and
 //! it looks for the answer every millisecond until the deadline); any failure (no worker,
 //! a slow or stopped one, one killed mid-answer, a reply that does not parse) is an error
@@ -20,10 +23,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
-use crate::recall::search::{Hit, Order, SearchRequest};
+use crate::recall::embed::index::Neighbour;
+use crate::recall::rank::Meaning;
+use crate::recall::search::{Order, SearchRequest};
 use crate::recall::sql::Filters;
 
-/// Longest reply read, in bytes: far above what the limit of hits a prompt asks for takes.
+/// Longest reply read, in bytes: far above what a vector and the neighbours a prompt's
+/// search weighs take (about 8 KB).
 const MAX_REPLY: u64 = 1 << 20;
 /// How often a hook looks for the worker's answer: the wait ends within this of the
 /// deadline (socket timeouts would end it up to a scheduler tick, several ms, after).
@@ -84,34 +90,32 @@ impl Request {
     }
 }
 
-/// One hit on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct WireHit {
+/// One neighbour on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct WireNeighbour {
     kind: i64,
     id: i64,
-    project: String,
     created_at: i64,
-    label: String,
-    title: String,
-    snippet: String,
-    score: Option<f64>,
-    relevance: f64,
-    #[serde(default)]
-    device: Option<String>,
+    similarity: f32,
 }
 
 /// The worker's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reply {
-    hits: Vec<WireHit>,
-    /// Why there are no hits to trust (the search failed, no model): the hook goes by
+    /// The query's unit vector (f32 survives JSON exactly).
+    vector: Vec<f32>,
+    model: String,
+    min_similarity: f32,
+    /// The nearest neighbours in the request's scope, best first.
+    neighbours: Vec<WireNeighbour>,
+    /// Why there is no meaning to use (the search failed, no model): the hook goes by
     /// words alone.
     error: Option<String>,
 }
 
-/// Asks the worker listening on `socket` for `req`'s hits, found by words and meaning,
-/// within `deadline`. An error when it cannot answer in time, or at all.
-pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Vec<Hit>> {
+/// Asks the worker listening on `socket` for the meaning of `req`'s query and its nearest
+/// neighbours, within `deadline`. An error when it cannot answer in time, or at all.
+pub fn meaning(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Meaning> {
     let until = Instant::now() + deadline;
     let left = || {
         until
@@ -175,24 +179,25 @@ pub fn search(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<
             "the worker could not search: {why}"
         )));
     }
-    Ok(reply
-        .hits
-        .into_iter()
-        .filter_map(|h| {
-            Some(Hit {
-                kind: Kind::from_code(h.kind)?,
-                id: h.id,
-                project: h.project,
-                created_at: h.created_at,
-                label: h.label,
-                title: h.title,
-                snippet: h.snippet,
-                score: h.score,
-                relevance: h.relevance,
-                device: h.device,
-            })
-        })
-        .collect())
+    Ok(Meaning {
+        vector: reply.vector,
+        model: reply.model,
+        min_similarity: reply.min_similarity,
+        neighbours: Some(
+            reply
+                .neighbours
+                .into_iter()
+                .filter_map(|n| {
+                    Some(Neighbour {
+                        kind: Kind::from_code(n.kind)?,
+                        id: n.id,
+                        created_at: n.created_at,
+                        similarity: n.similarity,
+                    })
+                })
+                .collect(),
+        ),
+    })
 }
 
 /// Connects to the worker's socket without waiting: the stream is non-blocking. A worker
@@ -213,7 +218,7 @@ fn connect(socket: &Path) -> std::io::Result<UnixStream> {
 pub fn answer(
     stream: UnixStream,
     wait: Duration,
-    run: impl FnOnce(&SearchRequest) -> Result<Vec<Hit>>,
+    run: impl FnOnce(&SearchRequest) -> Result<Meaning>,
 ) -> Result<()> {
     stream
         .set_read_timeout(Some(wait))
@@ -239,26 +244,28 @@ pub fn answer(
         ));
     }
     let reply = match run(&req.to_search()) {
-        Ok(hits) => Reply {
-            hits: hits
+        Ok(m) => Reply {
+            vector: m.vector,
+            model: m.model,
+            min_similarity: m.min_similarity,
+            neighbours: m
+                .neighbours
+                .unwrap_or_default()
                 .into_iter()
-                .map(|h| WireHit {
-                    kind: h.kind.code(),
-                    id: h.id,
-                    project: h.project,
-                    created_at: h.created_at,
-                    label: h.label,
-                    title: h.title,
-                    snippet: h.snippet,
-                    score: h.score,
-                    relevance: h.relevance,
-                    device: h.device,
+                .map(|n| WireNeighbour {
+                    kind: n.kind.code(),
+                    id: n.id,
+                    created_at: n.created_at,
+                    similarity: n.similarity,
                 })
                 .collect(),
             error: None,
         },
         Err(e) => Reply {
-            hits: Vec::new(),
+            vector: Vec::new(),
+            model: String::new(),
+            min_similarity: 0.0,
+            neighbours: Vec::new(),
             error: Some(e.to_string()),
         },
     };
@@ -275,18 +282,17 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
 
-    fn hit(id: i64) -> Hit {
-        Hit {
-            kind: Kind::Summary,
-            id,
-            project: "web".into(),
-            created_at: 5,
-            label: "summary".into(),
-            title: "t".into(),
-            snippet: "s".into(),
-            score: Some(0.7),
-            relevance: 0.6,
-            device: Some("laptop".into()),
+    fn meant() -> Meaning {
+        Meaning {
+            vector: vec![0.6, -0.8, 1.0e-7, 0.333_333_34],
+            model: "m".into(),
+            min_similarity: 0.2,
+            neighbours: Some(vec![Neighbour {
+                kind: Kind::Summary,
+                id: 3,
+                created_at: 5,
+                similarity: 0.712_345_7,
+            }]),
         }
     }
 
@@ -304,7 +310,7 @@ mod tests {
     }
 
     #[test]
-    fn a_search_crosses_the_socket_and_back() {
+    fn a_query_s_meaning_crosses_the_socket_and_back() {
         let tmp = tempfile::tempdir().expect("tmp");
         let path = tmp.path().join("recall.sock");
         let listener = UnixListener::bind(&path).expect("bind");
@@ -315,11 +321,12 @@ mod tests {
                 assert_eq!(req.filters.project.as_deref(), Some("web"));
                 assert_eq!(req.kinds, vec![Kind::Observation, Kind::Summary]);
                 assert_eq!(req.limit, 12);
-                Ok(vec![hit(3)])
+                Ok(meant())
             })
         });
-        let hits = search(&path, &request(), Duration::from_secs(5)).expect("search");
-        assert_eq!(hits, vec![hit(3)]);
+        // Every float crosses exactly: the hook ranks as the worker would.
+        let got = meaning(&path, &request(), Duration::from_secs(5)).expect("meaning");
+        assert_eq!(got, meant());
         server.join().expect("join").expect("answer");
     }
 
@@ -329,14 +336,14 @@ mod tests {
         let path = tmp.path().join("recall.sock");
         let listener = UnixListener::bind(&path).expect("bind");
         // The hook gives up after 20 ms; the worker, busy, reads its request later.
-        let err = search(&path, &request(), Duration::from_millis(20)).expect_err("late");
+        let err = meaning(&path, &request(), Duration::from_millis(20)).expect_err("late");
         assert!(err.to_string().contains("within 20 ms"), "{err}");
         std::thread::sleep(Duration::from_millis(5));
         let (stream, _) = listener.accept().expect("accept");
         let searched = std::cell::Cell::new(false);
         let answered = answer(stream, Duration::from_secs(5), |_| {
             searched.set(true);
-            Ok(Vec::new())
+            Ok(Meaning::default())
         });
         assert!(answered.is_err());
         assert!(!searched.get());
@@ -346,11 +353,11 @@ mod tests {
     fn no_worker_a_silent_one_or_a_failed_search_is_an_error() {
         let tmp = tempfile::tempdir().expect("tmp");
         let path = tmp.path().join("recall.sock");
-        assert!(search(&path, &request(), Duration::from_millis(20)).is_err());
+        assert!(meaning(&path, &request(), Duration::from_millis(20)).is_err());
 
         // Accepted (by the kernel's backlog) and never answered: the deadline ends it.
         let listener = UnixListener::bind(&path).expect("bind");
-        let err = search(&path, &request(), Duration::from_millis(30)).expect_err("silent");
+        let err = meaning(&path, &request(), Duration::from_millis(30)).expect_err("silent");
         assert!(
             err.to_string().contains("in time") || err.to_string().contains("answer"),
             "{err}"
@@ -372,7 +379,7 @@ mod tests {
                     break;
                 }
             }
-            let searched = search(&filler, &request(), Duration::from_millis(20)).is_err();
+            let searched = meaning(&filler, &request(), Duration::from_millis(20)).is_err();
             let _ = done.send((refused, searched));
         });
         let (refused, searched) = finished
@@ -389,7 +396,7 @@ mod tests {
                 Err(Error::Invalid("no model".into()))
             })
         });
-        let err = search(&path, &request(), Duration::from_secs(5)).expect_err("failed");
+        let err = meaning(&path, &request(), Duration::from_secs(5)).expect_err("failed");
         assert!(err.to_string().contains("no model"), "{err}");
         server.join().expect("join").expect("answer");
     }

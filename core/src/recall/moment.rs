@@ -22,6 +22,7 @@ use crate::error::Result;
 use crate::memory::kind::Kind;
 use crate::memory::told::{self, Given};
 use crate::recall::context::tokens;
+use crate::recall::rank::{Promise, Semantic};
 use crate::recall::search::{Hit, Order, SearchRequest};
 use crate::recall::snippet::{one_line, render_marks, shorten};
 use crate::recall::sql::Filters;
@@ -171,54 +172,53 @@ pub struct Found {
     pub waited: Option<std::time::Duration>,
 }
 
-/// Runs a prompt's search as the hook does: by the running worker listening on `socket`
-/// (words and meaning) when it answers within `deadline`, else by words alone on `conn`
-/// (at once when `deadline` is zero). The worker is asked on a thread of its own while the
-/// search by words runs here, so a prompt pays the longer of the two, not their sum; an
-/// answer from the worker interrupts the search by words, whose result is then not needed.
+/// Runs a prompt's search as the hook does: by words and meaning when the running worker
+/// listening on `socket` sends the query's meaning (its vector and nearest neighbours)
+/// within `deadline`, else by words alone on `conn` (at once when `deadline` is zero). The
+/// worker is asked on a thread of its own while the full-text pools are gathered here, so
+/// a prompt pays the longer of the two, not their sum; the ranking is this process's.
 pub fn find(
     conn: &Connection,
     socket: &std::path::Path,
     req: &SearchRequest,
     deadline: std::time::Duration,
 ) -> Result<Found> {
-    if deadline.is_zero() {
+    let ranked = req.order == Order::Relevance
+        && crate::recall::query::parse(&req.query).fts_any().is_some();
+    if deadline.is_zero() || !ranked {
         return Ok(Found {
             hits: crate::recall::search::search(conn, req)?,
             ..Found::default()
         });
     }
-    let interrupt = conn.get_interrupt_handle();
+    let meaning = std::sync::OnceLock::new();
     std::thread::scope(|scope| {
         let asking = scope.spawn(|| {
+            let promise = Promise(&meaning);
             let asked = std::time::Instant::now();
-            let answer = crate::recall::ask::search(socket, req, deadline);
-            if answer.is_ok() {
-                interrupt.interrupt();
-            }
-            (answer, asked.elapsed())
+            let why = match crate::recall::ask::meaning(socket, req, deadline) {
+                Ok(m) => {
+                    promise.keep(m);
+                    None
+                }
+                Err(e) => Some(e.to_string()),
+            };
+            (why, asked.elapsed())
         });
-        let words = crate::recall::search::search(conn, req);
-        let (answer, waited) = asking.join().unwrap_or_else(|_| {
-            (
-                Err(crate::Error::Invalid("asking the worker panicked".into())),
-                deadline,
-            )
-        });
-        match answer {
-            Ok(hits) => Ok(Found {
-                hits,
-                by_meaning: true,
-                words_alone_because: None,
-                waited: Some(waited),
-            }),
-            Err(e) => Ok(Found {
-                hits: words?,
-                by_meaning: false,
-                words_alone_because: Some(e.to_string()),
-                waited: Some(waited),
-            }),
-        }
+        let semantic = Semantic {
+            index: None,
+            meaning: &meaning,
+        };
+        let hits = crate::recall::search::search_with(conn, req, Some(&semantic));
+        let (why, waited) = asking
+            .join()
+            .unwrap_or_else(|_| (Some("asking the worker panicked".into()), deadline));
+        Ok(Found {
+            hits: hits?,
+            by_meaning: why.is_none(),
+            words_alone_because: why,
+            waited: Some(waited),
+        })
     })
 }
 
@@ -440,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prompt_takes_the_workers_answer_else_its_own_search_by_words() {
+    fn a_prompt_ranks_the_workers_neighbours_with_its_words_else_goes_by_words_alone() {
         use std::os::unix::net::UnixListener;
         use std::time::Duration;
         let mut f = fixture();
@@ -451,34 +451,53 @@ mod tests {
             "the session cookie expired",
             T0,
         ));
-        let req = prompt_request("web", "why do the login tests fail?", &settings());
+        // No word of the prompt: only meaning finds it.
+        let near = f.add(obs(
+            "web",
+            "gotcha",
+            "Sign-in suite breaks in the pipeline",
+            "clock skew on the runners",
+            T0 + 1,
+        ));
+        let req = SearchRequest {
+            min_relevance: Some(0.0),
+            ..prompt_request("web", "why do the login tests fail?", &settings())
+        };
         let tmp = tempfile::tempdir().expect("tmp");
         let socket = tmp.path().join("recall.sock");
+        let ids = |found: &Found| found.hits.iter().map(|h| h.id).collect::<Vec<_>>();
 
         // No worker: by words alone, and why.
         let found = find(&f.conn, &socket, &req, Duration::from_millis(20)).expect("find");
         assert!(!found.by_meaning);
         assert!(found.words_alone_because.is_some());
-        assert_eq!(found.hits.first().map(|h| h.id), Some(id));
+        assert_eq!(ids(&found), vec![id]);
 
-        // A worker answering: its answer, whatever the words found.
+        // A worker answering: its neighbours ranked with the words found here.
         let listener = UnixListener::bind(&socket).expect("bind");
         let server = std::thread::spawn(move || {
             let (stream, _) = listener.accept().expect("accept");
-            crate::recall::ask::answer(stream, Duration::from_secs(5), |_| Ok(Vec::new()))
+            crate::recall::ask::answer(stream, Duration::from_secs(5), |asked| {
+                assert_eq!(asked.query, "why do the login tests fail?");
+                Ok(crate::recall::rank::Meaning {
+                    vector: vec![1.0, 0.0],
+                    model: "m".into(),
+                    min_similarity: 0.2,
+                    neighbours: Some(vec![crate::recall::embed::index::Neighbour {
+                        kind: Kind::Observation,
+                        id: near,
+                        created_at: T0 + 1,
+                        similarity: 0.9,
+                    }]),
+                })
+            })
         });
         let found = find(&f.conn, &socket, &req, Duration::from_secs(5)).expect("find");
         server.join().expect("join").expect("answer");
-        assert!(found.by_meaning);
-        assert!(found.hits.is_empty(), "{:?}", found.hits);
-        // The connection the worker's answer interrupted still serves the hook.
-        assert_eq!(
-            search(&f.conn, &req)
-                .expect("search after")
-                .first()
-                .map(|h| h.id),
-            Some(id)
-        );
+        assert!(found.by_meaning, "{:?}", found.words_alone_because);
+        let mut got = ids(&found);
+        got.sort_unstable();
+        assert_eq!(got, vec![id, near]);
     }
 
     #[test]

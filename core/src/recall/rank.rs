@@ -5,8 +5,9 @@
 //! - the full-text side: the [`POOL`] best matches of each kind by BM25 (title weighted
 //!   most), over every row matching at least one of the query's words that is not common
 //!   ([`COMMON_SHARE`]);
-//! - the meaning side: the [`POOL`] nearest vectors (`embed::index`), kept when their cosine
-//!   similarity reaches `embed.min_similarity`.
+//! - the meaning side: the [`POOL`] nearest vectors (`embed::index`, scanned here or, for a
+//!   hook, by the worker: [`Meaning::neighbours`]), kept when their cosine similarity
+//!   reaches `embed.min_similarity`.
 //!
 //! Every candidate is then measured ([`Signals`]: BM25, similarity, coverage of the
 //! query's words in the memory and in its title, phrasing, how it stands out of the
@@ -26,7 +27,7 @@ use std::sync::OnceLock;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
-use super::embed::index::{Scope, VectorIndex};
+use super::embed::index::{Neighbour, Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
 use super::ranker::{LEAD_PLACE, Ranker, Signals};
@@ -61,18 +62,51 @@ const COMMON_MIN_ROWS: i64 = 1000;
 /// by one of a thousand. (Every benchmark corpus is larger: this changes none of them.)
 const RARITY_ROWS: f64 = 1000.0;
 
-/// What search by meaning needs: the index of stored vectors and the query's vector.
+/// What search by meaning needs: the query's vector and its nearest stored neighbours. A
+/// process holding the index of stored vectors (the CLI, the MCP server, the worker) scans
+/// it itself; a hook, which holds no model and no index, is sent both by the worker
+/// (`recall::ask`) and ranks them with its own full-text pools.
 #[derive(Debug)]
 pub struct Semantic<'a> {
-    pub index: &'a VectorIndex,
-    /// Unit vector of the query text, by the index's model: set by the thread embedding
-    /// it while the full-text side runs (empty when embedding failed; then nothing is
-    /// found by meaning). Ranking waits for it only when it needs it.
-    pub query: &'a OnceLock<Vec<f32>>,
-    /// Model that made `query` (only vectors of this model are compared).
-    pub model: &'a str,
+    /// The index scanned for the neighbours when [`Meaning::neighbours`] brings none.
+    pub index: Option<&'a VectorIndex>,
+    /// Set by whoever embeds the query while the full-text side runs. Ranking waits for it
+    /// only when it needs it; it must be set in the end, if only to a default (nothing is
+    /// then found by meaning).
+    pub meaning: &'a OnceLock<Meaning>,
+}
+
+/// The query by meaning, once embedded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Meaning {
+    /// Unit vector of the query text (empty when embedding failed: nothing is then found
+    /// by meaning).
+    pub vector: Vec<f32>,
+    /// Model that made `vector` (only vectors of this model are compared).
+    pub model: String,
     /// Lowest similarity for a candidate found by meaning alone.
     pub min_similarity: f32,
+    /// Its nearest neighbours in the search's scope, best first, when found already
+    /// ([`nearest`], by the worker); `None` has the index scanned.
+    pub neighbours: Option<Vec<Neighbour>>,
+}
+
+/// The promise of a [`Semantic::meaning`], held by whoever embeds the query: kept with the
+/// meaning, or, dropped unkept (a failure, a panic), kept with the default, so a ranking
+/// waiting for it never waits forever.
+#[derive(Debug)]
+pub struct Promise<'a>(pub &'a OnceLock<Meaning>);
+
+impl Promise<'_> {
+    pub fn keep(self, meaning: Meaning) {
+        let _ = self.0.set(meaning);
+    }
+}
+
+impl Drop for Promise<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.set(Meaning::default());
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -120,23 +154,20 @@ pub(super) fn scored(
         Some(_) => allowed_ids(conn, kinds, f)?,
         None => None,
     };
-    let scope = Scope {
-        kinds,
-        project: f.project.as_deref(),
-        since: f.since,
-        until: f.until,
-        allowed: allowed.as_ref(),
-    };
+    let scope = scope_of(kinds, f, allowed.as_ref());
     // The bit scan of the vectors runs on a thread of its own (once the query's vector is
-    // there) while this one gathers the full-text pools.
+    // there, unless its neighbours came with it) while this one gathers the full-text pools.
     let (pools, closest) = std::thread::scope(|threads| {
-        let scan = semantic.map(|s| {
-            let scope = &scope;
-            threads.spawn(move || {
-                let query = s.query.wait();
-                (!query.is_empty()).then(|| s.index.closest(query, pool, scope))
-            })
-        });
+        let scan = semantic
+            .and_then(|s| Some((s.meaning, s.index?)))
+            .map(|(meaning, index)| {
+                let scope = &scope;
+                threads.spawn(move || {
+                    let m = meaning.wait();
+                    (m.neighbours.is_none() && !m.vector.is_empty())
+                        .then(|| (index, index.closest(&m.vector, pool, scope)))
+                })
+            });
         let pools: Result<Vec<_>> = kinds
             .iter()
             .map(|&kind| {
@@ -176,16 +207,27 @@ pub(super) fn scored(
             );
         }
     }
-    let semantic = semantic.and_then(|s| {
-        let query = s.query.wait();
-        (!query.is_empty()).then_some((s, query.as_slice()))
-    });
+    let meaning = semantic
+        .map(|s| s.meaning.wait())
+        .filter(|m| !m.vector.is_empty());
+    let near = match (meaning, closest) {
+        (Some(m), Some((index, closest))) => index.rescore(conn, &m.vector, closest, pool)?,
+        (Some(m), None) => m
+            .neighbours
+            .iter()
+            .flatten()
+            .filter(|n| scope.admits(n.kind, n.id, n.created_at))
+            .take(pool)
+            .copied()
+            .collect(),
+        (None, _) => Vec::new(),
+    };
     let mut meaning_only: HashMap<Kind, Vec<i64>> = HashMap::new();
-    if let (Some((s, query)), Some(closest)) = (semantic, closest) {
-        for n in s.index.rescore(conn, query, closest, pool)? {
+    if let Some(m) = meaning {
+        for n in near {
             match found.get_mut(&(n.kind, n.id)) {
                 Some(feat) => feat.similarity = Some(n.similarity),
-                None if n.similarity >= s.min_similarity => {
+                None if n.similarity >= m.min_similarity => {
                     meaning_only.entry(n.kind).or_default().push(n.id);
                     found.insert(
                         (n.kind, n.id),
@@ -215,16 +257,16 @@ pub(super) fn scored(
             }
         }
     }
-    if let Some((s, query)) = semantic {
+    if let Some(m) = meaning {
         // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
         for ((kind, id), feat) in found.iter_mut() {
             if feat.similarity.is_none() {
                 feat.similarity =
-                    store::vector_of(conn, *kind, *id, s.model)?.map(|v| cosine_i8(query, &v));
+                    store::vector_of(conn, *kind, *id, &m.model)?.map(|v| cosine_i8(&m.vector, &v));
             }
         }
     }
-    let ranker = Ranker::shipped().pair(semantic.is_some());
+    let ranker = Ranker::shipped().pair(meaning.is_some());
     let wording = wording(conn, q, &counts, &found, &scratch)?;
     let duplicates = duplicates(conn, &found, &scratch)?;
 
@@ -281,7 +323,7 @@ pub(super) fn scored(
                 };
                 signals.text_rank = 1.0 / (1.0 + feat.text_place as f64);
             }
-            if semantic.is_some()
+            if meaning.is_some()
                 && let Some(s) = feat.similarity
             {
                 signals.similarity = f64::from(s);
@@ -354,6 +396,38 @@ pub(super) fn relevance(
     });
     ranked.truncate(fetch);
     Ok(ranked)
+}
+
+/// The nearest neighbours of `vector` that a relevance search fetching `fetch` weighs in
+/// the kinds and filters given, best first: what [`scored`] finds in `index` itself, for a
+/// process that holds none (the worker sends them to a hook with the query's vector).
+pub(super) fn nearest(
+    conn: &Connection,
+    index: &VectorIndex,
+    vector: &[f32],
+    kinds: &[Kind],
+    f: &Filters,
+    fetch: usize,
+) -> Result<Vec<Neighbour>> {
+    let allowed = allowed_ids(conn, kinds, f)?;
+    let scope = scope_of(kinds, f, allowed.as_ref());
+    index.nearest(conn, vector, POOL.max(fetch), &scope)
+}
+
+/// The rows of `kinds` passing `f` the vector index may return (`allowed`: the ids passing
+/// the filters it does not hold, from [`allowed_ids`]).
+fn scope_of<'a>(
+    kinds: &'a [Kind],
+    f: &'a Filters,
+    allowed: Option<&'a HashMap<Kind, HashSet<i64>>>,
+) -> Scope<'a> {
+    Scope {
+        kinds,
+        project: f.project.as_deref(),
+        since: f.since,
+        until: f.until,
+        allowed,
+    }
 }
 
 /// The id of the newest prompt of `session`: the question it is asking now.
@@ -801,12 +875,15 @@ mod tests {
         store::store(&mut f.conn, "m", &items).expect("store");
         let mut index = VectorIndex::new("m");
         index.refresh(&f.conn).expect("index");
-        let query = std::sync::OnceLock::from(unit.clone());
-        let semantic = Semantic {
-            index: &index,
-            query: &query,
-            model: "m",
+        let meaning = std::sync::OnceLock::from(Meaning {
+            vector: unit.clone(),
+            model: "m".into(),
             min_similarity: 0.5,
+            neighbours: None,
+        });
+        let semantic = Semantic {
+            index: Some(&index),
+            meaning: &meaning,
         };
         // What a relevance search of the word finds among observations (a page of 20).
         let q = query::parse("zyzzyva");

@@ -28,6 +28,7 @@ use crate::memory::kind::Kind;
 use crate::recall::sql::Filters;
 
 use crate::error::Result;
+use crate::recall::embed::index::{Neighbour, VectorIndex};
 use crate::recall::query;
 use crate::recall::rank::{self, Semantic};
 use crate::recall::ranker::Signals;
@@ -191,7 +192,9 @@ pub fn search_with(
             let floor = req
                 .min_relevance
                 .unwrap_or_else(|| SearchSettings::default().min_relevance);
-            let mut ranked = rank::relevance(conn, &q, any, &kinds, f, fetch + 1, floor, semantic)?;
+            let ranked_fetch = ranked_fetch(req);
+            let mut ranked =
+                rank::relevance(conn, &q, any, &kinds, f, ranked_fetch, floor, semantic)?;
             // The question being answered right now is not an answer to itself.
             if let Some(asking) = &req.asking_session
                 && let Some(current) = rank::current_prompt(conn, asking)?
@@ -246,6 +249,31 @@ pub fn search_with(
         }
     }
     Ok(out)
+}
+
+/// How many candidates a search by relevance of `req` ranks: its page, and one more for
+/// the question being asked, which is left out.
+fn ranked_fetch(req: &SearchRequest) -> usize {
+    req.limit.min(MAX_LIMIT) + req.offset.min(MAX_OFFSET) + 1
+}
+
+/// The nearest neighbours of `vector` (by the index's model) that a search by relevance of
+/// `req` weighs, best first: what the worker sends a hook beside the query's vector
+/// (`rank::Meaning::neighbours`).
+pub fn nearest(
+    conn: &Connection,
+    index: &VectorIndex,
+    vector: &[f32],
+    req: &SearchRequest,
+) -> Result<Vec<Neighbour>> {
+    rank::nearest(
+        conn,
+        index,
+        vector,
+        &searched_kinds(req),
+        &req.filters,
+        ranked_fetch(req),
+    )
 }
 
 /// The kinds a request searches: those asked for (all when none) that its filters can

@@ -13,8 +13,10 @@ use crate::error::{Error, Result};
 use crate::recall::embed::index::VectorIndex;
 use crate::recall::embed::model::{self, Embedder};
 use crate::recall::query;
-use crate::recall::rank::Semantic;
-use crate::recall::search::{Hit, Measured, Order, SearchRequest, candidates_with, search_with};
+use crate::recall::rank::{Meaning, Promise, Semantic};
+use crate::recall::search::{
+    Hit, Measured, Order, SearchRequest, candidates_with, nearest, search_with,
+};
 use crate::recall::timeline::{Anchor, Timeline, TimelineRequest, timeline_with};
 use crate::settings::{EmbedSettings, SearchSettings};
 use crate::store::paths::DataDir;
@@ -114,6 +116,36 @@ impl Searcher {
         self.with_semantic(conn, text, |semantic| timeline_with(conn, req, semantic))
     }
 
+    /// The query of `req` by meaning, with its nearest neighbours in `req`'s scope: what the
+    /// worker sends a hook, which ranks them with its own full-text pools (see
+    /// `rank::Semantic`). An error without a model.
+    pub fn meaning(&mut self, conn: &Connection, req: &SearchRequest) -> Result<Meaning> {
+        let l = self
+            .loaded
+            .as_mut()
+            .map_err(|why| Error::Embedding(why.clone()))?;
+        let began = std::time::Instant::now();
+        l.index.refresh(conn)?;
+        let refreshed = began.elapsed();
+        let vector = l.bert.embed(&[req.query.as_str()])?.swap_remove(0);
+        let embedded = began.elapsed();
+        let neighbours = nearest(conn, &l.index, &vector, req)?;
+        log::debug!(
+            "a query's meaning in {:.1} ms: index caught up in {:.1}, embedded in {:.1}, {} neighbours in {:.1}",
+            began.elapsed().as_secs_f64() * 1e3,
+            refreshed.as_secs_f64() * 1e3,
+            (embedded - refreshed).as_secs_f64() * 1e3,
+            neighbours.len(),
+            (began.elapsed() - embedded).as_secs_f64() * 1e3,
+        );
+        Ok(Meaning {
+            vector,
+            model: l.model.clone(),
+            min_similarity: self.min_similarity,
+            neighbours: Some(neighbours),
+        })
+    }
+
     /// Runs `f` with the query vector of `text` when there is a model and `text` has words
     /// to rank by, else without.
     fn with_semantic<T>(
@@ -129,23 +161,24 @@ impl Searcher {
                 // The query is embedded on a thread of its own while the full-text side
                 // of the search runs; ranking waits for the vector when it needs it.
                 let bert = &l.bert;
-                let vector = OnceLock::new();
+                let meaning = OnceLock::new();
                 std::thread::scope(|scope| {
-                    // An embedding that fails leaves the vector empty, and its error is
+                    // An embedding that fails leaves the meaning empty, and its error is
                     // the search's.
                     let embedding = scope.spawn(|| {
-                        let (made, failed) = match bert.embed(&[text]) {
-                            Ok(mut v) => (v.swap_remove(0), Ok(())),
-                            Err(e) => (Vec::new(), Err(e)),
-                        };
-                        let _ = vector.set(made);
-                        failed
+                        let promise = Promise(&meaning);
+                        let vector = bert.embed(&[text])?.swap_remove(0);
+                        promise.keep(Meaning {
+                            vector,
+                            model: l.model.clone(),
+                            min_similarity: self.min_similarity,
+                            neighbours: None,
+                        });
+                        Ok(())
                     });
                     let semantic = Semantic {
-                        index: &l.index,
-                        query: &vector,
-                        model: &l.model,
-                        min_similarity: self.min_similarity,
+                        index: Some(&l.index),
+                        meaning: &meaning,
                     };
                     let out = f(Some(&semantic));
                     match embedding.join() {

@@ -1,7 +1,8 @@
 //! The worker's answerer thread: answers the hooks' searches by meaning (`recall::ask`)
 //! on the data dir's `run/recall.sock`, with a sentence model and vector index of its own
-//! (`recall::searcher::Searcher`), so that a prompt's hook finds memories by meaning
-//! without loading a model. One connection at a time, in arrival order; a hook that gave
+//! (`recall::searcher::Searcher`): it sends the query's vector and nearest neighbours, and
+//! the hook ranks them with its full-text pools, so that a prompt finds memories by meaning
+//! without a model in the hook. One connection at a time, in arrival order; a hook that gave
 //! up has gone by words alone: its request, when read after that, is not searched
 //! (`ask::Request::answer_by_ms`), and an answer it gave up on while it was searched is
 //! written to a closed socket.
@@ -125,7 +126,7 @@ fn run(dir: &DataDir, listener: UnixListener, mut searcher: Searcher, stop: &Ato
                 continue;
             }
         };
-        if let Err(e) = ask::answer(stream, REQUEST_WAIT, |req| searcher.search(&conn, req)) {
+        if let Err(e) = ask::answer(stream, REQUEST_WAIT, |req| searcher.meaning(&conn, req)) {
             log::debug!("recall socket: {e}");
         }
     }

@@ -96,6 +96,7 @@ pub fn worker(data: &Path, cwd: &str, extra: &[(&str, &str)]) -> Worker {
         .env("HOME", data)
         .env("CAIRN_MODEL__PROVIDER", "offline")
         .env("CAIRN_EMBED__MODEL_DIR", model_dir())
+        .env("CAIRN_LOG__LEVEL", "debug")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -137,13 +138,44 @@ pub fn worker_waits(data: &Path) -> Vec<f64> {
         .collect()
 }
 
+/// The worker's half of every prompt's search by meaning it logged, in the order logged:
+/// in all, and embedding the query (ms).
+pub fn worker_meanings(data: &Path) -> Vec<(f64, f64)> {
+    logs(data, "worker-")
+        .iter()
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| {
+                    let ms = |after: &str, before: &str| {
+                        l.split(after)
+                            .nth(1)?
+                            .split(before)
+                            .next()?
+                            .parse::<f64>()
+                            .ok()
+                    };
+                    Some((
+                        ms("a query's meaning in ", " ms")?,
+                        ms("embedded in ", ",")?,
+                    ))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The hooks' log files of `data`, oldest first.
 fn hook_logs(data: &Path) -> Vec<String> {
+    logs(data, "hook-")
+}
+
+/// The log files of `data` whose names start with `prefix`, oldest first.
+fn logs(data: &Path, prefix: &str) -> Vec<String> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(data.join("logs"))
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("hook-"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
         .map(|e| e.path())
         .collect();
     files.sort();

@@ -48,6 +48,18 @@ pub struct Scope<'a> {
     pub allowed: Option<&'a HashMap<Kind, HashSet<i64>>>,
 }
 
+impl Scope<'_> {
+    /// Whether a row of `kind` made at `created_at` passes every filter but the project.
+    pub fn admits(&self, kind: Kind, id: i64, created_at: i64) -> bool {
+        self.kinds.contains(&kind)
+            && self.since.is_none_or(|s| created_at >= s)
+            && self.until.is_none_or(|u| created_at < u)
+            && self
+                .allowed
+                .is_none_or(|a| a.get(&kind).is_some_and(|ids| ids.contains(&id)))
+    }
+}
+
 /// One neighbour: the row and its cosine similarity to the query.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Neighbour {
@@ -155,13 +167,7 @@ impl VectorIndex {
         // Max-heap on distance: the worst of the kept rows is on top.
         let mut heap: BinaryHeap<(u32, usize)> = BinaryHeap::with_capacity(depth + 1);
         for (i, e) in self.entries.iter().enumerate() {
-            if project.is_some_and(|p| p != e.project)
-                || !scope.kinds.contains(&e.kind)
-                || scope.since.is_some_and(|s| e.created_at < s)
-                || scope.until.is_some_and(|u| e.created_at >= u)
-                || scope
-                    .allowed
-                    .is_some_and(|a| !a.get(&e.kind).is_some_and(|ids| ids.contains(&e.id)))
+            if project.is_some_and(|p| p != e.project) || !scope.admits(e.kind, e.id, e.created_at)
             {
                 continue;
             }
