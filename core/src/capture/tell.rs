@@ -17,6 +17,7 @@ use crate::error::Result;
 use crate::memory::told::{self, Given, Moment};
 use crate::recall::context;
 use crate::recall::moment;
+use crate::recall::search::SearchRequest;
 use crate::settings::Settings;
 use crate::store::db;
 use crate::store::paths::DataDir;
@@ -62,7 +63,13 @@ pub fn prompt(
     if !settings.recall.at_prompt || !moment::is_users_prompt(prompt) {
         return Ok(hook::PLAIN_ANSWER.to_string());
     }
-    let req = moment::prompt_request(project, prompt, &settings.recall);
+    // Only what could be given is read: a search whose best estimate is under the threshold
+    // returns no hit (a hit's relevance never exceeds its estimate), and most prompts then
+    // read no memory's text at all. `cairn context --prompt` shows every candidate.
+    let req = SearchRequest {
+        min_relevance: Some(settings.recall.min_relevance),
+        ..moment::prompt_request(project, prompt, &settings.recall)
+    };
     let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
     let found = moment::find(conn, &dir.recall_socket(), &req, deadline)?;
     if let Some(waited) = found.waited {
