@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::plugin::{claude_cli, log, messages_api, repo};
+use crate::plugin::{claude_cli, log, messages_api, repo, wait_for_import};
 use crate::support::{TestEnv, bin};
 
 /// What one `claude -p --output-format stream-json` session showed.
@@ -252,15 +252,7 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
         "{install_log}"
     );
     // The installer imports what ran before cairn was there; then the worker.
-    let started = Instant::now();
-    while plugin_data.join("install-requested").exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{}",
-            log(&plugin_data)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_import(&plugin_data);
     let worker = Command::new(bin("cairn-worker"))
         .arg("--once")
         .env("HOME", &home)

@@ -154,6 +154,16 @@ pub fn log(data: &Path) -> String {
     std::fs::read_to_string(data.join("install.log")).unwrap_or_default()
 }
 
+/// Waits (at most a minute) for the installer of the plugin data dir `data` to finish
+/// importing what ran before cairn was there: the import removes the request when done.
+pub fn wait_for_import(data: &Path) {
+    let started = Instant::now();
+    while data.join("install-requested").exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "{}", log(data));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn the_launcher_installs_a_verified_release_on_first_use() {
     let env = TestEnv::new();
@@ -801,16 +811,8 @@ fn a_plugin_from_a_checkout_is_built_from_it_and_imports_what_ran_meanwhile() {
         log(&data)
     );
     // The server starts as soon as the binaries are there; the installer goes on to the
-    // import, which removes the request when it is done.
-    let started = Instant::now();
-    while data.join("install-requested").exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{}",
-            log(&data)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // import.
+    wait_for_import(&data);
     let calls = tools.calls();
     let checkout = tools.checkout().canonicalize().expect("checkout");
     assert!(
