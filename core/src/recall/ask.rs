@@ -45,8 +45,6 @@ pub struct Request {
     /// `memory::kind::Kind::code`s; empty is every kind.
     pub kinds: Vec<i64>,
     pub limit: usize,
-    /// `SearchRequest::min_relevance`.
-    pub min_relevance: Option<f64>,
     /// When the asker stops waiting (ms since the epoch): a request read after it is not
     /// searched. A worker busy with an answer nobody waits for any more would make every
     /// prompt queued behind it late too.
@@ -55,15 +53,14 @@ pub struct Request {
 }
 
 impl Request {
-    /// The request for a relevance search (its query, project, kinds and limit; other
-    /// filters are not sent).
+    /// The request for a relevance search (its query, project, kinds and limit, which
+    /// decide the neighbours it weighs; other filters are not sent).
     pub fn of(req: &SearchRequest) -> Request {
         Request {
             query: req.query.clone(),
             project: req.filters.project.clone(),
             kinds: req.kinds.iter().map(|k| k.code()).collect(),
             limit: req.limit,
-            min_relevance: req.min_relevance,
             answer_by_ms: None,
         }
     }
@@ -85,7 +82,8 @@ impl Request {
             limit: self.limit,
             offset: 0,
             asking_session: None,
-            min_relevance: self.min_relevance,
+            // The worker finds neighbours; the hook ranks, and floors, them.
+            min_relevance: None,
         }
     }
 }
