@@ -354,9 +354,7 @@ impl Ready<'_> {
             });
         }
         for secret in &f.secrets {
-            if let Cow::Owned(o) = replace_whole(&out, secret) {
-                out = Cow::Owned(o);
-            }
+            out = then(out, |text| replace_whole(text, secret));
         }
         if f.key_material {
             out = then(out, redact_base64_runs);
