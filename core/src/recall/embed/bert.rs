@@ -11,7 +11,9 @@
 use std::path::Path;
 
 use candle_core::{D, DType, Device, Module, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder, embedding, layer_norm, linear};
+use candle_nn::{Embedding, LayerNorm, VarBuilder, embedding, layer_norm, linear};
+
+use cairn_kernels::dense::Dense;
 use serde::Deserialize;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -126,13 +128,13 @@ enum Pooling {
 
 #[derive(Debug)]
 struct Layer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    attention_out: Linear,
+    query: Dense,
+    key: Dense,
+    value: Dense,
+    attention_out: Dense,
     attention_norm: LayerNorm,
-    intermediate: Linear,
-    output: Linear,
+    intermediate: Dense,
+    output: Dense,
     output_norm: LayerNorm,
 }
 
@@ -263,6 +265,30 @@ impl candle_nn::var_builder::SimpleBackend for Weights {
     }
 }
 
+/// A dense layer of the model, packed for our product (`cairn_kernels::dense`).
+fn dense(inputs: usize, outputs: usize, vb: VarBuilder) -> candle_core::Result<Dense> {
+    let l = linear(inputs, outputs, vb)?;
+    let bias = l
+        .bias()
+        .ok_or_else(|| candle_core::Error::Msg("a dense layer without a bias".into()))?;
+    Ok(Dense::new(
+        &l.weight().flatten_all()?.to_vec1::<f32>()?,
+        &bias.to_vec1::<f32>()?,
+        inputs,
+        outputs,
+    ))
+}
+
+/// `x`, rows × the layer's inputs, through a dense layer.
+fn apply(layer: &Dense, x: &Tensor) -> candle_core::Result<Tensor> {
+    let (rows, inputs) = x.dims2()?;
+    if inputs != layer.inputs() {
+        candle_core::bail!("{inputs} inputs to a layer of {}", layer.inputs());
+    }
+    let y = layer.product(&x.flatten_all()?.to_vec1::<f32>()?);
+    Tensor::from_vec(y, (rows, layer.outputs()), x.device())
+}
+
 fn model_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Embedding(format!("{what}: {e}"))
 }
@@ -359,17 +385,17 @@ impl Bert {
                 for n in 0..config.num_hidden_layers {
                     let l = vb.pp(format!("encoder.layer.{n}"));
                     layers.push(Layer {
-                        query: linear(h, h, l.pp("attention.self.query"))?,
-                        key: linear(h, h, l.pp("attention.self.key"))?,
-                        value: linear(h, h, l.pp("attention.self.value"))?,
-                        attention_out: linear(h, h, l.pp("attention.output.dense"))?,
+                        query: dense(h, h, l.pp("attention.self.query"))?,
+                        key: dense(h, h, l.pp("attention.self.key"))?,
+                        value: dense(h, h, l.pp("attention.self.value"))?,
+                        attention_out: dense(h, h, l.pp("attention.output.dense"))?,
                         attention_norm: layer_norm(h, eps, l.pp("attention.output.LayerNorm"))?,
-                        intermediate: linear(
+                        intermediate: dense(
                             h,
                             config.intermediate_size,
                             l.pp("intermediate.dense"),
                         )?,
-                        output: linear(config.intermediate_size, h, l.pp("output.dense"))?,
+                        output: dense(config.intermediate_size, h, l.pp("output.dense"))?,
                         output_norm: layer_norm(h, eps, l.pp("output.LayerNorm"))?,
                     });
                 }
@@ -465,9 +491,9 @@ impl Bert {
             // The scale goes on the queries (a head's width per token) rather than on the
             // scores (a text's length per token): the scores are the largest tensors of a
             // step, and each is dropped as soon as the next is made.
-            let q = (split(l.query.forward(&x)?)? * scale)?;
-            let k = split(l.key.forward(&x)?)?;
-            let v = split(l.value.forward(&x)?)?;
+            let q = (split(apply(&l.query, &x)?)? * scale)?;
+            let k = split(apply(&l.key, &x)?)?;
+            let v = split(apply(&l.value, &x)?)?;
             let probs =
                 candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?.broadcast_add(&bias)?)?;
             let context = probs
@@ -476,9 +502,9 @@ impl Bert {
                 .reshape((rows * cols, self.hidden))?;
             x = l
                 .attention_norm
-                .forward(&l.attention_out.forward(&context)?.add(&x)?)?;
-            let inner = gelu_activation(&l.intermediate.forward(&x)?)?;
-            x = l.output_norm.forward(&l.output.forward(&inner)?.add(&x)?)?;
+                .forward(&apply(&l.attention_out, &context)?.add(&x)?)?;
+            let inner = gelu_activation(&apply(&l.intermediate, &x)?)?;
+            x = l.output_norm.forward(&apply(&l.output, &inner)?.add(&x)?)?;
         }
         let x = x.reshape((rows, cols, self.hidden))?;
         let pooled = match self.pooling {

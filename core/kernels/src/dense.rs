@@ -1,0 +1,330 @@
+//! The sentence model's dense layers (`y = x·Wᵀ + b`) as a matrix product of our own, for
+//! the few rows a prompt has.
+//!
+//! A prompt is about fifteen tokens. The general matrix product candle calls repacks the
+//! whole weight matrix on every call, and at fifteen rows that repacking was most of a
+//! prompt's embedding (46% of the time in the packing loop, 25% in the product itself).
+//! Here the weights are packed once, when the model loads, in strips of [`STRIP`] output
+//! columns, each strip the input width long and contiguous: a strip stays in the first
+//! level cache while every row of the input goes through it, so each call reads the weights
+//! once, in order. Where the processor converts half-precision floats (F16C, with AVX2 and
+//! FMA) the strips are stored in half precision, which halves what a call reads: the
+//! weights of all-MiniLM-L6-v2 then fit in a 32 MB cache (21 MB against 42 MB).
+//!
+//! A prompt's embedding on one core went from 11.3 to 6.8 ms (p50); a batch of memories
+//! runs as fast as with candle's product (170 texts/s).
+//!
+//! Invariants: the result is the product to within float rounding, with the weights
+//! rounded to half precision on processors that have F16C (eleven significant bits; the
+//! model's vectors still agree with the reference implementation's to cosine ≥ 0.99999);
+//! the code built for AVX2, FMA and F16C runs only where they were detected at run time,
+//! and plain Rust runs everywhere else.
+
+/// Output columns per strip: two vector registers of eight floats.
+const STRIP: usize = 16;
+
+/// Input rows computed together, sharing each load of the weights: two registers per
+/// row, so four rows keep eight accumulators in registers.
+const ROWS: usize = 4;
+
+/// A dense layer with its weights packed for [`Dense::product`].
+#[derive(Debug)]
+pub struct Dense {
+    inputs: usize,
+    outputs: usize,
+    weights: Strips,
+    /// The bias, with zeros up to a whole number of strips.
+    bias: Vec<f32>,
+}
+
+/// Strip `s` holds, for each input `i` in order, the weights of outputs `s·STRIP..` (zeros
+/// past the last output).
+#[derive(Debug)]
+enum Strips {
+    /// Half-precision bits; made only where [`fast`] is true.
+    Half(Vec<u16>),
+    Single(Vec<f32>),
+}
+
+/// Whether this processor runs the vector code: AVX2, FMA and F16C.
+fn fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+impl Dense {
+    /// Packs a layer stored as PyTorch stores it: `weight` is `outputs` rows of `inputs`.
+    ///
+    /// # Panics
+    /// If `weight` is not `outputs × inputs` long or `bias` not `outputs` long.
+    pub fn new(weight: &[f32], bias: &[f32], inputs: usize, outputs: usize) -> Dense {
+        Dense::packed(weight, bias, inputs, outputs, fast())
+    }
+
+    fn packed(weight: &[f32], bias: &[f32], inputs: usize, outputs: usize, half: bool) -> Dense {
+        assert_eq!(
+            weight.len(),
+            inputs * outputs,
+            "weights of {outputs} × {inputs}"
+        );
+        assert_eq!(bias.len(), outputs, "a bias per output");
+        let count = outputs.div_ceil(STRIP);
+        let mut strips = vec![0f32; count * inputs * STRIP];
+        for (o, row) in weight.chunks_exact(inputs).enumerate() {
+            let (s, j) = (o / STRIP, o % STRIP);
+            for (i, w) in row.iter().enumerate() {
+                strips[(s * inputs + i) * STRIP + j] = *w;
+            }
+        }
+        let mut padded = bias.to_vec();
+        padded.resize(count * STRIP, 0.0);
+        Dense {
+            inputs,
+            outputs,
+            weights: if half {
+                Strips::Half(simd::to_half(&strips))
+            } else {
+                Strips::Single(strips)
+            },
+            bias: padded,
+        }
+    }
+
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// `x` is rows of [`Dense::inputs`] floats; returns as many rows of
+    /// [`Dense::outputs`].
+    ///
+    /// # Panics
+    /// If `x` is not a whole number of rows.
+    pub fn product(&self, x: &[f32]) -> Vec<f32> {
+        assert!(
+            x.len().is_multiple_of(self.inputs),
+            "rows of {} inputs",
+            self.inputs
+        );
+        let rows = x.len() / self.inputs;
+        let mut out = vec![0f32; rows * self.outputs];
+        let strip_len = self.inputs * STRIP;
+        match &self.weights {
+            Strips::Half(h) => {
+                for (s, strip) in h.chunks_exact(strip_len).enumerate() {
+                    simd::strip(self, x, s, strip, &mut out);
+                }
+            }
+            Strips::Single(w) => {
+                for (s, strip) in w.chunks_exact(strip_len).enumerate() {
+                    self.strip_plain(x, s, strip, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn strip_plain(&self, x: &[f32], s: usize, strip: &[f32], out: &mut [f32]) {
+        for (r, input) in x.chunks_exact(self.inputs).enumerate() {
+            let mut acc = [0f32; STRIP];
+            for (a, w) in input.iter().zip(strip.chunks_exact(STRIP)) {
+                for (c, w) in acc.iter_mut().zip(w) {
+                    *c += a * w;
+                }
+            }
+            self.store(r, s, &acc, out);
+        }
+    }
+
+    /// Row `r` of the output's strip `s`: the sums plus the bias, the padding left out.
+    fn store(&self, r: usize, s: usize, sums: &[f32; STRIP], out: &mut [f32]) {
+        let first = s * STRIP;
+        let width = STRIP.min(self.outputs - first);
+        let row = &mut out[r * self.outputs + first..][..width];
+        for ((o, sum), b) in row.iter_mut().zip(sums).zip(&self.bias[first..]) {
+            *o = sum + b;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)] // the processor's vector instructions: raw-pointer loads, detected features
+mod simd {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm_loadu_si128, _mm_storeu_si128, _mm256_cvtph_ps, _mm256_cvtps_ph,
+        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+
+    use super::{Dense, ROWS, STRIP};
+
+    /// `v` (a whole number of strips) in half precision, rounded to nearest.
+    pub(super) fn to_half(v: &[f32]) -> Vec<u16> {
+        assert!(super::fast());
+        // SAFETY: F16C and AVX2 were just detected.
+        unsafe { to_half_f16c(v) }
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    fn to_half_f16c(v: &[f32]) -> Vec<u16> {
+        let mut out = vec![0u16; v.len()];
+        for (o, c) in out.chunks_exact_mut(8).zip(v.chunks_exact(8)) {
+            // SAFETY: `c` is eight floats to read, `o` eight halves to write.
+            unsafe {
+                let h = _mm256_cvtps_ph::<0>(_mm256_loadu_ps(c.as_ptr()));
+                _mm_storeu_si128(o.as_mut_ptr().cast::<__m128i>(), h);
+            }
+        }
+        out
+    }
+
+    /// Strip `s` of the product, from half-precision weights.
+    pub(super) fn strip(d: &Dense, x: &[f32], s: usize, strip: &[u16], out: &mut [f32]) {
+        // SAFETY: half-precision strips exist only where `fast()` detected AVX2, FMA and
+        // F16C (`Dense::packed`).
+        unsafe { strip_fma(d, x, s, strip, out) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn strip_fma(d: &Dense, x: &[f32], s: usize, strip: &[u16], out: &mut [f32]) {
+        let rows = x.len() / d.inputs;
+        let mut r = 0;
+        while r + ROWS <= rows {
+            block::<ROWS>(d, x, r, s, strip, out);
+            r += ROWS;
+        }
+        while r < rows {
+            block::<1>(d, x, r, s, strip, out);
+            r += 1;
+        }
+    }
+
+    /// Rows `r..r + R` of the output's strip `s`, two registers of eight per row.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn block<const R: usize>(
+        d: &Dense,
+        x: &[f32],
+        r: usize,
+        s: usize,
+        strip: &[u16],
+        out: &mut [f32],
+    ) {
+        let n = d.inputs;
+        let inputs: [&[f32]; R] = std::array::from_fn(|i| &x[(r + i) * n..][..n]);
+        let mut acc: [[__m256; 2]; R] = [[_mm256_setzero_ps(); 2]; R];
+        for (i, w) in strip.chunks_exact(STRIP).enumerate() {
+            // SAFETY: `w` is STRIP = 16 halves: two loads of eight.
+            let (w0, w1) = unsafe {
+                (
+                    _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().cast::<__m128i>())),
+                    _mm256_cvtph_ps(_mm_loadu_si128(w[8..].as_ptr().cast::<__m128i>())),
+                )
+            };
+            for (row, input) in acc.iter_mut().zip(&inputs) {
+                let a = _mm256_set1_ps(input[i]);
+                row[0] = _mm256_fmadd_ps(a, w0, row[0]);
+                row[1] = _mm256_fmadd_ps(a, w1, row[1]);
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let mut sums = [0f32; STRIP];
+            // SAFETY: `sums` is STRIP = 16 floats: two stores of eight.
+            unsafe {
+                _mm256_storeu_ps(sums.as_mut_ptr(), row[0]);
+                _mm256_storeu_ps(sums[8..].as_mut_ptr(), row[1]);
+            }
+            d.store(r + i, s, &sums, out);
+        }
+    }
+}
+
+/// Without x86-64 there is no half-precision path: [`super::fast`] is false, so neither
+/// function is ever called.
+#[cfg(not(target_arch = "x86_64"))]
+mod simd {
+    use super::Dense;
+
+    pub(super) fn to_half(_: &[f32]) -> Vec<u16> {
+        unreachable!("half precision only where fast() holds")
+    }
+
+    pub(super) fn strip(_: &Dense, _: &[f32], _: usize, _: &[u16], _: &mut [f32]) {
+        unreachable!("half precision only where fast() holds")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain product, in f64.
+    fn reference(x: &[f32], w: &[f32], b: &[f32], inputs: usize) -> Vec<f32> {
+        let mut out = Vec::new();
+        for input in x.chunks_exact(inputs) {
+            for (row, bias) in w.chunks_exact(inputs).zip(b) {
+                let sum: f64 = input
+                    .iter()
+                    .zip(row)
+                    .map(|(a, w)| *a as f64 * *w as f64)
+                    .sum();
+                out.push((sum + *bias as f64) as f32);
+            }
+        }
+        out
+    }
+
+    fn numbers(seed: &mut u64, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed = seed
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_product_is_the_plain_one_for_any_shape() {
+        let mut seed = 7;
+        // Rows below, at and past a block of four; outputs below, at and past a strip.
+        for (rows, inputs, outputs) in
+            [(1, 3, 1), (3, 8, 16), (4, 5, 17), (9, 33, 40), (15, 64, 48)]
+        {
+            let w = numbers(&mut seed, inputs * outputs);
+            let b = numbers(&mut seed, outputs);
+            let x = numbers(&mut seed, rows * inputs);
+            let want = reference(&x, &w, &b, inputs);
+            let single = Dense::packed(&w, &b, inputs, outputs, false).product(&x);
+            assert_eq!(single.len(), rows * outputs);
+            for (g, w) in single.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() < 1e-5,
+                    "{rows}×{inputs}→{outputs}: {g} against {w}"
+                );
+            }
+            if fast() {
+                // Half-precision weights: each within 2⁻¹¹ of itself, inputs below 0.5.
+                let half = Dense::packed(&w, &b, inputs, outputs, true).product(&x);
+                let bound = inputs as f32 * 0.5 * 0.5 / 2048.0 + 1e-5;
+                for (g, w) in half.iter().zip(&want) {
+                    assert!((g - w).abs() <= bound, "half: {g} against {w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "rows of 5 inputs")]
+    fn a_partial_row_is_refused() {
+        Dense::new(&[0.0; 10], &[0.0; 2], 5, 2).product(&[0.0; 7]);
+    }
+}
