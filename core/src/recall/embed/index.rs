@@ -163,19 +163,20 @@ impl VectorIndex {
             None => None,
         };
         let qbits = words_of(&bits_of(query));
+        if qbits.len() != self.words {
+            // A query of another model's width: nothing here compares with it.
+            return Closest(Vec::new());
+        }
         let depth = RESCORE.max(k * 4);
         // Max-heap on distance: the worst of the kept rows is on top.
         let mut heap: BinaryHeap<(u32, usize)> = BinaryHeap::with_capacity(depth + 1);
-        for (i, e) in self.entries.iter().enumerate() {
+        let mut distances = Vec::with_capacity(self.entries.len());
+        cairn_kernels::bits::distances(&self.bits, &qbits, &mut distances);
+        for (i, (e, &d)) in self.entries.iter().zip(&distances).enumerate() {
             if project.is_some_and(|p| p != e.project) || !scope.admits(e.kind, e.id, e.created_at)
             {
                 continue;
             }
-            let d: u32 = self.bits[i * self.words..(i + 1) * self.words]
-                .iter()
-                .zip(&qbits)
-                .map(|(a, b)| (a ^ b).count_ones())
-                .sum();
             if heap.len() < depth {
                 heap.push((d, i));
             } else if heap.peek().is_some_and(|top| d < top.0) {
@@ -197,8 +198,12 @@ impl VectorIndex {
     ) -> Result<Vec<Neighbour>> {
         // One row per memory (`UNIQUE (kind, ref_id)`): an entry whose row was replaced or
         // deleted since the index looked finds nothing and is skipped.
-        let mut out = Vec::with_capacity(closest.0.len());
-        for i in closest.0 {
+        // In the order of the table (entries are in `seq` order): neighbouring reads share
+        // pages.
+        let mut rows = closest.0;
+        rows.sort_unstable();
+        let mut out = Vec::with_capacity(rows.len());
+        for i in rows {
             let e = &self.entries[i];
             if let Some(v) = store::vector_at(conn, e.seq)? {
                 out.push(Neighbour {
@@ -230,4 +235,54 @@ fn words_of(bytes: &[u8]) -> Vec<u64> {
             u64::from_le_bytes(w)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recall::testing::{T0, fixture, obs};
+
+    fn unit(i: usize) -> Vec<f32> {
+        let mut v = vec![0.0f32; 8];
+        v[i] = 1.0;
+        v
+    }
+
+    #[test]
+    fn the_nearest_come_first_and_another_models_query_finds_nothing() {
+        let mut f = fixture();
+        let a = f.add(obs("p", "bugfix", "a", "", T0));
+        let b = f.add(obs("p", "bugfix", "b", "", T0 + 1));
+        let queued = store::queued(&mut f.conn, 10).expect("queued");
+        let items: Vec<_> = queued
+            .into_iter()
+            .map(|q| {
+                let v = if q.id == a { unit(0) } else { unit(1) };
+                (q, v)
+            })
+            .collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        let mut index = VectorIndex::new("m");
+        index.refresh(&f.conn).expect("refresh");
+        let kinds = [Kind::Observation];
+        let scope = Scope {
+            kinds: &kinds,
+            ..Scope::default()
+        };
+        let mut query = unit(1);
+        query[0] = 0.5;
+        let found = index.nearest(&f.conn, &query, 5, &scope).expect("nearest");
+        let ids: Vec<i64> = found.iter().map(|n| n.id).collect();
+        assert_eq!(ids, vec![b, a]);
+        assert!(found[0].similarity > found[1].similarity);
+        // A vector of 128 dimensions, as another model makes: nothing compares with it.
+        let mut wide = query;
+        wide.resize(128, 0.0);
+        assert!(
+            index
+                .nearest(&f.conn, &wide, 5, &scope)
+                .expect("nearest")
+                .is_empty()
+        );
+    }
 }
