@@ -31,9 +31,6 @@ use crate::recall::sql::Filters;
 /// Longest reply read, in bytes: far above what a vector and the neighbours a prompt's
 /// search weighs take (about 8 KB).
 const MAX_REPLY: u64 = 1 << 20;
-/// How often a hook looks for the worker's answer: the wait ends within this of the
-/// deadline (socket timeouts would end it up to a scheduler tick, several ms, after).
-const READ_STEP: Duration = Duration::from_millis(1);
 /// Longest request read by the worker, in bytes.
 const MAX_REQUEST: u64 = 64 << 10;
 
@@ -150,9 +147,9 @@ pub fn meaning(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Nothing yet: look again shortly, never past the deadline.
+                // Nothing yet: wait for the answer, never past the deadline.
                 let left = left().map_err(|_| timed_out())?;
-                std::thread::sleep(left.min(READ_STEP));
+                readable(&stream, left).map_err(|e| io("cannot wait for the worker", e))?;
                 continue;
             }
             Err(e) => return Err(io("cannot read the worker's answer", e)),
@@ -202,6 +199,20 @@ pub fn meaning(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result
 /// that accepts nothing (stopped, or stuck) leaves the connections queued for it; once its
 /// listen backlog is full a blocking connect would wait for it without end (std's
 /// `UnixStream::connect` has no timeout), a non-blocking one is refused at once.
+/// Waits until `stream` has something to read, or `left` has passed. `ppoll` wakes with the
+/// answer and ends within microseconds of the deadline: looking every millisecond cost
+/// half a millisecond a prompt on average, and socket timeouts end up to a scheduler
+/// tick (several ms) late.
+fn readable(stream: &UnixStream, left: Duration) -> std::io::Result<()> {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let timeout = Timespec::try_from(left).map_err(std::io::Error::other)?;
+    let mut fds = [PollFd::new(stream, PollFlags::IN)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn connect(socket: &Path) -> std::io::Result<UnixStream> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
     let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
