@@ -5,27 +5,46 @@
 //! whole weight matrix on every call, and at fifteen rows that repacking was most of a
 //! prompt's embedding (46% of the time in the packing loop, 25% in the product itself).
 //! Here the weights are packed once, when the model loads, in strips of [`STRIP`] output
-//! columns, each strip the input width long and contiguous: a strip stays in the first
-//! level cache while every row of the input goes through it, so each call reads the weights
-//! once, in order. Where the processor converts half-precision floats (F16C, with AVX2 and
-//! FMA) the strips are stored in half precision, which halves what a call reads: the
-//! weights of all-MiniLM-L6-v2 then fit in a 32 MB cache (21 MB against 42 MB).
+//! columns, each strip the input width long and contiguous: a strip stays in the first or
+//! second level cache while every row of the input goes through it, so each call reads the
+//! weights once, in order. Where the processor converts half-precision floats (F16C, with
+//! AVX2 and FMA) the strips are stored in half precision, which halves what a call reads:
+//! the weights of all-MiniLM-L6-v2 then fit in a 32 MB cache (21 MB against 42 MB).
 //!
-//! A prompt's embedding on one core went from 11.3 to 6.8 ms (p50); a batch of memories
-//! runs as fast as with candle's product (170 texts/s).
+//! A prompt's embedding on one core went from 11.3 to 6.4-8.4 ms (p50); a batch of
+//! memories runs as fast as with candle's product on as many threads. A product of
+//! [`ROWS_PER_THREAD`] rows or more (a batch of memories, never a prompt) is split by rows
+//! over the threads candle would use (`RAYON_NUM_THREADS`, else every core).
 //!
 //! Invariants: the result is the product to within float rounding, with the weights
-//! rounded to half precision on processors that have F16C (eleven significant bits; the
-//! model's vectors still agree with the reference implementation's to cosine ≥ 0.99999);
-//! the code built for AVX2, FMA and F16C runs only where they were detected at run time,
-//! and plain Rust runs everywhere else.
+//! rounded to half precision on processors that have F16C (eleven significant bits, and
+//! half's range: a weight beyond ±65504 would become infinite, none of a sentence model's
+//! is; the model's vectors still agree with the reference implementation's to cosine
+//! ≥ 0.99999); the code built for AVX2, FMA and F16C runs only with a [`Fast`], which only
+//! their detection at run time makes, and plain Rust runs everywhere else.
 
 /// Output columns per strip: two vector registers of eight floats.
 const STRIP: usize = 16;
 
-/// Input rows computed together, sharing each load of the weights: two registers per
-/// row, so four rows keep eight accumulators in registers.
-const ROWS: usize = 4;
+/// The fewest rows of a product given a thread of their own.
+const ROWS_PER_THREAD: usize = 32;
+
+/// Proof that this processor has AVX2, FMA and F16C: made only by [`Fast::detect`].
+#[derive(Debug, Clone, Copy)]
+struct Fast(());
+
+impl Fast {
+    fn detect() -> Option<Fast> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            return Some(Fast(()));
+        }
+        None
+    }
+}
 
 /// A dense layer with its weights packed for [`Dense::product`].
 #[derive(Debug)]
@@ -33,7 +52,6 @@ pub struct Dense {
     inputs: usize,
     outputs: usize,
     weights: Strips,
-    /// The bias, with zeros up to a whole number of strips.
     bias: Vec<f32>,
 }
 
@@ -41,58 +59,50 @@ pub struct Dense {
 /// past the last output).
 #[derive(Debug)]
 enum Strips {
-    /// Half-precision bits; made only where [`fast`] is true.
-    Half(Vec<u16>),
+    /// Half-precision bits, run by the vector code.
+    Half(Vec<u16>, Fast),
     Single(Vec<f32>),
-}
-
-/// Whether this processor runs the vector code: AVX2, FMA and F16C.
-fn fast() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
 impl Dense {
     /// Packs a layer stored as PyTorch stores it: `weight` is `outputs` rows of `inputs`.
     ///
     /// # Panics
-    /// If `weight` is not `outputs × inputs` long or `bias` not `outputs` long.
+    /// If `inputs` is zero, `weight` is not `outputs × inputs` long or `bias` not `outputs`
+    /// long.
     pub fn new(weight: &[f32], bias: &[f32], inputs: usize, outputs: usize) -> Dense {
-        Dense::packed(weight, bias, inputs, outputs, fast())
+        Dense::packed(weight, bias, inputs, outputs, Fast::detect())
     }
 
-    fn packed(weight: &[f32], bias: &[f32], inputs: usize, outputs: usize, half: bool) -> Dense {
+    fn packed(
+        weight: &[f32],
+        bias: &[f32],
+        inputs: usize,
+        outputs: usize,
+        fast: Option<Fast>,
+    ) -> Dense {
+        assert!(inputs > 0, "a layer with no input");
         assert_eq!(
             weight.len(),
             inputs * outputs,
             "weights of {outputs} × {inputs}"
         );
         assert_eq!(bias.len(), outputs, "a bias per output");
-        let count = outputs.div_ceil(STRIP);
-        let mut strips = vec![0f32; count * inputs * STRIP];
+        let mut strips = vec![0f32; outputs.div_ceil(STRIP) * inputs * STRIP];
         for (o, row) in weight.chunks_exact(inputs).enumerate() {
             let (s, j) = (o / STRIP, o % STRIP);
             for (i, w) in row.iter().enumerate() {
                 strips[(s * inputs + i) * STRIP + j] = *w;
             }
         }
-        let mut padded = bias.to_vec();
-        padded.resize(count * STRIP, 0.0);
         Dense {
             inputs,
             outputs,
-            weights: if half {
-                Strips::Half(simd::to_half(&strips))
-            } else {
-                Strips::Single(strips)
+            weights: match fast {
+                Some(fast) => Strips::Half(simd::to_half(&strips, fast), fast),
+                None => Strips::Single(strips),
             },
-            bias: padded,
+            bias: bias.to_vec(),
         }
     }
 
@@ -117,20 +127,38 @@ impl Dense {
         );
         let rows = x.len() / self.inputs;
         let mut out = vec![0f32; rows * self.outputs];
+        let threads = threads().min(rows / ROWS_PER_THREAD).max(1);
+        if threads == 1 {
+            self.rows(x, &mut out);
+        } else {
+            let per = rows.div_ceil(threads);
+            std::thread::scope(|scope| {
+                let parts = x
+                    .chunks(per * self.inputs)
+                    .zip(out.chunks_mut(per * self.outputs));
+                for (x, out) in parts {
+                    scope.spawn(move || self.rows(x, out));
+                }
+            });
+        }
+        out
+    }
+
+    /// The product of the rows of `x` into `out`, strip by strip.
+    fn rows(&self, x: &[f32], out: &mut [f32]) {
         let strip_len = self.inputs * STRIP;
         match &self.weights {
-            Strips::Half(h) => {
+            Strips::Half(h, fast) => {
                 for (s, strip) in h.chunks_exact(strip_len).enumerate() {
-                    simd::strip(self, x, s, strip, &mut out);
+                    simd::strip(self, x, s, strip, out, *fast);
                 }
             }
             Strips::Single(w) => {
                 for (s, strip) in w.chunks_exact(strip_len).enumerate() {
-                    self.strip_plain(x, s, strip, &mut out);
+                    self.strip_plain(x, s, strip, out);
                 }
             }
         }
-        out
     }
 
     fn strip_plain(&self, x: &[f32], s: usize, strip: &[f32], out: &mut [f32]) {
@@ -156,6 +184,20 @@ impl Dense {
     }
 }
 
+/// Threads for a large product: `RAYON_NUM_THREADS` when set (the worker sets 1, leaving
+/// the other cores to the hooks), else every core, as candle's product used.
+fn threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+            .unwrap_or(1)
+    })
+}
+
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)] // the processor's vector instructions: raw-pointer loads, detected features
 mod simd {
@@ -164,12 +206,16 @@ mod simd {
         _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
 
-    use super::{Dense, ROWS, STRIP};
+    use super::{Dense, Fast, STRIP};
+
+    /// Input rows computed together, sharing each load of the weights: two registers per
+    /// row, so four rows keep eight accumulators in registers.
+    const ROWS: usize = 4;
 
     /// `v` (a whole number of strips) in half precision, rounded to nearest.
-    pub(super) fn to_half(v: &[f32]) -> Vec<u16> {
-        assert!(super::fast());
-        // SAFETY: F16C and AVX2 were just detected.
+    pub(super) fn to_half(v: &[f32], _: Fast) -> Vec<u16> {
+        assert!(v.len().is_multiple_of(8), "whole vectors of eight");
+        // SAFETY: a `Fast` exists only where AVX2 and F16C were detected.
         unsafe { to_half_f16c(v) }
     }
 
@@ -187,9 +233,8 @@ mod simd {
     }
 
     /// Strip `s` of the product, from half-precision weights.
-    pub(super) fn strip(d: &Dense, x: &[f32], s: usize, strip: &[u16], out: &mut [f32]) {
-        // SAFETY: half-precision strips exist only where `fast()` detected AVX2, FMA and
-        // F16C (`Dense::packed`).
+    pub(super) fn strip(d: &Dense, x: &[f32], s: usize, strip: &[u16], out: &mut [f32], _: Fast) {
+        // SAFETY: a `Fast` exists only where AVX2, FMA and F16C were detected.
         unsafe { strip_fma(d, x, s, strip, out) }
     }
 
@@ -246,18 +291,17 @@ mod simd {
     }
 }
 
-/// Without x86-64 there is no half-precision path: [`super::fast`] is false, so neither
-/// function is ever called.
+/// Without x86-64 there is no [`Fast`], so neither function is ever called.
 #[cfg(not(target_arch = "x86_64"))]
 mod simd {
-    use super::Dense;
+    use super::{Dense, Fast};
 
-    pub(super) fn to_half(_: &[f32]) -> Vec<u16> {
-        unreachable!("half precision only where fast() holds")
+    pub(super) fn to_half(_: &[f32], _: Fast) -> Vec<u16> {
+        unreachable!("no Fast without x86-64")
     }
 
-    pub(super) fn strip(_: &Dense, _: &[f32], _: usize, _: &[u16], _: &mut [f32]) {
-        unreachable!("half precision only where fast() holds")
+    pub(super) fn strip(_: &Dense, _: &[f32], _: usize, _: &[u16], _: &mut [f32], _: Fast) {
+        unreachable!("no Fast without x86-64")
     }
 }
 
@@ -295,15 +339,21 @@ mod tests {
     #[test]
     fn the_product_is_the_plain_one_for_any_shape() {
         let mut seed = 7;
-        // Rows below, at and past a block of four; outputs below, at and past a strip.
-        for (rows, inputs, outputs) in
-            [(1, 3, 1), (3, 8, 16), (4, 5, 17), (9, 33, 40), (15, 64, 48)]
-        {
+        // Rows below, at and past a block of four, and enough for threads of their own;
+        // outputs below, at and past a strip.
+        for (rows, inputs, outputs) in [
+            (1, 3, 1),
+            (3, 8, 16),
+            (4, 5, 17),
+            (9, 33, 40),
+            (15, 64, 48),
+            (4 * ROWS_PER_THREAD + 3, 20, 33),
+        ] {
             let w = numbers(&mut seed, inputs * outputs);
             let b = numbers(&mut seed, outputs);
             let x = numbers(&mut seed, rows * inputs);
             let want = reference(&x, &w, &b, inputs);
-            let single = Dense::packed(&w, &b, inputs, outputs, false).product(&x);
+            let single = Dense::packed(&w, &b, inputs, outputs, None).product(&x);
             assert_eq!(single.len(), rows * outputs);
             for (g, w) in single.iter().zip(&want) {
                 assert!(
@@ -311,9 +361,9 @@ mod tests {
                     "{rows}×{inputs}→{outputs}: {g} against {w}"
                 );
             }
-            if fast() {
+            if let Some(fast) = Fast::detect() {
                 // Half-precision weights: each within 2⁻¹¹ of itself, inputs below 0.5.
-                let half = Dense::packed(&w, &b, inputs, outputs, true).product(&x);
+                let half = Dense::packed(&w, &b, inputs, outputs, Some(fast)).product(&x);
                 let bound = inputs as f32 * 0.5 * 0.5 / 2048.0 + 1e-5;
                 for (g, w) in half.iter().zip(&want) {
                     assert!((g - w).abs() <= bound, "half: {g} against {w}");

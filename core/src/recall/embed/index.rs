@@ -171,7 +171,7 @@ impl VectorIndex {
         // Max-heap on distance: the worst of the kept rows is on top.
         let mut heap: BinaryHeap<(u32, usize)> = BinaryHeap::with_capacity(depth + 1);
         let mut distances = Vec::with_capacity(self.entries.len());
-        cairn_kernels::bits::distances(&self.bits, &qbits, &mut distances);
+        cairn_kernels::bits::distances(&self.bits, self.words, &qbits, &mut distances);
         for (i, (e, &d)) in self.entries.iter().zip(&distances).enumerate() {
             if project.is_some_and(|p| p != e.project) || !scope.admits(e.kind, e.id, e.created_at)
             {
