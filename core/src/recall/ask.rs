@@ -1,15 +1,16 @@
 //! Search by meaning asked of the running worker, which has the sentence model and the
 //! index of stored vectors loaded, over a Unix socket in an owner-only directory of the
-//! data dir (`run/recall.sock`; no TCP listener): the hook's side ([`meaning`], under a
-//! strict deadline) and the worker's ([`answer`], one connection). The wire is one JSON
+//! data dir (`run/recall.sock`; no TCP listener): the hook's side ([`ask`], then
+//! [`Asked::reply`] under a strict deadline) and the worker's ([`answer`], one connection). The wire is one JSON
 //! line each way: a [`Request`] (the search: query, project, kinds, limit) and a [`Reply`]
 //! (the query's vector and its nearest neighbours, `rank::Meaning`, or why none). The
 //! worker embeds and scans; the hook ranks, with the full-text pools it gathered while the
 //! worker worked.
 //!
-//! Invariants: [`meaning`] ends within a millisecond of its deadline, when the process is
-//! scheduled: it never blocks (the connect, the write and the reads are non-blocking, and
-//! it looks for the answer every millisecond until the deadline); any failure (no worker,
+//! Invariants: [`Asked::reply`] ends within a millisecond of the deadline, when the process
+//! is scheduled, and [`ask`] never waits: the connect, the write and the reads are
+//! non-blocking, and the answer is awaited in `ppoll` bounded by what is left of the
+//! deadline; any failure (no worker,
 //! a slow or stopped one, one killed mid-answer, a reply that does not parse) is an error
 //! the caller answers by going by words alone. Only the search request crosses: the
 //! prompt as capture cleaned it.
@@ -108,24 +109,25 @@ pub struct Reply {
     error: Option<String>,
 }
 
+/// A question sent to the worker, its answer not read yet.
+#[derive(Debug)]
+pub struct Asked {
+    stream: UnixStream,
+    socket: std::path::PathBuf,
+    until: Instant,
+    deadline: Duration,
+}
+
 /// Asks the worker listening on `socket` for the meaning of `req`'s query and its nearest
-/// neighbours, within `deadline`. An error when it cannot answer in time, or at all.
-pub fn meaning(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Meaning> {
+/// neighbours, to be answered within `deadline` from now, and returns without waiting for
+/// the answer ([`Asked::reply`]): the worker starts on it at once, whatever the caller does
+/// meanwhile. An error when no worker takes the question.
+pub fn ask(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Asked> {
     let until = Instant::now() + deadline;
-    let left = || {
-        until
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| Error::Invalid("the worker did not answer in time".into()))
-    };
+    if deadline.is_zero() {
+        return Err(Error::Invalid("the worker did not answer in time".into()));
+    }
     let io = |what: &'static str, e: std::io::Error| Error::io(what, socket, e);
-    let timed_out = || {
-        Error::Invalid(format!(
-            "the worker did not answer within {} ms",
-            deadline.as_millis()
-        ))
-    };
-    left()?;
     let mut stream = connect(socket).map_err(|e| io("cannot reach the worker", e))?;
     let asked = Request {
         answer_by_ms: Some(
@@ -140,34 +142,66 @@ pub fn meaning(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result
     stream
         .write_all(&line)
         .map_err(|e| io("cannot ask the worker", e))?;
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = match stream.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Nothing yet: wait for the answer, never past the deadline.
-                let left = left().map_err(|_| timed_out())?;
-                readable(&stream, left).map_err(|e| io("cannot wait for the worker", e))?;
-                continue;
-            }
-            Err(e) => return Err(io("cannot read the worker's answer", e)),
+    Ok(Asked {
+        stream,
+        socket: socket.to_path_buf(),
+        until,
+        deadline,
+    })
+}
+
+impl Asked {
+    /// Waits for the worker's answer, never past the deadline given to [`ask`].
+    pub fn reply(mut self) -> Result<Meaning> {
+        let until = self.until;
+        let left = || {
+            until
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
         };
-        if n == 0 {
-            return Err(Error::Invalid(
-                "the worker closed the connection before answering".into(),
-            ));
+        let socket = self.socket.as_path();
+        let io = |what: &'static str, e: std::io::Error| Error::io(what, socket, e);
+        let timed_out = || {
+            Error::Invalid(format!(
+                "the worker did not answer within {} ms",
+                self.deadline.as_millis()
+            ))
+        };
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            let n = match self.stream.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // Nothing yet: wait for the answer, never past the deadline.
+                    let left = left().ok_or_else(timed_out)?;
+                    readable(&self.stream, left)
+                        .map_err(|e| io("cannot wait for the worker", e))?;
+                    continue;
+                }
+                Err(e) => return Err(io("cannot read the worker's answer", e)),
+            };
+            if n == 0 {
+                return Err(Error::Invalid(
+                    "the worker closed the connection before answering".into(),
+                ));
+            }
+            reply.extend_from_slice(&chunk[..n]);
+            if reply.ends_with(b"\n") {
+                break;
+            }
+            if reply.len() as u64 > MAX_REPLY {
+                return Err(Error::Invalid("the worker's answer is too long".into()));
+            }
         }
-        reply.extend_from_slice(&chunk[..n]);
-        if reply.ends_with(b"\n") {
-            break;
-        }
-        if reply.len() as u64 > MAX_REPLY {
-            return Err(Error::Invalid("the worker's answer is too long".into()));
-        }
+        decode(&reply)
     }
-    let reply: Reply = serde_json::from_slice(&reply)
+}
+
+/// The worker's answer line as a meaning, or the error it reports.
+fn decode(reply: &[u8]) -> Result<Meaning> {
+    let reply: Reply = serde_json::from_slice(reply)
         .map_err(|e| Error::Invalid(format!("the worker's answer: {e}")))?;
     if let Some(why) = reply.error {
         return Err(Error::Invalid(format!(
@@ -289,6 +323,11 @@ pub fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The question and its answer in one call, as the hook makes them.
+    fn meaning(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Meaning> {
+        ask(socket, req, deadline)?.reply()
+    }
     use std::os::unix::net::UnixListener;
 
     fn meant() -> Meaning {
