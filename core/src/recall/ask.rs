@@ -1,18 +1,17 @@
 //! Search by meaning asked of the running worker, which has the sentence model and the
 //! index of stored vectors loaded, over a Unix socket in an owner-only directory of the
 //! data dir (`run/recall.sock`; no TCP listener): the hook's side ([`ask`], then
-//! [`Asked::reply`] under a strict deadline) and the worker's ([`answer`], one connection). The wire is one JSON
-//! line each way: a [`Request`] (the search: query, project, kinds, limit) and a [`Reply`]
-//! (the query's vector and its nearest neighbours, `rank::Meaning`, or why none). The
-//! worker embeds and scans; the hook ranks, with the full-text pools it gathered while the
-//! worker worked.
+//! [`Asked::reply`] under a strict deadline) and the worker's ([`answer`], one
+//! connection). The wire is one JSON line each way: a [`Request`] (the search: query,
+//! project, kinds, limit) and a [`Reply`] (the query's vector and its nearest neighbours,
+//! `rank::Meaning`, or why none). The worker embeds and scans; the hook ranks, with the
+//! full-text pools it gathered while the worker worked.
 //!
 //! Invariants: [`Asked::reply`] ends within a millisecond of the deadline, when the process
 //! is scheduled, and [`ask`] never waits: the connect, the write and the reads are
 //! non-blocking, and the answer is awaited in `ppoll` bounded by what is left of the
-//! deadline; any failure (no worker,
-//! a slow or stopped one, one killed mid-answer, a reply that does not parse) is an error
-//! the caller answers by going by words alone. Only the search request crosses: the
+//! deadline; any failure (no worker, a slow or stopped one, one killed mid-answer, a reply
+//! that does not parse) is an error the caller answers by going by words alone. Only the search request crosses: the
 //! prompt as capture cleaned it.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -229,10 +228,6 @@ fn decode(reply: &[u8]) -> Result<Meaning> {
     })
 }
 
-/// Connects to the worker's socket without waiting: the stream is non-blocking. A worker
-/// that accepts nothing (stopped, or stuck) leaves the connections queued for it; once its
-/// listen backlog is full a blocking connect would wait for it without end (std's
-/// `UnixStream::connect` has no timeout), a non-blocking one is refused at once.
 /// Waits until `stream` has something to read, or `left` has passed. `ppoll` wakes with the
 /// answer and ends within microseconds of the deadline: looking every millisecond cost
 /// half a millisecond a prompt on average, and socket timeouts end up to a scheduler
@@ -247,6 +242,10 @@ fn readable(stream: &UnixStream, left: Duration) -> std::io::Result<()> {
     }
 }
 
+/// Connects to the worker's socket without waiting: the stream is non-blocking. A worker
+/// that accepts nothing (stopped, or stuck) leaves the connections queued for it; once its
+/// listen backlog is full a blocking connect would wait for it without end (std's
+/// `UnixStream::connect` has no timeout), a non-blocking one is refused at once.
 fn connect(socket: &Path) -> std::io::Result<UnixStream> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
     let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None)?;
@@ -323,12 +322,12 @@ pub fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixListener;
 
     /// The question and its answer in one call, as the hook makes them.
     fn meaning(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Meaning> {
         ask(socket, req, deadline)?.reply()
     }
-    use std::os::unix::net::UnixListener;
 
     fn meant() -> Meaning {
         Meaning {
