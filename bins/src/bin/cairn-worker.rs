@@ -6,7 +6,8 @@ fn main() -> std::process::ExitCode {
 }
 
 /// The sentence model's matrix products run on one thread each, unless the user says
-/// otherwise (`RAYON_NUM_THREADS`, which the model's library reads at every product).
+/// otherwise (`RAYON_NUM_THREADS`, which the model's library reads at every product and
+/// `cairn_kernels::dense` at its first).
 /// A prompt's query is a few dozen tokens: split over threads, its products cost more in
 /// handing work around than they save, and on a machine of few cores they fight the hook
 /// that waits for them. Measured (BENCHMARKS.md, "Recall at prompts and files"): at

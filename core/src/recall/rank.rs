@@ -662,7 +662,7 @@ fn common_above(rows: i64) -> i64 {
 fn wording(
     conn: &Connection,
     q: &Query,
-    counts: &HashMap<Kind, Counts>,
+    counted: &HashMap<Kind, Counts>,
     found: &HashMap<(Kind, i64), Features>,
     scratch: &HashMap<Kind, String>,
 ) -> Result<HashMap<(Kind, i64), Wording>> {
@@ -674,7 +674,7 @@ fn wording(
     }
     for (kind, ids) in by_kind(found) {
         let t = table(kind);
-        let Some(held) = counts.get(&kind) else {
+        let Some(held) = counted.get(&kind) else {
             continue;
         };
         let rows = held.rows;

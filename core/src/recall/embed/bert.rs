@@ -10,10 +10,9 @@
 
 use std::path::Path;
 
+use cairn_kernels::dense::Dense;
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder, embedding, layer_norm, linear};
-
-use cairn_kernels::dense::Dense;
 use serde::Deserialize;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
