@@ -334,9 +334,10 @@ pub fn handle_with(
 
     // What the answer needs of the record, which may be moved into the spool.
     let session = record.session_id.clone();
-    // The prompt as stored: cleaned of private spans and secrets.
-    let prompt = match &record.action {
-        Action::Prompt { text, .. } => Some(text.clone()),
+    // A prompt's memories: the worker asked for its meaning now, before the event's write,
+    // with the prompt as stored (cleaned of private spans and secrets).
+    let question = match &record.action {
+        Action::Prompt { text, .. } => tell::prompt_question(dir, settings, &project, text),
         _ => None,
     };
     let mut conn = None;
@@ -372,15 +373,15 @@ pub fn handle_with(
         }
     };
 
-    let told = match (&event, prompt, conn.as_mut()) {
-        (Event::SessionStart { source, .. }, _, Some(c))
+    let told = match (&event, conn.as_mut()) {
+        (Event::SessionStart { source, .. }, Some(c))
             if *source != StartSource::Resume || settings.capture.context_on_resume =>
         {
             Some(tell::session_start(c, settings, &project, &session, now))
         }
-        (Event::UserPrompt { .. }, Some(text), Some(c)) => Some(tell::prompt(
-            dir, c, settings, &project, &session, &text, now,
-        )),
+        (Event::UserPrompt { .. }, Some(c)) => {
+            Some(tell::prompt(c, settings, &session, question, now))
+        }
         _ => None,
     };
     let answer = match told {

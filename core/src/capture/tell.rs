@@ -5,7 +5,8 @@
 //!
 //! A prompt's memories are found by words in the hook's own process, or by meaning as
 //! well when the running worker answers within `recall.worker_deadline_ms`
-//! (`recall::moment::find`, through `recall::ask`); no model is loaded here. Every failure is logged and gives nothing:
+//! (`recall::moment::ask` before the event is stored, `find_asked` after, through
+//! `recall::ask`); no model is loaded here. Every failure is logged and gives nothing:
 //! the event was stored before, and the hook's answer is then its plain answer.
 
 use std::time::Duration;
@@ -49,19 +50,19 @@ pub fn session_start(
     Ok(hook::session_start_answer(&block))
 }
 
-/// The UserPromptSubmit answer: the memories of `project` that may answer `prompt` (already
-/// cleaned by the privacy filter), above the threshold, not given to `session` yet.
-pub fn prompt(
+/// The search for the memories of `project` that may answer `prompt` (already cleaned by
+/// the privacy filter), and the worker asked for its meaning at once (see
+/// [`moment::ask`]): the hook asks before it stores the event, so that the worker embeds
+/// the prompt meanwhile. `None` when the prompt gets no memories (recall at prompts turned
+/// off, or not a prompt of the user's).
+pub fn prompt_question(
     dir: &DataDir,
-    conn: &mut Connection,
     settings: &Settings,
     project: &str,
-    session: &str,
     prompt: &str,
-    now: i64,
-) -> Result<String> {
+) -> Option<(SearchRequest, moment::Asking)> {
     if !settings.recall.at_prompt || !moment::is_users_prompt(prompt) {
-        return Ok(hook::PLAIN_ANSWER.to_string());
+        return None;
     }
     // Only what could be given is read: a search whose best estimate is under the threshold
     // returns no hit (a hit's relevance never exceeds its estimate), and most prompts then
@@ -71,7 +72,24 @@ pub fn prompt(
         ..moment::prompt_request(project, prompt, &settings.recall)
     };
     let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
-    let found = moment::find(conn, &dir.recall_socket(), &req, deadline)?;
+    let asking = moment::ask(&dir.recall_socket(), &req, deadline);
+    Some((req, asking))
+}
+
+/// The UserPromptSubmit answer: the memories [`prompt_question`] asked for, above the
+/// threshold, not given to `session` yet.
+pub fn prompt(
+    conn: &mut Connection,
+    settings: &Settings,
+    session: &str,
+    question: Option<(SearchRequest, moment::Asking)>,
+    now: i64,
+) -> Result<String> {
+    let Some((req, asking)) = question else {
+        return Ok(hook::PLAIN_ANSWER.to_string());
+    };
+    let deadline = Duration::from_millis(settings.recall.worker_deadline_ms);
+    let found = moment::find_asked(conn, &req, asking)?;
     if let Some(waited) = found.waited {
         // Read by the speed bench: the deadline is never exceeded.
         log::debug!(

@@ -172,42 +172,71 @@ pub struct Found {
     pub waited: Option<std::time::Duration>,
 }
 
+/// A prompt's question to the running worker, sent before the rest of the hook's work
+/// ([`ask`]) and answered in [`find_asked`].
+#[derive(Debug)]
+pub enum Asking {
+    /// Not asked: no deadline, or nothing to rank (no word of the query to match).
+    Not,
+    /// No worker took the question (none running, or it accepts nothing): why, and how
+    /// long trying took.
+    Refused(String, std::time::Duration),
+    /// Sent at the instant given; the answer is awaited by [`find_asked`].
+    Sent(crate::recall::ask::Asked, std::time::Instant),
+}
+
+/// Asks the worker listening on `socket` for the meaning of `req`'s query, to be answered
+/// within `deadline` of now: the hook asks as soon as it has the prompt, so that the
+/// worker embeds it while the hook stores its event.
+pub fn ask(socket: &std::path::Path, req: &SearchRequest, deadline: std::time::Duration) -> Asking {
+    let ranked = req.order == Order::Relevance
+        && crate::recall::query::parse(&req.query).fts_any().is_some();
+    if deadline.is_zero() || !ranked {
+        return Asking::Not;
+    }
+    let began = std::time::Instant::now();
+    match crate::recall::ask::ask(socket, req, deadline) {
+        Ok(asked) => Asking::Sent(asked, began),
+        Err(e) => Asking::Refused(e.to_string(), began.elapsed()),
+    }
+}
+
 /// Runs a prompt's search as the hook does: by words and meaning when the running worker
 /// listening on `socket` sends the query's meaning (its vector and nearest neighbours)
 /// within `deadline`, else by words alone on `conn` (at once when `deadline` is zero, or
-/// when no worker takes the question). The worker is asked first, and its answer awaited
-/// on a thread of its own while the full-text pools are gathered here, so a prompt pays
-/// the longer of the two, not their sum; the ranking is this process's.
+/// when no worker takes the question). [`ask`] then [`find_asked`].
 pub fn find(
     conn: &Connection,
     socket: &std::path::Path,
     req: &SearchRequest,
     deadline: std::time::Duration,
 ) -> Result<Found> {
-    let ranked = req.order == Order::Relevance
-        && crate::recall::query::parse(&req.query).fts_any().is_some();
-    if deadline.is_zero() || !ranked {
-        return Ok(Found {
-            hits: crate::recall::search::search(conn, req)?,
-            ..Found::default()
-        });
-    }
-    // Asked before the thread that waits for the answer starts: with the worker and the
-    // pools on both cores of a 2-core machine, the thread began 1.4-1.9 ms later (median),
-    // and the worker then began that much later too.
-    let began = std::time::Instant::now();
-    let asked = match crate::recall::ask::ask(socket, req, deadline) {
-        Ok(asked) => asked,
-        Err(e) => {
-            // No worker to wait for (none running, or it accepts nothing).
-            let waited = began.elapsed();
+    find_asked(conn, req, ask(socket, req, deadline))
+}
+
+/// The search of `req` once the worker was asked (`asking`, from [`ask`] with the same
+/// request): its answer is awaited on a thread of its own while the full-text pools are
+/// gathered here, so a prompt pays the longer of the two, not their sum; the ranking is
+/// this process's. The answer is awaited on a thread started after the question was sent:
+/// with the worker and the pools on both cores of a 2-core machine, a thread began
+/// 1.4-1.9 ms after it was spawned (median), and the worker then began that much later.
+pub fn find_asked(conn: &Connection, req: &SearchRequest, asking: Asking) -> Result<Found> {
+    let (asked, began) = match asking {
+        Asking::Not => {
+            return Ok(Found {
+                hits: crate::recall::search::search(conn, req)?,
+                ..Found::default()
+            });
+        }
+        Asking::Refused(why, waited) => {
             return Ok(Found {
                 hits: crate::recall::search::search(conn, req)?,
                 by_meaning: false,
-                words_alone_because: Some(e.to_string()),
+                words_alone_because: Some(why),
                 waited: Some(waited),
             });
         }
+        Asking::Sent(asked, began) => (asked, began),
     };
     let meaning = std::sync::OnceLock::new();
     std::thread::scope(|scope| {
@@ -229,7 +258,7 @@ pub fn find(
         let hits = crate::recall::search::search_with(conn, req, Some(&semantic));
         let (why, waited) = asking
             .join()
-            .unwrap_or_else(|_| (Some("asking the worker panicked".into()), deadline));
+            .unwrap_or_else(|_| (Some("asking the worker panicked".into()), began.elapsed()));
         Ok(Found {
             hits: hits?,
             by_meaning: why.is_none(),
