@@ -207,6 +207,15 @@ pub(super) fn scored(
             );
         }
     }
+    // While the meaning is still awaited (the worker embeds the prompt), the full-text
+    // candidates' scratch rows and stored vectors are read: the ranking after the answer
+    // then reads only what meaning alone found.
+    let early = match semantic {
+        Some(s) if s.meaning.get().is_none() => {
+            Some((scratch(conn, &found)?, stored_vectors(conn, &found)?))
+        }
+        _ => None,
+    };
     let meaning = semantic
         .map(|s| s.meaning.wait())
         .filter(|m| !m.vector.is_empty());
@@ -243,7 +252,15 @@ pub(super) fn scored(
             }
         }
     }
-    let scratch = scratch(conn, &found)?;
+    let (scratch, stored) = match early {
+        Some((mut names, stored)) => {
+            for (kind, ids) in &meaning_only {
+                add_to_scratch(conn, &mut names, *kind, ids)?;
+            }
+            (names, Some(stored))
+        }
+        None => (scratch(conn, &found)?, None),
+    };
     // A word the query excludes excludes a memory found by meaning too.
     let excluded = Query {
         excluded: q.excluded.clone(),
@@ -261,8 +278,14 @@ pub(super) fn scored(
         // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
         for ((kind, id), feat) in found.iter_mut() {
             if feat.similarity.is_none() {
-                feat.similarity =
-                    store::vector_of(conn, *kind, *id, &m.model)?.map(|v| cosine_i8(&m.vector, &v));
+                let vector = match &stored {
+                    Some(stored) => stored
+                        .get(&(*kind, *id))
+                        .filter(|(model, _)| *model == m.model)
+                        .map(|(_, v)| v.clone()),
+                    None => store::vector_of(conn, *kind, *id, &m.model)?,
+                };
+                feat.similarity = vector.map(|v| cosine_i8(&m.vector, &v));
             }
         }
     }
@@ -743,7 +766,21 @@ fn scratch(
 ) -> Result<HashMap<Kind, String>> {
     let mut out = HashMap::new();
     for (kind, ids) in by_kind(found) {
-        let t = table(kind);
+        add_to_scratch(conn, &mut out, kind, &ids)?;
+    }
+    Ok(out)
+}
+
+/// Adds the rows `ids` of `kind` to its scratch table (see [`scratch`]), made and emptied
+/// first when `names` has none for the kind yet.
+fn add_to_scratch(
+    conn: &Connection,
+    names: &mut HashMap<Kind, String>,
+    kind: Kind,
+    ids: &[i64],
+) -> Result<()> {
+    let t = table(kind);
+    if let std::collections::hash_map::Entry::Vacant(vacant) = names.entry(kind) {
         let name = format!("rank_{}", t.table);
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5 (
@@ -752,16 +789,43 @@ fn scratch(
              DELETE FROM temp.{name};",
             columns = t.columns
         ))?;
-        let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
-        conn.prepare(&format!(
-            "INSERT INTO temp.{name} (rowid, {columns})
-             SELECT id, {columns} FROM {table} WHERE id IN ({marks})",
-            columns = t.columns,
-            table = t.table,
-            marks = marks.join(", ")
-        ))?
-        .execute(params_from_iter(&ids))?;
-        out.insert(kind, name);
+        vacant.insert(name);
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
+    conn.prepare(&format!(
+        "INSERT INTO temp.{name} (rowid, {columns})
+         SELECT id, {columns} FROM {table} WHERE id IN ({marks})",
+        name = names[&kind],
+        columns = t.columns,
+        table = t.table,
+        marks = marks.join(", ")
+    ))?
+    .execute(params_from_iter(ids))?;
+    Ok(())
+}
+
+/// A memory's stored int8 vector and the model that made it.
+type Stored = (String, Vec<u8>);
+
+/// The stored vector of each candidate that has one (the meaning, not yet known, names the
+/// model compared).
+fn stored_vectors(
+    conn: &Connection,
+    found: &HashMap<(Kind, i64), Features>,
+) -> Result<HashMap<(Kind, i64), Stored>> {
+    let mut read = conn
+        .prepare_cached("SELECT model, vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2")?;
+    let mut out = HashMap::new();
+    for &(kind, id) in found.keys() {
+        let stored = read
+            .query_row(params![kind.code(), id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some(stored) = stored {
+            out.insert((kind, id), stored);
+        }
     }
     Ok(out)
 }
@@ -951,6 +1015,124 @@ mod tests {
             ..Filters::default()
         };
         assert!(found(none).is_empty());
+    }
+
+    #[test]
+    fn a_meaning_that_arrives_late_ranks_as_one_given_at_once() {
+        let mut f = fixture();
+        let text = [
+            f.add(obs(
+                "p",
+                "bugfix",
+                "Lease lost on restart",
+                "the lease expires",
+                T0,
+            )),
+            f.add(obs("p", "change", "Renew the lease early", "", T0 + 1)),
+            f.add(obs("p", "change", "Lease table cleanup", "", T0 + 2)),
+        ];
+        // Found by meaning alone: one shares a title with a word-found one, one holds the
+        // word the query excludes.
+        let alone = [
+            f.add(obs(
+                "p",
+                "change",
+                "Renew the lease early",
+                "job claims",
+                T0 + 3,
+            )),
+            f.add(obs(
+                "p",
+                "bugfix",
+                "Claims vanish after a crash",
+                "",
+                T0 + 4,
+            )),
+            f.add(obs(
+                "p",
+                "change",
+                "Crash in the poller",
+                "nightly builds",
+                T0 + 5,
+            )),
+        ];
+        let axis = |i: usize| {
+            let mut v = vec![0.0f32; 8];
+            v[0] = 1.0;
+            v[i] = 0.5 + i as f32 / 10.0;
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
+        };
+        let queued = store::queued(&mut f.conn, 100).expect("queued");
+        let items: Vec<_> = queued
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| (q, axis(1 + i % 7)))
+            .collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        let meaning = || Meaning {
+            vector: axis(1),
+            model: "m".into(),
+            min_similarity: 0.0,
+            // The neighbours the worker sends: the ones found by meaning alone.
+            neighbours: Some(
+                alone
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &id)| Neighbour {
+                        kind: Kind::Observation,
+                        id,
+                        created_at: T0 + 3 + i as i64,
+                        similarity: 0.9 - i as f32 / 10.0,
+                    })
+                    .collect(),
+            ),
+        };
+        let q = query::parse("lease -nightly");
+        let any = q.fts_any().expect("a word");
+        let filters = Filters {
+            project: Some("p".into()),
+            ..Filters::default()
+        };
+        let kinds = [Kind::Observation];
+        let rank = |m: &OnceLock<Meaning>| -> Vec<String> {
+            let semantic = Semantic {
+                index: None,
+                meaning: m,
+            };
+            let mut out: Vec<String> =
+                scored(&f.conn, &q, &any, &kinds, &filters, 10, Some(&semantic))
+                    .expect("rank")
+                    .iter()
+                    .map(|s| format!("{} {:?} {:.9}", s.candidate.id, s.signals, s.estimate))
+                    .collect();
+            out.sort();
+            out
+        };
+        let at_once = rank(&OnceLock::from(meaning()));
+        // The full-text side is done long before this meaning arrives: its candidates'
+        // scratch rows and vectors are read while it is awaited.
+        let late = OnceLock::new();
+        let ranked = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                Promise(&late).keep(meaning());
+            });
+            rank(&late)
+        });
+        assert_eq!(ranked, at_once);
+        // Every candidate was measured: the word-found ones with their stored vectors, the
+        // meaning-only ones but the excluded, the duplicate title counted.
+        assert_eq!(at_once.len(), text.len() + alone.len() - 1, "{at_once:#?}");
+        assert!(
+            !at_once
+                .iter()
+                .any(|l| l.starts_with(&format!("{} ", alone[2])))
+        );
+        assert!(
+            at_once.iter().all(|l| !l.contains("similarity: 0.0,")),
+            "{at_once:#?}"
+        );
     }
 
     #[test]
