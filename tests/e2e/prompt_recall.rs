@@ -335,6 +335,55 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
 }
 
 #[test]
+fn a_model_installed_while_the_worker_runs_is_taken_up() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let socket = env.data_dir.join("run/recall.sock");
+    let _worker = start_worker(&env);
+    // No model yet: the worker runs, and a prompt goes by words alone.
+    wait_until("the worker running", || {
+        let o = env.run("cairn", &["status", "--json"], b"");
+        serde_json::from_slice::<Value>(&o.stdout)
+            .is_ok_and(|v| v["worker"]["running"] == Value::Bool(true))
+    });
+    let before = found_by(&env, "why does the login test fail on CI?");
+    assert!(
+        before["found_by"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("words")),
+        "{before}"
+    );
+    assert!(!socket.exists());
+
+    // Installed while it runs (as a user following `cairn status`' advice would): the
+    // worker takes it up without a restart.
+    let model = model_dir();
+    let o = env.run(
+        "cairn",
+        &["embed", "--from", model.to_str().expect("path")],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    wait_until("the worker answering by meaning", || {
+        socket.exists()
+            && found_by(&env, "why does the login test fail on CI?")["found_by"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("words and meaning"))
+    });
+    let (_, given) = hook(
+        &env,
+        &prompt(
+            &env,
+            "s1",
+            "p1",
+            "why does the login test fail on CI again?",
+        ),
+    );
+    let given = given.expect("the fix is given");
+    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+}
+
+#[test]
 fn a_silent_worker_or_one_gone_mid_answer_leaves_the_prompt_to_words_alone() {
     let env = TestEnv::new();
     let s = seed(&env);

@@ -8,7 +8,7 @@
 //! written to a closed socket.
 //!
 //! Without a model the thread does not listen (a hook then finds no socket and goes by
-//! words at once). The socket's directory is the owner's only (`0700`); a socket left by
+//! words at once) and looks for one again every `worker::MODEL_LOOK_EVERY`. The socket's directory is the owner's only (`0700`); a socket left by
 //! a worker that died is replaced (this worker holds the single-instance lock). It ends
 //! when [`Answerer::stop`] is called, and removes the socket.
 
@@ -51,10 +51,20 @@ impl Answerer {
         let thread = std::thread::Builder::new()
             .name("answerer".into())
             .spawn(move || {
-                let searcher = Searcher::open(&embed, &data);
-                if let Some(why) = searcher.unavailable() {
-                    log::info!("prompts find memories by words alone: {why}");
-                    return;
+                // Without a model, looked for again until one is installed.
+                let mut searcher = Searcher::open(&embed, &data);
+                let mut told = false;
+                while let Some(why) = searcher.unavailable() {
+                    if !told {
+                        log::info!("prompts find memories by words alone: {why}");
+                        told = true;
+                    }
+                    if crate::worker::sleep_unless(crate::worker::MODEL_LOOK_EVERY, || {
+                        flag.load(Ordering::SeqCst)
+                    }) {
+                        return;
+                    }
+                    searcher = Searcher::open(&embed, &data);
                 }
                 match listen(&data) {
                     Ok(listener) => run(&data, listener, searcher, &flag),

@@ -48,11 +48,33 @@ fn run(
     once: bool,
     poll: Duration,
 ) -> Result<()> {
-    let source = match model::locate(settings, dir) {
-        Ok(s) => s,
-        Err(why) => {
-            log::info!("search by meaning is off: {why}");
-            return Ok(());
+    let stopped = || stop.iter().any(|s| s.load(Ordering::SeqCst));
+    // Without a model, looked for again until one is installed (not with `--once`).
+    let mut told = false;
+    let source = loop {
+        match model::locate(settings, dir) {
+            Ok(s) => {
+                if told {
+                    log::info!("a sentence model is there now: search by meaning is on");
+                }
+                break s;
+            }
+            Err(why) if once => {
+                log::info!("search by meaning is off: {why}");
+                return Ok(());
+            }
+            Err(why) => {
+                if !told {
+                    log::info!(
+                        "search by meaning is off: {why} (looked for again every {} s)",
+                        super::MODEL_LOOK_EVERY.as_secs()
+                    );
+                    told = true;
+                }
+                if super::sleep_unless(super::MODEL_LOOK_EVERY, stopped) {
+                    return Ok(());
+                }
+            }
         }
     };
     let bert = source.load()?;

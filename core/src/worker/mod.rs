@@ -24,6 +24,8 @@
 //! second store a no-op; a model call is recorded before it is made. Data flows from the queue (and the spool) through the model into
 //! memory.
 
+use std::time::Duration;
+
 pub mod answerer;
 pub mod embedder;
 pub mod ingest;
@@ -34,3 +36,24 @@ pub mod pipeline;
 pub mod prompt;
 pub mod syncer;
 pub mod usage;
+
+/// How often a worker with no sentence model looks for one again (`cairn embed --fetch`
+/// or `--from` may install it while the worker runs).
+pub const MODEL_LOOK_EVERY: Duration = Duration::from_secs(10);
+
+/// Sleeps `total`, in steps short enough to notice `stopped` within a fifth of a second;
+/// true when it was stopped.
+pub fn sleep_unless(total: Duration, stopped: impl Fn() -> bool) -> bool {
+    let step = Duration::from_millis(200);
+    let end = std::time::Instant::now() + total;
+    loop {
+        if stopped() {
+            return true;
+        }
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(step));
+    }
+}
