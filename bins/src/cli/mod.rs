@@ -106,7 +106,7 @@ pub enum Command {
     Save(recall::SaveArgs),
     /// Get the sentence model for search by meaning, and embed memories now.
     Embed(embed::EmbedArgs),
-    /// Open the memory in a local web viewer (127.0.0.1 only, with an access token).
+    /// Open the memory in a local web viewer (a loopback address only, with an access token).
     Ui(ui::UiArgs),
     /// Delete memories for good: no vector, no search hit, not brought back by an import.
     Forget(ui::ForgetArgs),

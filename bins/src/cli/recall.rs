@@ -53,8 +53,10 @@ fn parse_limit(s: &str) -> Result<usize, String> {
 
 #[derive(Debug, Args)]
 pub struct SearchArgs {
-    /// Words (all must match), "exact phrases", NOT word (or -word after `--`), OR,
-    /// prefix*. Empty: the newest records matching the filters.
+    /// Words, "exact phrases", NOT word (or -word after `--`), OR, prefix*. By relevance
+    /// a memory needs one of the words (or be near in meaning), and holding more ranks
+    /// higher; with `--order newest|oldest`, all must match. Empty: the newest records
+    /// matching the filters.
     pub query: Vec<String>,
     #[command(flatten)]
     pub scope: ScopeArgs,

@@ -273,7 +273,8 @@ pub fn search(
         )
     };
     let how = format!(
-        "{} Ordered by relevance, results under {:.0}% relevance are not shown.",
+        "{} Ordered by relevance; when even the best result is under {:.0}% likely to be the \
+         one asked about, nothing is shown.",
         if by_meaning {
             "Searching by words and by meaning."
         } else {
