@@ -52,7 +52,8 @@ use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
 use moments::{
-    context, hook, model_dir, pct, prompt, words_alone_count, worker, worker_meanings, worker_waits,
+    Half, context, hook, model_dir, pct, prompt, words_alone_count, worker, worker_meanings,
+    worker_waits,
 };
 use serde_json::Value;
 
@@ -443,15 +444,17 @@ fn speed() {
         waited("UserPromptSubmit, worker running");
         let halves = worker_meanings(&data);
         let halves = &halves[halves.len().saturating_sub(runs)..];
-        let median = |f: fn(&(f64, f64)) -> f64| {
+        let median = |f: fn(&Half) -> f64| {
             let mut v: Vec<f64> = halves.iter().map(f).collect();
             v.sort_by(f64::total_cmp);
             v.get(v.len() / 2).copied().unwrap_or(0.0)
         };
         println!(
-            "the worker's half (embedding the prompt, its nearest neighbours), worker running: p50 {:.1} ms, of which embedding p50 {:.1} ms ({} logged)",
-            median(|h| h.0),
-            median(|h| h.1),
+            "the worker's half (embedding the prompt, its nearest neighbours), worker running: p50 {:.1} ms, of which (p50 each) the index caught up {:.1} ms, embedding {:.1} ms, neighbours {:.1} ms ({} logged)",
+            median(|h| h.all),
+            median(|h| h.refresh),
+            median(|h| h.embedding),
+            median(|h| h.neighbours),
             halves.len()
         );
         case("PreToolUse Read, worker running", &|i| {

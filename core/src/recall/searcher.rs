@@ -61,6 +61,14 @@ impl Searcher {
         }
     }
 
+    /// Keeps the index's vectors in memory (`VectorIndex::keep_vectors`): for the worker,
+    /// which answers every prompt's search by meaning.
+    pub fn keep_vectors(&mut self) {
+        if let Ok(l) = &mut self.loaded {
+            l.index.keep_vectors();
+        }
+    }
+
     /// A searcher that never uses a model.
     pub fn full_text_only(why: &str) -> Searcher {
         Searcher {

@@ -66,6 +66,7 @@ impl Answerer {
                     }
                     searcher = Searcher::open(&embed, &data);
                 }
+                searcher.keep_vectors();
                 match listen(&data) {
                     Ok(listener) => run(&data, listener, searcher, &flag),
                     Err(e) => log::warn!("prompts find memories by words alone: {e}"),

@@ -138,9 +138,19 @@ pub fn worker_waits(data: &Path) -> Vec<f64> {
         .collect()
 }
 
-/// The worker's half of every prompt's search by meaning it logged, in the order logged:
-/// in all, and embedding the query (ms).
-pub fn worker_meanings(data: &Path) -> Vec<(f64, f64)> {
+/// The worker's half of every prompt's search by meaning it logged, in the order logged
+/// (ms).
+#[derive(Debug, Clone, Copy)]
+pub struct Half {
+    pub all: f64,
+    /// Catching the index up with the vectors stored since.
+    pub refresh: f64,
+    pub embedding: f64,
+    /// The bit scan and the rescoring of the closest.
+    pub neighbours: f64,
+}
+
+pub fn worker_meanings(data: &Path) -> Vec<Half> {
     logs(data, "worker-")
         .iter()
         .flat_map(|text| {
@@ -154,10 +164,12 @@ pub fn worker_meanings(data: &Path) -> Vec<(f64, f64)> {
                             .parse::<f64>()
                             .ok()
                     };
-                    Some((
-                        ms("a query's meaning in ", " ms")?,
-                        ms("embedded in ", ",")?,
-                    ))
+                    Some(Half {
+                        all: ms("a query's meaning in ", " ms")?,
+                        refresh: ms("caught up in ", ",")?,
+                        embedding: ms("embedded in ", ",")?,
+                        neighbours: l.split("neighbours in ").nth(1)?.trim().parse().ok()?,
+                    })
                 })
                 .collect::<Vec<_>>()
         })

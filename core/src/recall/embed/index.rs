@@ -5,13 +5,17 @@
 //! bits of every vector of the current model in memory, with what the filters need (kind,
 //! project, time), and catches up with rows stored since its last look (`embeddings.seq`).
 //! A search scans the bits of the rows that pass the filters by Hamming distance, takes the
-//! [`RESCORE`] closest and ranks those by the cosine of the int8 vectors read from the
-//! database. Filters on type, concept and file, which the index does not hold, are turned
+//! [`RESCORE`] closest and ranks those by the cosine of their int8 vectors, read from the
+//! database, or held in memory by an index that keeps them ([`VectorIndex::keep_vectors`]:
+//! the worker's, which answers every prompt; at most [`RESIDENT_MAX`] of them, 384 bytes
+//! each with all-MiniLM-L6-v2: 38 MB at 100,000 memories). Then only the rows that would be
+//! returned are looked up, to know they are still there. Filters on type, concept and file, which the index does not hold, are turned
 //! into the set of ids that pass them by the caller before the scan, never applied to a
 //! fixed number of neighbours afterwards.
 //!
-//! Invariants: a row deleted since the index last looked is never returned (its vector is
-//! read back before it counts); a vector of another model is never compared.
+//! Invariants: a row deleted or replaced since the index last looked is never returned
+//! (its vector is read back, or its row looked up, before it counts); a vector of another
+//! model is never compared.
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
@@ -24,6 +28,10 @@ use crate::memory::kind::Kind;
 /// Rows whose exact similarity is computed after the bit scan, at least; more when more
 /// neighbours are asked for.
 pub const RESCORE: usize = 400;
+
+/// The most vectors an index keeps in memory ([`VectorIndex::keep_vectors`]); past it they
+/// are read from the database again (98 MB of all-MiniLM-L6-v2's).
+pub const RESIDENT_MAX: usize = 256 * 1024;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -80,6 +88,10 @@ pub struct VectorIndex {
     bits: Vec<u64>,
     words: usize,
     projects: HashMap<String, u32>,
+    /// The int8 vector of every entry, in the order of `entries`, when kept in memory.
+    vectors: Option<Vec<u8>>,
+    /// The length of a vector: the first one's.
+    dims: usize,
 }
 
 impl VectorIndex {
@@ -88,6 +100,15 @@ impl VectorIndex {
         VectorIndex {
             model: model.to_string(),
             ..VectorIndex::default()
+        }
+    }
+
+    /// Keeps the int8 vectors in memory too, up to [`RESIDENT_MAX`], so that rescoring
+    /// reads only the rows it returns: for a process that searches again and again (the
+    /// worker). Called before the first refresh.
+    pub fn keep_vectors(&mut self) {
+        if self.entries.is_empty() {
+            self.vectors = Some(Vec::new());
         }
     }
 
@@ -104,10 +125,11 @@ impl VectorIndex {
     /// Reads the vectors stored since the last refresh.
     pub fn refresh(&mut self, conn: &Connection) -> Result<()> {
         let mut stmt = conn.prepare_cached(
-            "SELECT seq, kind, ref_id, project, created_at, bits FROM embeddings
-             WHERE seq > ?1 AND model = ?2 ORDER BY seq",
+            "SELECT seq, kind, ref_id, project, created_at, bits,
+                    CASE WHEN ?3 THEN vector END
+             FROM embeddings WHERE seq > ?1 AND model = ?2 ORDER BY seq",
         )?;
-        let mut rows = stmt.query(params![self.last_seq, self.model])?;
+        let mut rows = stmt.query(params![self.last_seq, self.model, self.vectors.is_some()])?;
         while let Some(r) = rows.next()? {
             let seq: i64 = r.get(0)?;
             let kind = Kind::from_code(r.get(1)?);
@@ -116,11 +138,27 @@ impl VectorIndex {
             self.last_seq = seq;
             let Some(kind) = kind else { continue };
             let bits = words_of(&blob);
+            let vector: Option<Vec<u8>> = r.get(6)?;
             if self.entries.is_empty() {
                 self.words = bits.len();
+                self.dims = vector.as_ref().map_or(0, Vec::len);
             }
             if bits.len() != self.words {
                 continue;
+            }
+            if let Some(kept) = &mut self.vectors {
+                match vector {
+                    Some(v) if v.len() == self.dims && self.entries.len() < RESIDENT_MAX => {
+                        kept.extend_from_slice(&v);
+                    }
+                    Some(v) if v.len() != self.dims => continue,
+                    _ => {
+                        log::info!(
+                            "more than {RESIDENT_MAX} vectors: they are read from the database again"
+                        );
+                        self.vectors = None;
+                    }
+                }
             }
             let next = self.projects.len() as u32;
             let project = *self.projects.entry(project).or_insert(next);
@@ -196,6 +234,9 @@ impl VectorIndex {
         closest: Closest,
         k: usize,
     ) -> Result<Vec<Neighbour>> {
+        if let Some(kept) = &self.vectors {
+            return self.rescore_kept(conn, kept, query, closest, k);
+        }
         // One row per memory (`UNIQUE (kind, ref_id)`): an entry whose row was replaced or
         // deleted since the index looked finds nothing and is skipped.
         // In the order of the table (entries are in `seq` order): neighbouring reads share
@@ -216,6 +257,46 @@ impl VectorIndex {
         }
         out.sort_by(|a, b| b.similarity.total_cmp(&a.similarity));
         out.truncate(k);
+        Ok(out)
+    }
+}
+
+impl VectorIndex {
+    /// [`VectorIndex::rescore`] with the vectors in memory: all of `closest` ranked, then
+    /// the best looked up, `k` at a time, until `k` are still there.
+    fn rescore_kept(
+        &self,
+        conn: &Connection,
+        kept: &[u8],
+        query: &[f32],
+        closest: Closest,
+        k: usize,
+    ) -> Result<Vec<Neighbour>> {
+        let mut ranked: Vec<(f32, usize)> = closest
+            .0
+            .into_iter()
+            .map(|i| (cosine_i8(query, &kept[i * self.dims..][..self.dims]), i))
+            .collect();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut out = Vec::with_capacity(k);
+        for chunk in ranked.chunks(k.max(1)) {
+            let seqs: Vec<i64> = chunk.iter().map(|(_, i)| self.entries[*i].seq).collect();
+            let present = store::present(conn, &seqs)?;
+            for (similarity, i) in chunk {
+                let e = &self.entries[*i];
+                if out.len() < k && present.contains(&e.seq) {
+                    out.push(Neighbour {
+                        kind: e.kind,
+                        id: e.id,
+                        created_at: e.created_at,
+                        similarity: *similarity,
+                    });
+                }
+            }
+            if out.len() >= k {
+                break;
+            }
+        }
         Ok(out)
     }
 }
@@ -283,6 +364,65 @@ mod tests {
                 .nearest(&f.conn, &wide, 5, &scope)
                 .expect("nearest")
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn vectors_kept_in_memory_find_the_same_and_never_a_row_gone_since() {
+        let mut f = fixture();
+        let ids: Vec<i64> = (0..40)
+            .map(|i| f.add(obs("p", "bugfix", &format!("m{i}"), "", T0 + i)))
+            .collect();
+        // Vectors spread around the query's, each a little further.
+        let vector = |i: usize| -> Vec<f32> {
+            let mut v = vec![0.0f32; 16];
+            v[0] = 1.0;
+            v[1 + i % 15] = 0.05 * (1 + i / 15) as f32 + 0.01 * i as f32;
+            v
+        };
+        let queued = store::queued(&mut f.conn, 100).expect("queued");
+        let items: Vec<_> = queued
+            .into_iter()
+            .map(|q| {
+                let i = ids.iter().position(|id| *id == q.id).expect("seeded");
+                (q, vector(i))
+            })
+            .collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        let mut read = VectorIndex::new("m");
+        read.refresh(&f.conn).expect("refresh");
+        let mut kept = VectorIndex::new("m");
+        kept.keep_vectors();
+        kept.refresh(&f.conn).expect("refresh");
+        assert_eq!(kept.vectors.as_ref().map(Vec::len), Some(40 * 16));
+        let kinds = [Kind::Observation];
+        let scope = Scope {
+            kinds: &kinds,
+            ..Scope::default()
+        };
+        let query = vector(3);
+        for k in [1, 5, 40] {
+            assert_eq!(
+                kept.nearest(&f.conn, &query, k, &scope).expect("kept"),
+                read.nearest(&f.conn, &query, k, &scope).expect("read"),
+                "k = {k}"
+            );
+        }
+        // Deleted after the index looked: neither index returns it, and the kept one
+        // still returns k (the next best in its place).
+        let best = kept.nearest(&f.conn, &query, 5, &scope).expect("kept")[0].id;
+        f.conn
+            .execute(
+                "DELETE FROM embeddings WHERE kind = 0 AND ref_id = ?1",
+                [best],
+            )
+            .expect("delete");
+        let after = kept.nearest(&f.conn, &query, 5, &scope).expect("kept");
+        assert_eq!(after.len(), 5);
+        assert!(after.iter().all(|n| n.id != best));
+        assert_eq!(
+            after,
+            read.nearest(&f.conn, &query, 5, &scope).expect("read")
         );
     }
 }

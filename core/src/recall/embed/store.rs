@@ -109,6 +109,22 @@ pub fn vector_of(conn: &Connection, kind: Kind, id: i64, model: &str) -> Result<
         .optional()?)
 }
 
+/// Which of the rows `seqs` are still there (not deleted nor replaced).
+pub fn present(conn: &Connection, seqs: &[i64]) -> Result<std::collections::HashSet<i64>> {
+    if seqs.is_empty() {
+        return Ok(Default::default());
+    }
+    let marks: Vec<String> = (1..=seqs.len()).map(|i| format!("?{i}")).collect();
+    let found = conn
+        .prepare_cached(&format!(
+            "SELECT seq FROM embeddings WHERE seq IN ({})",
+            marks.join(", ")
+        ))?
+        .query_map(rusqlite::params_from_iter(seqs), |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(found)
+}
+
 /// The int8 vector of row `seq` (`None` once the row is deleted or replaced).
 pub fn vector_at(conn: &Connection, seq: i64) -> Result<Option<Vec<u8>>> {
     Ok(conn
