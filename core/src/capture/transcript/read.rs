@@ -19,7 +19,10 @@
 //! Claude Code's meta and local-command lines are not prompts; sidechain lines (a
 //! subagent's, inline in older transcripts or in `subagents/agent-<id>.jsonl`) give
 //! tool events carrying the agent's id and type under the turn that ran the agent, never
-//! a prompt or a turn's final message. Pure apart from reading its source.
+//! a prompt or a turn's final message; a turn an API error ended (Claude Code's
+//! `isApiErrorMessage` line: not logged in, a rate limit) has no turn end, as its hooks
+//! got `StopFailure` instead of `Stop`, and the error is never its final message. Pure
+//! apart from reading its source.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::BufRead;
@@ -114,6 +117,9 @@ struct Line {
     is_meta: bool,
     is_compact_summary: bool,
     is_visible_in_transcript_only: bool,
+    /// An assistant line Claude Code wrote for an API error (`Not logged in`, a rate
+    /// limit), not the model's.
+    is_api_error_message: bool,
     agent_id: Option<String>,
     message: Option<Message>,
     tool_use_result: Option<Value>,
@@ -160,6 +166,8 @@ struct Turn {
     prompt_id: String,
     last_text: String,
     last_at: i64,
+    /// The turn's latest assistant line is an API error: the turn ended by it.
+    ended_by_error: bool,
 }
 
 /// Reads a transcript's events one at a time (an `Iterator`).
@@ -351,6 +359,16 @@ impl<R: BufRead> Reader<R> {
     }
 
     fn assistant(&mut self, line: Line, sid: &str, cwd: &str, at: i64, sidechain: bool) {
+        if let Some(t) = self.turn.as_mut()
+            && !sidechain
+            && t.session_id == sid
+        {
+            t.ended_by_error = line.is_api_error_message;
+        }
+        if line.is_api_error_message {
+            // Not the model's words: never a turn's final message.
+            return;
+        }
         let Some(Content::Blocks(blocks)) = line.message.and_then(|m| m.content) else {
             return;
         };
@@ -617,6 +635,7 @@ impl<R: BufRead> Reader<R> {
                     prompt_id: id.clone(),
                     last_text: String::new(),
                     last_at: at,
+                    ended_by_error: false,
                 });
             }
         }
@@ -641,8 +660,12 @@ impl<R: BufRead> Reader<R> {
         self.done && !self.finished && self.agent.is_none() && self.turn.is_some()
     }
 
+    /// The turn's end, as the Stop hook would have told it. A turn an API error ended has
+    /// none: Claude Code sends `StopFailure` instead of `Stop` then, which cairn does not
+    /// register, so its tool calls are kept and observed but it is not summarised (most
+    /// often there is nothing to summarise: `Not logged in`, a spent quota).
     fn end_turn(&mut self) {
-        if let Some(t) = self.turn.take() {
+        if let Some(t) = self.turn.take().filter(|t| !t.ended_by_error) {
             self.out.push_back(Timed {
                 at: t.last_at,
                 event: Event::Stop {

@@ -258,6 +258,56 @@ fn compaction_meta_commands_and_notifications_are_not_prompts() {
 }
 
 #[test]
+fn a_turn_an_api_error_ended_has_no_turn_end_nor_the_error_as_its_message() {
+    // As Claude Code writes it when not logged in (2.1.197): a synthetic assistant line;
+    // its hooks get `StopFailure`, not `Stop`.
+    let api_error = |t: &mut T, text: &str, error: &str| {
+        t.push(
+            json!({"type":"assistant","isApiErrorMessage":true,"error":error,
+            "message":{"role":"assistant","model":"<synthetic>","type":"message",
+            "content":[{"type":"text","text":text}],"stop_reason":"stop_sequence"}}),
+        );
+    };
+    let mut t = T::new("s1", "/nowhere/acme-api");
+    t.prompt("p1", "hello there");
+    api_error(
+        &mut t,
+        "Not logged in · Please run /login",
+        "authentication_failed",
+    );
+    // Worked, then a spent quota ended the turn: the tool call is kept.
+    t.prompt("p2", "build it");
+    t.tool("p2", "t1", "Bash", json!({"command":"make"}), "ok");
+    t.say("built; now the tests");
+    api_error(&mut t, "API Error: Rate limit reached", "rate_limit");
+    // An error the turn went on after (a retry that worked) does not end it.
+    t.prompt("p3", "test it");
+    api_error(&mut t, "API Error: overloaded", "overloaded");
+    t.say("tested");
+    let (events, _) = read_all(&t.text(), true);
+    assert_eq!(
+        names(&events),
+        [
+            "UserPromptSubmit",
+            "UserPromptSubmit",
+            "PostToolUse",
+            "UserPromptSubmit",
+            "Stop",
+            "SessionEnd"
+        ]
+    );
+    let Event::Stop {
+        last_assistant_message,
+        common,
+    } = &events[4].event
+    else {
+        panic!()
+    };
+    assert_eq!(common.prompt_id.as_deref(), Some("p3"));
+    assert_eq!(last_assistant_message, "tested");
+}
+
+#[test]
 fn sidechains_give_the_agents_tool_calls_under_the_turn_that_ran_them() {
     // Inline, as older Claude Code wrote them.
     let mut t = T::new("s1", "/nowhere/acme-api");
