@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// SQLite refused or failed a statement.
-    #[error("database error: {0}")]
+    #[error("database error: {e}{advice}", e = .0, advice = permission_advice(.0))]
     Sqlite(#[from] rusqlite::Error),
 
     /// A file or directory could not be read, written or created.
@@ -129,3 +129,40 @@ pub fn is_busy(e: &rusqlite::Error) -> bool {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// What to do about a database this user may not write or open: nothing for other errors.
+fn permission_advice(e: &rusqlite::Error) -> &'static str {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::ReadOnly)
+        | Some(rusqlite::ErrorCode::PermissionDenied)
+        | Some(rusqlite::ErrorCode::CannotOpen) => {
+            " (this user cannot write the data dir or its database: check their owner and \
+             permissions; one made by `sudo cairn …` belongs to root)"
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_this_user_cannot_write_says_what_to_check() {
+        let failure = |code: i32| {
+            Error::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                Some("attempt to write a readonly database".into()),
+            ))
+            .to_string()
+        };
+        let readonly = failure(rusqlite::ffi::SQLITE_READONLY);
+        assert!(readonly.contains("readonly database"), "{readonly}");
+        assert!(
+            readonly.contains("check their owner and permissions"),
+            "{readonly}"
+        );
+        assert!(failure(rusqlite::ffi::SQLITE_CANTOPEN).contains("owner and permissions"));
+        // Other errors say only what they are.
+        assert!(!failure(rusqlite::ffi::SQLITE_CONSTRAINT).contains("permissions"));
+    }
+}

@@ -20,7 +20,13 @@ pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         let n = cairn_core::store::incidents::acknowledge(&ctx.data_dir)?;
         log::info!("acknowledged {n} item(s)");
     }
-    if !ctx.data_dir.db().exists() {
+    let exists = ctx.data_dir.db().try_exists().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot look into the data dir {}: {e}; check its owner and permissions (one made by `sudo cairn …` belongs to root)",
+            ctx.data_dir.root().display()
+        )
+    })?;
+    if !exists {
         if let Some(code) = no_database_but_losses(ctx, args)? {
             return Ok(code);
         }
