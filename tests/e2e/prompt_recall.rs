@@ -155,10 +155,8 @@ fn found_by(env: &TestEnv, text: &str) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)))
 }
 
-#[test]
-fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
-    let env = TestEnv::new();
-    let s = seed(&env);
+/// Installs the sentence model (`cairn embed --from`), which embeds every memory.
+fn install_model(env: &TestEnv) {
     let model = model_dir();
     let o = env.run(
         "cairn",
@@ -166,15 +164,39 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
         b"",
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let socket = env.data_dir.join("run/recall.sock");
-    let worker = start_worker(&env);
-    // The worker answers once its model is loaded; the socket is then there.
+}
+
+/// Waits until the running worker answers by meaning (its socket is there once its model
+/// is loaded).
+fn await_meaning(env: &TestEnv, socket: &std::path::Path) {
     wait_until("the worker answering by meaning", || {
         socket.exists()
-            && found_by(&env, "why does the login test fail on CI?")["found_by"]
+            && found_by(env, "why does the login test fail on CI?")["found_by"]
                 .as_str()
                 .is_some_and(|f| f.starts_with("words and meaning"))
     });
+}
+
+/// A prompt about the login test, in session `s1`: it is given the fix. The block given.
+fn the_fix_is_given(env: &TestEnv, s: &Seeded) -> String {
+    let (_, given) = hook(
+        env,
+        &prompt(env, "s1", "p1", "why does the login test fail on CI again?"),
+    );
+    let given = given.expect("the fix is given");
+    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+    given
+}
+
+#[test]
+fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    install_model(&env);
+    let socket = env.data_dir.join("run/recall.sock");
+    let worker = start_worker(&env);
+    // The worker answers once its model is loaded; the socket is then there.
+    await_meaning(&env, &socket);
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(socket.parent().expect("dir"))
         .expect("run dir")
@@ -182,17 +204,7 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
         .mode();
     assert_eq!(mode & 0o777, 0o700, "only the user can reach the socket");
 
-    let (_, given) = hook(
-        &env,
-        &prompt(
-            &env,
-            "s1",
-            "p1",
-            "why does the login test fail on CI again?",
-        ),
-    );
-    let given = given.expect("the fix is given");
-    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+    let given = the_fix_is_given(&env, &s);
     assert!(!given.contains("checkout"), "another project's: {given}");
     assert!(given.contains("get_observations"), "{given}");
 
@@ -357,30 +369,9 @@ fn a_model_installed_while_the_worker_runs_is_taken_up() {
 
     // Installed while it runs (as a user following `cairn status`' advice would): the
     // worker takes it up without a restart.
-    let model = model_dir();
-    let o = env.run(
-        "cairn",
-        &["embed", "--from", model.to_str().expect("path")],
-        b"",
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    wait_until("the worker answering by meaning", || {
-        socket.exists()
-            && found_by(&env, "why does the login test fail on CI?")["found_by"]
-                .as_str()
-                .is_some_and(|f| f.starts_with("words and meaning"))
-    });
-    let (_, given) = hook(
-        &env,
-        &prompt(
-            &env,
-            "s1",
-            "p1",
-            "why does the login test fail on CI again?",
-        ),
-    );
-    let given = given.expect("the fix is given");
-    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+    install_model(&env);
+    await_meaning(&env, &socket);
+    the_fix_is_given(&env, &s);
 }
 
 #[test]

@@ -106,6 +106,19 @@ impl T {
     }
 }
 
+/// `e` is the end of turn `prompt_id`, its final message `last`.
+fn assert_turn_end(e: &Timed, prompt_id: &str, last: &str) {
+    let Event::Stop {
+        last_assistant_message,
+        common,
+    } = &e.event
+    else {
+        panic!("not a turn end: {:?}", e.event)
+    };
+    assert_eq!(common.prompt_id.as_deref(), Some(prompt_id));
+    assert_eq!(last_assistant_message, last);
+}
+
 #[test]
 fn the_sample_reads_as_its_hooks() {
     let text = std::fs::read_to_string(fixture("transcript.sample.jsonl")).expect("sample");
@@ -246,15 +259,7 @@ fn compaction_meta_commands_and_notifications_are_not_prompts() {
     assert!(synthetic);
     // The notification's tool and the turn's end belong to the turn it continues.
     assert_eq!(events[3].event.common().prompt_id.as_deref(), Some("p1"));
-    let Event::Stop {
-        last_assistant_message,
-        common,
-    } = &events[4].event
-    else {
-        panic!()
-    };
-    assert_eq!(common.prompt_id.as_deref(), Some("p1"));
-    assert_eq!(last_assistant_message, "the build finished");
+    assert_turn_end(&events[4], "p1", "the build finished");
 }
 
 #[test]
@@ -296,15 +301,7 @@ fn a_turn_an_api_error_ended_has_no_turn_end_nor_the_error_as_its_message() {
             "SessionEnd"
         ]
     );
-    let Event::Stop {
-        last_assistant_message,
-        common,
-    } = &events[4].event
-    else {
-        panic!()
-    };
-    assert_eq!(common.prompt_id.as_deref(), Some("p3"));
-    assert_eq!(last_assistant_message, "tested");
+    assert_turn_end(&events[4], "p3", "tested");
 }
 
 #[test]
