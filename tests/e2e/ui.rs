@@ -187,6 +187,28 @@ pub fn try_raw(
 pub const HOSTILE: &str = "<script>alert('pwned')</script><img src=x onerror=alert(1)>";
 
 #[test]
+fn a_second_cairn_ui_points_at_the_running_one() {
+    let env = TestEnv::new();
+    seed(&env);
+    let ui = Ui::start(&env);
+    let kept = std::fs::read(env.data_dir.join("viewer.json")).expect("viewer.json");
+    let o = cairn(&env, &["ui", "--no-open"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    assert!(out.contains("already running"), "{out}");
+    assert!(out.contains(&ui.url()), "{out}");
+    // Nothing moved: the first one's address and bookmarks stay good.
+    assert_eq!(
+        std::fs::read(env.data_dir.join("viewer.json")).expect("viewer.json"),
+        kept
+    );
+    let url = ui.url();
+    drop(ui);
+    // Once it stopped, a new one starts where it was.
+    assert_eq!(Ui::start(&env).url(), url);
+}
+
+#[test]
 fn every_page_answers_only_with_the_token_from_this_host() {
     let env = TestEnv::new();
     let s = seed(&env);

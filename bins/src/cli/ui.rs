@@ -52,6 +52,21 @@ fn parse_reference(s: &str) -> Result<(Kind, i64), String> {
 
 /// Starts the viewer and serves until Ctrl-C (or SIGTERM).
 pub fn ui(ctx: &Ctx, args: &UiArgs) -> anyhow::Result<u8> {
+    // One viewer per data dir: a second `cairn ui` opens the running one's page (a new one
+    // would move to another address and leave the first one's bookmarks behind).
+    if args.port == 0
+        && let Some(running) = cairn_core::viewer::access::running(&ctx.data_dir)
+    {
+        let url = running.url();
+        print(&format!(
+            "cairn ui is already running (process {}): {url}\n(Ctrl-C in its terminal stops it; `--port N` starts another)\n",
+            running.pid.unwrap_or_default()
+        ))?;
+        if !args.no_open {
+            open_browser(&url);
+        }
+        return Ok(exit::OK);
+    }
     let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir)
         .with_min_relevance(ctx.settings().search.min_relevance);
     if let Some(why) = searcher.unavailable() {
@@ -95,7 +110,7 @@ fn open_browser(url: &str) {
         Ok(mut child) => {
             std::thread::spawn(move || child.wait());
         }
-        Err(e) => log::info!("no browser opened ({opener}: {e}); open the URL yourself"),
+        Err(e) => log::warn!("no browser opened ({opener}: {e}); open the URL yourself"),
     }
 }
 

@@ -80,7 +80,7 @@ fn partial_pid(name: &str) -> Option<i32> {
 }
 
 /// True while process `pid` exists (it may belong to another user).
-fn process_exists(pid: i32) -> bool {
+pub(crate) fn process_exists(pid: i32) -> bool {
     let Some(pid) = rustix::process::Pid::from_raw(pid) else {
         return false;
     };

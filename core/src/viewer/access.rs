@@ -19,6 +19,33 @@ pub struct Access {
     pub address: Ipv4Addr,
     pub port: u16,
     pub token: String,
+    /// The process that bound it last (absent in files of older versions).
+    #[serde(default)]
+    pub pid: Option<u32>,
+}
+
+impl Access {
+    /// The URL to open: it carries the access token.
+    pub fn url(&self) -> String {
+        format!(
+            "http://{}:{}/?token={}",
+            self.address, self.port, self.token
+        )
+    }
+}
+
+/// The kept access of a viewer of this data dir that is running now: its process is there
+/// and something listens where it bound.
+pub fn running(dir: &DataDir) -> Option<Access> {
+    let a = load(dir)?;
+    let pid = i32::try_from(a.pid?).ok()?;
+    let listening = std::net::TcpStream::connect_timeout(
+        &(a.address, a.port).into(),
+        std::time::Duration::from_millis(300),
+    )
+    .is_ok();
+    (pid as u32 != std::process::id() && crate::store::backup::process_exists(pid) && listening)
+        .then_some(a)
 }
 
 /// A fresh loopback address of the viewer's own (127.0.0.1 where only that one exists).
@@ -97,6 +124,7 @@ pub fn bind(dir: &DataDir, port: u16) -> std::io::Result<(TcpListener, Access)> 
                     address: ip,
                     port: bound.port(),
                     token,
+                    pid: Some(std::process::id()),
                 };
                 if kept.as_ref() != Some(&access)
                     && let Err(e) = save(dir, &access)

@@ -135,10 +135,13 @@ impl Viewer {
 
     /// The URL to open: it carries the access token.
     pub fn url(&self) -> String {
-        format!(
-            "http://{}:{}/?token={}",
-            self.app.address, self.app.port, self.app.token
-        )
+        access::Access {
+            address: self.app.address,
+            port: self.app.port,
+            token: self.app.token.clone(),
+            pid: None,
+        }
+        .url()
     }
 
     /// Answers requests (see [`server`]) until `stop` is set.
