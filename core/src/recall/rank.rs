@@ -51,9 +51,9 @@ const IDF_COUNT_CAP: i64 = 1000;
 /// memory asked about for 0.907 of the questions, against 0.911 when every word is looked
 /// for (BENCHMARKS.md, "Prompt recall speed").
 const COMMON_SHARE: f64 = 0.05;
-/// Matches below which a pool filters its project on the rows (see `key_is_cheaper`).
+/// Matches below which a pool filters its project on the rows (see [`scoping`]).
 const KEY_MATCHES: i64 = 2000;
-/// Matches sampled to tell whether they are mostly the project's (see `key_is_cheaper`).
+/// Matches sampled to tell whether they are mostly the project's (see [`scoping`]).
 const KEY_SAMPLE: i64 = 500;
 /// See [`COMMON_SHARE`]: a word held by fewer rows costs little whatever its share.
 const COMMON_MIN_ROWS: i64 = 1000;
@@ -178,11 +178,11 @@ pub(super) fn scored(
                 // A count at the cap may stand for many more.
                 let many = kept().map(|(n, _)| n).sum::<i64>() >= KEY_MATCHES
                     || kept().any(|(n, _)| *n >= IDF_COUNT_CAP);
-                let by_key = match &f.project {
-                    Some(p) => many && key_is_cheaper(conn, kind, &expr, p)?,
-                    None => false,
+                let scoping = match &f.project {
+                    Some(p) if many => scoping(conn, kind, &expr, p, f, pool)?,
+                    _ => Scoping::Rows,
                 };
-                Ok((kind, text_pool(conn, kind, &expr, f, pool, by_key)?))
+                Ok((kind, text_pool(conn, kind, &expr, f, pool, scoping)?))
             })
             .collect();
         let closest = match scan.map(|h| h.join()) {
@@ -464,6 +464,20 @@ pub(super) fn current_prompt(conn: &Connection, session: &str) -> Result<Option<
         .optional()?)
 }
 
+/// How a pool keeps to its project (see [`scoping`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scoping {
+    /// Every match joined to its row and filtered there ([`full_text_ranked`]).
+    Rows,
+    /// The project's key matched in the MATCH expression ([`full_text_led`]).
+    Key,
+    /// Every match scored by the words alone and only the best `n` joined to their rows
+    /// and filtered: exactly the project's best when at least a pool of those `n` pass
+    /// (any row of the project after them ranks below all of them), else [`Scoping::Rows`]
+    /// after all.
+    Best(usize),
+}
+
 /// The `pool` best full-text matches of a kind: id, time, BM25 (lower is better). Every
 /// match is scored; the full-text index leads the plan and filters read the covering index.
 fn text_pool(
@@ -472,26 +486,54 @@ fn text_pool(
     any: &str,
     f: &Filters,
     pool: usize,
-    by_key: bool,
+    scoping: Scoping,
 ) -> Result<Vec<(i64, i64, f64)>> {
-    let (sql, args) = pool_statement(kind, any, f, pool, by_key);
-    let rows = conn
-        .prepare_cached(&sql)?
+    let (sql, args, best) = pool_statement(kind, any, f, pool, scoping);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let Some(n) = best else {
+        let rows = stmt
+            .query_map(params_from_iter(args), |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        return Ok(rows);
+    };
+    let best = stmt
         .query_map(params_from_iter(args), |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            Ok(((r.get(0)?, r.get(1)?, r.get(2)?), r.get::<_, bool>(3)?))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+    let scored = best.len();
+    let passed: Vec<_> = best
+        .into_iter()
+        .filter(|(_, passes)| *passes)
+        .map(|(row, _)| row)
+        .take(pool)
+        .collect();
+    if passed.len() < pool && scored == n {
+        // Fewer than a pool of the best are the project's: more may be further down.
+        return text_pool(conn, kind, any, f, pool, Scoping::Rows);
+    }
+    Ok(passed)
 }
 
-/// Whether a pool's project is cheaper matched by its key in the MATCH expression
-/// ([`full_text_led`]) than filtered on the rows ([`full_text_ranked`]). Matching the key
-/// costs a walk of its doclist, every row of the project, for BM25's IDF (about 3 ms at
-/// 100,000 rows); filtering costs scoring and joining the other projects' matches of
-/// `expr`. Asked only when `expr` matches many rows (at least [`KEY_MATCHES`]; with
-/// fewer the filter costs less): the key when most of a sample of them (the first
-/// [`KEY_SAMPLE`]) are other projects'.
-fn key_is_cheaper(conn: &Connection, kind: Kind, expr: &str, project: &str) -> Result<bool> {
+/// How a pool whose words match many rows keeps to `project`, from a sample of its
+/// matches (the first [`KEY_SAMPLE`]): matching the project's key ([`Scoping::Key`]) costs
+/// a walk of its doclist, every row of the project, for BM25's IDF (about 3 ms at 100,000
+/// rows), and is chosen when most of the sample are other projects'; otherwise the best
+/// matches by their words alone hold the project's best ([`Scoping::Best`], as many as
+/// two pools at the project's share of the sample), which spares joining every match to
+/// its row (a third of a pool's time at 100,000 memories of one project: BENCHMARKS.md,
+/// "Recall at prompts and files"). Filters on a concept or a file, which need the row
+/// itself, keep [`Scoping::Rows`] then.
+fn scoping(
+    conn: &Connection,
+    kind: Kind,
+    expr: &str,
+    project: &str,
+    f: &Filters,
+    pool: usize,
+) -> Result<Scoping> {
     let t = table(kind);
     let (sampled, own): (i64, i64) = conn
         .prepare_cached(&format!(
@@ -505,31 +547,52 @@ fn key_is_cheaper(conn: &Connection, kind: Kind, expr: &str, project: &str) -> R
         .query_row(params![expr, project, KEY_SAMPLE], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })?;
-    Ok(own * 2 < sampled)
+    Ok(if own * 2 < sampled {
+        Scoping::Key
+    } else if f.concept.is_some() || f.file.is_some() {
+        Scoping::Rows
+    } else {
+        Scoping::Best((2 * pool * sampled as usize).div_ceil(own.max(1) as usize))
+    })
 }
 
-/// The statement of [`text_pool`] and its arguments, the project matched `by_key` or
-/// filtered on the rows (see [`key_is_cheaper`]). With no other filter, the best `pool`
-/// matches are taken from the full-text index alone and only they are joined to their rows
-/// (for their time); otherwise the filters read the covering index.
+/// The statement of [`text_pool`] and its arguments, by its [`Scoping`]. With no filter,
+/// the best `pool` matches are taken from the full-text index alone and only they are
+/// joined to their rows (for their time); otherwise the filters read the covering index.
+/// [`Scoping::Best`] with a filter returns its `n` rows with whether each passes the
+/// filters (the third value is then `Some(n)`).
 pub(super) fn pool_statement(
     kind: Kind,
     any: &str,
     f: &Filters,
     pool: usize,
-    by_key: bool,
-) -> (String, Vec<Value>) {
+    scoping: Scoping,
+) -> (String, Vec<Value>, Option<usize>) {
     let t = table(kind);
     let fts = t.fts;
     let score = t.bm25();
-    let (mut args, wheres) = if by_key {
-        full_text_led(kind, any, f)
-    } else {
-        full_text_ranked(kind, any, f)
+    let (mut args, wheres) = match scoping {
+        Scoping::Key => full_text_led(kind, any, f),
+        Scoping::Rows | Scoping::Best(_) => full_text_ranked(kind, any, f),
     };
-    args.push(Value::Integer(pool as i64));
+    let best = match scoping {
+        Scoping::Best(n) if wheres.len() > 1 => Some(n),
+        _ => None,
+    };
+    args.push(Value::Integer(best.unwrap_or(pool) as i64));
     let limit = args.len();
-    let sql = if wheres.len() == 1 {
+    let sql = if best.is_some() {
+        format!(
+            "SELECT t.id, t.created_at, m.score, ({passes}) FROM
+               (SELECT rowid AS id, {score} AS score FROM {fts} WHERE {fts} MATCH ?1
+                ORDER BY 2, rowid DESC LIMIT ?{limit}) m
+             JOIN {table} t INDEXED BY {index} ON t.id = m.id
+             ORDER BY 3, t.id DESC",
+            passes = wheres[1..].join(" AND "),
+            table = t.table,
+            index = t.search_index,
+        )
+    } else if wheres.len() == 1 {
         format!(
             "SELECT t.id, t.created_at, m.score FROM
                (SELECT rowid AS id, {score} AS score FROM {fts} WHERE {fts} MATCH ?1
@@ -547,7 +610,7 @@ pub(super) fn pool_statement(
             wheres = wheres.join(" AND ")
         )
     };
-    (sql, args)
+    (sql, args, best)
 }
 
 /// For filters the vector index does not hold (type, concept, file): the ids of each kind
@@ -1151,14 +1214,15 @@ mod tests {
             project: Some("p".into()),
             ..Default::default()
         };
-        for (kind, filters, by_key) in Kind::ALL
+        for (kind, filters, scoping) in Kind::ALL
             .into_iter()
             .flat_map(|k| {
-                [false, true].map(|by_key| [(k, &filters, by_key), (k, &project_only, by_key)])
+                [Scoping::Rows, Scoping::Key, Scoping::Best(10)]
+                    .map(|s| [(k, &filters, s), (k, &project_only, s)])
             })
             .flatten()
         {
-            let sql = pool_statement(kind, "x", filters, 1, by_key);
+            let sql = pool_statement(kind, "x", filters, 1, scoping);
             let mut stmt = f
                 .conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.0))
@@ -1234,7 +1298,7 @@ mod tests {
     }
 
     #[test]
-    fn a_small_project_among_many_matches_is_matched_by_its_key() {
+    fn a_pool_keeps_to_its_project_exactly_however_it_is_scoped() {
         let mut f = fixture();
         for i in 0..600 {
             f.add(obs("big", "change", &format!("Update {i}"), "", T0 + i));
@@ -1249,20 +1313,33 @@ mod tests {
             ));
         }
         let expr = r#""update""#;
-        let cheaper = |project: &str| {
-            key_is_cheaper(&f.conn, Kind::Observation, expr, project).expect("sample")
-        };
-        assert!(cheaper("small"));
-        assert!(!cheaper("big"));
-        // Either way the pool holds the project's rows only.
-        let small = Filters {
-            project: Some("small".into()),
+        let of = |project: &str| Filters {
+            project: Some(project.into()),
             ..Filters::default()
         };
-        for by_key in [false, true] {
-            let rows =
-                text_pool(&f.conn, Kind::Observation, expr, &small, 50, by_key).expect("pool");
-            assert_eq!(rows.len(), 20);
+        let chosen = |project: &str| {
+            scoping(&f.conn, Kind::Observation, expr, project, &of(project), 50).expect("sample")
+        };
+        assert_eq!(chosen("small"), Scoping::Key);
+        // The sample, the first 500 matches, is all the big project's: two pools.
+        assert_eq!(chosen("big"), Scoping::Best(100));
+        // Whichever way, the pool is exactly the project's best: for the big project the
+        // best matches hold them, for the small one they do not, and the rows are then
+        // filtered one by one after all.
+        for project in ["small", "big"] {
+            let pool = |s| text_pool(&f.conn, Kind::Observation, expr, &of(project), 50, s);
+            let rows = pool(Scoping::Rows).expect("rows");
+            assert_eq!(rows.len(), if project == "small" { 20 } else { 50 });
+            for s in [
+                Scoping::Key,
+                Scoping::Best(60),
+                Scoping::Best(104),
+                Scoping::Best(2000),
+            ] {
+                let other = pool(s).expect("pool");
+                let ids = |r: &[(i64, i64, f64)]| r.iter().map(|x| x.0).collect::<Vec<_>>();
+                assert_eq!(ids(&other), ids(&rows), "{project} {s:?}");
+            }
         }
     }
 }

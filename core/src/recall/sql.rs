@@ -153,7 +153,7 @@ pub(super) fn full_text_led(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>,
 /// and the project's key is in every row of the project (about 3 ms per statement at
 /// 100,000 memories of one project): unless the words match many rows, most of them
 /// other projects', scoring them all and dropping the others' costs less
-/// (`rank::key_is_cheaper` chooses). The scores are the same: the key's column weighs
+/// (`rank::scoping` chooses). The scores are the same: the key's column weighs
 /// nothing.
 pub(super) fn full_text_ranked(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>, Vec<String>) {
     let unscoped = Filters {
