@@ -7,7 +7,7 @@
 //! A search scans the bits of the rows that pass the filters by Hamming distance, takes the
 //! [`RESCORE`] closest and ranks those by the cosine of their int8 vectors, read from the
 //! database, or held in memory by an index that keeps them ([`VectorIndex::keep_vectors`]:
-//! the worker's, which answers every prompt; at most [`RESIDENT_MAX`] of them, 384 bytes
+//! the worker's, which answers every prompt; at most [`RESIDENT_MAX`] bytes of them, 384
 //! each with all-MiniLM-L6-v2: 38 MB at 100,000 memories). Then only the rows that would be
 //! returned are looked up, to know they are still there. Filters on type, concept and file, which the index does not hold, are turned
 //! into the set of ids that pass them by the caller before the scan, never applied to a
@@ -19,7 +19,7 @@
 
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{bits_of, cosine_i8, store};
 use crate::error::Result;
@@ -29,9 +29,10 @@ use crate::memory::kind::Kind;
 /// neighbours are asked for.
 pub const RESCORE: usize = 400;
 
-/// The most vectors an index keeps in memory ([`VectorIndex::keep_vectors`]); past it they
-/// are read from the database again (98 MB of all-MiniLM-L6-v2's).
-pub const RESIDENT_MAX: usize = 256 * 1024;
+/// The most bytes of vectors an index keeps in memory ([`VectorIndex::keep_vectors`]);
+/// past it they are read from the database again (273,066 vectors of all-MiniLM-L6-v2's,
+/// 384 bytes each; fewer of a wider model's).
+pub const RESIDENT_MAX: usize = 100 << 20;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -92,6 +93,9 @@ pub struct VectorIndex {
     vectors: Option<Vec<u8>>,
     /// The length of a vector: the first one's.
     dims: usize,
+    /// The row at `last_seq` as it was read (kind, ref_id, bits): a `seq` is reused once
+    /// the newest rows are deleted (it is the table's rowid), which this tells.
+    last_row: Option<(i64, i64, Vec<u8>)>,
 }
 
 impl VectorIndex {
@@ -122,8 +126,18 @@ impl VectorIndex {
         self.entries.is_empty()
     }
 
-    /// Reads the vectors stored since the last refresh.
+    /// Reads the vectors stored since the last refresh. When the newest rows it read were
+    /// deleted since (their `seq` may then be given to new rows), it reads every row
+    /// again.
     pub fn refresh(&mut self, conn: &Connection) -> Result<()> {
+        if self.last_seq > 0 && self.newest_rows_changed(conn)? {
+            log::debug!("the newest vectors were deleted since the index looked: read again");
+            *self = VectorIndex {
+                model: std::mem::take(&mut self.model),
+                vectors: self.vectors.as_ref().map(|_| Vec::new()),
+                ..VectorIndex::default()
+            };
+        }
         let mut stmt = conn.prepare_cached(
             "SELECT seq, kind, ref_id, project, created_at, bits,
                     CASE WHEN ?3 THEN vector END
@@ -136,6 +150,7 @@ impl VectorIndex {
             let project: String = r.get(3)?;
             let blob: Vec<u8> = r.get(5)?;
             self.last_seq = seq;
+            self.last_row = Some((r.get(1)?, r.get(2)?, blob.clone()));
             let Some(kind) = kind else { continue };
             let bits = words_of(&blob);
             let vector: Option<Vec<u8>> = r.get(6)?;
@@ -148,13 +163,14 @@ impl VectorIndex {
             }
             if let Some(kept) = &mut self.vectors {
                 match vector {
-                    Some(v) if v.len() == self.dims && self.entries.len() < RESIDENT_MAX => {
+                    Some(v) if v.len() == self.dims && kept.len() + v.len() <= RESIDENT_MAX => {
                         kept.extend_from_slice(&v);
                     }
                     Some(v) if v.len() != self.dims => continue,
                     _ => {
                         log::info!(
-                            "more than {RESIDENT_MAX} vectors: they are read from the database again"
+                            "vectors past {} MB: they are read from the database again",
+                            RESIDENT_MAX >> 20
                         );
                         self.vectors = None;
                     }
@@ -172,6 +188,22 @@ impl VectorIndex {
             self.bits.extend(bits);
         }
         Ok(())
+    }
+
+    /// Whether the row at `last_seq` is gone or is another row now, or rows past it were
+    /// deleted: then seqs the index holds may name other rows.
+    fn newest_rows_changed(&self, conn: &Connection) -> Result<bool> {
+        let top: i64 = conn
+            .prepare_cached("SELECT coalesce(max(seq), 0) FROM embeddings")?
+            .query_row([], |r| r.get(0))?;
+        if top < self.last_seq {
+            return Ok(true);
+        }
+        let now: Option<(i64, i64, Vec<u8>)> = conn
+            .prepare_cached("SELECT kind, ref_id, bits FROM embeddings WHERE seq = ?1")?
+            .query_row([self.last_seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        Ok(now != self.last_row)
     }
 
     /// The `k` rows in `scope` most similar to `query` (a unit vector), best first.
@@ -246,7 +278,7 @@ impl VectorIndex {
         let mut out = Vec::with_capacity(rows.len());
         for i in rows {
             let e = &self.entries[i];
-            if let Some(v) = store::vector_at(conn, e.seq)? {
+            if let Some(v) = store::vector_at(conn, e.seq, e.kind, e.id)? {
                 out.push(Neighbour {
                     kind: e.kind,
                     id: e.id,
@@ -284,7 +316,7 @@ impl VectorIndex {
             let present = store::present(conn, &seqs)?;
             for (similarity, i) in chunk {
                 let e = &self.entries[*i];
-                if out.len() < k && present.contains(&e.seq) {
+                if out.len() < k && present.contains(&(e.seq, e.kind.code(), e.id)) {
                     out.push(Neighbour {
                         kind: e.kind,
                         id: e.id,
@@ -424,5 +456,57 @@ mod tests {
             after,
             read.nearest(&f.conn, &query, 5, &scope).expect("read")
         );
+    }
+
+    #[test]
+    fn a_seq_given_again_after_the_newest_rows_went_is_read_as_the_new_row() {
+        let mut f = fixture();
+        let a = f.add(obs("p", "bugfix", "a", "", T0));
+        let b = f.add(obs("p", "bugfix", "b", "", T0 + 1));
+        let embed = |f: &mut crate::recall::testing::Fixture, which: &[(i64, usize)]| {
+            let queued = store::queued(&mut f.conn, 10).expect("queued");
+            let items: Vec<_> = queued
+                .into_iter()
+                .filter_map(|q| {
+                    let axis = which.iter().find(|(id, _)| *id == q.id)?.1;
+                    Some((q, unit(axis)))
+                })
+                .collect();
+            store::store(&mut f.conn, "m", &items).expect("store");
+        };
+        // b is stored first, a last: a holds the highest seq.
+        embed(&mut f, &[(b, 1)]);
+        embed(&mut f, &[(a, 0)]);
+        let mut read = VectorIndex::new("m");
+        let mut kept = VectorIndex::new("m");
+        kept.keep_vectors();
+        for index in [&mut read, &mut kept] {
+            index.refresh(&f.conn).expect("refresh");
+        }
+        // a is deleted and c stored: c's row gets a's seq.
+        f.conn
+            .execute("DELETE FROM embeddings WHERE kind = 0 AND ref_id = ?1", [a])
+            .expect("delete");
+        let c = f.add(obs("p", "bugfix", "c", "", T0 + 2));
+        embed(&mut f, &[(c, 2)]);
+        let kinds = [Kind::Observation];
+        let scope = Scope {
+            kinds: &kinds,
+            ..Scope::default()
+        };
+        for index in [&mut read, &mut kept] {
+            // Before the index looks again: never the deleted memory in c's row.
+            let found = index
+                .nearest(&f.conn, &unit(0), 5, &scope)
+                .expect("nearest");
+            assert!(found.iter().all(|n| n.id != a), "{found:?}");
+            // Once it looked: c is found, with its own vector.
+            index.refresh(&f.conn).expect("refresh");
+            let found = index
+                .nearest(&f.conn, &unit(2), 1, &scope)
+                .expect("nearest");
+            assert_eq!(found.first().map(|n| n.id), Some(c), "{found:?}");
+            assert!(found[0].similarity > 0.99);
+        }
     }
 }

@@ -109,27 +109,36 @@ pub fn vector_of(conn: &Connection, kind: Kind, id: i64, model: &str) -> Result<
         .optional()?)
 }
 
-/// Which of the rows `seqs` are still there (not deleted nor replaced).
-pub fn present(conn: &Connection, seqs: &[i64]) -> Result<std::collections::HashSet<i64>> {
+/// Which of the rows `seqs` are there, with the memory each holds (kind code, ref_id): a
+/// row deleted is missing, a seq reused holds another memory.
+pub fn present(
+    conn: &Connection,
+    seqs: &[i64],
+) -> Result<std::collections::HashSet<(i64, i64, i64)>> {
     if seqs.is_empty() {
         return Ok(Default::default());
     }
     let marks: Vec<String> = (1..=seqs.len()).map(|i| format!("?{i}")).collect();
     let found = conn
         .prepare_cached(&format!(
-            "SELECT seq FROM embeddings WHERE seq IN ({})",
+            "SELECT seq, kind, ref_id FROM embeddings WHERE seq IN ({})",
             marks.join(", ")
         ))?
-        .query_map(rusqlite::params_from_iter(seqs), |r| r.get(0))?
+        .query_map(rusqlite::params_from_iter(seqs), |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     Ok(found)
 }
 
-/// The int8 vector of row `seq` (`None` once the row is deleted or replaced).
-pub fn vector_at(conn: &Connection, seq: i64) -> Result<Option<Vec<u8>>> {
+/// The int8 vector of row `seq` while it holds memory `kind` `id` (`None` once the row is
+/// deleted, or its seq reused by another).
+pub fn vector_at(conn: &Connection, seq: i64, kind: Kind, id: i64) -> Result<Option<Vec<u8>>> {
     Ok(conn
-        .prepare_cached("SELECT vector FROM embeddings WHERE seq = ?1")?
-        .query_row([seq], |r| r.get(0))
+        .prepare_cached(
+            "SELECT vector FROM embeddings WHERE seq = ?1 AND kind = ?2 AND ref_id = ?3",
+        )?
+        .query_row(params![seq, kind.code(), id], |r| r.get(0))
         .optional()?)
 }
 
@@ -390,7 +399,12 @@ mod tests {
             vector_of(&conn, Kind::Observation, id, "m:2").expect("read"),
             None
         );
-        assert_eq!(vector_at(&conn, seq).expect("read").as_ref(), Some(&want));
+        assert_eq!(
+            vector_at(&conn, seq, Kind::Observation, id)
+                .expect("read")
+                .as_ref(),
+            Some(&want)
+        );
 
         // A change queues the memory again and drops its old vector; so does a summary
         // rewritten for its turn; a deletion takes both away.
