@@ -31,7 +31,7 @@ use super::embed::index::{Neighbour, Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
 use super::ranker::{LEAD_PLACE, Ranker, Signals};
-use super::sql::{Candidate, Filters, full_text_led, full_text_ranked, push_filters, table};
+use super::sql::{self, Candidate, Filters, full_text_led, full_text_ranked, push_filters, table};
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
 
@@ -278,14 +278,14 @@ pub(super) fn scored(
         // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
         for ((kind, id), feat) in found.iter_mut() {
             if feat.similarity.is_none() {
-                let vector = match &stored {
+                feat.similarity = match &stored {
                     Some(stored) => stored
                         .get(&(*kind, *id))
-                        .filter(|(model, _)| *model == m.model)
-                        .map(|(_, v)| v.clone()),
-                    None => store::vector_of(conn, *kind, *id, &m.model)?,
+                        .filter(|s| s.model == m.model)
+                        .map(|s| cosine_i8(&m.vector, &s.vector)),
+                    None => store::vector_of(conn, *kind, *id, &m.model)?
+                        .map(|v| cosine_i8(&m.vector, &v)),
                 };
-                feat.similarity = vector.map(|v| cosine_i8(&m.vector, &v));
             }
         }
     }
@@ -581,20 +581,15 @@ pub(super) fn pool_statement(
     };
     args.push(Value::Integer(best.unwrap_or(pool) as i64));
     let limit = args.len();
-    let sql = if best.is_some() {
+    let sql = if best.is_some() || wheres.len() == 1 {
+        // The best by the words alone, joined to their rows; with `best`, whether each
+        // passes the filters.
+        let passes = match best {
+            Some(_) => format!(", ({})", wheres[1..].join(" AND ")),
+            None => String::new(),
+        };
         format!(
-            "SELECT t.id, t.created_at, m.score, ({passes}) FROM
-               (SELECT rowid AS id, {score} AS score FROM {fts} WHERE {fts} MATCH ?1
-                ORDER BY 2, rowid DESC LIMIT ?{limit}) m
-             JOIN {table} t INDEXED BY {index} ON t.id = m.id
-             ORDER BY 3, t.id DESC",
-            passes = wheres[1..].join(" AND "),
-            table = t.table,
-            index = t.search_index,
-        )
-    } else if wheres.len() == 1 {
-        format!(
-            "SELECT t.id, t.created_at, m.score FROM
+            "SELECT t.id, t.created_at, m.score{passes} FROM
                (SELECT rowid AS id, {score} AS score FROM {fts} WHERE {fts} MATCH ?1
                 ORDER BY 2, rowid DESC LIMIT ?{limit}) m
              JOIN {table} t INDEXED BY {index} ON t.id = m.id
@@ -857,36 +852,27 @@ fn add_to_scratch(
     if ids.is_empty() {
         return Ok(());
     }
-    let marks: Vec<String> = (1..=ids.len()).map(|i| format!("?{i}")).collect();
     conn.prepare(&format!(
         "INSERT INTO temp.{name} (rowid, {columns})
          SELECT id, {columns} FROM {table} WHERE id IN ({marks})",
         name = names[&kind],
         columns = t.columns,
         table = t.table,
-        marks = marks.join(", ")
+        marks = sql::marks(ids.len())
     ))?
     .execute(params_from_iter(ids))?;
     Ok(())
 }
-
-/// A memory's stored int8 vector and the model that made it.
-type Stored = (String, Vec<u8>);
 
 /// The stored vector of each candidate that has one (the meaning, not yet known, names the
 /// model compared).
 fn stored_vectors(
     conn: &Connection,
     found: &HashMap<(Kind, i64), Features>,
-) -> Result<HashMap<(Kind, i64), Stored>> {
-    let mut read = conn
-        .prepare_cached("SELECT model, vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2")?;
+) -> Result<HashMap<(Kind, i64), store::Stored>> {
     let mut out = HashMap::new();
     for &(kind, id) in found.keys() {
-        let stored = read
-            .query_row(params![kind.code(), id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some(stored) = stored {
+        if let Some(stored) = store::stored(conn, kind, id)? {
             out.insert((kind, id), stored);
         }
     }

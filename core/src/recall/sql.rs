@@ -179,6 +179,14 @@ fn project_key(project: &str) -> String {
     key
 }
 
+/// `?1, ?2, …, ?n`: the numbered parameters of an `IN (…)` list of `n` values.
+pub(super) fn marks(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("?{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// With `no_index`, the indexed columns are written `+t.column` so that SQLite does not
 /// use their indexes (see [`full_text_led`]).
 pub(super) fn push_filters(

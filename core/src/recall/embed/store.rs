@@ -101,11 +101,28 @@ fn read_memory(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Queued>>
 
 /// The int8 vector of a memory, when `model` made one.
 pub fn vector_of(conn: &Connection, kind: Kind, id: i64, model: &str) -> Result<Option<Vec<u8>>> {
+    Ok(stored(conn, kind, id)?
+        .filter(|s| s.model == model)
+        .map(|s| s.vector))
+}
+
+/// A memory's stored int8 vector and the model that made it (one per memory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    pub model: String,
+    pub vector: Vec<u8>,
+}
+
+/// The vector stored for a memory, whichever model made it.
+pub fn stored(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Stored>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2 AND model = ?3",
-        )?
-        .query_row(params![kind.code(), id, model], |r| r.get(0))
+        .prepare_cached("SELECT model, vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2")?
+        .query_row(params![kind.code(), id], |r| {
+            Ok(Stored {
+                model: r.get(0)?,
+                vector: r.get(1)?,
+            })
+        })
         .optional()?)
 }
 
@@ -118,11 +135,10 @@ pub fn present(
     if seqs.is_empty() {
         return Ok(Default::default());
     }
-    let marks: Vec<String> = (1..=seqs.len()).map(|i| format!("?{i}")).collect();
     let found = conn
         .prepare_cached(&format!(
             "SELECT seq, kind, ref_id FROM embeddings WHERE seq IN ({})",
-            marks.join(", ")
+            crate::recall::sql::marks(seqs.len())
         ))?
         .query_map(rusqlite::params_from_iter(seqs), |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
