@@ -11,8 +11,8 @@
 //! is scheduled, and [`ask`] never waits: the connect, the write and the reads are
 //! non-blocking, and the answer is awaited in `ppoll` bounded by what is left of the
 //! deadline; any failure (no worker, a slow or stopped one, one killed mid-answer, a reply
-//! that does not parse) is an error the caller answers by going by words alone. Only the search request crosses: the
-//! prompt as capture cleaned it.
+//! that does not parse) is an error the caller answers by going by words alone. Only the
+//! search request crosses: the prompt as capture cleaned it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -8,9 +8,10 @@
 //! written to a closed socket.
 //!
 //! Without a model the thread does not listen (a hook then finds no socket and goes by
-//! words at once) and looks for one again every `worker::MODEL_LOOK_EVERY`. The socket's directory is the owner's only (`0700`); a socket left by
-//! a worker that died is replaced (this worker holds the single-instance lock). It ends
-//! when [`Answerer::stop`] is called, and removes the socket.
+//! words at once) and looks for one again every `worker::MODEL_LOOK_EVERY`. The socket's
+//! directory is the owner's only (`0700`); a socket left by a worker that died is replaced
+//! (this worker holds the single-instance lock). It ends when [`Answerer::stop`] is
+//! called, and removes the socket.
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;

@@ -88,7 +88,7 @@ fn run(
     }
     log::info!("embedding memories with {}", source.id);
     let mut since_log = 0usize;
-    while !stop.iter().any(|s| s.load(Ordering::SeqCst)) {
+    while !stopped() {
         let n = match store::backfill(&mut conn, &bert, &source.id, settings.batch_size) {
             Ok(n) => n,
             Err(e) if e.is_busy() => 0,

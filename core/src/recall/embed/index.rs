@@ -9,9 +9,9 @@
 //! database, or held in memory by an index that keeps them ([`VectorIndex::keep_vectors`]:
 //! the worker's, which answers every prompt; at most [`RESIDENT_MAX`] bytes of them, 384
 //! each with all-MiniLM-L6-v2: 38 MB at 100,000 memories). Then only the rows that would be
-//! returned are looked up, to know they are still there. Filters on type, concept and file, which the index does not hold, are turned
-//! into the set of ids that pass them by the caller before the scan, never applied to a
-//! fixed number of neighbours afterwards.
+//! returned are looked up, to know they are still there. Filters on type, concept and
+//! file, which the index does not hold, are turned into the set of ids that pass them by
+//! the caller before the scan, never applied to a fixed number of neighbours afterwards.
 //!
 //! Invariants: a row deleted or replaced since the index last looked is never returned
 //! (its vector is read back, or its row looked up, before it counts); a vector of another
@@ -291,9 +291,7 @@ impl VectorIndex {
         out.truncate(k);
         Ok(out)
     }
-}
 
-impl VectorIndex {
     /// [`VectorIndex::rescore`] with the vectors in memory: all of `closest` ranked, then
     /// the best looked up, `k` at a time, until `k` are still there.
     fn rescore_kept(
