@@ -113,6 +113,26 @@ fn start_worker(env: &TestEnv) -> Worker {
     Worker(c.spawn().expect("spawn worker"))
 }
 
+/// The nice value of the thread named `name` of process `pid`, from `/proc`.
+#[cfg(target_os = "linux")]
+fn nice_of(pid: u32, name: &str) -> Option<i64> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+        .and_then(|t| {
+            // `tid (comm) state ppid …`: the nice value is the 19th field, the 17th after
+            // the command's closing parenthesis.
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(16)?
+                .parse()
+                .ok()
+        })
+}
+
 /// What the hooks logged.
 fn hook_logs(env: &TestEnv) -> String {
     std::fs::read_dir(env.data_dir.join("logs"))
@@ -203,6 +223,15 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o700, "only the user can reach the socket");
+    // Embedding stored memories yields to answering prompts (Linux: per-thread nice).
+    #[cfg(target_os = "linux")]
+    {
+        let pid = worker.0.id();
+        assert_eq!(nice_of(pid, "answerer"), Some(0));
+        wait_until("the embedder at the lowest priority", || {
+            nice_of(pid, "embedder") == Some(19)
+        });
+    }
 
     let given = the_fix_is_given(&env, &s);
     assert!(!given.contains("checkout"), "another project's: {given}");

@@ -7,7 +7,8 @@
 //! Without a model (none fetched, `embed.provider` off, or files that do not load) the
 //! thread logs why once and ends: search stays full-text, and `cairn status` says why.
 //! It stops between batches when the worker stops; with `--once` it drains the queue and
-//! ends.
+//! ends. It runs at the lowest priority (nice 19, on Linux), so a prompt's search by
+//! meaning and the hooks come first on a machine of few cores.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +79,7 @@ fn run(
         }
     };
     let bert = source.load()?;
+    lowest_priority();
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let requeued = store::requeue_other_models(&mut conn, &source.id)?;
     if requeued > 0 {
@@ -107,4 +109,16 @@ fn run(
         }
     }
     Ok(())
+}
+
+/// Lowers this thread to the lowest priority (nice 19): the answerer's search by meaning,
+/// which a hook waits for under a deadline, and the hooks themselves come first, and
+/// stored memories are embedded in the time they leave. On Linux a nice value is a
+/// thread's own (and threads it starts inherit it); elsewhere the thread keeps its
+/// priority.
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+        log::debug!("the embedder keeps its priority: {e}");
+    }
 }
