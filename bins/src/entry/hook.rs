@@ -90,11 +90,13 @@ fn run(explicit: Option<String>) -> String {
         logging::init("hook", Some(&dir.logs()), target, settings.log_level());
     }
     // Opened (created) even when the settings cannot be read, so that `cairn status` can
-    // report it; the event itself is then spooled, not written (`handle_with`).
-    let conn = Some(capture::handle::open_for_hook(&dir, &settings));
-    // Claude Code writes the payload once the process has started; by now (settings read,
-    // database open) it has usually arrived. An incomplete input is quarantined (and
-    // logged once) by `handle_with`.
+    // report it; the event itself is then spooled, not written (`handle_with`). Opened on a
+    // thread of its own while stdin is read and a prompt's question is sent to the worker
+    // (`handle_with`), which then starts on it about a millisecond sooner.
+    let conn = Some(capture::handle::open_ahead(&dir, &settings));
+    // Claude Code writes the payload once the process has started; by now (settings read)
+    // it has usually arrived. An incomplete input is quarantined (and logged once) by
+    // `handle_with`.
     let input = read_stdin(STDIN_TIMEOUT, MAX_INPUT);
 
     let project_dir = std::env::var("CLAUDE_PROJECT_DIR").ok();
