@@ -209,6 +209,52 @@ fn a_second_cairn_ui_points_at_the_running_one() {
 }
 
 #[test]
+fn a_stranger_at_the_viewer_s_old_address_is_never_sent_its_token() {
+    let env = TestEnv::new();
+    seed(&env);
+    let ui = Ui::start(&env);
+    let (old_url, ip, port) = (ui.url(), ui.ip.clone(), ui.port);
+    drop(ui);
+    // Another server takes the viewer's address, and viewer.json's pid names a live process
+    // that is not the viewer (a reused pid): this test's own.
+    let stranger = std::net::TcpListener::bind((ip.as_str(), port)).expect("bind");
+    let path = env.data_dir.join("viewer.json");
+    let mut kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("viewer.json")).expect("json");
+    kept["pid"] = std::process::id().into();
+    std::fs::write(&path, kept.to_string()).expect("write");
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let ears = heard.clone();
+    std::thread::spawn(move || {
+        for mut s in stranger.incoming().flatten() {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+            let mut buf = [0u8; 4096];
+            if let Ok(n) = s.read(&mut buf) {
+                ears.lock().expect("lock").extend_from_slice(&buf[..n]);
+            }
+            // It answers every request, as a careless server would, with 64 hex digits.
+            let body = "0".repeat(64);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    // `cairn ui` asks it to prove it is the viewer, gets no proof, and starts a new one
+    // elsewhere (Ui::start reads its address: "already running" would not parse).
+    let again = Ui::start(&env);
+    assert_ne!(again.url(), old_url);
+    let token = old_url.split_once("token=").expect("token").1;
+    let heard = String::from_utf8_lossy(&heard.lock().expect("lock")).to_string();
+    assert!(heard.contains("GET /proof?nonce="), "it was asked: {heard}");
+    assert!(
+        !heard.contains(token),
+        "the token reached a stranger: {heard}"
+    );
+}
+
+#[test]
 fn every_page_answers_only_with_the_token_from_this_host() {
     let env = TestEnv::new();
     let s = seed(&env);

@@ -35,17 +35,73 @@ impl Access {
 }
 
 /// The kept access of a viewer of this data dir that is running now: its process is there
-/// and something listens where it bound.
+/// and what listens where it bound proves it holds the token ([`proof`]) without being
+/// sent it. A process that reused the viewer's pid and another server that took its port
+/// are not the viewer, and never receive the URL with the token.
 pub fn running(dir: &DataDir) -> Option<Access> {
     let a = load(dir)?;
     let pid = i32::try_from(a.pid?).ok()?;
-    let listening = std::net::TcpStream::connect_timeout(
-        &(a.address, a.port).into(),
-        std::time::Duration::from_millis(300),
+    if pid as u32 == std::process::id() || !crate::store::backup::process_exists(pid) {
+        return None;
+    }
+    let nonce = super::http::secret().ok()?;
+    let expected = proof(&a.token, &nonce)?;
+    let proven = proof_of(&a, &nonce).is_some_and(|p| super::http::same_secret(&p, &expected));
+    if !proven {
+        log::info!(
+            "{}:{} is not the viewer that bound it last (it cannot prove it holds its token)",
+            a.address,
+            a.port
+        );
+    }
+    proven.then_some(a)
+}
+
+/// What a viewer holding `token` answers to `/proof?nonce=…`: the HMAC-SHA256 of the nonce
+/// keyed by the token, in hex; `None` unless the nonce is 32 hex digits. A fresh random
+/// nonce each time, so an answer seen once proves nothing later.
+pub fn proof(token: &str, nonce: &str) -> Option<String> {
+    use hmac::{Hmac, Mac};
+    if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
+    mac.update(b"cairn viewer proof ");
+    mac.update(nonce.as_bytes());
+    Some(
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
     )
-    .is_ok();
-    (pid as u32 != std::process::id() && crate::store::backup::process_exists(pid) && listening)
-        .then_some(a)
+}
+
+/// The answer of what listens at `a`'s address to `/proof?nonce=…`, if any within a short
+/// while.
+fn proof_of(a: &Access, nonce: &str) -> Option<String> {
+    let wait = std::time::Duration::from_millis(500);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(wait))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .get(&format!(
+            "http://{}:{}/proof?nonce={nonce}",
+            a.address, a.port
+        ))
+        .call()
+        .ok()?;
+    if resp.status().as_u16() != 200 {
+        return None;
+    }
+    resp.body_mut()
+        .with_config()
+        .limit(256)
+        .read_to_string()
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// A fresh loopback address of the viewer's own (127.0.0.1 where only that one exists).
@@ -142,6 +198,18 @@ pub fn bind(dir: &DataDir, port: u16) -> std::io::Result<(TcpListener, Access)> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proof_is_of_the_token_and_a_well_formed_nonce_only() {
+        let nonce = "0123456789abcdef0123456789ABCDEF";
+        let p = proof("token-a", nonce).expect("proof");
+        assert_eq!(p.len(), 64);
+        assert_eq!(proof("token-a", nonce), Some(p.clone()));
+        assert_ne!(proof("token-b", nonce), Some(p.clone()));
+        assert_ne!(proof("token-a", &nonce.replace('0', "1")), Some(p));
+        assert_eq!(proof("token-a", "short"), None);
+        assert_eq!(proof("token-a", &"g".repeat(32)), None);
+    }
 
     #[test]
     fn the_address_and_token_outlive_a_run_but_not_a_readable_file() {

@@ -285,6 +285,20 @@ fn handle(app: &App, request: server::Request, mut stream: TcpStream) {
             .is_some_and(|t| http::same_secret(t, &app.token));
     let mut answer = if let Some(r) = refusal {
         Answer::refused(r)
+    } else if method == "GET" && path == "/proof" {
+        // That this is the viewer holding the token, without the token (`access::running`).
+        match query
+            .get("nonce")
+            .and_then(|n| access::proof(&app.token, n))
+        {
+            Some(proof) => Answer {
+                status: 200,
+                kind: "text/plain; charset=utf-8",
+                body: proof.into_bytes(),
+                headers: Vec::new(),
+            },
+            None => Answer::not_found("a proof needs a nonce of 32 hex digits"),
+        }
     } else if let Some(a) = (method == "GET").then(|| asset(&path)).flatten() {
         // The stylesheet, script and icon hold no memory: served without the token, so
         // the "Refused" page is styled too.
