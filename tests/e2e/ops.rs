@@ -874,6 +874,22 @@ fn config_set_and_unset_change_settings_json_as_loading_checks_it() {
     let shown = effective(&env, "context.budget_tokens", None);
     assert_eq!(shown["value"], 1500);
     assert_eq!(shown["source"], "default");
+    // An empty default says what it stands for: the model's folder in the data dir.
+    let o = cairn(&env, &["config", "set", "embed.model_dir", "/elsewhere"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = cairn(&env, &["config", "unset", "embed.model_dir"]);
+    let models = env.data_dir.join("models").join("all-MiniLM-L6-v2");
+    assert!(
+        stdout(&o).contains(&format!("back to its default, \"\" ({})", models.display())),
+        "{}",
+        stdout(&o)
+    );
+    let o = cairn(&env, &["config"]);
+    assert!(
+        stdout(&o).contains(&format!("\"\" ({})", models.display())),
+        "{}",
+        stdout(&o)
+    );
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
     assert!(

@@ -388,8 +388,8 @@ pub fn config(ctx: &Ctx, args: &ConfigArgs) -> anyhow::Result<u8> {
     let width = rows.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
     let values: Vec<String> = rows
         .iter()
-        .map(|(_, v, _)| match v {
-            serde_json::Value::String(s) if s.is_empty() => "\"\"".into(),
+        .map(|(k, v, _)| match v {
+            serde_json::Value::String(s) if s.is_empty() => with_meaning(ctx, k, "\"\"".into()),
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         })
@@ -409,6 +409,25 @@ pub fn config(ctx: &Ctx, args: &ConfigArgs) -> anyhow::Result<u8> {
     Ok(exit::OK)
 }
 
+/// `shown`, the empty value of `key`, followed by what it stands for when the key takes
+/// one (as each setting's description says).
+fn with_meaning(ctx: &Ctx, key: &str, shown: String) -> String {
+    let means = match key {
+        "embed.model_dir" => cairn_core::recall::embed::model::model_dir(
+            &cairn_core::settings::EmbedSettings::default(),
+            &ctx.data_dir,
+        )
+        .display()
+        .to_string(),
+        "embed.base_url" => "OpenAI's, with embed.provider openai".into(),
+        "embed.model" => "none; embed.provider openai needs one".into(),
+        "model.model" => "the provider's default".into(),
+        "model.base_url" => "the provider's default, or ANTHROPIC_BASE_URL".into(),
+        _ => return shown,
+    };
+    format!("{shown} ({means})")
+}
+
 /// `cairn config set` / `unset`: one change through the settings writer, then what it did
 /// and whether an environment variable hides it.
 fn change(ctx: &Ctx, command: &ConfigCommand) -> anyhow::Result<u8> {
@@ -423,11 +442,12 @@ fn change(ctx: &Ctx, command: &ConfigCommand) -> anyhow::Result<u8> {
     let file = ctx.data_dir.settings();
     let written =
         write::apply(&file, &change).map_err(|e| anyhow::anyhow!("{e}; nothing was written"))?;
+    let key = &written.key;
     let shown = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) if s.is_empty() => with_meaning(ctx, key, "\"\"".into()),
         serde_json::Value::String(s) => format!("{s:?}"),
         other => other.to_string(),
     };
-    let key = &written.key;
     let mut o = String::new();
     match (&written.before, &written.after) {
         (_, Some(after)) if written.unchanged() => {
