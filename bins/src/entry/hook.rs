@@ -89,13 +89,15 @@ fn run(explicit: Option<String>) -> String {
     if settings_error.is_none() {
         logging::init("hook", Some(&dir.logs()), target, settings.log_level());
     }
-    // Opened (created) even when the settings cannot be read, so that `cairn status` can
-    // report it; the event itself is then spooled, not written (`handle_with`). Opened on a
-    // thread of its own while stdin is read and a prompt's question is sent to the worker
-    // (`handle_with`), which then starts on it about a millisecond sooner.
-    let conn = Some(capture::handle::open_ahead(&dir, &settings));
-    // Claude Code writes the payload once the process has started; by now (settings read)
-    // it has usually arrived. An incomplete input is quarantined (and logged once) by
+    // Opened (created) here when the settings cannot be read, so that `cairn status` can
+    // report it (the event itself is then spooled, not written). Otherwise `handle_with`
+    // opens it when it first needs it: after a prompt's question has left for the worker,
+    // which then starts on it about a millisecond sooner.
+    let conn = settings_error
+        .is_some()
+        .then(|| capture::handle::open_for_hook(&dir, &settings));
+    // Claude Code writes the payload as it starts the process: it has arrived by now
+    // (settings read). An incomplete input is quarantined (and logged once) by
     // `handle_with`.
     let input = read_stdin(STDIN_TIMEOUT, MAX_INPUT);
 

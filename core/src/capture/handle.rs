@@ -60,41 +60,6 @@ fn with_hook_time_facts(dir: &DataDir, conn: Option<&Connection>, mut rec: Recor
     rec
 }
 
-/// The hook's database connection being opened on a thread of its own ([`open_ahead`]).
-/// Dropped unused, it waits for the open to end: the hook never exits in the middle of
-/// creating or upgrading the database.
-#[derive(Debug)]
-pub struct Opening(Option<std::thread::JoinHandle<Result<Connection>>>);
-
-impl Opening {
-    /// The connection, once opened.
-    fn wait(mut self) -> Result<Connection> {
-        match self.0.take().map(std::thread::JoinHandle::join) {
-            Some(Ok(opened)) => opened,
-            _ => Err(crate::Error::Invalid(
-                "opening the database panicked".into(),
-            )),
-        }
-    }
-}
-
-impl Drop for Opening {
-    fn drop(&mut self) {
-        if let Some(thread) = self.0.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// Starts opening the database the way a hook does ([`open_for_hook`]) on a thread of its
-/// own, for [`handle_with`].
-pub fn open_ahead(dir: &DataDir, settings: &Settings) -> Opening {
-    let (dir, settings) = (dir.clone(), settings.clone());
-    Opening(Some(std::thread::spawn(move || {
-        open_for_hook(&dir, &settings)
-    })))
-}
-
 /// Opens the data dir's database the way a hook does: created when missing, waiting up to
 /// `capture.lock_wait_ms` on other writers, and without the checkpoint on close. A hook is
 /// often the last connection to close; the checkpoint then syncs the WAL and the database
@@ -239,22 +204,23 @@ pub fn handle(dir: &DataDir, settings: &Settings, input: &HookInput, now: i64) -
     handle_with(dir, settings, input, None, now).0
 }
 
-/// [`handle`] with the database connection being opened by the caller on a thread of its
-/// own ([`open_ahead`]): the hook opens it while it reads stdin and while this asks the
-/// worker about a prompt, so the question leaves before the open is done. `None` opens it
-/// here. Also returns the connection the event was written with, for the caller to close,
-/// or to leave to the process exit (see `cairn-hook`).
+/// [`handle`] with the database connection already opened (or its opening already failed)
+/// by the caller. `None` opens it here when it is first needed: after a prompt's question
+/// has left for the worker, which then starts on it while the database opens. Also
+/// returns the connection the event was written with, for the caller to close, or to
+/// leave to the process exit (see `cairn-hook`).
 pub fn handle_with(
     dir: &DataDir,
     settings: &Settings,
     input: &HookInput,
-    opened: Option<Opening>,
+    opened: Option<Result<Connection>>,
     now: i64,
 ) -> (Outcome, Option<Connection>) {
     let mut opened = opened;
-    let mut connect = move || match opened.take() {
-        Some(opening) => opening.wait(),
-        None => open_for_hook(dir, settings),
+    let mut connect = move || {
+        opened
+            .take()
+            .unwrap_or_else(|| open_for_hook(dir, settings))
     };
     let plain = |stored| {
         let outcome = Outcome {
@@ -967,7 +933,7 @@ mod tests {
         assert_eq!(o.stored, Stored::Nothing);
         assert!(!dd2.db().exists());
         // With the connection opened ahead (as the hook does), still nothing is written.
-        let conn = open_ahead(&dd2, &s);
+        let conn = open_for_hook(&dd2, &s);
         let input = ev("UserPromptSubmit", r#","prompt":"hi""#);
         let (o, _) = handle_with(
             &dd2,
