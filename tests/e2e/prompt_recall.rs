@@ -113,24 +113,37 @@ fn start_worker(env: &TestEnv) -> Worker {
     Worker(c.spawn().expect("spawn worker"))
 }
 
-/// The nice value of the thread named `name` of process `pid`, from `/proc`.
+/// The name and nice value of every thread of process `pid`, from `/proc`.
 #[cfg(target_os = "linux")]
-fn nice_of(pid: u32, name: &str) -> Option<i64> {
+fn nices(pid: u32) -> Vec<(String, i64)> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
+        .into_iter()
         .flatten()
-        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
-        .and_then(|t| {
+        .flatten()
+        .filter_map(|t| {
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
             // `tid (comm) state ppid …`: the nice value is the 19th field, the 17th after
             // the command's closing parenthesis.
             let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
-            stat.rsplit_once(')')?
+            let nice = stat
+                .rsplit_once(')')?
                 .1
                 .split_whitespace()
                 .nth(16)?
                 .parse()
-                .ok()
+                .ok()?;
+            Some((name.trim().to_string(), nice))
         })
+        .collect()
+}
+
+/// The nice value of the thread named `name` of process `pid`.
+#[cfg(target_os = "linux")]
+fn nice_of(pid: u32, name: &str) -> Option<i64> {
+    nices(pid)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
 }
 
 /// What the hooks logged.
@@ -223,14 +236,23 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o700, "only the user can reach the socket");
-    // Embedding stored memories yields to answering prompts (Linux: per-thread nice).
+    // Embedding stored memories yields to answering prompts (Linux: per-thread nice), and
+    // the model's thread pool, which the answer uses too, keeps the normal priority.
     #[cfg(target_os = "linux")]
     {
         let pid = worker.0.id();
-        assert_eq!(nice_of(pid, "answerer"), Some(0));
         wait_until("the embedder at the lowest priority", || {
             nice_of(pid, "embedder") == Some(19)
         });
+        let threads = nices(pid);
+        assert!(
+            threads.iter().any(|(name, _)| name.starts_with("tensors-")),
+            "the model's pool is made at start: {threads:?}"
+        );
+        for (name, nice) in &threads {
+            assert_eq!(*nice, i64::from(name == "embedder") * 19, "{threads:?}");
+        }
+        assert_eq!(threads.iter().filter(|(n, _)| n == "embedder").count(), 1);
     }
 
     let given = the_fix_is_given(&env, &s);
