@@ -45,7 +45,7 @@ pub fn running(dir: &DataDir) -> Option<Access> {
         return None;
     }
     let nonce = super::http::secret().ok()?;
-    let expected = proof(&a.token, &nonce)?;
+    let expected = proof(&a.token, a.address, a.port, &nonce)?;
     let proven = proof_of(&a, &nonce).is_some_and(|p| super::http::same_secret(&p, &expected));
     if !proven {
         log::info!(
@@ -57,16 +57,19 @@ pub fn running(dir: &DataDir) -> Option<Access> {
     proven.then_some(a)
 }
 
-/// What a viewer holding `token` answers to `/proof?nonce=…`: the HMAC-SHA256 of the nonce
-/// keyed by the token, in hex; `None` unless the nonce is 32 hex digits. A fresh random
-/// nonce each time, so an answer seen once proves nothing later.
-pub fn proof(token: &str, nonce: &str) -> Option<String> {
+/// What a viewer holding `token` and listening at `address`:`port` answers to
+/// `/proof?nonce=…`: the HMAC-SHA256 of its address and the nonce keyed by the token, in
+/// hex; `None` unless the nonce is 32 hex digits. A fresh random nonce each time, so an
+/// answer seen once proves nothing later; the address in it, so a stranger holding the
+/// kept address cannot pass the question on to another viewer with the same token
+/// (`cairn ui --port N`) and return its answer.
+pub fn proof(token: &str, address: Ipv4Addr, port: u16, nonce: &str) -> Option<String> {
     use hmac::{Hmac, Mac};
     if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
-    mac.update(b"cairn viewer proof ");
+    mac.update(format!("cairn viewer proof {address}:{port} ").as_bytes());
     mac.update(nonce.as_bytes());
     Some(
         mac.finalize()
@@ -78,12 +81,15 @@ pub fn proof(token: &str, nonce: &str) -> Option<String> {
 }
 
 /// The answer of what listens at `a`'s address to `/proof?nonce=…`, if any within a short
-/// while.
+/// while: asked directly (never through a proxy the environment names) and not followed
+/// elsewhere.
 fn proof_of(a: &Access, nonce: &str) -> Option<String> {
     let wait = std::time::Duration::from_millis(500);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(wait))
         .http_status_as_error(false)
+        .proxy(None)
+        .max_redirects(0)
         .build()
         .into();
     let mut resp = agent
@@ -202,13 +208,22 @@ mod tests {
     #[test]
     fn a_proof_is_of_the_token_and_a_well_formed_nonce_only() {
         let nonce = "0123456789abcdef0123456789ABCDEF";
-        let p = proof("token-a", nonce).expect("proof");
+        let at = Ipv4Addr::new(127, 9, 8, 7);
+        let p = proof("token-a", at, 4000, nonce).expect("proof");
         assert_eq!(p.len(), 64);
-        assert_eq!(proof("token-a", nonce), Some(p.clone()));
-        assert_ne!(proof("token-b", nonce), Some(p.clone()));
-        assert_ne!(proof("token-a", &nonce.replace('0', "1")), Some(p));
-        assert_eq!(proof("token-a", "short"), None);
-        assert_eq!(proof("token-a", &"g".repeat(32)), None);
+        assert_eq!(proof("token-a", at, 4000, nonce), Some(p.clone()));
+        assert_ne!(proof("token-b", at, 4000, nonce), Some(p.clone()));
+        assert_ne!(proof("token-a", at, 4001, nonce), Some(p.clone()));
+        assert_ne!(
+            proof("token-a", Ipv4Addr::LOCALHOST, 4000, nonce),
+            Some(p.clone())
+        );
+        assert_ne!(
+            proof("token-a", at, 4000, &nonce.replace('0', "1")),
+            Some(p)
+        );
+        assert_eq!(proof("token-a", at, 4000, "short"), None);
+        assert_eq!(proof("token-a", at, 4000, &"g".repeat(32)), None);
     }
 
     #[test]

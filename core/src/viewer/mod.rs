@@ -289,7 +289,7 @@ fn handle(app: &App, request: server::Request, mut stream: TcpStream) {
         // That this is the viewer holding the token, without the token (`access::running`).
         match query
             .get("nonce")
-            .and_then(|n| access::proof(&app.token, n))
+            .and_then(|n| access::proof(&app.token, app.address, app.port, n))
         {
             Some(proof) => Answer {
                 status: 200,
