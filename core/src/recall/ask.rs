@@ -142,7 +142,9 @@ pub fn ask(socket: &Path, req: &SearchRequest, deadline: Duration) -> Result<Ask
     let mut stream = connect(socket).map_err(|e| io("cannot reach the worker", e))?;
     let asked = Request {
         answer_by_ms: Some(
-            crate::clock::now_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2),
+            // Rounded up: a wait under a millisecond must not read as already over.
+            crate::clock::now_ms()
+                + i64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i64::MAX / 2),
         ),
         ..Request::of(req)
     };
