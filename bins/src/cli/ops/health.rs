@@ -21,23 +21,21 @@ pub fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         log::info!("acknowledged {n} item(s)");
     }
     let exists = match ctx.data_dir.db().try_exists() {
-        Ok(exists) => exists,
-        // Not this user's to read: what the hooks kept elsewhere if they did, else why.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            if let Some(code) = no_database_but_losses(ctx, args)? {
-                return Ok(code);
-            }
+        // Not this user's to read: said below, after what the hooks kept elsewhere.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e),
+        // Nothing there (a file where a directory of the path should be).
+        Err(_) => Ok(false),
+        found => found,
+    };
+    if !matches!(exists, Ok(true)) {
+        if let Some(code) = no_database_but_losses(ctx, args)? {
+            return Ok(code);
+        }
+        if let Err(e) = exists {
             anyhow::bail!(
                 "cannot look into the data dir {}: {e}; check its owner and permissions (one made by `sudo cairn …` belongs to root)",
                 ctx.data_dir.root().display()
             );
-        }
-        // Nothing there (a file where a directory of the path should be).
-        Err(_) => false,
-    };
-    if !exists {
-        if let Some(code) = no_database_but_losses(ctx, args)? {
-            return Ok(code);
         }
         // Installed (or not yet), no event so far: a normal state, not a failure.
         if args.json {
