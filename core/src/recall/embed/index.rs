@@ -149,10 +149,10 @@ impl VectorIndex {
             let kind = Kind::from_code(r.get(1)?);
             let project: String = r.get(3)?;
             let blob: Vec<u8> = r.get(5)?;
-            self.last_seq = seq;
-            self.last_row = Some((r.get(1)?, r.get(2)?, blob.clone()));
-            let Some(kind) = kind else { continue };
             let bits = words_of(&blob);
+            self.last_seq = seq;
+            self.last_row = Some((r.get(1)?, r.get(2)?, blob));
+            let Some(kind) = kind else { continue };
             let vector: Option<Vec<u8>> = r.get(6)?;
             if self.entries.is_empty() {
                 self.words = bits.len();
