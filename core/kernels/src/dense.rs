@@ -243,9 +243,10 @@ fn bf16_pairs(strips: &[f32], inputs: usize) -> Vec<u32> {
         for p in 0..pairs {
             for j in 0..STRIP {
                 let first = bf16(strip[2 * p * STRIP + j]);
-                let second = match 2 * p + 1 < inputs {
-                    true => bf16(strip[(2 * p + 1) * STRIP + j]),
-                    false => 0,
+                let second = if 2 * p + 1 < inputs {
+                    bf16(strip[(2 * p + 1) * STRIP + j])
+                } else {
+                    0
                 };
                 out.push(u32::from(first) | u32::from(second) << 16);
             }
