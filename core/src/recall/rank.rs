@@ -570,7 +570,6 @@ pub(super) fn pool_statement(
 ) -> (String, Vec<Value>, Option<usize>) {
     let t = table(kind);
     let fts = t.fts;
-    let score = t.bm25();
     let (mut args, wheres) = match scoping {
         Scoping::Key => full_text_led(kind, any, f),
         Scoping::Rows | Scoping::Best(_) => full_text_ranked(kind, any, f),
@@ -581,6 +580,7 @@ pub(super) fn pool_statement(
     };
     args.push(Value::Integer(best.unwrap_or(pool) as i64));
     let limit = args.len();
+    let score = t.bm25_best(limit);
     let sql = if best.is_some() || wheres.len() == 1 {
         // The best by the words alone, joined to their rows; with `best`, whether each
         // passes the filters.

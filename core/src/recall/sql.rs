@@ -58,6 +58,18 @@ impl Table {
         format!("bm25({}, {})", self.fts, self.weights)
     }
 
+    /// The same score for a statement ordered by it and limited to the number bound to
+    /// parameter `limit`, which spares the rows that cannot be among them
+    /// (`store::bm25`).
+    pub(super) fn bm25_best(&self, limit: usize) -> String {
+        format!(
+            "{}({}, ?{limit}, {})",
+            crate::store::bm25::NAME,
+            self.fts,
+            self.weights
+        )
+    }
+
     /// The full-text table joined to its rows. Filters on id, project, time and type read
     /// the covering index (a few dense pages); only concept and file filters need the row
     /// itself.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::error::{Error, Result};
+use crate::store::bm25;
 use crate::store::paths::{DataDir, ensure_private_file};
 
 /// The embedded migrations, applied in order. Never edit one once shipped.
@@ -173,6 +174,7 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
         }
         migrate(&mut conn)?;
     }
+    bm25::register(&conn).map_err(not_db)?;
     Ok(conn)
 }
 
@@ -221,6 +223,7 @@ fn open_read_only_as(path: &Path, param: &str, busy_timeout: Duration) -> Result
             supported: SCHEMA_VERSION,
         });
     }
+    bm25::register(&conn).map_err(not_db)?;
     Ok(conn)
 }
 

@@ -2,6 +2,7 @@
 //! reads and writes through it.
 //!
 //! Owns the data dir layout (`paths`), connections, pragmas and migrations (`db`), the
+//! SQL function every connection has for the best full-text matches (`bm25`), the
 //! worker's single-instance lock (`lock`), the record of what went wrong
 //! outside the database (`incidents`: events hooks could not keep, notices of repairs), the
 //! private place hook events go when the data dir cannot take them (`fallback`) and online
@@ -16,6 +17,7 @@
 //! leaves at the crate root.
 
 pub mod backup;
+pub mod bm25;
 pub mod db;
 pub mod fallback;
 pub mod incidents;
