@@ -2,22 +2,7 @@
 
 fn main() -> std::process::ExitCode {
     one_thread_per_embedding();
-    model_pool_at_normal_priority();
     cairn_cli::entry::worker::main(std::env::args_os())
-}
-
-/// Makes the pool of threads the model's library runs its element-wise work on (rayon's
-/// global pool, `RAYON_NUM_THREADS` threads) here, from the main thread, before any thread
-/// of the worker starts. The pool is otherwise made by whichever thread first needs it,
-/// and on Linux a thread inherits its creator's priority: made by the embedder, which
-/// lowers its own (nice 19), it would run the answerer's share of every prompt's embedding
-/// at the lowest priority too (measured on 2 busy cores: a prompt's search by meaning took
-/// about a second instead of 50 ms). Its threads are named `tensors-N`.
-fn model_pool_at_normal_priority() {
-    // Only fails when a pool was already made, which nothing before this line does.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .thread_name(|i| format!("tensors-{i}"))
-        .build_global();
 }
 
 /// The sentence model's matrix products run on one thread each, unless the user says

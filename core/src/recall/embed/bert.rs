@@ -50,6 +50,31 @@ fn length_groups(tokens: &[Vec<u32>]) -> Vec<Vec<usize>> {
     groups
 }
 
+thread_local! {
+    /// The thread as a rayon pool of its own, of that one thread (`None` when it already
+    /// works for another pool).
+    static ALONE: Option<rayon::ThreadPool> = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .use_current_thread()
+        .build()
+        .ok();
+}
+
+/// Runs `f` with the calling thread as the only thread of the rayon pool candle's small
+/// operations (softmax, layer norms, the attention's products) split their work over, so
+/// that they run here, in line. Otherwise each of them hands its work to the global pool
+/// and sleeps until it is done, some twenty hand-overs and wake-ups per text, which
+/// took more than a third of a prompt's embedding: 5.1 → 3.2 ms at the median (one
+/// thread, 200 short texts, BENCHMARKS.md, "Recall at prompts and files"). The dense
+/// layers, the bulk of the work, are split over threads by `cairn_kernels::dense` itself.
+/// The work also keeps the calling thread's priority (the background embedder's).
+fn on_this_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    ALONE.with(|pool| match pool {
+        Some(pool) => pool.install(f),
+        None => f(),
+    })
+}
+
 /// GELU, `x·Φ(x)`, with `erf` to within 1.5e-7 (Abramowitz and Stegun 7.1.26): the
 /// model's activation, at a third of the cost of the exact `erf` it took most of a text's
 /// time computing. The vectors agree with the reference implementation's all the same.
@@ -425,8 +450,13 @@ impl Bert {
         self.hidden
     }
 
-    /// One unit vector per text, in order.
+    /// One unit vector per text, in order, computed on the calling thread alone
+    /// ([`on_this_thread`]).
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        on_this_thread(|| self.embed_here(texts))
+    }
+
+    fn embed_here(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let mut tokens = Vec::with_capacity(texts.len());
         for text in texts {
             let e = self
@@ -527,6 +557,38 @@ impl Bert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_models_parallel_work_runs_on_the_calling_thread() {
+        // What candle's operations split over threads goes to the current rayon pool:
+        // here, one of this thread alone, so it runs in line, on this thread.
+        std::thread::spawn(|| {
+            let me = std::thread::current().id();
+            let (threads, ran_on) = on_this_thread(|| {
+                use rayon::prelude::*;
+                let ran_on: std::collections::HashSet<_> = (0..64)
+                    .into_par_iter()
+                    .map(|_| std::thread::current().id())
+                    .collect();
+                (rayon::current_num_threads(), ran_on)
+            });
+            assert_eq!(threads, 1);
+            assert_eq!(ran_on, [me].into());
+            // Again, from the same thread.
+            assert_eq!(on_this_thread(rayon::current_num_threads), 1);
+        })
+        .join()
+        .expect("the thread ends");
+        // From a thread of another pool, the work runs there as before.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        assert_eq!(
+            pool.install(|| on_this_thread(rayon::current_num_threads)),
+            2
+        );
+    }
 
     /// A `.safetensors` file of `tensors` (name, dtype, shape, raw bytes), as the format
     /// lays it out.
