@@ -17,7 +17,7 @@
 //! (its vector is read back, or its row looked up, before it counts); a vector of another
 //! model is never compared.
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -238,23 +238,45 @@ impl VectorIndex {
             return Closest(Vec::new());
         }
         let depth = RESCORE.max(k * 4);
-        // Max-heap on distance: the worst of the kept rows is on top.
-        let mut heap: BinaryHeap<(u32, usize)> = BinaryHeap::with_capacity(depth + 1);
         let mut distances = Vec::with_capacity(self.entries.len());
         cairn_kernels::bits::distances(&self.bits, self.words, &qbits, &mut distances);
-        for (i, (e, &d)) in self.entries.iter().zip(&distances).enumerate() {
-            if project.is_some_and(|p| p != e.project) || !scope.admits(e.kind, e.id, e.created_at)
-            {
-                continue;
-            }
-            if heap.len() < depth {
-                heap.push((d, i));
-            } else if heap.peek().is_some_and(|top| d < top.0) {
-                heap.pop();
-                heap.push((d, i));
-            }
+        let admitted = |i: usize| {
+            let e = &self.entries[i];
+            project.is_none_or(|p| p == e.project) && scope.admits(e.kind, e.id, e.created_at)
+        };
+        // The `depth` closest rows that pass the filters, the earlier of two at the same
+        // distance first. A distance is at most the vectors' width in bits, so the rows
+        // are taken by distance, nearest first, from a count of the rows at each: only the
+        // rows that may be kept are looked at (the filters read each row's entry, which
+        // on every row cost twice the distances themselves).
+        let mut at = vec![0usize; self.words * 64 + 1];
+        for &d in &distances {
+            at[d as usize] += 1;
         }
-        Closest(heap.into_vec().into_iter().map(|(_, i)| i).collect())
+        let mut kept = Vec::with_capacity(depth);
+        let mut nearer = 0;
+        while kept.len() < depth && nearer < at.len() {
+            // The next distances holding enough rows to fill what is left, were all of
+            // them admitted.
+            let mut farther = nearer;
+            let mut rows = 0;
+            while farther < at.len() && rows < depth - kept.len() {
+                rows += at[farther];
+                farther += 1;
+            }
+            let band = nearer as u32..farther as u32;
+            let mut found: Vec<(u32, usize)> = distances
+                .iter()
+                .enumerate()
+                .filter(|(i, d)| band.contains(d) && admitted(*i))
+                .map(|(i, &d)| (d, i))
+                .collect();
+            found.sort_unstable();
+            found.truncate(depth - kept.len());
+            kept.extend(found.into_iter().map(|(_, i)| i));
+            nearer = farther;
+        }
+        Closest(kept)
     }
 
     /// The second half of [`VectorIndex::nearest`]: the `k` of `closest` most similar to
@@ -395,6 +417,73 @@ mod tests {
                 .expect("nearest")
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn the_bit_scan_keeps_the_closest_rows_that_pass_the_filters_first_come_first() {
+        // 1,500 rows of 16 dimensions over three projects and two times: many share a
+        // distance to the query, so which are kept at the edge is decided by their order.
+        let mut f = fixture();
+        let mut state = 9u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let vectors: HashMap<i64, Vec<f32>> = (0..1500)
+            .map(|i| {
+                let p = ["p", "q", "r"][(next() % 3) as usize];
+                let id = f.add(obs(p, "bugfix", &format!("t{i}"), "", T0 + (i % 2) * 1000));
+                let v = (0..16).map(|_| (next() % 200) as f32 - 100.0).collect();
+                (id, v)
+            })
+            .collect();
+        let queued = store::queued(&mut f.conn, 2000).expect("queued");
+        let items: Vec<_> = queued
+            .into_iter()
+            .map(|q| {
+                let v = vectors[&q.id].clone();
+                (q, v)
+            })
+            .collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        let mut index = VectorIndex::new("m");
+        index.refresh(&f.conn).expect("refresh");
+        let query: Vec<f32> = (0..16).map(|_| (next() % 200) as f32 - 100.0).collect();
+        let qbits = words_of(&bits_of(&query));
+        let kinds = [Kind::Observation];
+        for (project, since) in [(None, None), (Some("q"), None), (Some("r"), Some(T0 + 1))] {
+            let scope = Scope {
+                kinds: &kinds,
+                project,
+                since,
+                ..Scope::default()
+            };
+            for k in [1, 100, 150, 600] {
+                // Every admitted row by (distance, place), the first `depth`.
+                let mut want: Vec<(u32, usize)> = (0..index.entries.len())
+                    .filter(|&i| {
+                        let e = &index.entries[i];
+                        project.is_none_or(|p| index.projects[p] == e.project)
+                            && scope.admits(e.kind, e.id, e.created_at)
+                    })
+                    .map(|i| {
+                        let row = &index.bits[i * index.words..][..index.words];
+                        let d = row.iter().zip(&qbits).map(|(a, b)| (a ^ b).count_ones());
+                        (d.sum(), i)
+                    })
+                    .collect();
+                want.sort_unstable();
+                want.truncate(RESCORE.max(k * 4));
+                let mut want: Vec<usize> = want.into_iter().map(|(_, i)| i).collect();
+                assert!(want.len() >= 100, "{}", want.len());
+                let mut got = index.closest(&query, k, &scope).0;
+                want.sort_unstable();
+                got.sort_unstable();
+                assert_eq!(got, want, "{project:?} since {since:?}, k {k}");
+            }
+        }
     }
 
     #[test]
