@@ -15,8 +15,8 @@
 //!   → privacy                 (cleans memory's new observations by the capture settings)
 //!   → memory
 //!   → settings                (finds settings.json through store::paths)
-//!   → store (paths, db, lock, backup)
-//!   → leaves (clock, error, rand, text)
+//!   → store (paths, db, bm25, lock, backup)
+//!   → leaves (clock, error, hex, rand, text)
 //! ```
 //!
 //! Data flows capture → queue → worker → memory → recall. No two folders import each
@@ -24,6 +24,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod hex;
 pub mod privacy;
 pub mod rand;
 pub mod settings;

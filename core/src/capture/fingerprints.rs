@@ -32,8 +32,7 @@ fn folder(dir: &DataDir) -> PathBuf {
 
 fn session_file(dir: &DataDir, session_id: &str) -> PathBuf {
     let h = Sha256::digest(session_id.as_bytes());
-    let name: String = h[..16].iter().map(|b| format!("{b:02x}")).collect();
-    folder(dir).join(name)
+    folder(dir).join(crate::hex::hex(&h[..16]))
 }
 
 fn read_key(path: &Path) -> Option<Vec<u8>> {

@@ -183,12 +183,7 @@ pub(super) fn full_text_ranked(kind: Kind, expr: &str, f: &Filters) -> (Vec<Valu
 /// The word a project is indexed by in the `project_key` columns: `'x' || hex(project)`,
 /// as the tokenizer lowercases it.
 fn project_key(project: &str) -> String {
-    let mut key = String::with_capacity(1 + 2 * project.len());
-    key.push('x');
-    for b in project.bytes() {
-        key.push_str(&format!("{b:02x}"));
-    }
-    key
+    format!("x{}", crate::hex::hex(project.as_bytes()))
 }
 
 /// `?1, ?2, …, ?n`: the numbered parameters of an `IN (…)` list of `n` values.

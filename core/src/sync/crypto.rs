@@ -6,6 +6,7 @@
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
+use crate::hex::{hex, unhex};
 use crate::sync::SyncError;
 
 const NONCE_LEN: usize = 24;
@@ -35,20 +36,6 @@ pub fn random<const N: usize>() -> Result<[u8; N], SyncError> {
     let mut b = [0u8; N];
     getrandom::fill(&mut b).map_err(|e| SyncError::Random(e.to_string()))?;
     Ok(b)
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 impl SpaceKey {

@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::hex::{hex, unhex};
 use crate::memory::forget::{self, Memory};
 use crate::memory::forgotten::{self, Key};
 use crate::memory::kind::Kind;
@@ -15,7 +16,6 @@ use crate::memory::observations::{self, NewObservation, NewSummary};
 use crate::memory::rows::ObservationContent;
 use crate::memory::sessions::{self, PromptRecord, SessionRecord};
 use crate::recall::embed::store::{self as vectors, Carried};
-use crate::sync::crypto::{hex, unhex};
 
 /// What one record of a log says, sealed before it leaves the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

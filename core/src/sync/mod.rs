@@ -238,7 +238,7 @@ fn save_setup(
     url_text: &str,
     device_name: &str,
 ) -> Result<Setup, SyncError> {
-    let device = crypto::hex(&crypto::random::<16>()?);
+    let device = crate::hex::hex(&crypto::random::<16>()?);
     write_private(&url_file(dir), url_text.trim())?;
     db::write(conn, |tx| {
         local::set(tx, local::SPACE, &key.space)?;

@@ -71,7 +71,7 @@ pub fn proof(token: &str, address: Ipv4Addr, port: u16, nonce: &str) -> Option<S
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
     mac.update(format!("cairn viewer proof {address}:{port} ").as_bytes());
     mac.update(nonce.as_bytes());
-    Some(crate::sync::crypto::hex(&mac.finalize().into_bytes()))
+    Some(crate::hex::hex(&mac.finalize().into_bytes()))
 }
 
 /// The answer of what listens at `a`'s address to `/proof?nonce=…`, if any within a short

@@ -28,7 +28,7 @@ pub fn security_headers() -> Vec<(&'static str, &'static str)> {
 pub fn secret() -> std::io::Result<String> {
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(crate::sync::crypto::hex(&bytes))
+    Ok(crate::hex::hex(&bytes))
 }
 
 /// Compares secrets in time independent of where they differ.

@@ -353,11 +353,7 @@ fn copy_hashing(
             to.display()
         )));
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(crate::hex::hex(&hasher.finalize()))
 }
 
 fn check(file: &str, path: &Path, sha: &str) -> Result<()> {
