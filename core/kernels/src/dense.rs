@@ -331,9 +331,12 @@ mod simd {
             block::<ROWS>(d, x, r, s, strip, out);
             r += ROWS;
         }
-        while r < rows {
-            block::<1>(d, x, r, s, strip, out);
-            r += 1;
+        // The rows left in one block, as in `strip_avx512`.
+        match rows - r {
+            0 => {}
+            1 => block::<1>(d, x, r, s, strip, out),
+            2 => block::<2>(d, x, r, s, strip, out),
+            _ => block::<3>(d, x, r, s, strip, out),
         }
     }
 
