@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{bits_of, cosine_i8, store};
+use super::{bits_of, cosine_i8, cosines_i8, store};
 use crate::error::Result;
 use crate::memory::kind::Kind;
 
@@ -324,10 +324,14 @@ impl VectorIndex {
         closest: Closest,
         k: usize,
     ) -> Result<Vec<Neighbour>> {
-        let mut ranked: Vec<(f32, usize)> = closest
+        let vectors: Vec<&[u8]> = closest
             .0
+            .iter()
+            .map(|i| &kept[i * self.dims..][..self.dims])
+            .collect();
+        let mut ranked: Vec<(f32, usize)> = cosines_i8(query, &vectors)
             .into_iter()
-            .map(|i| (cosine_i8(query, &kept[i * self.dims..][..self.dims]), i))
+            .zip(closest.0)
             .collect();
         ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         let mut out = Vec::with_capacity(k);

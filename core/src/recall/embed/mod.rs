@@ -89,9 +89,76 @@ pub fn cosine_i8(query: &[f32], stored: &[u8]) -> f32 {
     }
 }
 
+/// [`cosine_i8`] of `query` and each of `stored`, the same bits, eight vectors at a
+/// time: each vector's sum is still made in order, one component after another, but eight
+/// sums are under way together instead of one (rescoring hundreds of neighbours waited on
+/// each addition before the next).
+pub fn cosines_i8(query: &[f32], stored: &[&[u8]]) -> Vec<f32> {
+    const LANES: usize = 8;
+    let mut out = Vec::with_capacity(stored.len());
+    for block in stored.chunks(LANES) {
+        let (mut dot, mut ss) = ([0f32; LANES], [0f32; LANES]);
+        let len = block
+            .iter()
+            .map(|s| s.len())
+            .min()
+            .unwrap_or(0)
+            .min(query.len());
+        let qq = query[..len].iter().fold(0f32, |qq, q| qq + q * q);
+        for (d, q) in query[..len].iter().enumerate() {
+            for (lane, s) in block.iter().enumerate() {
+                let s = f32::from(s[d] as i8);
+                dot[lane] += q * s;
+                ss[lane] += s * s;
+            }
+        }
+        for (lane, s) in block.iter().enumerate() {
+            out.push(if s.len() != len {
+                cosine_i8(query, s)
+            } else if qq == 0.0 || ss[lane] == 0.0 {
+                0.0
+            } else {
+                dot[lane] / (qq.sqrt() * ss[lane].sqrt())
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cosines_in_blocks_are_the_same_bits_as_one_by_one() {
+        let mut state = 5u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let query: Vec<f32> = (0..384)
+            .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        // Vectors of the query's length, a shorter one, a zero one, in blocks of every size.
+        let mut stored: Vec<Vec<u8>> = (0..61)
+            .map(|_| (0..384).map(|_| next() as u8).collect())
+            .collect();
+        stored[9].truncate(100);
+        stored[20] = vec![0; 384];
+        let rows: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
+        for n in [0, 1, 7, 8, 9, 61] {
+            let got = cosines_i8(&query, &rows[..n]);
+            let want: Vec<f32> = rows[..n].iter().map(|s| cosine_i8(&query, s)).collect();
+            assert_eq!(
+                got.iter().map(|c| c.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|c| c.to_bits()).collect::<Vec<_>>(),
+                "{n} vectors"
+            );
+        }
+        assert_eq!(cosines_i8(&[0.0; 384], &rows[..3]), vec![0.0; 3]);
+    }
 
     #[test]
     fn hashes_are_left_out_of_the_embedded_text() {
