@@ -212,13 +212,6 @@ unsafe fn score_row(
     n: c_int,
     values: *mut *mut ffi::sqlite3_value,
 ) -> Result<f64, c_int> {
-    let call = |rc: c_int| {
-        if rc == ffi::SQLITE_OK {
-            Ok(())
-        } else {
-            Err(rc)
-        }
-    };
     let (Some(get), Some(rowid_of)) = (api.xGetAuxdata, api.xRowid) else {
         return Err(ffi::SQLITE_MISUSE);
     };
@@ -236,7 +229,7 @@ unsafe fn score_row(
         run = Box::into_raw(fresh);
         // SAFETY: FTS5 owns the box from here and frees it with `drop_run`, also on
         // failure.
-        call(unsafe { set(fts, run.cast(), Some(drop_run)) })?;
+        ok(unsafe { set(fts, run.cast(), Some(drop_run)) })?;
     }
     // SAFETY: `run` is the live box FTS5 holds for this cursor, used by this call alone.
     let run = unsafe { &mut *run };
@@ -258,7 +251,7 @@ unsafe fn score_row(
             };
             let (mut column, mut offset) = (-1, -1);
             // SAFETY: the iterator and outputs are ours; the phrase index is in range.
-            call(unsafe { first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
+            ok(unsafe { first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
             if column >= 0 {
                 bound += idf * (K1 + 1.0);
             }
@@ -277,7 +270,7 @@ unsafe fn score_row(
         let (mut column, mut offset) = (-1, -1);
         let mut f = 0.0;
         // SAFETY: as above.
-        call(unsafe { first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
+        ok(unsafe { first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
         while column >= 0 {
             let c = column as usize;
             f += run.weights.get(c).copied().unwrap_or(1.0);
@@ -304,7 +297,7 @@ unsafe fn score_row(
     };
     let mut tokens: c_int = 0;
     // SAFETY: column -1 asks for the row's total; the output is ours.
-    call(unsafe { size(fts, -1, &mut tokens) })?;
+    ok(unsafe { size(fts, -1, &mut tokens) })?;
     let score = run.score(f64::from(tokens));
     run.keep(score);
     run.last = Some((rowid, score));
@@ -322,13 +315,6 @@ unsafe fn start(
     n: c_int,
     values: *mut *mut ffi::sqlite3_value,
 ) -> Result<Run, c_int> {
-    let call = |rc: c_int| {
-        if rc == ffi::SQLITE_OK {
-            Ok(())
-        } else {
-            Err(rc)
-        }
-    };
     let (Some(phrases), Some(rows), Some(total), Some(query)) = (
         api.xPhraseCount,
         api.xRowCount,
@@ -357,13 +343,13 @@ unsafe fn start(
     // SAFETY: the context is FTS5's for this row; outputs are ours.
     let count = usize::try_from(unsafe { phrases(fts) }).unwrap_or(0);
     let (mut n_rows, mut n_tokens) = (0i64, 0i64);
-    call(unsafe { rows(fts, &mut n_rows) })?;
-    call(unsafe { total(fts, -1, &mut n_tokens) })?;
+    ok(unsafe { rows(fts, &mut n_rows) })?;
+    ok(unsafe { total(fts, -1, &mut n_tokens) })?;
     let mut idf = Vec::with_capacity(count);
     for phrase in 0..count {
         let mut hits: i64 = 0;
         // SAFETY: `count_hit` reads `hits` through the pointer given, during this call.
-        call(unsafe {
+        ok(unsafe {
             query(
                 fts,
                 phrase as c_int,
@@ -383,6 +369,15 @@ unsafe fn start(
         best: std::collections::BinaryHeap::with_capacity(k.min(4096) + 1),
         last: None,
     })
+}
+
+/// FTS5's return code as a result.
+fn ok(rc: c_int) -> Result<(), c_int> {
+    if rc == ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rc)
+    }
 }
 
 /// Counts a row holding a phrase, for its IDF.
