@@ -52,6 +52,7 @@ impl Answerer {
         let thread = std::thread::Builder::new()
             .name("answerer".into())
             .spawn(move || {
+                crate::recall::embed::bert::keep_model_work_on_this_thread();
                 // Without a model, looked for again until one is installed.
                 let mut searcher = Searcher::open(&embed, &data);
                 let mut told = false;

@@ -80,6 +80,7 @@ fn run(
     };
     let bert = source.load()?;
     lowest_priority();
+    crate::recall::embed::bert::keep_model_work_on_this_thread();
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;
     let requeued = store::requeue_other_models(&mut conn, &source.id)?;
     if requeued > 0 {

@@ -51,25 +51,43 @@ fn length_groups(tokens: &[Vec<u32>]) -> Vec<Vec<usize>> {
 }
 
 thread_local! {
-    /// The thread as a rayon pool of its own, of that one thread (`None` when it already
-    /// works for another pool).
-    static ALONE: Option<rayon::ThreadPool> = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .use_current_thread()
-        .build()
-        .ok();
+    /// The thread as a rayon pool of its own, of that one thread, once
+    /// [`keep_model_work_on_this_thread`] made it.
+    static ALONE: std::cell::OnceCell<rayon::ThreadPool> = const { std::cell::OnceCell::new() };
 }
 
-/// Runs `f` with the calling thread as the only thread of the rayon pool candle's small
-/// operations (softmax, layer norms, the attention's products) split their work over, so
-/// that they run here, in line. Otherwise each of them hands its work to the global pool
-/// and sleeps until it is done, some twenty hand-overs and wake-ups per text, which
-/// took more than a third of a prompt's embedding: 5.1 → 3.2 ms at the median (one
-/// thread, 200 short texts, BENCHMARKS.md, "Recall at prompts and files"). The dense
-/// layers, the bulk of the work, are split over threads by `cairn_kernels::dense` itself.
-/// The work also keeps the calling thread's priority (the background embedder's).
+/// From now on, the model's work called from this thread runs on it, in line: the
+/// thread becomes the only thread of a rayon pool of its own, which candle's small
+/// operations (softmax, layer norms, the attention's products) split their work over.
+/// Otherwise each of them hands its work to the global pool and sleeps until it is done,
+/// some twenty hand-overs and wake-ups per text, which took more than a third of a
+/// prompt's embedding: 5.1 → 3.2 ms at the median (one thread, 200 short texts,
+/// BENCHMARKS.md, "Recall at prompts and files"). The dense layers, the bulk of the work,
+/// are split over threads by `cairn_kernels::dense` itself. The work also keeps this
+/// thread's priority (the background embedder's).
+///
+/// For a thread that lives as long as its process (the worker's answerer and embedder):
+/// rayon never frees a pool made of a thread it did not start (a few kilobytes), so a
+/// thread started per request (the viewer's) must not call it. Does nothing on a thread
+/// that already works for a pool.
+pub fn keep_model_work_on_this_thread() {
+    ALONE.with(|alone| {
+        if alone.get().is_none()
+            && rayon::current_thread_index().is_none()
+            && let Ok(pool) = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .use_current_thread()
+                .build()
+        {
+            let _ = alone.set(pool);
+        }
+    });
+}
+
+/// Runs `f` in this thread's own pool when it has one
+/// ([`keep_model_work_on_this_thread`]), else as it is.
 fn on_this_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    ALONE.with(|pool| match pool {
+    ALONE.with(|alone| match alone.get() {
         Some(pool) => pool.install(f),
         None => f(),
     })
@@ -450,8 +468,8 @@ impl Bert {
         self.hidden
     }
 
-    /// One unit vector per text, in order, computed on the calling thread alone
-    /// ([`on_this_thread`]).
+    /// One unit vector per text, in order (on the calling thread alone when it asked for
+    /// that: [`keep_model_work_on_this_thread`]).
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         on_this_thread(|| self.embed_here(texts))
     }
@@ -559,10 +577,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_models_parallel_work_runs_on_the_calling_thread() {
+    fn the_models_parallel_work_runs_on_a_thread_that_keeps_it() {
         // What candle's operations split over threads goes to the current rayon pool:
-        // here, one of this thread alone, so it runs in line, on this thread.
+        // on a thread that keeps the model's work, one of that thread alone, so it runs
+        // in line, on that thread.
         std::thread::spawn(|| {
+            keep_model_work_on_this_thread();
+            keep_model_work_on_this_thread();
             let me = std::thread::current().id();
             let (threads, ran_on) = on_this_thread(|| {
                 use rayon::prelude::*;
@@ -579,15 +600,21 @@ mod tests {
         })
         .join()
         .expect("the thread ends");
-        // From a thread of another pool, the work runs there as before.
+        // On a thread that did not ask, or one of another pool, it runs as before.
+        std::thread::spawn(|| {
+            assert!(on_this_thread(|| rayon::current_thread_index().is_none()));
+        })
+        .join()
+        .expect("the thread ends");
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
             .expect("pool");
-        assert_eq!(
-            pool.install(|| on_this_thread(rayon::current_num_threads)),
-            2
-        );
+        let threads = pool.install(|| {
+            keep_model_work_on_this_thread();
+            on_this_thread(rayon::current_num_threads)
+        });
+        assert_eq!(threads, 2);
     }
 
     /// A `.safetensors` file of `tensors` (name, dtype, shape, raw bytes), as the format
