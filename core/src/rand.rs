@@ -1,5 +1,6 @@
 //! Just enough randomness for jitter and claim tokens, without a crate: std's randomly
-//! keyed SipHash over a counter. Not for secrets.
+//! keyed SipHash over a counter. Not for secrets. Tests draw fixed data from `seeded`
+//! (test builds only).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -18,6 +19,19 @@ pub fn u64() -> u64 {
 /// A pseudo-random number in `0..n` (0 when `n` is 0).
 pub fn below(n: u64) -> u64 {
     if n == 0 { 0 } else { u64() % n }
+}
+
+/// A sequence fixed by `seed` (xorshift64; a `seed` of 0 gives only zeros), for tests
+/// that draw the same data every run.
+#[cfg(test)]
+pub(crate) fn seeded(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
 }
 
 #[cfg(test)]

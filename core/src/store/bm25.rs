@@ -419,13 +419,8 @@ mod tests {
              CREATE VIRTUAL TABLE f USING fts5 (title, body, key, tokenize = 'porter unicode61');",
         )
         .expect("schema");
-        let mut state = seed | 1;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut draw = crate::rand::seeded(seed | 1);
+        let mut next = move |n: u64| draw() % n;
         // Word i is drawn about 1/(i+1) as often as word 0.
         let word = move |next: &mut dyn FnMut(u64) -> u64| {
             let i = next(40);

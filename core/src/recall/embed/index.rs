@@ -428,13 +428,7 @@ mod tests {
         // 1,500 rows of 16 dimensions over three projects and two times: many share a
         // distance to the query, so which are kept at the edge is decided by their order.
         let mut f = fixture();
-        let mut state = 9u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::rand::seeded(9);
         let vectors: HashMap<i64, Vec<f32>> = (0..1500)
             .map(|i| {
                 let p = ["p", "q", "r"][(next() % 3) as usize];

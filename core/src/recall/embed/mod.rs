@@ -131,13 +131,7 @@ mod tests {
 
     #[test]
     fn cosines_in_blocks_are_the_same_bits_as_one_by_one() {
-        let mut state = 5u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::rand::seeded(5);
         let query: Vec<f32> = (0..384)
             .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
             .collect();
