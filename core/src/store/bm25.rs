@@ -24,14 +24,18 @@
 
 #![allow(unsafe_code)] // FTS5's auxiliary functions are C callbacks; rusqlite offers none
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::ptr;
 
 use rusqlite::Connection;
 use rusqlite::ffi;
 
 /// The name the function is registered under.
-pub const NAME: &str = "bm25_best";
+pub const NAME: &str = match C_NAME.to_str() {
+    Ok(name) => name,
+    Err(_) => panic!("the function's name is ASCII"),
+};
+const C_NAME: &CStr = c"bm25_best";
 
 /// BM25's constants, as FTS5's `bm25()` has them.
 const K1: f64 = 1.2;
@@ -84,13 +88,7 @@ pub fn register(conn: &Connection) -> rusqlite::Result<()> {
         };
         check(
             db,
-            create(
-                api,
-                c"bm25_best".as_ptr(),
-                ptr::null_mut(),
-                Some(bm25_best),
-                None,
-            ),
+            create(api, C_NAME.as_ptr(), ptr::null_mut(), Some(bm25_best), None),
         )
     }
 }
@@ -150,17 +148,14 @@ impl Ord for Score {
 }
 
 impl Run {
-    /// The lowest score that still enters the `k` best, once there are `k`.
+    /// The lowest score that still enters the `k` best, once there are `k` (never when
+    /// `k` is 0: none are kept).
     fn threshold(&self) -> Option<f64> {
-        (self.k > 0 && self.best.len() >= self.k)
-            .then(|| self.best.peek().map(|r| r.0.0))
-            .flatten()
+        let lowest = self.best.peek().map(|r| r.0.0);
+        lowest.filter(|_| self.best.len() >= self.k)
     }
 
     fn keep(&mut self, score: f64) {
-        if self.k == 0 {
-            return;
-        }
         self.best.push(std::cmp::Reverse(Score(score)));
         if self.best.len() > self.k {
             self.best.pop();
@@ -241,18 +236,23 @@ unsafe fn score_row(
     let (Some(first), Some(next)) = (api.xPhraseFirst, api.xPhraseNext) else {
         return Err(ffi::SQLITE_MISUSE);
     };
+    // The phrase's first position in the row: an iterator for the rest, its column (-1
+    // when the row does not hold it) and its offset.
+    let first_position = |phrase: usize| -> Result<(ffi::Fts5PhraseIter, c_int, c_int), c_int> {
+        let mut iter = ffi::Fts5PhraseIter {
+            a: ptr::null(),
+            b: ptr::null(),
+        };
+        let (mut column, mut offset) = (-1, -1);
+        // SAFETY: the iterator and outputs are ours; the phrase index is in range.
+        ok(unsafe { first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
+        Ok((iter, column, offset))
+    };
     let threshold = run.threshold();
     if let Some(t) = threshold {
         let mut bound = 0.0;
         for (phrase, idf) in run.idf.iter().enumerate() {
-            let mut iter = ffi::Fts5PhraseIter {
-                a: ptr::null(),
-                b: ptr::null(),
-            };
-            let (mut column, mut offset) = (-1, -1);
-            // SAFETY: the iterator and outputs are ours; the phrase index is in range.
-            ok(unsafe { first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
-            if column >= 0 {
+            if first_position(phrase)?.1 >= 0 {
                 bound += idf * (K1 + 1.0);
             }
         }
@@ -263,14 +263,8 @@ unsafe fn score_row(
     let mut last_offset = [-1i64; MAX_COLUMNS];
     let mut wide = false;
     for phrase in 0..run.idf.len() {
-        let mut iter = ffi::Fts5PhraseIter {
-            a: ptr::null(),
-            b: ptr::null(),
-        };
-        let (mut column, mut offset) = (-1, -1);
+        let (mut iter, mut column, mut offset) = first_position(phrase)?;
         let mut f = 0.0;
-        // SAFETY: as above.
-        ok(unsafe { first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
         while column >= 0 {
             let c = column as usize;
             f += run.weights.get(c).copied().unwrap_or(1.0);
