@@ -65,9 +65,7 @@ pub fn running(dir: &DataDir) -> Option<Access> {
 /// (`cairn ui --port N`) and return its answer.
 pub fn proof(token: &str, address: Ipv4Addr, port: u16, nonce: &str) -> Option<String> {
     use hmac::{Hmac, Mac};
-    if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
+    crate::hex::unhex(nonce).filter(|bytes| bytes.len() == 16)?;
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
     mac.update(format!("cairn viewer proof {address}:{port} ").as_bytes());
     mac.update(nonce.as_bytes());
