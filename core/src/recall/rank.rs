@@ -208,12 +208,13 @@ pub(super) fn scored(
         }
     }
     // While the meaning is still awaited (the worker embeds the prompt), the full-text
-    // candidates' scratch rows and stored vectors are read: the ranking after the answer
-    // then reads only what meaning alone found.
+    // candidates are examined and their stored vectors read: the ranking after the answer
+    // then examines only what meaning alone found.
     let early = match semantic {
-        Some(s) if s.meaning.get().is_none() => {
-            Some((scratch(conn, &found)?, stored_vectors(conn, &found)?))
-        }
+        Some(s) if s.meaning.get().is_none() => Some((
+            examine(conn, q, &counts, &by_kind(&found), Scratch::Words)?,
+            stored_vectors(conn, &found)?,
+        )),
         _ => None,
     };
     let meaning = semantic
@@ -252,14 +253,16 @@ pub(super) fn scored(
             }
         }
     }
-    let (scratch, stored) = match early {
-        Some((mut names, stored)) => {
-            for (kind, ids) in &meaning_only {
-                add_to_scratch(conn, &mut names, *kind, ids)?;
-            }
-            (names, Some(stored))
+    let (examined, near, stored) = match early {
+        Some((words, stored)) => {
+            let near = examine(conn, q, &counts, &meaning_only, Scratch::Meaning)?;
+            (words, Some(near), Some(stored))
         }
-        None => (scratch(conn, &found)?, None),
+        None => (
+            examine(conn, q, &counts, &by_kind(&found), Scratch::Words)?,
+            None,
+            None,
+        ),
     };
     // A word the query excludes excludes a memory found by meaning too.
     let excluded = Query {
@@ -267,13 +270,15 @@ pub(super) fn scored(
         ..Query::default()
     };
     if let Some(x) = excluded.exclusion() {
+        let held = near.as_ref().unwrap_or(&examined);
         for (kind, ids) in &meaning_only {
-            let hit = matching(conn, &scratch[kind], &x)?;
+            let hit = matching(conn, &held.scratch[kind], &x)?;
             for id in ids.iter().filter(|id| hit.contains(id)) {
                 found.remove(&(*kind, *id));
             }
         }
     }
+    let examined = examined.with(near);
     if let Some(m) = meaning {
         // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
         for ((kind, id), feat) in found.iter_mut() {
@@ -290,8 +295,7 @@ pub(super) fn scored(
         }
     }
     let ranker = Ranker::shipped().pair(meaning.is_some());
-    let wording = wording(conn, q, &counts, &found, &scratch)?;
-    let duplicates = duplicates(conn, &found, &scratch)?;
+    let duplicates = examined.duplicates();
 
     let best_bm25: HashMap<Kind, f64> = kinds
         .iter()
@@ -315,7 +319,11 @@ pub(super) fn scored(
         .get(LEAD_PLACE - 1)
         .or(by_meaning.last())
         .map_or(0.0, |b| f64::from(b.0));
-    let best_coverage = wording.values().map(|w| w.coverage).fold(0.0, f64::max);
+    let best_coverage = found
+        .keys()
+        .filter_map(|key| examined.wording.get(key))
+        .map(|w| w.coverage)
+        .fold(0.0, f64::max);
     let meaning_place: HashMap<(Kind, i64), usize> = by_meaning
         .iter()
         .enumerate()
@@ -326,7 +334,11 @@ pub(super) fn scored(
     let measured: Vec<((Kind, i64), &Features, Signals)> = found
         .iter()
         .map(|(&(kind, id), feat)| {
-            let w = wording.get(&(kind, id)).copied().unwrap_or_default();
+            let w = examined
+                .wording
+                .get(&(kind, id))
+                .copied()
+                .unwrap_or_default();
             let mut signals = Signals {
                 coverage: w.coverage,
                 best_coverage,
@@ -744,7 +756,7 @@ fn wording(
     conn: &Connection,
     q: &Query,
     counted: &HashMap<Kind, Counts>,
-    found: &HashMap<(Kind, i64), Features>,
+    candidates: &HashMap<Kind, Vec<i64>>,
     scratch: &HashMap<Kind, String>,
 ) -> Result<HashMap<(Kind, i64), Wording>> {
     let groups = q.group_expressions();
@@ -753,7 +765,7 @@ fn wording(
     if groups.is_empty() {
         return Ok(out);
     }
-    for (kind, ids) in by_kind(found) {
+    for (&kind, ids) in candidates {
         let t = table(kind);
         let Some(held) = counted.get(&kind) else {
             continue;
@@ -797,7 +809,7 @@ fn wording(
         let in_title: Vec<String> = groups.iter().map(|g| format!("{first} : ({g})")).collect();
         let title_coverage = shares(conn, &scratch[&kind], &in_title, &idf)?;
         let phrasing = shares(conn, &scratch[&kind], &pairs, &vec![1.0; pairs.len()])?;
-        for id in ids {
+        for &id in ids {
             out.insert(
                 (kind, id),
                 Wording {
@@ -813,33 +825,71 @@ fn wording(
     Ok(out)
 }
 
-/// Copies the candidates' rows of each kind into a full-text table of their own in the
-/// connection's temporary schema (same columns, same tokenizer), emptied first; returns
-/// each kind's table name. Matching the query's words, phrases and exclusions against a
-/// hundred rows there costs microseconds; against the whole index, restricted to the
-/// rows' ids, it cost milliseconds per expression (FTS5 runs the expression once per id).
-fn scratch(
-    conn: &Connection,
-    found: &HashMap<(Kind, i64), Features>,
-) -> Result<HashMap<Kind, String>> {
-    let mut out = HashMap::new();
-    for (kind, ids) in by_kind(found) {
-        add_to_scratch(conn, &mut out, kind, &ids)?;
-    }
-    Ok(out)
+/// Which scratch table a candidate's row is copied into (see [`examine`]): the full-text
+/// candidates' rows go in first, while the query's meaning is still awaited, and those
+/// found by meaning alone into a table of their own once it has come.
+#[derive(Debug, Clone, Copy)]
+enum Scratch {
+    Words,
+    Meaning,
 }
 
-/// Adds the rows `ids` of `kind` to its scratch table (see [`scratch`]), made and emptied
-/// first when `names` has none for the kind yet.
-fn add_to_scratch(
+/// What [`examine`] measured of a set of candidates.
+#[derive(Debug, Default)]
+struct Examined {
+    /// Each kind's scratch table.
+    scratch: HashMap<Kind, String>,
+    wording: HashMap<(Kind, i64), Wording>,
+    /// Each candidate's title (its first column), lowercase and trimmed.
+    titles: HashMap<(Kind, i64), String>,
+}
+
+impl Examined {
+    /// These candidates and `more`'s together (scratch tables: these).
+    fn with(mut self, more: Option<Examined>) -> Examined {
+        if let Some(more) = more {
+            self.wording.extend(more.wording);
+            self.titles.extend(more.titles);
+        }
+        self
+    }
+
+    /// For each candidate: how many others of its kind have the same title, such as a
+    /// dozen commits titled "Fix typo".
+    fn duplicates(&self) -> HashMap<(Kind, i64), usize> {
+        let mut count: HashMap<(Kind, &str), usize> = HashMap::new();
+        for ((kind, _), title) in &self.titles {
+            *count.entry((*kind, title)).or_default() += 1;
+        }
+        self.titles
+            .iter()
+            .map(|(&(kind, id), title)| ((kind, id), count[&(kind, title.as_str())] - 1))
+            .collect()
+    }
+}
+
+/// Copies the `candidates`' rows of each kind into a full-text table of their own in the
+/// connection's temporary schema (same columns, same tokenizer; one per kind and
+/// [`Scratch`], emptied first), then measures there how each holds the query's words
+/// (coverage, phrasing, rarity) and reads its title. Matching the query's words, phrases
+/// and exclusions against a hundred rows there costs microseconds; against the whole
+/// index, restricted to the rows' ids, it cost milliseconds per expression (FTS5 runs the
+/// expression once per id).
+fn examine(
     conn: &Connection,
-    names: &mut HashMap<Kind, String>,
-    kind: Kind,
-    ids: &[i64],
-) -> Result<()> {
-    let t = table(kind);
-    if let std::collections::hash_map::Entry::Vacant(vacant) = names.entry(kind) {
-        let name = format!("rank_{}", t.table);
+    q: &Query,
+    counted: &HashMap<Kind, Counts>,
+    candidates: &HashMap<Kind, Vec<i64>>,
+    into: Scratch,
+) -> Result<Examined> {
+    let mut scratch = HashMap::new();
+    let mut titles = HashMap::new();
+    for (&kind, ids) in candidates {
+        let t = table(kind);
+        let name = match into {
+            Scratch::Words => format!("rank_{}", t.table),
+            Scratch::Meaning => format!("rank_{}_near", t.table),
+        };
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5 (
                  {columns}, tokenize = 'porter unicode61'
@@ -847,21 +897,35 @@ fn add_to_scratch(
              DELETE FROM temp.{name};",
             columns = t.columns
         ))?;
-        vacant.insert(name);
+        if !ids.is_empty() {
+            conn.prepare(&format!(
+                "INSERT INTO temp.{name} (rowid, {columns})
+                 SELECT id, {columns} FROM {table} WHERE id IN ({marks})",
+                columns = t.columns,
+                table = t.table,
+                marks = sql::marks(ids.len())
+            ))?
+            .execute(params_from_iter(ids))?;
+        }
+        let first = t.columns.split(',').next().unwrap_or_default().trim();
+        let mut read = conn.prepare_cached(&format!(
+            "SELECT rowid, lower(trim({first})) FROM temp.{name}"
+        ))?;
+        let rows = read.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        for row in rows {
+            let (id, title) = row?;
+            titles.insert((kind, id), title.unwrap_or_default());
+        }
+        scratch.insert(kind, name);
     }
-    if ids.is_empty() {
-        return Ok(());
-    }
-    conn.prepare(&format!(
-        "INSERT INTO temp.{name} (rowid, {columns})
-         SELECT id, {columns} FROM {table} WHERE id IN ({marks})",
-        name = names[&kind],
-        columns = t.columns,
-        table = t.table,
-        marks = sql::marks(ids.len())
-    ))?
-    .execute(params_from_iter(ids))?;
-    Ok(())
+    let wording = wording(conn, q, counted, candidates, &scratch)?;
+    Ok(Examined {
+        scratch,
+        wording,
+        titles,
+    })
 }
 
 /// The stored vector of each candidate that has one (the meaning, not yet known, names the
@@ -874,43 +938,6 @@ fn stored_vectors(
     for &(kind, id) in found.keys() {
         if let Some(stored) = store::stored(conn, kind, id)? {
             out.insert((kind, id), stored);
-        }
-    }
-    Ok(out)
-}
-
-/// For each candidate: how many others of its kind have the same title (its first
-/// column, compared lowercase and trimmed), such as a dozen commits titled "Fix typo".
-fn duplicates(
-    conn: &Connection,
-    found: &HashMap<(Kind, i64), Features>,
-    scratch: &HashMap<Kind, String>,
-) -> Result<HashMap<(Kind, i64), usize>> {
-    let mut out = HashMap::new();
-    for kind in by_kind(found).into_keys() {
-        let first = table(kind)
-            .columns
-            .split(',')
-            .next()
-            .unwrap_or_default()
-            .trim();
-        let titles = conn
-            .prepare_cached(&format!(
-                "SELECT rowid, lower(trim({first})) FROM temp.{}",
-                scratch[&kind]
-            ))?
-            .query_map([], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for (_, title) in &titles {
-            *count
-                .entry(title.as_deref().unwrap_or_default())
-                .or_default() += 1;
-        }
-        for (id, title) in &titles {
-            out.insert((kind, *id), count[title.as_deref().unwrap_or_default()] - 1);
         }
     }
     Ok(out)
@@ -1159,8 +1186,8 @@ mod tests {
             out
         };
         let at_once = rank(&OnceLock::from(meaning()));
-        // The full-text side is done long before this meaning arrives: its candidates'
-        // scratch rows and vectors are read while it is awaited.
+        // The full-text side is done long before this meaning arrives: its candidates are
+        // examined and their vectors read while it is awaited.
         let late = OnceLock::new();
         let ranked = std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -1182,6 +1209,11 @@ mod tests {
             at_once.iter().all(|l| !l.contains("similarity: 0.0,")),
             "{at_once:#?}"
         );
+        let twice = format!("duplicates: {:?},", 1f64.ln_1p());
+        for id in [text[1], alone[0]] {
+            let line = at_once.iter().find(|l| l.starts_with(&format!("{id} ")));
+            assert!(line.is_some_and(|l| l.contains(&twice)), "{at_once:#?}");
+        }
     }
 
     #[test]
