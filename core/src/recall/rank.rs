@@ -141,7 +141,7 @@ pub(super) fn scored(
     f: &Filters,
     fetch: usize,
     semantic: Option<&Semantic>,
-) -> Result<Vec<Scored>> {
+) -> Result<(Vec<Scored>, Copies)> {
     let pool = POOL.max(fetch);
     let groups = q.group_expressions();
     let counts = kinds
@@ -279,6 +279,7 @@ pub(super) fn scored(
         }
     }
     let examined = examined.with(near);
+    let copies = examined.copies.clone();
     if let Some(m) = meaning {
         // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
         for ((kind, id), feat) in found.iter_mut() {
@@ -395,7 +396,7 @@ pub(super) fn scored(
             }
         })
         .collect();
-    Ok(scored)
+    Ok((scored, copies))
 }
 
 /// The ranked candidates of a relevance search with words (`any` is the query's
@@ -418,10 +419,10 @@ pub(super) fn relevance(
     fetch: usize,
     min_relevance: f64,
     semantic: Option<&Semantic>,
-) -> Result<Vec<Candidate>> {
-    let scored = scored(conn, q, any, kinds, f, fetch, semantic)?;
+) -> Result<(Vec<Candidate>, Copies)> {
+    let (scored, copies) = scored(conn, q, any, kinds, f, fetch, semantic)?;
     if !scored.iter().any(|s| s.estimate >= min_relevance) {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Copies::new()));
     }
     let mut ranked: Vec<Candidate> = scored.into_iter().map(|s| s.candidate).collect();
     ranked.sort_by(|a, b| {
@@ -430,7 +431,7 @@ pub(super) fn relevance(
             .then((b.created_at, b.kind, b.id).cmp(&(a.created_at, a.kind, a.id)))
     });
     ranked.truncate(fetch);
-    Ok(ranked)
+    Ok((ranked, copies))
 }
 
 /// The nearest neighbours of `vector` that a relevance search fetching `fetch` weighs in
@@ -834,11 +835,19 @@ enum Scratch {
     Meaning,
 }
 
+/// The scratch tables (kind, name) holding the rows of a ranking's candidates (see
+/// [`examine`]), as they were when it ranked: valid until the connection's next ranking.
+/// A search makes its hits' snippets there, where matching the query costs microseconds,
+/// not in the index, where FTS5 walks every row holding one of its words (milliseconds).
+pub(super) type Copies = Vec<(Kind, String)>;
+
 /// What [`examine`] measured of a set of candidates.
 #[derive(Debug, Default)]
 struct Examined {
     /// Each kind's scratch table.
     scratch: HashMap<Kind, String>,
+    /// Every scratch table holding these candidates.
+    copies: Copies,
     wording: HashMap<(Kind, i64), Wording>,
     /// Each candidate's title (its first column), lowercase and trimmed.
     titles: HashMap<(Kind, i64), String>,
@@ -848,6 +857,7 @@ impl Examined {
     /// These candidates and `more`'s together (scratch tables: these).
     fn with(mut self, more: Option<Examined>) -> Examined {
         if let Some(more) = more {
+            self.copies.extend(more.copies);
             self.wording.extend(more.wording);
             self.titles.extend(more.titles);
         }
@@ -922,6 +932,7 @@ fn examine(
     }
     let wording = wording(conn, q, counted, candidates, &scratch)?;
     Ok(Examined {
+        copies: scratch.iter().map(|(k, n)| (*k, n.clone())).collect(),
         scratch,
         wording,
         titles,
@@ -1045,6 +1056,7 @@ mod tests {
                 Some(&semantic),
             )
             .expect("rank")
+            .0
             .iter()
             .map(|c| c.kind.reference(c.id))
             .collect();
@@ -1179,6 +1191,7 @@ mod tests {
             let mut out: Vec<String> =
                 scored(&f.conn, &q, &any, &kinds, &filters, 10, Some(&semantic))
                     .expect("rank")
+                    .0
                     .iter()
                     .map(|s| format!("{} {:?} {:.9}", s.candidate.id, s.signals, s.estimate))
                     .collect();
@@ -1214,6 +1227,89 @@ mod tests {
             let line = at_once.iter().find(|l| l.starts_with(&format!("{id} ")));
             assert!(line.is_some_and(|l| l.contains(&twice)), "{at_once:#?}");
         }
+    }
+
+    #[test]
+    fn snippets_made_in_the_copies_are_the_indexs() {
+        let mut f = fixture();
+        let filler = "the worker claims a batch and the model compresses it into notes";
+        // More rows hold the query's words than a pool takes: the last ones come back
+        // only by meaning, and are copied into the table of those found by meaning alone.
+        let ids: Vec<i64> = (0..70)
+            .map(|i| {
+                let narrative = match i % 3 {
+                    0 => format!("{filler}; the lease {i} expires on restart; {filler}"),
+                    1 => format!("{filler} {filler} then renew the lease early"),
+                    _ => format!("renew {filler}; a crash loses the lease {i}"),
+                };
+                let title = format!("{} {i}", ["Lease lost", "Crash in poller", "Notes"][i % 3]);
+                f.add(obs("p", "change", &title, &narrative, T0 + i as i64))
+            })
+            .collect();
+        let unit = |i: usize| {
+            let mut v = vec![0.0f32; 8];
+            v[i % 8] = 1.0;
+            v
+        };
+        let queued = store::queued(&mut f.conn, 100).expect("queued");
+        let items: Vec<_> = queued
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| (q, unit(i)))
+            .collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        let meaning = || Meaning {
+            vector: unit(0),
+            model: "m".into(),
+            min_similarity: 0.0,
+            neighbours: Some(
+                ids.iter()
+                    .rev()
+                    .take(20)
+                    .map(|&id| Neighbour {
+                        kind: Kind::Observation,
+                        id,
+                        created_at: T0,
+                        similarity: 0.5,
+                    })
+                    .collect(),
+            ),
+        };
+        let q = query::parse("renew lease crash restart");
+        let any = q.fts_any().expect("words");
+        let filters = Filters {
+            project: Some("p".into()),
+            ..Filters::default()
+        };
+        let late = OnceLock::new();
+        let (found, copies) = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                Promise(&late).keep(meaning());
+            });
+            let semantic = Semantic {
+                index: None,
+                meaning: &late,
+            };
+            let kinds = [Kind::Observation];
+            scored(&f.conn, &q, &any, &kinds, &filters, 10, Some(&semantic)).expect("scored")
+        });
+        let found: Vec<i64> = found.iter().map(|s| s.candidate.id).collect();
+        assert!(found.len() > POOL, "{}", found.len());
+        assert_eq!(copies.len(), 2, "{copies:?}");
+        let snippets = |copy: Option<&str>| {
+            super::super::snippet::snippets_of(&f.conn, Kind::Observation, &any, &found, copy)
+                .expect("snippets")
+        };
+        let mut from_copies: Vec<_> = copies
+            .iter()
+            .flat_map(|(_, table)| snippets(Some(table)))
+            .collect();
+        from_copies.sort_by_key(|(id, _)| *id);
+        let mut from_index = snippets(None);
+        from_index.sort_by_key(|(id, _)| *id);
+        assert_eq!(from_copies.len(), found.len());
+        assert_eq!(from_copies, from_index);
     }
 
     #[test]
@@ -1292,7 +1388,9 @@ mod tests {
         let candidates = |text: &str| {
             let q = query::parse(text);
             let any = q.fts_any().expect("words");
-            scored(&f.conn, &q, &any, &kinds, &filters, 20, None).expect("scored")
+            scored(&f.conn, &q, &any, &kinds, &filters, 20, None)
+                .expect("scored")
+                .0
         };
         // The rows holding only the common word are not searched; the rare word's rows
         // are, and their coverage counts the common word too.
@@ -1311,7 +1409,7 @@ mod tests {
         young.add(obs("p", "change", "pager", "", T0 + 30));
         let q = query::parse("update pager");
         let any = q.fts_any().expect("words");
-        let found = scored(&young.conn, &q, &any, &kinds, &filters, 20, None).expect("scored");
+        let (found, _) = scored(&young.conn, &q, &any, &kinds, &filters, 20, None).expect("scored");
         assert_eq!(found.len(), 50);
     }
 

@@ -187,13 +187,13 @@ pub fn search_with(
     let kinds = searched_kinds(req);
     let fetch = limit + offset;
     let any = q.fts_any();
-    let hits = match (&any, req.order) {
+    let (hits, copies) = match (&any, req.order) {
         (Some(any), Order::Relevance) => {
             let floor = req
                 .min_relevance
                 .unwrap_or_else(|| SearchSettings::default().min_relevance);
             let ranked_fetch = ranked_fetch(req);
-            let mut ranked =
+            let (mut ranked, copies) =
                 rank::relevance(conn, &q, any, &kinds, f, ranked_fetch, floor, semantic)?;
             // The question being answered right now is not an answer to itself.
             if let Some(asking) = &req.asking_session
@@ -202,7 +202,7 @@ pub fn search_with(
                 ranked.retain(|c| !(c.kind == Kind::Prompt && c.id == current));
             }
             ranked.truncate(fetch);
-            ranked
+            (ranked, copies)
         }
         _ => {
             let mut hits = Vec::new();
@@ -216,7 +216,7 @@ pub fn search_with(
                     Order::Oldest => by_time.reverse(),
                 }
             });
-            hits
+            (hits, rank::Copies::new())
         }
     };
     let shown: Vec<Candidate> = hits.into_iter().skip(offset).take(limit).collect();
@@ -229,8 +229,20 @@ pub fn search_with(
                 .filter(|c| c.kind == kind)
                 .map(|c| c.id)
                 .collect();
-            for (id, pair) in snippets_of(conn, kind, m, &ids)? {
-                snippets.insert((kind, id), pair);
+            // The ranking's copies of its candidates' rows when there are (its
+            // candidates are all in them), else the index.
+            let mut held: Vec<Option<&str>> = copies
+                .iter()
+                .filter(|(k, _)| *k == kind)
+                .map(|(_, t)| Some(t.as_str()))
+                .collect();
+            if held.is_empty() {
+                held.push(None);
+            }
+            for copy in held {
+                for (id, pair) in snippets_of(conn, kind, m, &ids, copy)? {
+                    snippets.insert((kind, id), pair);
+                }
             }
         }
     }
@@ -323,6 +335,7 @@ pub fn candidates_with(
     let kinds = searched_kinds(req);
     Ok(
         rank::scored(conn, &q, &any, &kinds, &req.filters, fetch, semantic)?
+            .0
             .into_iter()
             .map(|s| Measured {
                 kind: s.candidate.kind,

@@ -24,20 +24,27 @@ const TITLE_CHARS: usize = 100;
 /// A hit's best snippet and its body column's snippet.
 pub(super) type SnippetPair = (Option<String>, Option<String>);
 
-/// The best snippet and the body-column snippet of each id, in one full-text query: the
-/// rowid range of the ids bounds the walk, and `+rowid IN (…)` (not usable as an index)
-/// keeps snippets from being made for rows in between.
+/// The best snippet and the body-column snippet of each id, in one full-text query of
+/// the kind's index, or of `copy`, a scratch table holding the rows (`rank::Copies`: the
+/// same columns but the last, the project's key, which no query matches, so the same
+/// snippets): the rowid range of the ids bounds the walk, and `+rowid IN (…)` (not usable
+/// as an index) keeps snippets from being made for rows in between.
 pub(super) fn snippets_of(
     conn: &Connection,
     kind: Kind,
     fts_match: &str,
     ids: &[i64],
+    copy: Option<&str>,
 ) -> Result<Vec<(i64, SnippetPair)>> {
     let (Some(lo), Some(hi)) = (ids.iter().min(), ids.iter().max()) else {
         return Ok(Vec::new());
     };
     let t = table(kind);
-    let fts = t.fts;
+    let fts = copy.unwrap_or(t.fts);
+    let from = match copy {
+        Some(c) => format!("temp.{c}"),
+        None => t.fts.to_string(),
+    };
     let body = match t.body_column {
         Some(col) => {
             format!("snippet({fts}, {col}, char(2), char(3), '…', 12)")
@@ -47,7 +54,7 @@ pub(super) fn snippets_of(
     let marks: Vec<String> = (0..ids.len()).map(|i| format!("?{}", i + 4)).collect();
     let sql = format!(
         "SELECT rowid, snippet({fts}, -1, char(2), char(3), '…', 12), {body}
-         FROM {fts} WHERE {fts} MATCH ?1 AND rowid >= ?2 AND rowid <= ?3 AND +rowid IN ({})",
+         FROM {from} WHERE {fts} MATCH ?1 AND rowid >= ?2 AND rowid <= ?3 AND +rowid IN ({})",
         marks.join(", ")
     );
     let mut args: Vec<Value> = vec![
