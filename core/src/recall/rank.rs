@@ -30,7 +30,7 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use super::embed::index::{Neighbour, Scope, VectorIndex};
 use super::embed::{cosine_i8, store};
 use super::query::{self, Query};
-use super::ranker::{LEAD_PLACE, Ranker, Signals};
+use super::ranker::{FUSION_K, LEAD_PLACE, Ranker, Signals};
 use super::sql::{self, Candidate, Filters, full_text_led, full_text_ranked, push_filters, table};
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
@@ -358,6 +358,7 @@ pub(super) fn scored(
                     _ => 0.0,
                 };
                 signals.text_rank = 1.0 / (1.0 + feat.text_place as f64);
+                signals.fusion += 1.0 / (FUSION_K + feat.text_place as f64);
             }
             if meaning.is_some()
                 && let Some(s) = feat.similarity
@@ -366,6 +367,7 @@ pub(super) fn scored(
                 signals.similarity_gap = f64::from(s) - best_similarity;
                 signals.similarity_lead = f64::from(s) - crowd;
                 signals.meaning_rank = 1.0 / (1.0 + meaning_place[&(kind, id)] as f64);
+                signals.fusion += 1.0 / (FUSION_K + meaning_place[&(kind, id)] as f64);
             }
             ((kind, id), feat, signals)
         })
@@ -1227,6 +1229,77 @@ mod tests {
             let line = at_once.iter().find(|l| l.starts_with(&format!("{id} ")));
             assert!(line.is_some_and(|l| l.contains(&twice)), "{at_once:#?}");
         }
+    }
+
+    #[test]
+    fn the_fusion_adds_each_sides_reciprocal_place() {
+        let mut f = fixture();
+        let ids: Vec<i64> = (0..6)
+            .map(|i| {
+                let (title, narrative) = if i < 4 {
+                    ("Lease lost", "lease ".repeat(i + 1))
+                } else {
+                    ("Poller crash", format!("the poller {i}"))
+                };
+                f.add(obs("p", "change", title, &narrative, T0 + i as i64))
+            })
+            .collect();
+        let unit = {
+            let mut v = vec![0.0f32; 8];
+            v[0] = 1.0;
+            v
+        };
+        let queued = store::queued(&mut f.conn, 100).expect("queued");
+        let items: Vec<_> = queued.into_iter().map(|q| (q, unit.clone())).collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+        // The worker's neighbours: two holding the word, the two that do not.
+        let near = [ids[3], ids[5], ids[1], ids[4]];
+        let meaning = OnceLock::from(Meaning {
+            vector: unit.clone(),
+            model: "m".into(),
+            min_similarity: 0.0,
+            neighbours: Some(
+                near.iter()
+                    .enumerate()
+                    .map(|(i, &id)| Neighbour {
+                        kind: Kind::Observation,
+                        id,
+                        created_at: T0,
+                        similarity: 0.9 - i as f32 / 10.0,
+                    })
+                    .collect(),
+            ),
+        });
+        let semantic = Semantic {
+            index: None,
+            meaning: &meaning,
+        };
+        let q = query::parse("lease");
+        let any = q.fts_any().expect("words");
+        let filters = Filters {
+            project: Some("p".into()),
+            ..Filters::default()
+        };
+        let kinds = [Kind::Observation];
+        let (found, _) =
+            scored(&f.conn, &q, &any, &kinds, &filters, 10, Some(&semantic)).expect("scored");
+        assert_eq!(found.len(), ids.len());
+        let place = |rank: f64| (rank > 0.0).then(|| (1.0 / rank - 1.0).round());
+        for s in &found {
+            let mut fusion = 0.0;
+            for side in [s.signals.text_rank, s.signals.meaning_rank] {
+                if let Some(r) = place(side) {
+                    fusion += 1.0 / (FUSION_K + r);
+                }
+            }
+            assert!((s.signals.fusion - fusion).abs() < 1e-12, "{s:?}");
+        }
+        // Found by words and by meaning (every candidate with a vector has a place by
+        // similarity), and by meaning alone.
+        let of = |id: i64| found.iter().find(|s| s.candidate.id == id).expect("found");
+        assert!(of(ids[3]).signals.fusion > 1.0 / FUSION_K);
+        let alone = of(ids[4]).signals;
+        assert!(alone.text_rank == 0.0 && alone.fusion > 0.0 && alone.fusion < 1.0 / FUSION_K);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 /// The signals in the order the weights list them; `ranker.json` names them the same.
-pub const SIGNALS: [&str; 15] = [
+pub const SIGNALS: [&str; 16] = [
     "bm25",
     "bm25_share",
     "text_rank",
@@ -39,6 +39,7 @@ pub const SIGNALS: [&str; 15] = [
     "duplicates",
     "rarity",
     "query_rarity",
+    "fusion",
 ];
 
 /// The query's signals in the order the gate's weights list them.
@@ -104,7 +105,15 @@ pub struct Signals {
     /// The mean of the same over all the query's words (a word in no memory counts 1):
     /// how specific the query is to this project's memories.
     pub query_rarity: f64,
+    /// The reciprocal rank fusion of its two places, `1 / (FUSION_K + r)` for each side
+    /// that found it (`r` its place, 0 the best): the plain fusion's score, which the
+    /// places above (`1 / (1 + r)`) cannot make by a weight.
+    pub fusion: f64,
 }
+
+/// The constant of [`Signals::fusion`], the usual one of reciprocal rank fusion (the
+/// fusion the benchmarks compare with uses it too).
+pub const FUSION_K: f64 = 60.0;
 
 impl Signals {
     /// The signals in [`SIGNALS`] order.
@@ -125,6 +134,7 @@ impl Signals {
             self.duplicates,
             self.rarity,
             self.query_rarity,
+            self.fusion,
         ]
     }
 }
