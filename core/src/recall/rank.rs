@@ -828,9 +828,11 @@ fn wording(
     Ok(out)
 }
 
-/// Which scratch table a candidate's row is copied into (see [`examine`]): the full-text
-/// candidates' rows go in first, while the query's meaning is still awaited, and those
-/// found by meaning alone into a table of their own once it has come.
+/// Which scratch table a candidate's row is copied into (see [`examine`]). When the query's
+/// meaning is still awaited once the full-text pools are in (a hook waiting for the
+/// worker), the full-text candidates' rows go into `Words` meanwhile and those found by
+/// meaning alone into `Meaning` once it has come; otherwise every candidate goes into
+/// `Words` at once.
 #[derive(Debug, Clone, Copy)]
 enum Scratch {
     Words,
@@ -1185,22 +1187,23 @@ mod tests {
             ..Filters::default()
         };
         let kinds = [Kind::Observation];
-        let rank = |m: &OnceLock<Meaning>| -> Vec<String> {
+        // Each candidate's signals and estimate, and how many scratch tables held them.
+        let rank = |m: &OnceLock<Meaning>| -> (Vec<String>, usize) {
             let semantic = Semantic {
                 index: None,
                 meaning: m,
             };
-            let mut out: Vec<String> =
-                scored(&f.conn, &q, &any, &kinds, &filters, 10, Some(&semantic))
-                    .expect("rank")
-                    .0
-                    .iter()
-                    .map(|s| format!("{} {:?} {:.9}", s.candidate.id, s.signals, s.estimate))
-                    .collect();
+            let (scored, copies) =
+                scored(&f.conn, &q, &any, &kinds, &filters, 10, Some(&semantic)).expect("rank");
+            let mut out: Vec<String> = scored
+                .iter()
+                .map(|s| format!("{} {:?} {:.9}", s.candidate.id, s.signals, s.estimate))
+                .collect();
             out.sort();
-            out
+            (out, copies.len())
         };
-        let at_once = rank(&OnceLock::from(meaning()));
+        let (at_once, tables) = rank(&OnceLock::from(meaning()));
+        assert_eq!(tables, 1);
         // The full-text side is done long before this meaning arrives: its candidates are
         // examined and their vectors read while it is awaited.
         let late = OnceLock::new();
@@ -1211,7 +1214,8 @@ mod tests {
             });
             rank(&late)
         });
-        assert_eq!(ranked, at_once);
+        // Two tables: the late path was the one taken.
+        assert_eq!(ranked, (at_once.clone(), 2));
         // Every candidate was measured: the word-found ones with their stored vectors, the
         // meaning-only ones but the excluded, the duplicate title counted.
         assert_eq!(at_once.len(), text.len() + alone.len() - 1, "{at_once:#?}");

@@ -105,9 +105,11 @@ pub struct Signals {
     /// The mean of the same over all the query's words (a word in no memory counts 1):
     /// how specific the query is to this project's memories.
     pub query_rarity: f64,
-    /// The reciprocal rank fusion of its two places, `1 / (FUSION_K + r)` for each side
-    /// that found it (`r` its place, 0 the best): the plain fusion's score, which the
-    /// places above (`1 / (1 + r)`) cannot make by a weight.
+    /// A reciprocal rank fusion of its two places, `1 / (FUSION_K + r)` for each side
+    /// that placed it (`r` its place from 0: its place among its kind's full-text
+    /// matches, and among all the candidates by similarity), in the manner of the plain
+    /// fusion the benchmarks compare with, which the places above (`1 / (1 + r)`) cannot
+    /// make by a weight.
     pub fusion: f64,
 }
 
