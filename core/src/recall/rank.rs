@@ -1001,7 +1001,26 @@ fn shares(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recall::testing::{T0, fixture, obs};
+    use crate::recall::testing::{Fixture, T0, fixture, obs};
+
+    /// The unit vector of 8 dimensions along `axis`.
+    fn unit(axis: usize) -> Vec<f32> {
+        let mut v = vec![0.0f32; 8];
+        v[axis % 8] = 1.0;
+        v
+    }
+
+    /// Stores a vector of model `m` for every memory waiting for one, the `i`-th
+    /// `vector(i)`.
+    fn store_vectors(f: &mut Fixture, vector: impl Fn(usize) -> Vec<f32>) {
+        let queued = store::queued(&mut f.conn, 100).expect("queued");
+        let items: Vec<_> = queued
+            .into_iter()
+            .enumerate()
+            .map(|(i, q)| (q, vector(i)))
+            .collect();
+        store::store(&mut f.conn, "m", &items).expect("store");
+    }
 
     #[test]
     fn filters_apply_exactly_to_what_is_found_by_meaning() {
@@ -1020,18 +1039,11 @@ mod tests {
         let late = add("p", "bugfix", &["queue"], "src/a.rs", T0 + 100);
         // Every memory gets the query's own vector: all are equally near, and only the
         // filters decide what is found (the query's word matches nothing).
-        let unit = {
-            let mut v = vec![0.0f32; 8];
-            v[0] = 1.0;
-            v
-        };
-        let queued = store::queued(&mut f.conn, 100).expect("queued");
-        let items: Vec<_> = queued.into_iter().map(|q| (q, unit.clone())).collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
+        store_vectors(&mut f, |_| unit(0));
         let mut index = VectorIndex::new("m");
         index.refresh(&f.conn).expect("index");
         let meaning = std::sync::OnceLock::from(Meaning {
-            vector: unit.clone(),
+            vector: unit(0),
             model: "m".into(),
             min_similarity: 0.5,
             neighbours: None,
@@ -1155,13 +1167,7 @@ mod tests {
             let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
             v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
         };
-        let queued = store::queued(&mut f.conn, 100).expect("queued");
-        let items: Vec<_> = queued
-            .into_iter()
-            .enumerate()
-            .map(|(i, q)| (q, axis(1 + i % 7)))
-            .collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
+        store_vectors(&mut f, |i| axis(1 + i % 7));
         let meaning = || Meaning {
             vector: axis(1),
             model: "m".into(),
@@ -1248,18 +1254,11 @@ mod tests {
                 f.add(obs("p", "change", title, &narrative, T0 + i as i64))
             })
             .collect();
-        let unit = {
-            let mut v = vec![0.0f32; 8];
-            v[0] = 1.0;
-            v
-        };
-        let queued = store::queued(&mut f.conn, 100).expect("queued");
-        let items: Vec<_> = queued.into_iter().map(|q| (q, unit.clone())).collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
+        store_vectors(&mut f, |_| unit(0));
         // The worker's neighbours: two holding the word, the two that do not.
         let near = [ids[3], ids[5], ids[1], ids[4]];
         let meaning = OnceLock::from(Meaning {
-            vector: unit.clone(),
+            vector: unit(0),
             model: "m".into(),
             min_similarity: 0.0,
             neighbours: Some(
@@ -1323,18 +1322,7 @@ mod tests {
                 f.add(obs("p", "change", &title, &narrative, T0 + i as i64))
             })
             .collect();
-        let unit = |i: usize| {
-            let mut v = vec![0.0f32; 8];
-            v[i % 8] = 1.0;
-            v
-        };
-        let queued = store::queued(&mut f.conn, 100).expect("queued");
-        let items: Vec<_> = queued
-            .into_iter()
-            .enumerate()
-            .map(|(i, q)| (q, unit(i)))
-            .collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
+        store_vectors(&mut f, unit);
         let meaning = || Meaning {
             vector: unit(0),
             model: "m".into(),
