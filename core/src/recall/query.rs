@@ -170,13 +170,16 @@ fn group_expression(g: &[Term]) -> String {
     }
 }
 
-/// `"text"` with inner quotes doubled, plus `*` for a prefix term.
+/// `"text"` with inner quotes doubled, plus `*` for a prefix term, which is kept off the
+/// project's key column (`x` and the project's name in hex in every row, which `x*`
+/// would match).
 fn quote_term(t: &Term) -> String {
-    let mut s = quoted(&t.text);
+    let s = quoted(&t.text);
     if t.prefix {
-        s.push('*');
+        format!("- {} : {s}*", super::sql::PROJECT_KEY)
+    } else {
+        s
     }
-    s
 }
 
 /// `text` as one FTS5 string (a phrase of its words): in double quotes, inner quotes
@@ -529,8 +532,12 @@ mod tests {
             Some(r#""db" AND ("sqlite" OR "postgres" OR "mysql") AND "wal""#),
             None,
         );
-        check("migrat*", Some(r#""migrat"*"#), None);
-        check(r#""lease res"*"#, Some(r#""lease res"*"#), None);
+        check("migrat*", Some(r#"- project_key : "migrat"*"#), None);
+        check(
+            r#""lease res"*"#,
+            Some(r#"- project_key : "lease res"*"#),
+            None,
+        );
         check("lease AND rescue", Some(r#""lease" AND "rescue""#), None);
         check("lease NOT rescue", Some(r#"("lease") NOT "rescue""#), None);
         check("-flaky", None, Some(r#""flaky""#));
@@ -572,7 +579,11 @@ mod tests {
         check("-S", Some(r#""S""#), None);
         check("lease -ab", Some(r#""lease" AND "ab""#), None);
         check("lease -abc", Some(r#"("lease") NOT "abc""#), None);
-        check("lease -x*", Some(r#"("lease") NOT "x"*"#), None);
+        check(
+            "lease -x*",
+            Some(r#"("lease") NOT - project_key : "x"*"#),
+            None,
+        );
     }
 
     #[test]
@@ -628,7 +639,11 @@ mod tests {
             None,
         );
         check("sha256", Some(r#""sha256" AND "sha" AND "256""#), None);
-        check("foo-bar*", Some(r#""foo" AND "bar"*"#), None);
+        check(
+            "foo-bar*",
+            Some(r#""foo" AND - project_key : "bar"*"#),
+            None,
+        );
         check("lease lease", Some(r#""lease""#), None);
         check("Fix the fix", Some(r#""Fix""#), None);
     }
@@ -670,11 +685,13 @@ mod tests {
 
     fn fts_conn() -> rusqlite::Connection {
         let c = rusqlite::Connection::open_in_memory().expect("open");
-        c.execute_batch(
-            "CREATE VIRTUAL TABLE t USING fts5 (a, b, tokenize = 'porter unicode61');
-             INSERT INTO t VALUES ('lease rescue worker', 'flaky test');
-             INSERT INTO t VALUES ('sqlite wal mode', 'migration plan');",
-        )
+        // With the project's key column of the real tables, as they fill it.
+        c.execute_batch(&format!(
+            "CREATE VIRTUAL TABLE t USING fts5 (a, b, {key}, tokenize = 'porter unicode61');
+             INSERT INTO t VALUES ('lease rescue worker', 'flaky test', 'x616c706861');
+             INSERT INTO t VALUES ('sqlite wal mode', 'migration plan', 'x616c706861');",
+            key = crate::recall::sql::PROJECT_KEY
+        ))
         .expect("schema");
         c
     }
@@ -705,6 +722,8 @@ mod tests {
             ("\"rescue worker\"", 1),
             ("\"worker rescue\"", 0),
             ("migrat*", 1),
+            ("x*", 0),
+            ("lease -x*", 1),
             ("-flaky", 1),
             ("wal -flaky", 1),
             ("lease -flaky", 0),

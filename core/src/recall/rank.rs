@@ -904,12 +904,15 @@ fn examine(
             Scratch::Words => format!("rank_{}", t.table),
             Scratch::Meaning => format!("rank_{}_near", t.table),
         };
+        // The project's key column stays empty: it is there for the expressions that
+        // name it (a prefix term is kept off it).
         conn.execute_batch(&format!(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5 (
-                 {columns}, tokenize = 'porter unicode61'
+                 {columns}, {key}, tokenize = 'porter unicode61'
              );
              DELETE FROM temp.{name};",
-            columns = t.columns
+            columns = t.columns,
+            key = sql::PROJECT_KEY,
         ))?;
         if !ids.is_empty() {
             conn.prepare(&format!(

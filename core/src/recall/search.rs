@@ -664,6 +664,25 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_matches_words_never_the_projects_key() {
+        let mut f = fixture();
+        // Every row holds its project's key, `x` and the name in hex, in the full-text index.
+        let budget = f.add(obs("alpha", "feature", "Token budget", "", T0));
+        f.add(obs("alpha", "feature", "Another thing", "", T0 + 1));
+        let xylophone = f.add(obs("alpha", "feature", "Xylophone tuning", "", T0 + 2));
+        for order in [Order::Relevance, Order::Newest] {
+            for project in [Some("alpha"), None] {
+                let ask = |q: &str| SearchRequest {
+                    order,
+                    ..req(q, project)
+                };
+                assert_eq!(f.ids(ask("x*")), vec![xylophone.to_string()]);
+                assert_eq!(f.ids(ask("budget -x*")), vec![budget.to_string()]);
+            }
+        }
+    }
+
+    #[test]
     fn a_project_is_matched_exactly_whatever_its_name() {
         let mut f = fixture();
         // Names that share words, prefixes, case or a last hex digit 'e' ('n' is 0x6e,

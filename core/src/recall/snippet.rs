@@ -26,10 +26,9 @@ pub(super) type SnippetPair = (Option<String>, Option<String>);
 
 /// The best snippet and the body-column snippet of each id, in one full-text query of
 /// the kind's index, or of `copy`, a scratch table holding the rows (`rank::Copies`: the
-/// same columns but the last, the project's key, so the same snippets, except that a
-/// prefix term such as `x*`, which matches the key's `x…` word in the index, makes none
-/// of the key there): the rowid range of the ids bounds the walk, and `+rowid IN (…)`
-/// (not usable as an index) keeps snippets from being made for rows in between.
+/// same columns, the project's key left empty, which no query's words match, so the same
+/// snippets): the rowid range of the ids bounds the walk, and `+rowid IN (…)` (not usable
+/// as an index) keeps snippets from being made for rows in between.
 pub(super) fn snippets_of(
     conn: &Connection,
     kind: Kind,

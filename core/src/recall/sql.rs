@@ -146,7 +146,7 @@ pub(super) struct Candidate {
 pub(super) fn full_text_led(kind: Kind, expr: &str, f: &Filters) -> (Vec<Value>, Vec<String>) {
     let fts = table(kind).fts;
     let scoped = match &f.project {
-        Some(p) => format!("({expr}) AND project_key : \"{}\"", project_key(p)),
+        Some(p) => format!("({expr}) AND {PROJECT_KEY} : \"{}\"", project_key(p)),
         None => expr.to_string(),
     };
     let mut args = vec![Value::Text(scoped)];
@@ -180,7 +180,11 @@ pub(super) fn full_text_ranked(kind: Kind, expr: &str, f: &Filters) -> (Vec<Valu
     (args, wheres)
 }
 
-/// The word a project is indexed by in the `project_key` columns: `'x' || hex(project)`,
+/// The column of every full-text table holding its row's project as one word (migration
+/// 0008, [`project_key`]).
+pub(crate) const PROJECT_KEY: &str = "project_key";
+
+/// The word a project is indexed by in the [`PROJECT_KEY`] columns: `'x' || hex(project)`,
 /// as the tokenizer lowercases it.
 fn project_key(project: &str) -> String {
     format!("x{}", crate::hex::hex(project.as_bytes()))
