@@ -146,12 +146,16 @@ fn nice_of(pid: u32, name: &str) -> Option<i64> {
         .map(|(_, v)| v)
 }
 
-/// What the hooks logged.
-fn hook_logs(env: &TestEnv) -> String {
+/// What the hooks (`who` "hook") or the worker ("worker") logged.
+fn logs(env: &TestEnv, who: &str) -> String {
     std::fs::read_dir(env.data_dir.join("logs"))
         .expect("logs")
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("hook-"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{who}-"))
+        })
         .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
         .collect()
 }
@@ -333,10 +337,10 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
         .as_str()
         .expect("by words");
     assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
-    let logs = hook_logs(&env);
+    let hook_logs = logs(&env, "hook");
     assert!(
-        logs.contains("by words alone: the worker did not answer"),
-        "{logs}"
+        hook_logs.contains("by words alone: the worker did not answer"),
+        "{hook_logs}"
     );
     assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 7);
 
@@ -372,7 +376,7 @@ fn a_prompt_gets_the_memory_that_answers_it_by_meaning_from_the_worker() {
             .contains(&format!("- {} bugfix", s.fix)),
         "{v}"
     );
-    assert!(hook_logs(&env).contains("by words alone: cannot reach the worker"));
+    assert!(logs(&env, "hook").contains("by words alone: cannot reach the worker"));
     assert_eq!(env.count("SELECT COUNT(*) FROM user_prompts"), 8);
 
     // The worker killed: its socket is left behind; the hook goes by words alone at once,
@@ -421,6 +425,47 @@ fn a_model_installed_while_the_worker_runs_is_taken_up() {
     install_model(&env);
     await_meaning(&env, &socket);
     the_fix_is_given(&env, &s);
+}
+
+#[test]
+fn a_model_that_does_not_load_is_taken_up_once_mended() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    let socket = env.data_dir.join("run/recall.sock");
+    // The model's files are all there, but its weights are not weights.
+    let installed = env.data_dir.join("models/all-MiniLM-L6-v2");
+    std::fs::create_dir_all(&installed).expect("models");
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(model_dir().join(file), installed.join(file)).expect("copy");
+    }
+    std::fs::write(installed.join("model.safetensors"), b"not weights").expect("write");
+    let _worker = start_worker(&env);
+    wait_until("the worker saying why it has no model", || {
+        std::fs::read_dir(env.data_dir.join("logs")).is_ok()
+            && logs(&env, "worker").matches("does not load").count() >= 2
+    });
+    assert!(!socket.exists());
+    let search = || {
+        let o = env.run("cairn", &["status", "--json"], b"");
+        serde_json::from_slice::<Value>(&o.stdout).expect("status")["search"].clone()
+    };
+    let broken = search();
+    assert_eq!(broken["broken"], Value::Bool(true), "{broken}");
+    assert!(broken["model"].is_null(), "{broken}");
+
+    // Mended while it runs: both of its threads that embed take it up, without a restart.
+    install_model(&env);
+    assert_eq!(search()["broken"], Value::Bool(false));
+    await_meaning(&env, &socket);
+    the_fix_is_given(&env, &s);
+    // A prompt stored now waits for its vector: the worker's embedder gives it one.
+    let vectors = || env.count("SELECT COUNT(*) FROM embeddings");
+    let before = vectors();
+    hook(
+        &env,
+        &prompt(&env, "s9", "p9", "a prompt stored after the mend"),
+    );
+    wait_until("the worker embedding a new prompt", || vectors() > before);
 }
 
 #[test]

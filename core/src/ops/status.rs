@@ -193,6 +193,8 @@ pub struct SearchStatus {
     pub unavailable: Option<String>,
     /// The model was asked for explicitly (`embed.provider` `local`) and is missing.
     pub required: bool,
+    /// The model's files are there but do not load (`unavailable` says why).
+    pub broken: bool,
     /// Memories with a vector of the model.
     pub embedded: u64,
     /// Memories waiting for one.
@@ -384,12 +386,26 @@ fn sync_status(dir: &DataDir, conn: &Connection) -> Option<crate::sync::Status> 
 
 fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Result<SearchStatus> {
     use crate::recall::embed::{model, store};
-    let located = model::locate(&settings.embed, dir);
+    // A model whose files do not load is none (a look at them, not a load).
+    let (located, broken) = match model::locate(&settings.embed, dir) {
+        Ok(m) => match m.check() {
+            Ok(()) => (Ok(m), false),
+            Err(e) => (
+                Err(format!(
+                    "the sentence model in {} does not load: {e}; run `cairn embed --fetch`",
+                    m.dir.display()
+                )),
+                true,
+            ),
+        },
+        Err(why) => (Err(why.to_string()), false),
+    };
     let progress = store::progress(conn, located.as_ref().map_or("", |m| m.id.as_str()))?;
     Ok(SearchStatus {
         model: located.as_ref().ok().map(|m| m.id.clone()),
-        unavailable: located.as_ref().err().map(ToString::to_string),
+        unavailable: located.as_ref().err().cloned(),
         required: settings.embed.provider == "local" && located.is_err(),
+        broken,
         embedded: progress.embedded,
         queued: progress.queued,
     })
@@ -500,14 +516,16 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
             ),
         );
     }
-    if s.search.required
-        && let Some(why) = &s.search.unavailable
-    {
-        push(
-            &mut out,
-            Topic::Search,
-            format!("embed.provider is local but {why}"),
-        );
+    if let Some(why) = &s.search.unavailable {
+        if s.search.broken {
+            push(&mut out, Topic::Search, why.clone());
+        } else if s.search.required {
+            push(
+                &mut out,
+                Topic::Search,
+                format!("embed.provider is local but {why}"),
+            );
+        }
     }
     let skipped = s.queue.count(JobStatus::Skipped);
     if skipped > 0 {

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::recall::embed::index::VectorIndex;
-use crate::recall::embed::model::{self, Embedder};
+use crate::recall::embed::model::{self, Embedder, ModelSource};
 use crate::recall::query;
 use crate::recall::rank::{Meaning, Promise, Semantic};
 use crate::recall::search::{
@@ -46,16 +46,28 @@ impl Searcher {
         let loaded = match model::locate(settings, data) {
             Ok(source) => source
                 .load()
-                .map(|bert| Loaded {
-                    bert,
-                    index: VectorIndex::new(&source.id),
-                    model: source.id.clone(),
-                })
+                .map(|bert| (source, bert))
                 .map_err(|e| e.to_string()),
             Err(why) => Err(why.to_string()),
         };
+        Searcher::of(loaded, settings)
+    }
+
+    /// A searcher with the model `source` loaded as `bert`.
+    pub fn with_model(source: &ModelSource, bert: Embedder, settings: &EmbedSettings) -> Searcher {
+        Searcher::of(Ok((source.clone(), bert)), settings)
+    }
+
+    fn of(
+        loaded: std::result::Result<(ModelSource, Embedder), String>,
+        settings: &EmbedSettings,
+    ) -> Searcher {
         Searcher {
-            loaded,
+            loaded: loaded.map(|(source, bert)| Loaded {
+                bert,
+                index: VectorIndex::new(&source.id),
+                model: source.id,
+            }),
             min_similarity: settings.min_similarity as f32,
             min_relevance: SearchSettings::default().min_relevance,
         }

@@ -7,8 +7,8 @@
 //! (`ask::Request::answer_by_ms`), and an answer it gave up on while it was searched is
 //! written to a closed socket.
 //!
-//! Without a model the thread does not listen (a hook then finds no socket and goes by
-//! words at once) and looks for one again every `worker::MODEL_LOOK_EVERY`. The socket's
+//! Without a model that loads the thread does not listen (a hook then finds no socket and
+//! goes by words at once) and waits for one (`worker::wait_for_model`). The socket's
 //! directory is the owner's only (`0700`); a socket left by a worker that died is replaced
 //! (this worker holds the single-instance lock). It ends when [`Answerer::stop`] is
 //! called, and removes the socket.
@@ -53,21 +53,17 @@ impl Answerer {
             .name("answerer".into())
             .spawn(move || {
                 crate::recall::embed::bert::keep_model_work_on_this_thread();
-                // Without a model, looked for again until one is installed.
-                let mut searcher = Searcher::open(&embed, &data);
-                let mut told = false;
-                while let Some(why) = searcher.unavailable() {
-                    if !told {
-                        log::info!("prompts find memories by words alone: {why}");
-                        told = true;
-                    }
-                    if crate::worker::sleep_unless(crate::worker::MODEL_LOOK_EVERY, || {
-                        flag.load(Ordering::SeqCst)
-                    }) {
-                        return;
-                    }
-                    searcher = Searcher::open(&embed, &data);
-                }
+                // Without a model that loads, looked for again until there is one.
+                let Some((source, bert)) = crate::worker::wait_for_model(
+                    &embed,
+                    &data,
+                    "prompts find memories by words alone",
+                    false,
+                    || flag.load(Ordering::SeqCst),
+                ) else {
+                    return;
+                };
+                let mut searcher = Searcher::with_model(&source, bert, &embed);
                 searcher.keep_vectors();
                 match listen(&data) {
                     Ok(listener) => run(&data, listener, searcher, &flag),

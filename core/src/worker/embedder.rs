@@ -4,10 +4,10 @@
 //! meaning existed all arrive through `embedding_queue`; a model change queues every
 //! memory again.
 //!
-//! Without a model (none fetched, `embed.provider` off, or files that do not load) the
-//! thread logs why once and ends: search stays full-text, and `cairn status` says why.
-//! It stops between batches when the worker stops; with `--once` it drains the queue and
-//! ends. It runs at the lowest priority (nice 19, on Linux), so a prompt's search by
+//! Without a model that loads (none fetched, `embed.provider` off, or files that do not
+//! load) the thread logs why and waits for one (`worker::wait_for_model`; with `--once` it
+//! ends): search stays full-text meanwhile, and `cairn status` says why. It stops between
+//! batches when the worker stops; with `--once` it drains the queue and ends. It runs at the lowest priority (nice 19, on Linux), so a prompt's search by
 //! meaning and the hooks come first on a machine of few cores.
 
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::recall::embed::{model, store};
+use crate::recall::embed::store;
 use crate::settings::Settings;
 use crate::store::db;
 use crate::store::paths::DataDir;
@@ -50,35 +50,12 @@ fn run(
     poll: Duration,
 ) -> Result<()> {
     let stopped = || stop.iter().any(|s| s.load(Ordering::SeqCst));
-    // Without a model, looked for again until one is installed (not with `--once`).
-    let mut told = false;
-    let source = loop {
-        match model::locate(settings, dir) {
-            Ok(s) => {
-                if told {
-                    log::info!("a sentence model is there now: search by meaning is on");
-                }
-                break s;
-            }
-            Err(why) if once => {
-                log::info!("search by meaning is off: {why}");
-                return Ok(());
-            }
-            Err(why) => {
-                if !told {
-                    log::info!(
-                        "search by meaning is off: {why} (looked for again every {} s)",
-                        super::MODEL_LOOK_EVERY.as_secs()
-                    );
-                    told = true;
-                }
-                if super::sleep_unless(super::MODEL_LOOK_EVERY, stopped) {
-                    return Ok(());
-                }
-            }
-        }
+    // Without a model that loads, looked for again until there is one (not with `--once`).
+    let Some((source, bert)) =
+        super::wait_for_model(settings, dir, "memories get no vectors", once, stopped)
+    else {
+        return Ok(());
     };
-    let bert = source.load()?;
     lowest_priority();
     crate::recall::embed::bert::keep_model_work_on_this_thread();
     let mut conn = db::open_data_dir(dir, db::OpenOptions::default())?;

@@ -41,6 +41,69 @@ pub mod usage;
 /// or `--from` may install it while the worker runs).
 pub const MODEL_LOOK_EVERY: Duration = Duration::from_secs(10);
 
+/// Waits for a sentence model that loads, for a worker's thread that embeds (`off`: what
+/// goes without meanwhile, in the log): looks every [`MODEL_LOOK_EVERY`] (`cairn embed --fetch` or
+/// `--from` may install or mend it while the worker runs), and reads files that failed to
+/// load again only once they changed (`ModelSource::files`), not at every look. Says why
+/// there is none once for each reason. `None` when stopped, or after the first look
+/// when `once`.
+pub fn wait_for_model(
+    settings: &crate::settings::EmbedSettings,
+    dir: &crate::store::paths::DataDir,
+    off: &str,
+    once: bool,
+    stopped: impl Fn() -> bool,
+) -> Option<(
+    crate::recall::embed::model::ModelSource,
+    crate::recall::embed::model::Embedder,
+)> {
+    use crate::recall::embed::model;
+    let mut told: Option<String> = None;
+    let mut failed = None;
+    loop {
+        let why = match model::locate(settings, dir) {
+            Ok(source) => {
+                let files = source.files();
+                if failed.as_ref() == Some(&files) {
+                    told.clone().unwrap_or_default()
+                } else {
+                    match source.load() {
+                        Ok(embedder) => {
+                            if told.is_some() {
+                                log::info!("a sentence model loads now ({})", source.id);
+                            }
+                            return Some((source, embedder));
+                        }
+                        Err(e) => {
+                            failed = Some(files);
+                            format!(
+                                "the sentence model in {} does not load: {e} (tried again when its files change)",
+                                source.dir.display()
+                            )
+                        }
+                    }
+                }
+            }
+            Err(why) => {
+                failed = None;
+                format!("{why} (looked for every {} s)", MODEL_LOOK_EVERY.as_secs())
+            }
+        };
+        if told.as_deref() != Some(why.as_str()) {
+            // No model yet is how cairn starts; files that do not load need mending.
+            if failed.is_some() {
+                log::warn!("{off} until a sentence model loads: {why}");
+            } else {
+                log::info!("{off} until a sentence model loads: {why}");
+            }
+            told = Some(why);
+        }
+        if once || sleep_unless(MODEL_LOOK_EVERY, &stopped) {
+            return None;
+        }
+    }
+}
+
 /// Sleeps `total`, in steps short enough to notice `stopped` within a fifth of a second;
 /// true when it was stopped.
 pub fn sleep_unless(total: Duration, stopped: impl Fn() -> bool) -> bool {

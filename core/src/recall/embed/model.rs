@@ -183,6 +183,30 @@ fn model_id(dir: &Path) -> String {
 }
 
 impl ModelSource {
+    /// What its files look like: each required file's size and time of change (nothing
+    /// for an endpoint). A model that does not load is tried again once this changes.
+    pub fn files(&self) -> Vec<(u64, Option<std::time::SystemTime>)> {
+        if self.remote.is_some() {
+            return Vec::new();
+        }
+        REQUIRED_FILES
+            .iter()
+            .map(|f| {
+                std::fs::metadata(self.dir.join(f))
+                    .map_or((0, None), |m| (m.len(), m.modified().ok()))
+            })
+            .collect()
+    }
+
+    /// What a look at its files finds wrong without loading it (`Bert::check`; nothing
+    /// for an endpoint).
+    pub fn check(&self) -> Result<()> {
+        match &self.remote {
+            Some(_) => Ok(()),
+            None => Bert::check(&self.dir),
+        }
+    }
+
     /// Loads the encoder (or readies the endpoint's client).
     pub fn load(&self) -> Result<Embedder> {
         match &self.remote {
