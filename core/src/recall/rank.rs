@@ -272,7 +272,7 @@ pub(super) fn scored(
     if let Some(x) = excluded.exclusion() {
         let held = near.as_ref().unwrap_or(&examined);
         for (kind, ids) in &meaning_only {
-            let hit = matching(conn, &held.scratch[kind], &x)?;
+            let hit = matching(conn, held.table(*kind), &x)?;
             for id in ids.iter().filter(|id| hit.contains(id)) {
                 found.remove(&(*kind, *id));
             }
@@ -808,7 +808,7 @@ fn wording(
                 *best = best.max(*r);
             }
         }
-        let first = t.columns.split(',').next().unwrap_or_default().trim();
+        let first = t.title_column();
         let in_title: Vec<String> = groups.iter().map(|g| format!("{first} : ({g})")).collect();
         let title_coverage = shares(conn, &scratch[&kind], &in_title, &idf)?;
         let phrasing = shares(conn, &scratch[&kind], &pairs, &vec![1.0; pairs.len()])?;
@@ -848,9 +848,8 @@ pub(super) type Copies = Vec<(Kind, String)>;
 /// What [`examine`] measured of a set of candidates.
 #[derive(Debug, Default)]
 struct Examined {
-    /// Each kind's scratch table.
-    scratch: HashMap<Kind, String>,
-    /// Every scratch table holding these candidates.
+    /// Every scratch table holding these candidates: one per kind, two once merged
+    /// ([`Examined::with`]).
     copies: Copies,
     wording: HashMap<(Kind, i64), Wording>,
     /// Each candidate's title (its first column), lowercase and trimmed.
@@ -858,7 +857,17 @@ struct Examined {
 }
 
 impl Examined {
-    /// These candidates and `more`'s together (scratch tables: these).
+    /// The scratch table holding this set's candidates of `kind` (one before
+    /// [`Examined::with`]).
+    fn table(&self, kind: Kind) -> &str {
+        self.copies
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, name)| name.as_str())
+            .expect("a kind of these candidates")
+    }
+
+    /// These candidates and `more`'s together.
     fn with(mut self, more: Option<Examined>) -> Examined {
         if let Some(more) = more {
             self.copies.extend(more.copies);
@@ -924,9 +933,9 @@ fn examine(
             ))?
             .execute(params_from_iter(ids))?;
         }
-        let first = t.columns.split(',').next().unwrap_or_default().trim();
         let mut read = conn.prepare_cached(&format!(
-            "SELECT rowid, lower(trim({first})) FROM temp.{name}"
+            "SELECT rowid, lower(trim({})) FROM temp.{name}",
+            t.title_column()
         ))?;
         let rows = read.query_map([], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
@@ -939,8 +948,7 @@ fn examine(
     }
     let wording = wording(conn, q, counted, candidates, &scratch)?;
     Ok(Examined {
-        copies: scratch.iter().map(|(k, n)| (*k, n.clone())).collect(),
-        scratch,
+        copies: scratch.into_iter().collect(),
         wording,
         titles,
     })
@@ -1005,6 +1013,14 @@ fn shares(
 mod tests {
     use super::*;
     use crate::recall::testing::{Fixture, T0, fixture, obs};
+
+    /// Only project `p`'s memories.
+    fn in_p() -> Filters {
+        Filters {
+            project: Some("p".into()),
+            ..Filters::default()
+        }
+    }
 
     /// The unit vector of 8 dimensions along `axis`.
     fn unit(axis: usize) -> Vec<f32> {
@@ -1191,10 +1207,7 @@ mod tests {
         };
         let q = query::parse("lease -nightly");
         let any = q.fts_any().expect("a word");
-        let filters = Filters {
-            project: Some("p".into()),
-            ..Filters::default()
-        };
+        let filters = in_p();
         let kinds = [Kind::Observation];
         // Each candidate's signals and estimate, and how many scratch tables held them.
         let rank = |m: &OnceLock<Meaning>| -> (Vec<String>, usize) {
@@ -1282,10 +1295,7 @@ mod tests {
         };
         let q = query::parse("lease");
         let any = q.fts_any().expect("words");
-        let filters = Filters {
-            project: Some("p".into()),
-            ..Filters::default()
-        };
+        let filters = in_p();
         let kinds = [Kind::Observation];
         let (found, _) =
             scored(&f.conn, &q, &any, &kinds, &filters, 10, Some(&semantic)).expect("scored");
@@ -1345,10 +1355,7 @@ mod tests {
         };
         let q = query::parse("renew lease crash restart");
         let any = q.fts_any().expect("words");
-        let filters = Filters {
-            project: Some("p".into()),
-            ..Filters::default()
-        };
+        let filters = in_p();
         let late = OnceLock::new();
         let (found, copies) = std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -1392,10 +1399,7 @@ mod tests {
         };
         // With the project alone, matched by its key or filtered on the rows, the
         // full-text index leads.
-        let project_only = Filters {
-            project: Some("p".into()),
-            ..Default::default()
-        };
+        let project_only = in_p();
         for (kind, filters, scoping) in Kind::ALL
             .into_iter()
             .flat_map(|k| {
@@ -1448,10 +1452,7 @@ mod tests {
                 pager.push(id);
             }
         }
-        let filters = Filters {
-            project: Some("p".into()),
-            ..Filters::default()
-        };
+        let filters = in_p();
         let kinds = [Kind::Observation];
         let candidates = |text: &str| {
             let q = query::parse(text);

@@ -40,10 +40,9 @@ pub(super) fn snippets_of(
         return Ok(Vec::new());
     };
     let t = table(kind);
-    let fts = copy.unwrap_or(t.fts);
-    let from = match copy {
-        Some(c) => format!("temp.{c}"),
-        None => t.fts.to_string(),
+    let (fts, from) = match copy {
+        Some(c) => (c, format!("temp.{c}")),
+        None => (t.fts, t.fts.to_string()),
     };
     let body = match t.body_column {
         Some(col) => {

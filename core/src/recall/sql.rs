@@ -53,6 +53,11 @@ pub(super) struct Table {
 }
 
 impl Table {
+    /// The first of [`Table::columns`]: the title, or what stands for it.
+    pub(super) fn title_column(&self) -> &'static str {
+        self.columns.split(',').next().unwrap_or_default().trim()
+    }
+
     /// The BM25 score of a match, by the column weights (lower is better).
     pub(super) fn bm25(&self) -> String {
         format!("bm25({}, {})", self.fts, self.weights)
