@@ -1012,7 +1012,7 @@ fn shares(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recall::testing::{Fixture, T0, fixture, obs};
+    use crate::recall::testing::{T0, fixture, obs, unit};
 
     /// Only project `p`'s memories.
     fn in_p() -> Filters {
@@ -1020,25 +1020,6 @@ mod tests {
             project: Some("p".into()),
             ..Filters::default()
         }
-    }
-
-    /// The unit vector of 8 dimensions along `axis`.
-    fn unit(axis: usize) -> Vec<f32> {
-        let mut v = vec![0.0f32; 8];
-        v[axis % 8] = 1.0;
-        v
-    }
-
-    /// Stores a vector of model `m` for every memory waiting for one, the `i`-th
-    /// `vector(i)`.
-    fn store_vectors(f: &mut Fixture, vector: impl Fn(usize) -> Vec<f32>) {
-        let queued = store::queued(&mut f.conn, 100).expect("queued");
-        let items: Vec<_> = queued
-            .into_iter()
-            .enumerate()
-            .map(|(i, q)| (q, vector(i)))
-            .collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
     }
 
     #[test]
@@ -1058,7 +1039,7 @@ mod tests {
         let late = add("p", "bugfix", &["queue"], "src/a.rs", T0 + 100);
         // Every memory gets the query's own vector: all are equally near, and only the
         // filters decide what is found (the query's word matches nothing).
-        store_vectors(&mut f, |_| unit(0));
+        store::store_each(&mut f.conn, "m", |_| Some(unit(0)));
         let mut index = VectorIndex::new("m");
         index.refresh(&f.conn).expect("index");
         let meaning = std::sync::OnceLock::from(Meaning {
@@ -1186,7 +1167,7 @@ mod tests {
             let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
             v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
         };
-        store_vectors(&mut f, |i| axis(1 + i % 7));
+        store::store_each(&mut f.conn, "m", |id| Some(axis(1 + id as usize % 7)));
         let meaning = || Meaning {
             vector: axis(1),
             model: "m".into(),
@@ -1270,7 +1251,7 @@ mod tests {
                 f.add(obs("p", "change", title, &narrative, T0 + i as i64))
             })
             .collect();
-        store_vectors(&mut f, |_| unit(0));
+        store::store_each(&mut f.conn, "m", |_| Some(unit(0)));
         // The worker's neighbours: two holding the word, the two that do not.
         let near = [ids[3], ids[5], ids[1], ids[4]];
         let meaning = OnceLock::from(Meaning {
@@ -1335,7 +1316,7 @@ mod tests {
                 f.add(obs("p", "change", &title, &narrative, T0 + i as i64))
             })
             .collect();
-        store_vectors(&mut f, unit);
+        store::store_each(&mut f.conn, "m", |id| Some(unit(id as usize)));
         let meaning = || Meaning {
             vector: unit(0),
             model: "m".into(),

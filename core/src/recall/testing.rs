@@ -13,6 +13,13 @@ pub const DAY: i64 = 86_400_000;
 /// 2026-09-21T14:13:20Z, when the test memories are stored.
 pub const T0: i64 = 1_790_000_000_000;
 
+/// The unit vector of 8 dimensions along `axis` (modulo 8).
+pub fn unit(axis: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; 8];
+    v[axis % 8] = 1.0;
+    v
+}
+
 /// A migrated database in a temp dir, deleted with the fixture.
 pub struct Fixture {
     _tmp: tempfile::TempDir,

@@ -377,28 +377,16 @@ fn words_of(bytes: &[u8]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recall::testing::{T0, fixture, obs};
-
-    fn unit(i: usize) -> Vec<f32> {
-        let mut v = vec![0.0f32; 8];
-        v[i] = 1.0;
-        v
-    }
+    use crate::recall::testing::{T0, fixture, obs, unit};
 
     #[test]
     fn the_nearest_come_first_and_another_models_query_finds_nothing() {
         let mut f = fixture();
         let a = f.add(obs("p", "bugfix", "a", "", T0));
         let b = f.add(obs("p", "bugfix", "b", "", T0 + 1));
-        let queued = store::queued(&mut f.conn, 10).expect("queued");
-        let items: Vec<_> = queued
-            .into_iter()
-            .map(|q| {
-                let v = if q.id == a { unit(0) } else { unit(1) };
-                (q, v)
-            })
-            .collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
+        store::store_each(&mut f.conn, "m", |id| {
+            Some(if id == a { unit(0) } else { unit(1) })
+        });
         let mut index = VectorIndex::new("m");
         index.refresh(&f.conn).expect("refresh");
         let kinds = [Kind::Observation];
@@ -437,15 +425,7 @@ mod tests {
                 (id, v)
             })
             .collect();
-        let queued = store::queued(&mut f.conn, 2000).expect("queued");
-        let items: Vec<_> = queued
-            .into_iter()
-            .map(|q| {
-                let v = vectors[&q.id].clone();
-                (q, v)
-            })
-            .collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
+        store::store_each(&mut f.conn, "m", |id| vectors.get(&id).cloned());
         let mut index = VectorIndex::new("m");
         index.refresh(&f.conn).expect("refresh");
         let query: Vec<f32> = (0..16).map(|_| (next() % 200) as f32 - 100.0).collect();
@@ -497,15 +477,9 @@ mod tests {
             v[1 + i % 15] = 0.05 * (1 + i / 15) as f32 + 0.01 * i as f32;
             v
         };
-        let queued = store::queued(&mut f.conn, 100).expect("queued");
-        let items: Vec<_> = queued
-            .into_iter()
-            .map(|q| {
-                let i = ids.iter().position(|id| *id == q.id).expect("seeded");
-                (q, vector(i))
-            })
-            .collect();
-        store::store(&mut f.conn, "m", &items).expect("store");
+        store::store_each(&mut f.conn, "m", |id| {
+            ids.iter().position(|i| *i == id).map(vector)
+        });
         let mut read = VectorIndex::new("m");
         read.refresh(&f.conn).expect("refresh");
         let mut kept = VectorIndex::new("m");
@@ -549,15 +523,10 @@ mod tests {
         let a = f.add(obs("p", "bugfix", "a", "", T0));
         let b = f.add(obs("p", "bugfix", "b", "", T0 + 1));
         let embed = |f: &mut crate::recall::testing::Fixture, which: &[(i64, usize)]| {
-            let queued = store::queued(&mut f.conn, 10).expect("queued");
-            let items: Vec<_> = queued
-                .into_iter()
-                .filter_map(|q| {
-                    let axis = which.iter().find(|(id, _)| *id == q.id)?.1;
-                    Some((q, unit(axis)))
-                })
-                .collect();
-            store::store(&mut f.conn, "m", &items).expect("store");
+            store::store_each(&mut f.conn, "m", |id| {
+                let axis = which.iter().find(|(i, _)| *i == id)?.1;
+                Some(unit(axis))
+            });
         };
         // b is stored first, a last: a holds the highest seq.
         embed(&mut f, &[(b, 1)]);

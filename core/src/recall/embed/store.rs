@@ -293,6 +293,25 @@ pub fn progress(conn: &Connection, model: &str) -> Result<Progress> {
     })
 }
 
+/// Tests only: stores a vector of `model` for each memory waiting for one that `vector`
+/// gives one, by the memory's id.
+#[cfg(test)]
+pub(crate) fn store_each(
+    conn: &mut Connection,
+    model: &str,
+    vector: impl Fn(i64) -> Option<Vec<f32>>,
+) {
+    let queued = queued(conn, 10_000).expect("queued");
+    let items: Vec<_> = queued
+        .into_iter()
+        .filter_map(|q| {
+            let v = vector(q.id)?;
+            Some((q, v))
+        })
+        .collect();
+    store(conn, model, &items).expect("store");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
