@@ -54,8 +54,8 @@ impl Searcher {
     }
 
     /// A searcher with the model `source` loaded as `bert`.
-    pub fn with_model(source: &ModelSource, bert: Embedder, settings: &EmbedSettings) -> Searcher {
-        Searcher::of(Ok((source.clone(), bert)), settings)
+    pub fn with_model(source: ModelSource, bert: Embedder, settings: &EmbedSettings) -> Searcher {
+        Searcher::of(Ok((source, bert)), settings)
     }
 
     fn of(

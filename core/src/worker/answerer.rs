@@ -63,7 +63,7 @@ impl Answerer {
                 ) else {
                     return;
                 };
-                let mut searcher = Searcher::with_model(&source, bert, &embed);
+                let mut searcher = Searcher::with_model(source, bert, &embed);
                 searcher.keep_vectors();
                 match listen(&data) {
                     Ok(listener) => run(&data, listener, searcher, &flag),

@@ -5,9 +5,10 @@
 //! memory again.
 //!
 //! Without a model that loads (none fetched, `embed.provider` off, or files that do not
-//! load) the thread logs why and waits for one (`worker::wait_for_model`; with `--once` it
-//! ends): search stays full-text meanwhile, and `cairn status` says why. It stops between
-//! batches when the worker stops; with `--once` it drains the queue and ends. It runs at the lowest priority (nice 19, on Linux), so a prompt's search by
+//! load) the thread logs why and waits for one (`worker::wait_for_model`): search stays
+//! full-text meanwhile, and `cairn status` says why. It stops between batches when the
+//! worker stops; with `--once` it drains the queue and ends (or ends at once without a
+//! model). It runs at the lowest priority (nice 19, on Linux), so a prompt's search by
 //! meaning and the hooks come first on a machine of few cores.
 
 use std::sync::Arc;
