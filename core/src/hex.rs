@@ -7,9 +7,11 @@
 
 /// `bytes` as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
     let mut out = String::with_capacity(2 * bytes.len());
     for b in bytes {
-        out.push_str(&format!("{b:02x}"));
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{b:02x}");
     }
     out
 }
