@@ -47,7 +47,7 @@ use cairn_core::memory::observations::{NewObservation, insert_observation};
 use cairn_core::memory::rows::ObservationContent;
 use cairn_core::memory::sessions;
 use cairn_core::recall::embed::model;
-use cairn_core::recall::embed::store::{self, Queued};
+use cairn_core::recall::embed::store::{self, Queued, Vectors};
 use cairn_core::settings::EmbedSettings;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::store::paths::DataDir;
@@ -330,6 +330,7 @@ fn speed() {
                     project: "bench".into(),
                     created_at: o.created_at,
                     text: String::new(),
+                    parts: Vec::new(),
                 });
             }
             Ok(())
@@ -342,13 +343,19 @@ fn speed() {
             state ^= state << 17;
             (state % 2000) as f32 / 1000.0 - 1.0
         };
+        let mut unit = || {
+            let v: Vec<f32> = (0..384).map(|_| next()).collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / norm).collect::<Vec<f32>>()
+        };
+        // Each memory has a title and a narrative: its vector and its two parts'.
         for chunk in queued.chunks(5_000) {
-            let items: Vec<(Queued, Vec<f32>)> = chunk
+            let items: Vec<(Queued, Vectors)> = chunk
                 .iter()
                 .map(|q| {
-                    let v: Vec<f32> = (0..384).map(|_| next()).collect();
-                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                    (q.clone(), v.into_iter().map(|x| x / norm).collect())
+                    let whole = unit();
+                    let parts = vec![unit(), unit()];
+                    (q.clone(), Vectors { whole, parts })
                 })
                 .collect();
             store::store(&mut conn, &model_id, &items).expect("vectors");

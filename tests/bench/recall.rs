@@ -702,7 +702,8 @@ fn unit_vector(rng: &mut Rng) -> Vec<f32> {
     v.into_iter().map(|x| x / n).collect()
 }
 
-/// Gives every memory a synthetic vector under `model` (once); returns the bytes the
+/// Gives every memory a synthetic vector under `model` (once), and every observation and
+/// summary two parts' vectors (a head and a body: `embed::parts_of`); returns the bytes the
 /// vectors added to the database file, when they were written in this run.
 fn ensure_vectors(dd: &DataDir, model: &str) -> Option<(u64, i64)> {
     let mut conn = db::open_data_dir(dd, OpenOptions::default()).expect("open");
@@ -716,7 +717,7 @@ fn ensure_vectors(dd: &DataDir, model: &str) -> Option<(u64, i64)> {
         .expect("count");
     let have: i64 = conn
         .query_row(
-            "SELECT count(*) FROM embeddings WHERE model = ?1",
+            "SELECT count(*) FROM embeddings WHERE model = ?1 AND (kind = 2 OR length(parts) > 0)",
             [model],
             |r| r.get(0),
         )
@@ -730,8 +731,8 @@ fn ensure_vectors(dd: &DataDir, model: &str) -> Option<(u64, i64)> {
     db::write(&mut conn, |tx| {
         tx.execute("DELETE FROM embeddings", [])?;
         let mut put = tx.prepare(
-            "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector, parts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         for (kind, table) in [
             (0, "observations"),
@@ -744,6 +745,12 @@ fn ensure_vectors(dd: &DataDir, model: &str) -> Option<(u64, i64)> {
                 .collect::<rusqlite::Result<_>>()?;
             for (id, project, at) in rows {
                 let v = unit_vector(&mut rng);
+                let parts: Vec<u8> = match kind {
+                    2 => Vec::new(),
+                    _ => (0..2)
+                        .flat_map(|_| quantize(&unit_vector(&mut rng)))
+                        .collect(),
+                };
                 put.execute(rusqlite::params![
                     kind,
                     id,
@@ -751,7 +758,8 @@ fn ensure_vectors(dd: &DataDir, model: &str) -> Option<(u64, i64)> {
                     at,
                     model,
                     bits_of(&v),
-                    quantize(&v)
+                    quantize(&v),
+                    parts
                 ])?;
             }
         }

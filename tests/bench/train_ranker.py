@@ -51,7 +51,7 @@ import numpy as np
 SIGNALS = [
     "bm25", "bm25_share", "text_rank", "similarity", "similarity_gap", "similarity_lead",
     "meaning_rank", "coverage", "best_coverage", "title_coverage", "phrasing", "words",
-    "duplicates", "rarity", "query_rarity", "fusion",
+    "duplicates", "rarity", "query_rarity", "fusion", "part_similarity", "parted",
 ]
 QUERY_SIGNALS = [
     "top", "margin", "best_coverage", "best_title_coverage", "best_phrasing", "best_rarity",

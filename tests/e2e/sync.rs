@@ -734,20 +734,22 @@ fn a_memory_keeps_its_vector_on_a_device_of_the_same_model_only() {
     a.sync();
     b.sync();
     c.sync();
-    let vector = |d: &Device| -> Option<Vec<u8>> {
+    let vector = |d: &Device| -> Option<(Vec<u8>, Vec<u8>)> {
         d.env
             .db()
             .query_row(
-                "SELECT e.vector FROM embeddings e JOIN observations o ON o.id = e.ref_id
+                "SELECT e.vector, e.parts FROM embeddings e JOIN observations o ON o.id = e.ref_id
                  WHERE e.kind = 0 AND o.title = 'leases expire'",
                 [],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .ok()
     };
-    // b kept a's vector and has nothing to embed; c, with no vectors of that model, embeds
-    // it itself (it stays queued until its worker does).
-    assert!(vector(&a).is_some());
+    // b kept a's vectors (of the whole and of its two parts, its title and its narrative)
+    // and has nothing to embed; c, with no vectors of that model, embeds it itself (it
+    // stays queued until its worker does).
+    let (whole, parts) = vector(&a).expect("embedded on a");
+    assert_eq!(parts.len(), 2 * whole.len());
     assert_eq!(vector(&b), vector(&a));
     assert_eq!(b.count("SELECT count(*) FROM embedding_queue"), 0);
     assert_eq!(vector(&c), None);

@@ -28,7 +28,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::embed::index::{Neighbour, Scope, VectorIndex};
-use super::embed::{cosine_i8, store};
+use super::embed::{best_part, cosine_i8, store};
 use super::query::{self, Query};
 use super::ranker::{FUSION_K, LEAD_PLACE, Ranker, Signals};
 use super::sql::{self, Candidate, Filters, full_text_led, full_text_ranked, push_filters, table};
@@ -116,6 +116,8 @@ struct Features {
     /// Its place in its kind's full-text pool (0 is the best), when in it.
     text_place: usize,
     similarity: Option<f32>,
+    /// The best similarity of its parts, when it was embedded in parts.
+    part_similarity: Option<f32>,
 }
 
 /// A candidate with what was measured of it.
@@ -202,7 +204,7 @@ pub(super) fn scored(
                     created_at,
                     bm25: Some(bm25),
                     text_place: place,
-                    similarity: None,
+                    ..Features::default()
                 },
             );
         }
@@ -244,8 +246,8 @@ pub(super) fn scored(
                         Features {
                             created_at: n.created_at,
                             bm25: None,
-                            text_place: 0,
                             similarity: Some(n.similarity),
+                            ..Features::default()
                         },
                     );
                 }
@@ -281,18 +283,23 @@ pub(super) fn scored(
     let examined = examined.with(near);
     let copies = examined.copies.clone();
     if let Some(m) = meaning {
-        // Full-text candidates the nearest-neighbour pool did not reach: their own similarity.
-        for ((kind, id), feat) in found.iter_mut() {
-            if feat.similarity.is_none() {
-                feat.similarity = match &stored {
-                    Some(stored) => stored
-                        .get(&(*kind, *id))
-                        .filter(|s| s.model == m.model)
-                        .map(|s| cosine_i8(&m.vector, &s.vector)),
-                    None => store::vector_of(conn, *kind, *id, &m.model)?
-                        .map(|v| cosine_i8(&m.vector, &v)),
-                };
+        // Every candidate's parts, and the similarity of full-text candidates the
+        // nearest-neighbour pool did not reach, from its stored vectors (read while the
+        // meaning was awaited, or now).
+        for (&(kind, id), feat) in found.iter_mut() {
+            let read;
+            let own = match stored.as_ref().and_then(|s| s.get(&(kind, id))) {
+                Some(s) => Some(s),
+                None => {
+                    read = store::stored(conn, kind, id)?;
+                    read.as_ref()
+                }
             }
+            .filter(|s| s.model == m.model);
+            if feat.similarity.is_none() {
+                feat.similarity = own.map(|s| cosine_i8(&m.vector, &s.vector));
+            }
+            feat.part_similarity = own.and_then(|s| best_part(&m.vector, &s.parts));
         }
     }
     let ranker = Ranker::shipped().pair(meaning.is_some());
@@ -368,6 +375,13 @@ pub(super) fn scored(
                 signals.similarity_lead = f64::from(s) - crowd;
                 signals.meaning_rank = 1.0 / (1.0 + meaning_place[&(kind, id)] as f64);
                 signals.fusion += 1.0 / (FUSION_K + meaning_place[&(kind, id)] as f64);
+                signals.part_similarity =
+                    feat.part_similarity.map_or(signals.similarity, f64::from);
+                signals.parted = if feat.part_similarity.is_some() {
+                    1.0
+                } else {
+                    0.0
+                };
             }
             ((kind, id), feat, signals)
         })
@@ -1297,6 +1311,78 @@ mod tests {
         assert!(of(ids[3]).signals.fusion > 1.0 / FUSION_K);
         let alone = of(ids[4]).signals;
         assert!(alone.text_rank == 0.0 && alone.fusion > 0.0 && alone.fusion < 1.0 / FUSION_K);
+    }
+
+    #[test]
+    fn a_memorys_parts_are_measured_apart() {
+        let mut f = fixture();
+        // One memory with a title and a narrative (embedded in parts), one with a title
+        // alone; both hold the query's word, one is found by meaning alone.
+        let parted = f.add(obs("p", "change", "Lease lost", "the poller died", T0));
+        let whole = f.add(obs("p", "change", "Lease renewed", "", T0 + 1));
+        let alone = f.add(obs("p", "change", "Poller crash", "it restarts", T0 + 2));
+        store::store_each(&mut f.conn, "m", |_| Some(unit(1)));
+        // The parts: the head along the query, the body across it.
+        let parts: Vec<u8> = [unit(0), unit(2)]
+            .iter()
+            .flat_map(|v| crate::recall::embed::quantize(v))
+            .collect();
+        for id in [parted, alone] {
+            f.conn
+                .execute(
+                    "UPDATE embeddings SET parts = ?1 WHERE ref_id = ?2",
+                    params![parts, id],
+                )
+                .expect("parts");
+        }
+        let meaning = OnceLock::from(Meaning {
+            vector: unit(0),
+            model: "m".into(),
+            min_similarity: 0.0,
+            neighbours: Some(vec![Neighbour {
+                kind: Kind::Observation,
+                id: alone,
+                created_at: T0 + 2,
+                similarity: 0.0,
+            }]),
+        });
+        let semantic = Semantic {
+            index: None,
+            meaning: &meaning,
+        };
+        let q = query::parse("lease");
+        let any = q.fts_any().expect("words");
+        let kinds = [Kind::Observation];
+        let (found, _) =
+            scored(&f.conn, &q, &any, &kinds, &in_p(), 10, Some(&semantic)).expect("scored");
+        let of = |id: i64| {
+            found
+                .iter()
+                .find(|s| s.candidate.id == id)
+                .expect("found")
+                .signals
+        };
+        for id in [parted, alone] {
+            let s = of(id);
+            assert_eq!(
+                (s.similarity, s.part_similarity, s.parted),
+                (0.0, 1.0, 1.0),
+                "{s:?}"
+            );
+        }
+        let s = of(whole);
+        assert_eq!(
+            (s.similarity, s.part_similarity, s.parted),
+            (0.0, 0.0, 0.0),
+            "{s:?}"
+        );
+        // Without a model, nothing of meaning is measured.
+        let (found, _) = scored(&f.conn, &q, &any, &kinds, &in_p(), 10, None).expect("scored");
+        assert!(
+            found
+                .iter()
+                .all(|s| s.signals.part_similarity == 0.0 && s.signals.parted == 0.0)
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 /// The signals in the order the weights list them; `ranker.json` names them the same.
-pub const SIGNALS: [&str; 16] = [
+pub const SIGNALS: [&str; 18] = [
     "bm25",
     "bm25_share",
     "text_rank",
@@ -40,6 +40,8 @@ pub const SIGNALS: [&str; 16] = [
     "rarity",
     "query_rarity",
     "fusion",
+    "part_similarity",
+    "parted",
 ];
 
 /// The query's signals in the order the gate's weights list them.
@@ -111,6 +113,11 @@ pub struct Signals {
     /// fusion the benchmarks compare with, which the places above (`1 / (1 + r)`) cannot
     /// make by a weight.
     pub fusion: f64,
+    /// The best cosine similarity of the query and its parts embedded apart (its head, its
+    /// body: `embed::parts_of`); its similarity when it is one part; 0 without a model.
+    pub part_similarity: f64,
+    /// 1 when it was embedded in parts too, else 0 (and 0 without a model).
+    pub parted: f64,
 }
 
 /// The constant of [`Signals::fusion`], the usual one of reciprocal rank fusion (the
@@ -137,6 +144,8 @@ impl Signals {
             self.rarity,
             self.query_rarity,
             self.fusion,
+            self.part_similarity,
+            self.parted,
         ]
     }
 }
@@ -328,8 +337,10 @@ mod tests {
             query_rarity: 0.7,
             ..Signals::default()
         };
+        // Memories of one part: their parts' similarity is their similarity.
         if with_meaning {
             best.similarity = 0.65;
+            best.part_similarity = 0.65;
             best.similarity_lead = 0.3;
             best.meaning_rank = 1.0;
         }
@@ -346,6 +357,7 @@ mod tests {
         };
         if with_meaning {
             weak.similarity = 0.35;
+            weak.part_similarity = 0.35;
             weak.similarity_gap = -0.3;
             weak.meaning_rank = 0.5;
         }

@@ -71,6 +71,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0013_schema_version",
         include_str!("../../../migrations/0013_schema_version.sql"),
     ),
+    (
+        "0014_embedding_parts",
+        include_str!("../../../migrations/0014_embedding_parts.sql"),
+    ),
 ];
 
 /// The first schema version that keeps its number in the `schema_version` table too.
@@ -609,6 +613,45 @@ mod tests {
         assert_eq!(tables_before, tables_after);
         assert!(integrity_problems(&conn).expect("check").is_empty());
         assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
+    }
+
+    #[test]
+    fn vectors_from_before_parts_are_kept_and_queued_again() {
+        let (_tmp, dd) = temp_db();
+        std::fs::create_dir_all(dd.root()).expect("dir");
+        let mut conn = Connection::open(dd.db()).expect("open");
+        for (_, sql) in &MIGRATIONS[..13] {
+            conn.execute_batch(sql).expect("migration");
+        }
+        conn.execute_batch(
+            "PRAGMA user_version = 13;
+             INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+             VALUES (0, 7, 'p', 1, 'm', x'01', x'02'), (1, 8, 'p', 1, 'm', x'01', x'02'),
+                    (2, 9, 'p', 1, 'm', x'01', x'02')",
+        )
+        .expect("vectors");
+        migrate(&mut conn).expect("migrate");
+        assert_eq!(schema_version(&conn).expect("version"), SCHEMA_VERSION);
+        let kept: Vec<(i64, Vec<u8>, Vec<u8>)> = conn
+            .prepare("SELECT ref_id, vector, parts FROM embeddings ORDER BY ref_id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .expect("rows")
+            .collect::<rusqlite::Result<_>>()
+            .expect("read");
+        assert_eq!(
+            kept,
+            [7, 8, 9].map(|id| (id, vec![2u8], Vec::new())).to_vec()
+        );
+        // An observation and a summary may have parts; a prompt is one part.
+        let queued: Vec<(i64, i64)> = conn
+            .prepare("SELECT kind, ref_id FROM embedding_queue ORDER BY ref_id")
+            .expect("prepare")
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("rows")
+            .collect::<rusqlite::Result<_>>()
+            .expect("read");
+        assert_eq!(queued, [(0, 7), (1, 8)]);
     }
 
     #[test]

@@ -42,14 +42,17 @@ pub enum Record {
     Forget { kind: String, key: String },
 }
 
-/// A memory's vector as a record carries it: the model that made it, and its sign bits and
-/// int8 components in hex. Kept by a device whose vectors come from the same model; any
-/// other embeds the memory itself.
+/// A memory's vector as a record carries it: the model that made it, and its sign bits,
+/// int8 components and its parts' int8 components in hex (a record of a cairn from before
+/// parts has none). Kept by a device whose vectors come from the same model; any other
+/// embeds the memory itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vector {
     pub model: String,
     pub bits: String,
     pub vector: String,
+    #[serde(default)]
+    pub parts: String,
 }
 
 impl Vector {
@@ -58,6 +61,7 @@ impl Vector {
             model: c.model,
             bits: hex(&c.bits),
             vector: hex(&c.vector),
+            parts: hex(&c.parts),
         }
     }
 
@@ -67,6 +71,7 @@ impl Vector {
             model: self.model.clone(),
             bits: unhex(&self.bits)?,
             vector: unhex(&self.vector)?,
+            parts: unhex(&self.parts)?,
         })
     }
 }
@@ -846,14 +851,15 @@ mod tests {
         assert_eq!(carry_all(&mut b, &mut a, true), Vec::new());
     }
 
-    /// An observation titled `title` with a vector of `model` (bits 0x01, vector 0x0203).
+    /// An observation titled `title` with a vector of `model` (bits 0x01, vector 0x0203,
+    /// parts 0x0405).
     fn embedded(conn: &mut Connection, title: &str, model: &str) -> i64 {
         db::write(conn, |tx| {
             sessions::ensure(tx, "s1", "p", "", 1)?;
             let id = observations::insert_observation(tx, &observation("p", title))?.id();
             tx.execute(
-                "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
-                 VALUES (0, ?1, 'p', 5, ?2, x'01', x'0203')",
+                "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector, parts)
+                 VALUES (0, ?1, 'p', 5, ?2, x'01', x'0203', x'0405')",
                 params![id, model],
             )?;
             tx.execute("DELETE FROM embedding_queue WHERE ref_id = ?1", [id])?;
@@ -900,7 +906,8 @@ mod tests {
                 .expect("pulled");
             let model = c
                 .query_row(
-                    "SELECT model FROM embeddings WHERE kind = 0 AND ref_id = ?1 AND bits = x'01'",
+                    "SELECT model FROM embeddings WHERE kind = 0 AND ref_id = ?1
+                     AND bits = x'01' AND vector = x'0203' AND parts = x'0405'",
                     [id],
                     |r| r.get(0),
                 )

@@ -43,6 +43,22 @@ pub fn text_of(fields: &[&str]) -> String {
     out
 }
 
+/// The parts of a memory embedded apart beside the whole (`embeddings.parts`): its head
+/// (the first field: an observation's title, a summary's request) and its body (the other
+/// fields), when it has both; none otherwise, the whole being the one part. A question
+/// about one side is often nearer that side alone than the whole, which mixes both (on
+/// the recall benchmarks a commit's subject and its body; BENCHMARKS.md, "Recall quality").
+pub fn parts_of(fields: &[&str]) -> Vec<String> {
+    let Some((head, body)) = fields.split_first() else {
+        return Vec::new();
+    };
+    let (head, body) = (text_of(&[head]), text_of(body));
+    if head.is_empty() || body.is_empty() {
+        return Vec::new();
+    }
+    vec![head, body]
+}
+
 /// A run of 7 or more hex digits with at least one digit and one letter: a commit or
 /// object hash, which a sentence model reads as noise.
 fn is_hash(word: &str) -> bool {
@@ -71,6 +87,18 @@ pub fn quantize(v: &[f32]) -> Vec<u8> {
     v.iter()
         .map(|x| ((x * scale).round().clamp(-127.0, 127.0) as i8) as u8)
         .collect()
+}
+
+/// The best cosine similarity of a float query and the stored int8 vectors of a memory's
+/// parts (`embeddings.parts`, each as long as the query); `None` when it has none.
+pub fn best_part(query: &[f32], parts: &[u8]) -> Option<f32> {
+    if query.is_empty() {
+        return None;
+    }
+    parts
+        .chunks_exact(query.len())
+        .map(|p| cosine_i8(query, p))
+        .reduce(f32::max)
 }
 
 /// Cosine similarity of a float query and a stored int8 vector.
@@ -169,6 +197,22 @@ mod tests {
             text_of(&["decade feedbeef 1234567"]),
             "decade feedbeef 1234567"
         );
+    }
+
+    #[test]
+    fn a_memory_with_a_head_and_a_body_has_both_as_parts() {
+        assert_eq!(
+            parts_of(&["Fix pager", "8f5a80ea07e0", "It paged twice.", "", "pager"]),
+            vec![
+                "Fix pager".to_string(),
+                "It paged twice.\npager".to_string()
+            ]
+        );
+        // A head alone, or a body alone, is the whole: no parts.
+        assert!(parts_of(&["Fix pager", "", "  "]).is_empty());
+        assert!(parts_of(&["", "It paged twice."]).is_empty());
+        assert!(parts_of(&["Fix pager", "abc1234def"]).is_empty());
+        assert!(parts_of(&[]).is_empty());
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::model::Embedder;
-use super::{bits_of, quantize, text_of};
+use super::{bits_of, parts_of, quantize, text_of};
 use crate::error::Result;
 use crate::memory::kind::Kind;
 use crate::store::db;
@@ -25,6 +25,15 @@ pub struct Queued {
     pub project: String,
     pub created_at: i64,
     pub text: String,
+    /// The texts of its parts ([`parts_of`]), embedded beside the whole.
+    pub parts: Vec<String>,
+}
+
+/// The vectors made of one queued memory: of its whole text, and of each of its parts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vectors {
+    pub whole: Vec<f32>,
+    pub parts: Vec<Vec<f32>>,
 }
 
 /// How far embedding has come.
@@ -95,6 +104,7 @@ fn read_memory(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Queued>>
             project,
             created_at,
             text: text_of(&refs),
+            parts: parts_of(&refs),
         }
     }))
 }
@@ -106,21 +116,26 @@ pub fn vector_of(conn: &Connection, kind: Kind, id: i64, model: &str) -> Result<
         .map(|s| s.vector))
 }
 
-/// A memory's stored int8 vector and the model that made it (one per memory).
+/// A memory's stored int8 vector, those of its parts one after another (empty when it is
+/// one part), and the model that made them (one row per memory).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stored {
     pub model: String,
     pub vector: Vec<u8>,
+    pub parts: Vec<u8>,
 }
 
 /// The vector stored for a memory, whichever model made it.
 pub fn stored(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Stored>> {
     Ok(conn
-        .prepare_cached("SELECT model, vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2")?
+        .prepare_cached(
+            "SELECT model, vector, parts FROM embeddings WHERE kind = ?1 AND ref_id = ?2",
+        )?
         .query_row(params![kind.code(), id], |r| {
             Ok(Stored {
                 model: r.get(0)?,
                 vector: r.get(1)?,
+                parts: r.get(2)?,
             })
         })
         .optional()?)
@@ -160,11 +175,11 @@ pub fn vector_at(conn: &Connection, seq: i64, kind: Kind, id: i64) -> Result<Opt
 
 /// Stores the vectors of `items` made by `model` and takes them off the queue, in one
 /// transaction.
-pub fn store(conn: &mut Connection, model: &str, items: &[(Queued, Vec<f32>)]) -> Result<()> {
+pub fn store(conn: &mut Connection, model: &str, items: &[(Queued, Vectors)]) -> Result<()> {
     db::write(conn, |tx| {
         let mut put = tx.prepare_cached(
-            "INSERT OR REPLACE INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT OR REPLACE INTO embeddings (kind, ref_id, project, created_at, model, bits, vector, parts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         let mut done =
             tx.prepare_cached("DELETE FROM embedding_queue WHERE kind = ?1 AND ref_id = ?2")?;
@@ -175,8 +190,12 @@ pub fn store(conn: &mut Connection, model: &str, items: &[(Queued, Vec<f32>)]) -
                 q.project,
                 q.created_at,
                 model,
-                bits_of(v),
-                quantize(v)
+                bits_of(&v.whole),
+                quantize(&v.whole),
+                v.parts
+                    .iter()
+                    .flat_map(|p| quantize(p))
+                    .collect::<Vec<u8>>()
             ])?;
             done.execute(params![q.kind.code(), q.id])?;
         }
@@ -198,9 +217,19 @@ pub fn backfill(
     }
     // Similar lengths together: a batch is padded to its longest text.
     items.sort_by_key(|q| q.text.len());
-    let texts: Vec<&str> = items.iter().map(|q| q.text.as_str()).collect();
-    let vectors = bert.embed(&texts)?;
-    let pairs: Vec<(Queued, Vec<f32>)> = items.into_iter().zip(vectors).collect();
+    // Every text of the batch in one call, each memory's whole then its parts.
+    let texts: Vec<&str> = items
+        .iter()
+        .flat_map(|q| std::iter::once(&q.text).chain(&q.parts))
+        .map(String::as_str)
+        .collect();
+    let mut vectors = bert.embed(&texts)?.into_iter();
+    let mut pairs = Vec::with_capacity(items.len());
+    for q in items {
+        let whole = vectors.next().unwrap_or_default();
+        let parts = vectors.by_ref().take(q.parts.len()).collect();
+        pairs.push((q, Vectors { whole, parts }));
+    }
     store(conn, model, &pairs)?;
     Ok(pairs.len())
 }
@@ -218,25 +247,27 @@ pub fn requeue_other_models(conn: &mut Connection, model: &str) -> Result<usize>
     })
 }
 
-/// A memory's stored vector as it travels with the memory to another device (sync).
+/// A memory's stored vectors as they travel with the memory to another device (sync).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Carried {
     pub model: String,
     pub bits: Vec<u8>,
     pub vector: Vec<u8>,
+    pub parts: Vec<u8>,
 }
 
 /// The vector stored for a memory, whichever model made it.
 pub fn carried(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Carried>> {
     Ok(conn
         .prepare_cached(
-            "SELECT model, bits, vector FROM embeddings WHERE kind = ?1 AND ref_id = ?2",
+            "SELECT model, bits, vector, parts FROM embeddings WHERE kind = ?1 AND ref_id = ?2",
         )?
         .query_row(params![kind.code(), id], |r| {
             Ok(Carried {
                 model: r.get(0)?,
                 bits: r.get(1)?,
                 vector: r.get(2)?,
+                parts: r.get(3)?,
             })
         })
         .optional()?)
@@ -262,8 +293,8 @@ pub fn keep_carried(
         return Ok(false);
     }
     tx.prepare_cached(
-        "INSERT OR REPLACE INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT OR REPLACE INTO embeddings (kind, ref_id, project, created_at, model, bits, vector, parts)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
         kind.code(),
@@ -272,7 +303,8 @@ pub fn keep_carried(
         created_at,
         c.model,
         c.bits,
-        c.vector
+        c.vector,
+        c.parts
     ])?;
     tx.prepare_cached("DELETE FROM embedding_queue WHERE kind = ?1 AND ref_id = ?2")?
         .execute(params![kind.code(), id])?;
@@ -305,8 +337,14 @@ pub(crate) fn store_each(
     let items: Vec<_> = queued
         .into_iter()
         .filter_map(|q| {
-            let v = vector(q.id)?;
-            Some((q, v))
+            let whole = vector(q.id)?;
+            Some((
+                q,
+                Vectors {
+                    whole,
+                    parts: Vec::new(),
+                },
+            ))
         })
         .collect();
     store(conn, model, &items).expect("store");
@@ -402,10 +440,36 @@ mod tests {
             )),
             "{texts:?}"
         );
-        let items: Vec<(Queued, Vec<f32>)> = waiting
+        // An observation and a summary have a head and a body; a prompt is one part.
+        let parts: Vec<(Kind, Vec<&str>)> = waiting
+            .iter()
+            .map(|q| (q.kind, q.parts.iter().map(String::as_str).collect()))
+            .collect();
+        assert!(
+            parts.contains(&(
+                Kind::Observation,
+                vec!["Cache misses", "at\nThe key includes the time."]
+            )),
+            "{parts:?}"
+        );
+        assert!(
+            parts.contains(&(
+                Kind::Summary,
+                vec!["Speed up the cache", "Keys held the time\ncheck hit rate"]
+            )),
+            "{parts:?}"
+        );
+        assert!(parts.contains(&(Kind::Prompt, vec![])), "{parts:?}");
+        let items: Vec<(Queued, Vectors)> = waiting
             .into_iter()
             .enumerate()
-            .map(|(i, q)| (q, unit(i as f32)))
+            .map(|(i, q)| {
+                let parts = (0..q.parts.len())
+                    .map(|p| unit((10 * (i + 1) + p) as f32))
+                    .collect();
+                let whole = unit(i as f32);
+                (q, Vectors { whole, parts })
+            })
             .collect();
         store(&mut conn, "m:1", &items).expect("store");
         assert_eq!(
@@ -423,11 +487,21 @@ mod tests {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .expect("row");
-        let want = items
+        let (_, vectors) = items
             .iter()
             .find(|(q, _)| q.kind == Kind::Observation)
-            .map(|(_, v)| quantize(v))
             .expect("observation");
+        let want = quantize(&vectors.whole);
+        let want_parts: Vec<u8> = vectors.parts.iter().flat_map(|p| quantize(p)).collect();
+        assert_eq!(want_parts.len(), 2 * 384);
+        assert_eq!(
+            stored(&conn, Kind::Observation, id).expect("read"),
+            Some(Stored {
+                model: "m:1".into(),
+                vector: want.clone(),
+                parts: want_parts
+            })
+        );
         let by_memory = vector_of(&conn, Kind::Observation, id, "m:1").expect("read");
         assert_eq!(by_memory.as_ref(), Some(&want));
         assert_eq!(
