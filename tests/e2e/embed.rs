@@ -63,6 +63,36 @@ fn vectors_match_the_reference_implementation() {
     assert!((s - 0.6660).abs() < 0.001, "{s}");
 }
 
+#[test]
+fn a_head_and_a_body_are_pooled_from_the_pass_over_the_whole() {
+    let bert = Bert::load(&model_dir()).expect("load the model");
+    let head = "Fix the pager on Windows";
+    let body = "The terminal cache kept stale keys after a resize — über-slow redraws.";
+    let text = format!("{head}\n{body}");
+    let split = bert
+        .embed_split(&[(text.as_str(), Some(head.len() + 1)), (head, None)])
+        .expect("embed");
+    let alone = bert.embed(&[text.as_str(), head, body]).expect("embed");
+    // The whole is the text's vector as `embed` makes it; a text given no body has no parts.
+    assert!(cosine(&split[0].0, &alone[0]) >= 0.9999);
+    assert!(split[1].1.is_none());
+    let (h, b) = split[0].1.as_ref().expect("parts");
+    for v in [h, b] {
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+    // Each part is nearer its own text embedded alone than the other part's.
+    assert!(cosine(h, &alone[1]) > cosine(h, &alone[2]));
+    assert!(cosine(b, &alone[2]) > cosine(b, &alone[1]));
+    assert!(cosine(h, b) < 0.99);
+    // A body the truncation cuts off: no parts.
+    let long = format!("{} \n{body}", "word ".repeat(400));
+    let cut = bert
+        .embed_split(&[(long.as_str(), Some(long.len() - body.len()))])
+        .expect("embed");
+    assert!(cut[0].1.is_none());
+}
+
 /// Memories in two projects, through the real hook-less path: a cairn export imported.
 fn import_memories(env: &TestEnv) {
     let lines = [

@@ -113,7 +113,7 @@ pub struct Signals {
     /// fusion the benchmarks compare with, which the places above (`1 / (1 + r)`) cannot
     /// make by a weight.
     pub fusion: f64,
-    /// The best cosine similarity of the query and its parts embedded apart (its head, its
+    /// The best cosine similarity of the query and its parts' own vectors (its head, its
     /// body: `embed::parts_of`); its similarity when it is one part; 0 without a model.
     pub part_similarity: f64,
     /// 1 when it was embedded in parts too, else 0 (and 0 without a model).

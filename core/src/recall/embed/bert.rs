@@ -25,6 +25,21 @@ use crate::error::{Error, Result};
 /// fastest with 256 (52.7 s against 56.8 s with 2048).
 const STEP_TOKENS: usize = 256;
 
+/// A text's vector, and those of its head and body when it was given them.
+pub type Split = (Vec<f32>, Option<(Vec<f32>, Vec<f32>)>);
+
+/// What one step of the model makes: each text's vector, and the head's and body's of
+/// each when asked.
+type Pooled = (Vec<Vec<f32>>, Option<(Vec<Vec<f32>>, Vec<Vec<f32>>)>);
+
+/// Which part of a text a token belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Head,
+    Body,
+    Neither,
+}
+
 /// The texts (indices into `tokens`) grouped for one step each: sorted by length, and a
 /// group's longest text at most an eighth (plus two tokens) longer than its shortest, so
 /// padding stays small. Memories are mostly short; padding a batch to its longest text
@@ -513,31 +528,92 @@ impl Bert {
     }
 
     fn embed_here(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let split: Vec<(&str, Option<usize>)> = texts.iter().map(|t| (*t, None)).collect();
+        Ok(self
+            .embed_split_here(&split)?
+            .into_iter()
+            .map(|(whole, _)| whole)
+            .collect())
+    }
+
+    /// One unit vector per text, and for a text given with the byte offset where its body
+    /// begins, the unit vectors of its head and of its body: each the mean of its own
+    /// tokens' states in the same pass over the whole text (late chunking), so the parts
+    /// cost no more than the whole. A text whose body the truncation cut off has no parts.
+    pub fn embed_split(&self, texts: &[(&str, Option<usize>)]) -> Result<Vec<Split>> {
+        on_this_thread(|| self.embed_split_here(texts))
+    }
+
+    fn embed_split_here(&self, texts: &[(&str, Option<usize>)]) -> Result<Vec<Split>> {
         let mut tokens = Vec::with_capacity(texts.len());
-        for text in texts {
+        // Per text with a body: each token's side, head or body (neither for the special
+        // tokens).
+        let mut sides: Vec<Option<Vec<Side>>> = Vec::with_capacity(texts.len());
+        for (text, body_at) in texts {
             let e = self
                 .tokenizer
                 .encode(*text, true)
                 .map_err(|e| model_err("tokenizer", e))?;
             tokens.push(e.get_ids().to_vec());
+            sides.push(body_at.map(|at| {
+                e.get_offsets()
+                    .iter()
+                    .zip(e.get_special_tokens_mask())
+                    .map(|(&(from, _), &special)| match (special, from < at) {
+                        (1, _) => Side::Neither,
+                        (_, true) => Side::Head,
+                        (_, false) => Side::Body,
+                    })
+                    .collect()
+            }));
         }
-        let mut out = vec![Vec::new(); texts.len()];
+        let mut out = vec![(Vec::new(), None); texts.len()];
         for group in length_groups(&tokens) {
             let cols = group.iter().map(|&i| tokens[i].len()).max().unwrap_or(0);
             let mut ids = Vec::with_capacity(group.len() * cols);
             let mut mask = Vec::with_capacity(group.len() * cols);
+            let mut heads = Vec::with_capacity(group.len() * cols);
+            let mut bodies = Vec::with_capacity(group.len() * cols);
             for &i in &group {
                 let t = &tokens[i];
                 ids.extend_from_slice(t);
                 ids.resize(ids.len() + cols - t.len(), 0);
                 mask.extend(std::iter::repeat_n(1u32, t.len()));
                 mask.resize(mask.len() + cols - t.len(), 0);
+                for side in [Side::Head, Side::Body] {
+                    let m = if side == Side::Head {
+                        &mut heads
+                    } else {
+                        &mut bodies
+                    };
+                    let of = sides[i]
+                        .iter()
+                        .flatten()
+                        .map(|s| f32::from(u8::from(*s == side)));
+                    m.extend(of);
+                    m.resize(m.len() + cols - sides[i].as_ref().map_or(0, Vec::len), 0.0);
+                }
             }
-            let vectors = self
-                .forward(ids, mask, group.len(), cols)
+            let split = group.iter().any(|&i| sides[i].is_some());
+            let (wholes, parts) = self
+                .forward(
+                    ids,
+                    mask,
+                    group.len(),
+                    cols,
+                    split.then_some((heads, bodies)),
+                )
                 .map_err(|e| model_err("inference", e))?;
-            for (i, v) in group.into_iter().zip(vectors) {
-                out[i] = v;
+            for (row, (i, whole)) in group.into_iter().zip(wholes).enumerate() {
+                let held = |side: Side| sides[i].iter().flatten().any(|s| *s == side);
+                let both = held(Side::Head) && held(Side::Body);
+                out[i] = (
+                    whole,
+                    parts
+                        .as_ref()
+                        .filter(|_| both)
+                        .map(|(h, b)| (h[row].clone(), b[row].clone())),
+                );
             }
         }
         Ok(out)
@@ -549,7 +625,8 @@ impl Bert {
         mask: Vec<u32>,
         rows: usize,
         cols: usize,
-    ) -> candle_core::Result<Vec<Vec<f32>>> {
+        parts: Option<(Vec<f32>, Vec<f32>)>,
+    ) -> candle_core::Result<Pooled> {
         let ids = Tensor::from_vec(ids, (rows, cols), &self.device)?;
         let mask = Tensor::from_vec(mask, (rows, cols), &self.device)?.to_dtype(DType::F32)?;
         let positions = Tensor::arange(0u32, cols as u32, &self.device)?.unsqueeze(0)?;
@@ -592,21 +669,35 @@ impl Bert {
             x = l.output_norm.forward(&apply(&l.output, &inner)?.add(&x)?)?;
         }
         let x = x.reshape((rows, cols, self.hidden))?;
-        let pooled = match self.pooling {
-            Pooling::Mean => {
-                let m = mask.unsqueeze(2)?;
-                let sum = x.broadcast_mul(&m)?.sum(1)?;
-                let count = m.sum(1)?.clamp(1e-9, f64::MAX)?;
-                sum.broadcast_div(&count)?
-            }
+        let mean = |m: &Tensor| -> candle_core::Result<Tensor> {
+            let m = m.unsqueeze(2)?;
+            let sum = x.broadcast_mul(&m)?.sum(1)?;
+            let count = m.sum(1)?.clamp(1e-9, f64::MAX)?;
+            sum.broadcast_div(&count)
+        };
+        let unit = |pooled: Tensor| -> candle_core::Result<Vec<Vec<f32>>> {
+            let norm = pooled
+                .sqr()?
+                .sum_keepdim(D::Minus1)?
+                .sqrt()?
+                .clamp(1e-12, f64::MAX)?;
+            pooled.broadcast_div(&norm)?.to_vec2()
+        };
+        let whole = match self.pooling {
+            Pooling::Mean => mean(&mask)?,
             Pooling::Cls => x.narrow(1, 0, 1)?.squeeze(1)?,
         };
-        let norm = pooled
-            .sqr()?
-            .sum_keepdim(D::Minus1)?
-            .sqrt()?
-            .clamp(1e-12, f64::MAX)?;
-        pooled.broadcast_div(&norm)?.to_vec2()
+        // A part is the mean of its tokens whatever the model's pooling.
+        let parts = match parts {
+            Some((heads, bodies)) => {
+                let part = |m: Vec<f32>| -> candle_core::Result<Vec<Vec<f32>>> {
+                    unit(mean(&Tensor::from_vec(m, (rows, cols), &self.device)?)?)
+                };
+                Some((part(heads)?, part(bodies)?))
+            }
+            None => None,
+        };
+        Ok((unit(whole)?, parts))
     }
 }
 

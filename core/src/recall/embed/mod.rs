@@ -43,11 +43,13 @@ pub fn text_of(fields: &[&str]) -> String {
     out
 }
 
-/// The parts of a memory embedded apart beside the whole (`embeddings.parts`): its head
-/// (the first field: an observation's title, a summary's request) and its body (the other
-/// fields), when it has both; none otherwise, the whole being the one part. A question
-/// about one side is often nearer that side alone than the whole, which mixes both (on
-/// the recall benchmarks a commit's subject and its body; BENCHMARKS.md, "Recall quality").
+/// The parts of a memory that get vectors of their own beside the whole
+/// (`embeddings.parts`): its head (the first field: an observation's title, a summary's
+/// request; the first line of [`text_of`]) and its body (the other fields), when it has
+/// both; none otherwise, the whole being the one part. A question about one side is often
+/// nearer that side alone than the whole, which mixes both (on the recall benchmarks a
+/// commit's subject and its body; BENCHMARKS.md, "Recall quality"). The local model pools
+/// them from its pass over the whole text (`bert::Bert::embed_split`).
 pub fn parts_of(fields: &[&str]) -> Vec<String> {
     let Some((head, body)) = fields.split_first() else {
         return Vec::new();

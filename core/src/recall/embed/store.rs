@@ -217,21 +217,49 @@ pub fn backfill(
     }
     // Similar lengths together: a batch is padded to its longest text.
     items.sort_by_key(|q| q.text.len());
-    // Every text of the batch in one call, each memory's whole then its parts.
-    let texts: Vec<&str> = items
-        .iter()
-        .flat_map(|q| std::iter::once(&q.text).chain(&q.parts))
-        .map(String::as_str)
-        .collect();
-    let mut vectors = bert.embed(&texts)?.into_iter();
-    let mut pairs = Vec::with_capacity(items.len());
-    for q in items {
-        let whole = vectors.next().unwrap_or_default();
-        let parts = vectors.by_ref().take(q.parts.len()).collect();
-        pairs.push((q, Vectors { whole, parts }));
-    }
+    let vectors = embed_with_parts(bert, &items)?;
+    let pairs: Vec<(Queued, Vectors)> = items.into_iter().zip(vectors).collect();
     store(conn, model, &pairs)?;
     Ok(pairs.len())
+}
+
+/// The vectors of each memory and of its parts. The local model pools the parts from the
+/// pass over the whole text (its head is the text's first line: `parts_of`); an endpoint
+/// gets every text, each memory's whole then its parts, in one request.
+fn embed_with_parts(bert: &Embedder, items: &[Queued]) -> Result<Vec<Vectors>> {
+    match bert {
+        Embedder::Local(b) => {
+            let texts: Vec<(&str, Option<usize>)> = items
+                .iter()
+                .map(|q| {
+                    let head = q.parts.first().filter(|h| q.text.starts_with(h.as_str()));
+                    (q.text.as_str(), head.map(|h| h.len() + 1))
+                })
+                .collect();
+            Ok(b.embed_split(&texts)?
+                .into_iter()
+                .map(|(whole, parts)| Vectors {
+                    whole,
+                    parts: parts.map_or(Vec::new(), |(h, b)| vec![h, b]),
+                })
+                .collect())
+        }
+        Embedder::Remote(_) => {
+            let texts: Vec<&str> = items
+                .iter()
+                .flat_map(|q| std::iter::once(&q.text).chain(&q.parts))
+                .map(String::as_str)
+                .collect();
+            let mut vectors = bert.embed(&texts)?.into_iter();
+            Ok(items
+                .iter()
+                .map(|q| Vectors {
+                    whole: vectors.next().unwrap_or_default(),
+                    parts: vectors.by_ref().take(q.parts.len()).collect(),
+                })
+                .collect())
+        }
+    }
 }
 
 /// Queues every memory whose vector was made by another model than `model`; returns how
