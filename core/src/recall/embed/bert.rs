@@ -572,37 +572,29 @@ impl Bert {
             let cols = group.iter().map(|&i| tokens[i].len()).max().unwrap_or(0);
             let mut ids = Vec::with_capacity(group.len() * cols);
             let mut mask = Vec::with_capacity(group.len() * cols);
-            let mut heads = Vec::with_capacity(group.len() * cols);
-            let mut bodies = Vec::with_capacity(group.len() * cols);
             for &i in &group {
                 let t = &tokens[i];
                 ids.extend_from_slice(t);
                 ids.resize(ids.len() + cols - t.len(), 0);
                 mask.extend(std::iter::repeat_n(1u32, t.len()));
                 mask.resize(mask.len() + cols - t.len(), 0);
-                for side in [Side::Head, Side::Body] {
-                    let m = if side == Side::Head {
-                        &mut heads
-                    } else {
-                        &mut bodies
-                    };
-                    let of = sides[i]
-                        .iter()
-                        .flatten()
-                        .map(|s| f32::from(u8::from(*s == side)));
-                    m.extend(of);
-                    m.resize(m.len() + cols - sides[i].as_ref().map_or(0, Vec::len), 0.0);
-                }
             }
-            let split = group.iter().any(|&i| sides[i].is_some());
+            // The head's and the body's token masks, when a text of the group has parts.
+            let side_mask = |side: Side| -> Vec<f32> {
+                let mut m = Vec::with_capacity(group.len() * cols);
+                for &i in &group {
+                    let of = sides[i].as_deref().unwrap_or_default();
+                    m.extend(of.iter().map(|s| f32::from(u8::from(*s == side))));
+                    m.resize(m.len() + cols - of.len(), 0.0);
+                }
+                m
+            };
+            let parts = group
+                .iter()
+                .any(|&i| sides[i].is_some())
+                .then(|| (side_mask(Side::Head), side_mask(Side::Body)));
             let (wholes, parts) = self
-                .forward(
-                    ids,
-                    mask,
-                    group.len(),
-                    cols,
-                    split.then_some((heads, bodies)),
-                )
+                .forward(ids, mask, group.len(), cols, parts)
                 .map_err(|e| model_err("inference", e))?;
             for (row, (i, whole)) in group.into_iter().zip(wholes).enumerate() {
                 let held = |side: Side| sides[i].iter().flatten().any(|s| *s == side);
