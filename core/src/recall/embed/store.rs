@@ -109,13 +109,6 @@ fn read_memory(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Queued>>
     }))
 }
 
-/// The int8 vector of a memory, when `model` made one.
-pub fn vector_of(conn: &Connection, kind: Kind, id: i64, model: &str) -> Result<Option<Vec<u8>>> {
-    Ok(stored(conn, kind, id)?
-        .filter(|s| s.model == model)
-        .map(|s| s.vector))
-}
-
 /// A memory's stored int8 vector, those of its parts one after another (empty when it is
 /// one part), and the model that made them (one row per memory).
 #[derive(Debug, Clone, PartialEq)]
@@ -507,7 +500,7 @@ mod tests {
                 queued: 0
             }
         );
-        // A stored vector is read back by memory (for its model only) and by row.
+        // A stored vector is read back by memory, with its model and parts, and by row.
         let (id, seq): (i64, i64) = conn
             .query_row(
                 "SELECT ref_id, seq FROM embeddings WHERE kind = 0",
@@ -529,12 +522,6 @@ mod tests {
                 vector: want.clone(),
                 parts: want_parts
             })
-        );
-        let by_memory = vector_of(&conn, Kind::Observation, id, "m:1").expect("read");
-        assert_eq!(by_memory.as_ref(), Some(&want));
-        assert_eq!(
-            vector_of(&conn, Kind::Observation, id, "m:2").expect("read"),
-            None
         );
         assert_eq!(
             vector_at(&conn, seq, Kind::Observation, id)
