@@ -52,6 +52,7 @@ SIGNALS = [
     "bm25", "bm25_share", "text_rank", "similarity", "similarity_gap", "similarity_lead",
     "meaning_rank", "coverage", "best_coverage", "title_coverage", "phrasing", "words",
     "duplicates", "rarity", "query_rarity", "fusion", "part_similarity", "parted",
+    "title_precision",
 ]
 QUERY_SIGNALS = [
     "top", "margin", "best_coverage", "best_title_coverage", "best_phrasing", "best_rarity",

@@ -366,7 +366,7 @@ fn camel_pieces(run: &str) -> Vec<String> {
 }
 
 /// English words too common to tell memories apart (a question's `why was the … `).
-fn is_stop_word(word: &str) -> bool {
+pub(crate) fn is_stop_word(word: &str) -> bool {
     const STOP: &[&str] = &[
         "a", "about", "after", "again", "all", "am", "an", "and", "any", "are", "as", "at", "be",
         "because", "been", "before", "being", "both", "but", "by", "can", "could", "did", "do",

@@ -10,13 +10,14 @@
 //!   reaches `embed.min_similarity`.
 //!
 //! Every candidate is then measured ([`Signals`]: BM25, similarity, coverage of the
-//! query's words in the memory and in its title, phrasing, how it stands out of the
-//! others, duplicates, how rare its words are in the project; see `ranker`) and given its
-//! relevance by the shipped [`Ranker`], the probability that it answers the query (which
-//! candidate, times whether the query asks about the project's past at all); the
-//! candidates are ordered by it, and none is returned when even the best is under the
-//! request's floor. A prompt gets [`PROMPT_FACTOR`] of its relevance: the question a
-//! person asked ranks below the memories that answer it.
+//! query's words in the memory and in its title, how much of its title is the query's
+//! words, phrasing, how it stands out of the others, duplicates, how rare its words are
+//! in the project; see `ranker`) and given its relevance by the shipped [`Ranker`], the
+//! probability that it answers the query (which candidate, times whether the query asks
+//! about the project's past at all); the candidates are ordered by it, and none is
+//! returned when even the best is under the request's floor. A prompt gets
+//! [`PROMPT_FACTOR`] of its relevance: the question a person asked ranks below the
+//! memories that answer it.
 //!
 //! The ranker was trained across the recall benchmarks' projects and is judged on each
 //! project it was not trained on; see BENCHMARKS.md.
@@ -351,6 +352,7 @@ pub(super) fn scored(
                 coverage: w.coverage,
                 best_coverage,
                 title_coverage: w.title_coverage,
+                title_precision: w.title_precision,
                 phrasing: w.phrasing,
                 words,
                 rarity: w.rarity,
@@ -696,6 +698,8 @@ fn allowed_ids(
 struct Wording {
     coverage: f64,
     title_coverage: f64,
+    /// The share of its title's words (stop words aside) that are words of the query.
+    title_precision: f64,
     phrasing: f64,
     /// The rarest of the query's words it holds: that word's IDF over the IDF of a word in
     /// no row.
@@ -775,6 +779,7 @@ fn wording(
     counted: &HashMap<Kind, Counts>,
     candidates: &HashMap<Kind, Vec<i64>>,
     scratch: &HashMap<Kind, String>,
+    titles: &HashMap<(Kind, i64), String>,
 ) -> Result<HashMap<(Kind, i64), Wording>> {
     let groups = q.group_expressions();
     let pairs = q.adjacent_pairs();
@@ -823,8 +828,18 @@ fn wording(
             }
         }
         let first = t.title_column();
-        let in_title: Vec<String> = groups.iter().map(|g| format!("{first} : ({g})")).collect();
-        let title_coverage = shares(conn, &scratch[&kind], &in_title, &idf)?;
+        // The query's words each title holds: their IDF-weighted share of the query's, and
+        // how many they are.
+        let mut title_coverage: HashMap<i64, f64> = HashMap::new();
+        let mut in_title: HashMap<i64, usize> = HashMap::new();
+        for (g, w) in groups.iter().zip(&idf) {
+            for id in matching(conn, &scratch[&kind], &format!("{first} : ({g})"))? {
+                if idf_sum > 0.0 {
+                    *title_coverage.entry(id).or_insert(0.0) += w / idf_sum;
+                }
+                *in_title.entry(id).or_insert(0) += 1;
+            }
+        }
         let phrasing = shares(conn, &scratch[&kind], &pairs, &vec![1.0; pairs.len()])?;
         for &id in ids {
             out.insert(
@@ -832,6 +847,10 @@ fn wording(
                 Wording {
                     coverage: coverage.get(&id).copied().unwrap_or(0.0),
                     title_coverage: title_coverage.get(&id).copied().unwrap_or(0.0),
+                    title_precision: title_precision(
+                        in_title.get(&id).copied().unwrap_or(0),
+                        titles.get(&(kind, id)).map_or("", String::as_str),
+                    ),
                     phrasing: phrasing.get(&id).copied().unwrap_or(0.0),
                     rarity: rarest.get(&id).copied().unwrap_or(0.0),
                     query_rarity,
@@ -840,6 +859,21 @@ fn wording(
         }
     }
     Ok(out)
+}
+
+/// The share of a title's words, stop words aside, that are words of the query, of which
+/// it holds `held` (each of the query's word groups found in it counts one): a title
+/// saying little but what the query says is likelier the memory asked about than one
+/// holding the same words among many others.
+fn title_precision(held: usize, title: &str) -> f64 {
+    let words = title
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && !query::is_stop_word(w))
+        .count();
+    if words == 0 {
+        return 0.0;
+    }
+    (held as f64 / words as f64).min(1.0)
 }
 
 /// Which scratch table a candidate's row is copied into (see [`examine`]). When the query's
@@ -960,7 +994,7 @@ fn examine(
         }
         scratch.insert(kind, name);
     }
-    let wording = wording(conn, q, counted, candidates, &scratch)?;
+    let wording = wording(conn, q, counted, candidates, &scratch, &titles)?;
     Ok(Examined {
         copies: scratch.into_iter().collect(),
         wording,
@@ -1547,6 +1581,46 @@ mod tests {
         let any = q.fts_any().expect("words");
         let (found, _) = scored(&young.conn, &q, &any, &kinds, &filters, 20, None).expect("scored");
         assert_eq!(found.len(), 50);
+    }
+
+    #[test]
+    fn a_titles_precision_is_the_share_of_its_words_the_query_holds() {
+        let mut f = fixture();
+        let exact = f.add(obs(
+            "p",
+            "change",
+            "Rejects U+001F in the string literals",
+            "",
+            T0,
+        ));
+        let wider = f.add(obs(
+            "p",
+            "change",
+            "Fix compiler warnings in string literals of the found_string parser",
+            "Rejects U+001F",
+            T0 + 1,
+        ));
+        let stops = f.add(obs("p", "change", "Of the", "string", T0 + 2));
+        let q = query::parse("Reject U+001F in string literals.");
+        let any = q.fts_any().expect("words");
+        let (found, _) =
+            scored(&f.conn, &q, &any, &[Kind::Observation], &in_p(), 20, None).expect("scored");
+        let precision = |id: i64| {
+            found
+                .iter()
+                .find(|s| s.candidate.id == id)
+                .expect("a candidate")
+                .signals
+                .title_precision
+        };
+        // Matched as the index matches ("rejects" is "reject"), stop words left aside:
+        // every word of the first title is the query's.
+        assert_eq!(precision(exact), 1.0);
+        // "string" and "literals" of "fix compiler warnings string literals found string
+        // parser".
+        assert_eq!(precision(wider), 2.0 / 8.0);
+        // A title of stop words alone says nothing.
+        assert_eq!(precision(stops), 0.0);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 /// The signals in the order the weights list them; `ranker.json` names them the same.
-pub const SIGNALS: [&str; 18] = [
+pub const SIGNALS: [&str; 19] = [
     "bm25",
     "bm25_share",
     "text_rank",
@@ -42,6 +42,7 @@ pub const SIGNALS: [&str; 18] = [
     "fusion",
     "part_similarity",
     "parted",
+    "title_precision",
 ];
 
 /// The query's signals in the order the gate's weights list them.
@@ -118,6 +119,9 @@ pub struct Signals {
     pub part_similarity: f64,
     /// 1 when it was embedded in parts too, else 0 (and 0 without a model).
     pub parted: f64,
+    /// The share of its title's words (stop words aside) that are words of the query:
+    /// whether its title says little but what the query says.
+    pub title_precision: f64,
 }
 
 /// The constant of [`Signals::fusion`], the usual one of reciprocal rank fusion (the
@@ -146,6 +150,7 @@ impl Signals {
             self.fusion,
             self.part_similarity,
             self.parted,
+            self.title_precision,
         ]
     }
 }
