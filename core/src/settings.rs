@@ -50,7 +50,7 @@ pub struct SearchSettings {
 impl Default for SearchSettings {
     fn default() -> Self {
         Self {
-            min_relevance: 0.01,
+            min_relevance: 0.005,
         }
     }
 }
@@ -392,7 +392,7 @@ impl Default for RecallSettings {
             at_file: true,
             max_memories: 3,
             max_file_memories: 3,
-            min_relevance: 0.4,
+            min_relevance: 0.35,
             budget_tokens: 250,
             worker_deadline_ms: 25,
         }
