@@ -828,30 +828,20 @@ fn wording(
             }
         }
         let first = t.title_column();
-        // The query's words each title holds: their IDF-weighted share of the query's, and
-        // how many they are.
-        let mut title_coverage: HashMap<i64, f64> = HashMap::new();
-        let mut in_title: HashMap<i64, usize> = HashMap::new();
-        for (g, w) in groups.iter().zip(&idf) {
-            for id in matching(conn, &scratch[&kind], &format!("{first} : ({g})"))? {
-                if idf_sum > 0.0 {
-                    *title_coverage.entry(id).or_insert(0.0) += w / idf_sum;
-                }
-                *in_title.entry(id).or_insert(0) += 1;
-            }
-        }
+        let in_title: Vec<String> = groups.iter().map(|g| format!("{first} : ({g})")).collect();
+        let in_title = shares(conn, &scratch[&kind], &in_title, &idf)?;
         let phrasing = shares(conn, &scratch[&kind], &pairs, &vec![1.0; pairs.len()])?;
         for &id in ids {
             out.insert(
                 (kind, id),
                 Wording {
                     coverage: coverage.get(&id).copied().unwrap_or(0.0),
-                    title_coverage: title_coverage.get(&id).copied().unwrap_or(0.0),
+                    title_coverage: in_title.get(&id).map_or(0.0, |h| h.share),
                     title_precision: title_precision(
-                        in_title.get(&id).copied().unwrap_or(0),
+                        in_title.get(&id).map_or(0, |h| h.matched),
                         titles.get(&(kind, id)).map_or("", String::as_str),
                     ),
-                    phrasing: phrasing.get(&id).copied().unwrap_or(0.0),
+                    phrasing: phrasing.get(&id).map_or(0.0, |h| h.share),
                     rarity: rarest.get(&id).copied().unwrap_or(0.0),
                     query_rarity,
                 },
@@ -1036,22 +1026,32 @@ fn matching(conn: &Connection, scratch: &str, expr: &str) -> Result<HashSet<i64>
     Ok(rows)
 }
 
-/// For each row of the scratch table: the weight of the expressions it matches, as a
-/// share of all.
+/// What a row of a scratch table holds of a set of expressions ([`shares`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    /// The weight of the expressions it matches, as a share of all.
+    share: f64,
+    /// How many of them it matches.
+    matched: usize,
+}
+
+/// For each row of the scratch table matching any of the expressions: what it holds of
+/// them.
 fn shares(
     conn: &Connection,
     scratch: &str,
     exprs: &[String],
     weights: &[f64],
-) -> Result<HashMap<i64, f64>> {
+) -> Result<HashMap<i64, Held>> {
     let sum: f64 = weights.iter().sum();
-    let mut out = HashMap::new();
-    if sum <= 0.0 {
-        return Ok(out);
-    }
+    let mut out: HashMap<i64, Held> = HashMap::new();
     for (expr, w) in exprs.iter().zip(weights) {
         for id in matching(conn, scratch, expr)? {
-            *out.entry(id).or_insert(0.0) += w / sum;
+            let held = out.entry(id).or_default();
+            if sum > 0.0 {
+                held.share += w / sum;
+            }
+            held.matched += 1;
         }
     }
     Ok(out)
