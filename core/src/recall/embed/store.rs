@@ -120,18 +120,11 @@ pub struct Stored {
 
 /// The vector stored for a memory, whichever model made it.
 pub fn stored(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Stored>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT model, vector, parts FROM embeddings WHERE kind = ?1 AND ref_id = ?2",
-        )?
-        .query_row(params![kind.code(), id], |r| {
-            Ok(Stored {
-                model: r.get(0)?,
-                vector: r.get(1)?,
-                parts: r.get(2)?,
-            })
-        })
-        .optional()?)
+    Ok(carried(conn, kind, id)?.map(|c| Stored {
+        model: c.model,
+        vector: c.vector,
+        parts: c.parts,
+    }))
 }
 
 /// Which of the rows `seqs` are there, with the memory each holds (kind code, ref_id): a
@@ -277,7 +270,7 @@ pub struct Carried {
     pub parts: Vec<u8>,
 }
 
-/// The vector stored for a memory, whichever model made it.
+/// The vectors stored for a memory, whichever model made them, with their sign bits.
 pub fn carried(conn: &Connection, kind: Kind, id: i64) -> Result<Option<Carried>> {
     Ok(conn
         .prepare_cached(
