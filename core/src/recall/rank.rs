@@ -1062,6 +1062,15 @@ mod tests {
     use super::*;
     use crate::recall::testing::{T0, fixture, obs, unit};
 
+    /// The signals of the candidate `id` among `found`.
+    fn signals_of(found: &[Scored], id: i64) -> Signals {
+        found
+            .iter()
+            .find(|s| s.candidate.id == id)
+            .expect("a candidate")
+            .signals
+    }
+
     /// Only project `p`'s memories.
     fn in_p() -> Filters {
         Filters {
@@ -1341,9 +1350,8 @@ mod tests {
         }
         // Found by words and by meaning (every candidate with a vector has a place by
         // similarity), and by meaning alone.
-        let of = |id: i64| found.iter().find(|s| s.candidate.id == id).expect("found");
-        assert!(of(ids[3]).signals.fusion > 1.0 / FUSION_K);
-        let alone = of(ids[4]).signals;
+        assert!(signals_of(&found, ids[3]).fusion > 1.0 / FUSION_K);
+        let alone = signals_of(&found, ids[4]);
         assert!(alone.text_rank == 0.0 && alone.fusion > 0.0 && alone.fusion < 1.0 / FUSION_K);
     }
 
@@ -1389,13 +1397,7 @@ mod tests {
         let kinds = [Kind::Observation];
         let (found, _) =
             scored(&f.conn, &q, &any, &kinds, &in_p(), 10, Some(&semantic)).expect("scored");
-        let of = |id: i64| {
-            found
-                .iter()
-                .find(|s| s.candidate.id == id)
-                .expect("found")
-                .signals
-        };
+        let of = |id: i64| signals_of(&found, id);
         for id in [parted, alone] {
             let s = of(id);
             assert_eq!(
@@ -1605,14 +1607,7 @@ mod tests {
         let any = q.fts_any().expect("words");
         let (found, _) =
             scored(&f.conn, &q, &any, &[Kind::Observation], &in_p(), 20, None).expect("scored");
-        let precision = |id: i64| {
-            found
-                .iter()
-                .find(|s| s.candidate.id == id)
-                .expect("a candidate")
-                .signals
-                .title_precision
-        };
+        let precision = |id: i64| signals_of(&found, id).title_precision;
         // Matched as the index matches ("rejects" is "reject"), stop words left aside:
         // every word of the first title is the query's.
         assert_eq!(precision(exact), 1.0);
