@@ -596,16 +596,12 @@ impl Bert {
             let (wholes, parts) = self
                 .forward(ids, mask, group.len(), cols, parts)
                 .map_err(|e| model_err("inference", e))?;
-            for (row, (i, whole)) in group.into_iter().zip(wholes).enumerate() {
+            let mut parts = parts.map(|(heads, bodies)| heads.into_iter().zip(bodies));
+            for (i, whole) in group.into_iter().zip(wholes) {
+                let part = parts.as_mut().and_then(Iterator::next);
                 let held = |side: Side| sides[i].iter().flatten().any(|s| *s == side);
                 let both = held(Side::Head) && held(Side::Body);
-                out[i] = (
-                    whole,
-                    parts
-                        .as_ref()
-                        .filter(|_| both)
-                        .map(|(h, b)| (h[row].clone(), b[row].clone())),
-                );
+                out[i] = (whole, part.filter(|_| both));
             }
         }
         Ok(out)
