@@ -644,7 +644,8 @@ pub(super) fn pool_statement(
 /// index on (project, type, created_at) (migration 0009); a concept, which must equal one
 /// of the memory's concepts, is first looked for as a phrase of the full-text index's
 /// `concepts_text`, so only the rows that may hold it are read; a file is matched against
-/// every row of the project.
+/// every row of the project, whose files are read as JSON only when their text may hold it
+/// (`sql::push_filters`).
 fn allowed_ids(
     conn: &Connection,
     kinds: &[Kind],
@@ -1094,6 +1095,21 @@ mod tests {
         let _plural = add("p", "bugfix", &["gotchas"], "src/a.rs", T0 + 3);
         let _elsewhere = add("q", "bugfix", &["gotcha"], "src/a.rs", T0 + 4);
         let late = add("p", "bugfix", &["queue"], "src/a.rs", T0 + 100);
+        // Files written by other JSON encoders, which may escape a slash or any letter
+        // outside ASCII: the filter reads the paths, not how they were written.
+        let slashed = add("p", "change", &[], "one", T0 + 101);
+        let accented = add("p", "change", &[], "two", T0 + 102);
+        for (id, json) in [
+            (slashed, r#"["src\/c.rs"]"#),
+            (accented, r#"["d\u00e9j\u00e0/c.rs"]"#),
+        ] {
+            f.conn
+                .execute(
+                    "UPDATE observations SET files_read = ?1 WHERE id = ?2",
+                    rusqlite::params![json, id],
+                )
+                .expect("files");
+        }
         // Every memory gets the query's own vector: all are equally near, and only the
         // filters decide what is found (the query's word matches nothing).
         store::store_each(&mut f.conn, "m", |_| Some(unit(0)));
@@ -1170,6 +1186,18 @@ mod tests {
             ..Filters::default()
         };
         assert_eq!(found(by_file), refs(&[upper]));
+        for (file, want) in [
+            ("src/c.rs", vec![slashed]),
+            ("déjà/c.rs", vec![accented]),
+            ("/c.rs", vec![slashed, accented]),
+            ("C.RS", vec![slashed, accented]),
+        ] {
+            let filters = Filters {
+                file: Some(file.into()),
+                ..Filters::default()
+            };
+            assert_eq!(found(filters), refs(&want), "{file:?}");
+        }
         // A concept with no word in it is still compared exactly (no full-text lookup).
         let none = Filters {
             concept: Some("???".into()),
