@@ -644,8 +644,7 @@ pub(super) fn pool_statement(
 /// index on (project, type, created_at) (migration 0009); a concept, which must equal one
 /// of the memory's concepts, is first looked for as a phrase of the full-text index's
 /// `concepts_text`, so only the rows that may hold it are read; a file is matched against
-/// every row of the project, whose files are read as JSON only when their text may hold it
-/// (`sql::push_filters`).
+/// every row of the project.
 fn allowed_ids(
     conn: &Connection,
     kinds: &[Kind],
