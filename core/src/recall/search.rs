@@ -506,13 +506,15 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
     let plain = one_line(&plain.unwrap_or_default());
     let snippet = if let Some((best, body)) = snippets {
         let best = one_line(&best.unwrap_or_default());
-        // The title is shown anyway: a snippet that only repeats it gives way to the body.
+        // The title is shown anyway: a snippet that only repeats it gives way to the body,
+        // or to nothing when there is none.
         let bare = best
             .replace(HIGHLIGHT_OPEN, "")
             .replace(HIGHLIGHT_CLOSE, "");
-        match body.map(|b| one_line(&b)).filter(|b| !b.is_empty()) {
-            Some(body) if bare == one_line(&title) => body,
-            _ => best,
+        if bare == one_line(&title) {
+            body.map(|b| one_line(&b)).unwrap_or_default()
+        } else {
+            best
         }
     } else {
         shorten(&plain, 120)
@@ -605,6 +607,11 @@ mod tests {
         // BM25 scores are lower for the better match; relevance higher.
         assert!(hits[0].score.expect("score") < hits[1].score.expect("score"));
         assert!(hits[0].relevance > hits[1].relevance);
+        // And nothing when it has no body.
+        let bare = f.add(obs("p", "change", "Cleanup done", "", T0 + 20));
+        let hits = search(&f.conn, &req("cleanup", Some("p"))).expect("search");
+        assert_eq!(hits[0].id, bare);
+        assert_eq!(hits[0].snippet, "");
     }
 
     #[test]
