@@ -242,12 +242,7 @@ pub fn parse(input: &str) -> Query {
                     continue;
                 }
                 if q.sequence.len() < MAX_TERMS {
-                    q.sequence.extend(
-                        term.text
-                            .split(|c: char| !c.is_alphanumeric())
-                            .filter(|w| !w.is_empty())
-                            .map(str::to_string),
-                    );
+                    q.sequence.extend(runs(&term.text).map(str::to_string));
                     q.sequence.truncate(MAX_TERMS);
                 }
                 match (pending_or, q.groups.last_mut()) {
@@ -307,10 +302,7 @@ fn split_words(groups: Vec<Vec<Term>>) -> Vec<Vec<Term>> {
 /// and digits, else each run; plus the pieces of a `CamelCase` run. A trailing `*` stays on
 /// the last run.
 fn word_parts(text: &str, prefix: bool) -> Vec<Term> {
-    let runs: Vec<&str> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|r| !r.is_empty())
-        .collect();
+    let runs: Vec<&str> = runs(text).collect();
     let mut parts = Vec::new();
     let last = runs.len().saturating_sub(1);
     for (i, run) in runs.iter().enumerate() {
@@ -363,6 +355,12 @@ fn camel_pieces(run: &str) -> Vec<String> {
     }
     pieces.push(chars[start..].iter().collect());
     pieces.into_iter().map(|p| p.to_lowercase()).collect()
+}
+
+/// The runs of letters and digits of `text`: its words as a query counts them.
+pub(crate) fn runs(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|r| !r.is_empty())
 }
 
 /// English words too common to tell memories apart (a question's `why was the … `).

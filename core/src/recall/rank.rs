@@ -856,9 +856,8 @@ fn wording(
 /// saying little but what the query says is likelier the memory asked about than one
 /// holding the same words among many others.
 fn title_precision(held: usize, title: &str) -> f64 {
-    let words = title
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty() && !query::is_stop_word(w))
+    let words = query::runs(title)
+        .filter(|w| !query::is_stop_word(w))
         .count();
     if words == 0 {
         return 0.0;
