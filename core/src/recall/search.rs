@@ -503,7 +503,6 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
     let Some((id, project, created_at, label, title, plain)) = row else {
         return Ok(None);
     };
-    let plain = one_line(&plain.unwrap_or_default());
     let snippet = if let Some((best, body)) = snippets {
         let best = one_line(&best.unwrap_or_default());
         // The title is shown anyway: a snippet that only repeats it gives way to the body,
@@ -517,7 +516,7 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
             best
         }
     } else {
-        shorten(&plain, 120)
+        shorten(&one_line(&plain.unwrap_or_default()), 120)
     };
     Ok(Some(Hit {
         kind: c.kind,
