@@ -145,7 +145,8 @@ pub fn is_users_prompt(prompt: &str) -> bool {
 /// project (the user's earlier prompts would mostly echo the question), by relevance.
 pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) -> SearchRequest {
     SearchRequest {
-        query: prompt.to_string(),
+        // Prose, not the query language: `-dirty` or `NOT` in a prompt are words.
+        query: crate::recall::query::literal(prompt),
         filters: Filters {
             project: Some(project.to_string()),
             ..Filters::default()
@@ -591,6 +592,28 @@ mod tests {
         assert_eq!(all[2].verdict, Verdict::OverBudget);
         assert_eq!(render("h", &mut all, 3, 5), "");
         assert_eq!(render("h", &mut [], 3, 1_000), "");
+    }
+
+    #[test]
+    fn a_prompt_is_searched_by_its_words_not_as_the_query_language() {
+        let mut f = fixture();
+        let id = f.add(obs(
+            "web",
+            "change",
+            "Release builds no longer carry the dirty suffix",
+            "The version string dropped -dirty.",
+            T0,
+        ));
+        // As typed in `cairn search`, `-dirty` and `NOT suffix` would leave the memory out.
+        let prompt = "why do release builds say -dirty NOT just the version";
+        let req = prompt_request("web", prompt, &settings());
+        let hits = search(&f.conn, &req).expect("search");
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![id]);
+        let typed = SearchRequest {
+            query: prompt.into(),
+            ..req
+        };
+        assert!(search(&f.conn, &typed).expect("search").is_empty());
     }
 
     #[test]

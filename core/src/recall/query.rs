@@ -7,7 +7,7 @@
 //! | `why was the login test failing` | ranked by relevance: memories matching more of the words (stop words such as `why`, `was`, `the` left out) come first; any one word is enough to be a candidate |
 //! | `"lease rescue"` | the exact phrase |
 //! | `-flaky` or `NOT flaky` | rows matching `flaky` are left out |
-//! | `-S`, `-pp` | a command-line option: one or two letters after a dash are a word, not an exclusion |
+//! | `-S`, `-pp`, `-Werror=format`, `-p/--plain` | a command-line option: one or two letters after a dash, or a word with punctuation inside it, are searched as a word, not an exclusion |
 //! | `sqlite OR postgres` | either word counts as the same match (binds the two terms next to it) |
 //! | `migrat*` | any word starting with `migrat` |
 //! | `AND` | ignored |
@@ -456,9 +456,10 @@ fn lex(input: &str) -> Vec<Token> {
                 prefix = true;
             }
         }
-        // `-S`, `-pp`: a command-line option, searched as a word. Leaving out every memory
-        // with a one- or two-letter word in it is never what a question means.
-        if negated && !quoted && !prefix && is_short_option(&text) {
+        // `-S`, `-pp`, `-Woverlength-strings`: a command-line option, searched as a word.
+        // Leaving out every memory with a one- or two-letter word, or with the words of
+        // a compiler flag, is never what a question means.
+        if negated && !quoted && !prefix && (is_short_option(&text) || is_code_word(&text)) {
             negated = false;
         }
         if let Some(term) = make_term(&text, prefix, quoted) {
@@ -489,6 +490,31 @@ fn make_term(text: &str, prefix: bool, quoted: bool) -> Option<Term> {
 fn is_short_option(text: &str) -> bool {
     let n = text.chars().filter(|c| c.is_alphanumeric()).count();
     (1..=2).contains(&n) && text.chars().next().is_some_and(char::is_alphanumeric)
+}
+
+/// Punctuation inside the word, not only after it (`Werror=format`, `p/--plain`,
+/// `foo-bar`): written as code. `_` is a letter here (`snake_case` is one word).
+fn is_code_word(text: &str) -> bool {
+    text.trim_end_matches(|c: char| c.is_ascii_punctuation())
+        .chars()
+        .any(|c| !c.is_alphanumeric() && c != '_')
+}
+
+/// `text` as a query that means its words and nothing else: what a prompt, written as
+/// prose, is searched by. A dash before a word, `*` after one, double quotes and the
+/// operators `OR`, `AND`, `NOT` lose their meaning (`NOT` and `OR` are stop words then).
+pub fn literal(text: &str) -> String {
+    text.split(is_space)
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let w = w.trim_start_matches('-').trim_end_matches('*');
+            match w {
+                "OR" | "AND" | "NOT" => w.to_lowercase(),
+                _ => w.replace('"', " "),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn is_space(c: char) -> bool {
@@ -577,10 +603,38 @@ mod tests {
         check("-S", Some(r#""S""#), None);
         check("lease -ab", Some(r#""lease" AND "ab""#), None);
         check("lease -abc", Some(r#"("lease") NOT "abc""#), None);
+        check("lease -abc.", Some(r#"("lease") NOT "abc.""#), None);
+        check(
+            "Fix build with -Woverlength-strings",
+            Some(r#""Fix" AND "build" AND "Woverlength" AND "strings""#),
+            None,
+        );
+        check(
+            "-p/--plain -Werror=format",
+            Some(r#""p" AND "plain" AND "Werror" AND "format""#),
+            None,
+        );
         check(
             "lease -x*",
             Some(r#"("lease") NOT - project_key : "x"*"#),
             None,
+        );
+    }
+
+    #[test]
+    fn a_literal_query_means_its_words_only() {
+        let typed = r#"remove the -dirty suffix NOT "release* OR -x test"#;
+        let q = parse(&literal(typed));
+        assert!(q.excluded.is_empty(), "{q:?}");
+        assert!(q.groups.iter().flatten().all(|t| !t.quoted && !t.prefix));
+        assert_eq!(
+            q.fts_match().as_deref(),
+            Some(r#""remove" AND "dirty" AND "suffix" AND "release" AND "x" AND "test""#)
+        );
+        // Without operators, a query reads the same.
+        assert_eq!(
+            literal("why did the lease test fail"),
+            "why did the lease test fail"
         );
     }
 
