@@ -386,12 +386,21 @@ pub(crate) fn is_stop_word(word: &str) -> bool {
 fn lex(input: &str) -> Vec<Token> {
     let mut tokens = Vec::new();
     let mut chars = input.chars().peekable();
+    // A dash right after a phrase (`"else if"-like`) is not an exclusion: only one that
+    // starts a word.
+    let mut word_starts = true;
     while let Some(&c) = chars.peek() {
         if is_space(c) {
             chars.next();
+            word_starts = true;
             continue;
         }
+        let starts = std::mem::replace(&mut word_starts, false);
         let mut negated = false;
+        if c == '-' && !starts {
+            chars.next();
+            continue;
+        }
         if c == '-' {
             chars.next();
             match chars.peek() {
@@ -604,6 +613,11 @@ mod tests {
         check("lease -ab", Some(r#""lease" AND "ab""#), None);
         check("lease -abc", Some(r#"("lease") NOT "abc""#), None);
         check("lease -abc.", Some(r#"("lease") NOT "abc.""#), None);
+        check(
+            r#"custom "else if"-like blocks"#,
+            Some(r#""custom" AND "else if" AND "like" AND "blocks""#),
+            None,
+        );
         check(
             "Fix build with -Woverlength-strings",
             Some(r#""Fix" AND "build" AND "Woverlength" AND "strings""#),
