@@ -50,7 +50,7 @@ pub struct SearchSettings {
 impl Default for SearchSettings {
     fn default() -> Self {
         Self {
-            min_relevance: 0.005,
+            min_relevance: 0.01,
         }
     }
 }
