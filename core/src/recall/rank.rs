@@ -644,7 +644,8 @@ pub(super) fn pool_statement(
 /// index on (project, type, created_at) (migration 0009); a concept, which must equal one
 /// of the memory's concepts, is first looked for as a phrase of the full-text index's
 /// `concepts_text`, so only the rows that may hold it are read; a file is matched against
-/// every row of the project.
+/// every row of the project in the index of files (migration 0015), by the raw text of its
+/// lists first (`sql::push_filters`).
 fn allowed_ids(
     conn: &Connection,
     kinds: &[Kind],
@@ -661,27 +662,7 @@ fn allowed_ids(
         .map(|c| format!("concepts_text : {}", query::quoted(c)));
     let mut out = HashMap::new();
     for &kind in kinds {
-        let t = table(kind);
-        let (args, wheres, from) = match (&concept, kind) {
-            (Some(phrase), Kind::Observation) => {
-                let (args, wheres) = full_text_led(kind, phrase, f);
-                (args, wheres, t.joined_rows(f))
-            }
-            _ => {
-                let mut args = Vec::new();
-                let mut wheres = Vec::new();
-                push_filters(kind, f, false, &mut args, &mut wheres);
-                (args, wheres, format!("{} t", t.table))
-            }
-        };
-        let sql = format!(
-            "SELECT t.id FROM {from} WHERE {wheres}",
-            wheres = if wheres.is_empty() {
-                "1".to_string()
-            } else {
-                wheres.join(" AND ")
-            }
-        );
+        let (sql, args) = allowed_statement(kind, f, concept.as_deref());
         let ids = conn
             .prepare_cached(&sql)?
             .query_map(params_from_iter(args), |r| r.get(0))?
@@ -689,6 +670,32 @@ fn allowed_ids(
         out.insert(kind, ids);
     }
     Ok(Some(out))
+}
+
+/// The statement of [`allowed_ids`] for one kind, with its arguments.
+fn allowed_statement(kind: Kind, f: &Filters, concept: Option<&str>) -> (String, Vec<Value>) {
+    let t = table(kind);
+    let (args, wheres, from) = match (concept, kind) {
+        (Some(phrase), Kind::Observation) => {
+            let (args, wheres) = full_text_led(kind, phrase, f);
+            (args, wheres, t.joined_rows(f))
+        }
+        _ => {
+            let mut args = Vec::new();
+            let mut wheres = Vec::new();
+            push_filters(kind, f, false, &mut args, &mut wheres);
+            (args, wheres, format!("{} t", t.table))
+        }
+    };
+    let sql = format!(
+        "SELECT t.id FROM {from} WHERE {wheres}",
+        wheres = if wheres.is_empty() {
+            "1".to_string()
+        } else {
+            wheres.join(" AND ")
+        }
+    );
+    (sql, args)
 }
 
 /// What a candidate's words tell: its coverage, the IDF-weighted share of the query's word
@@ -1562,6 +1569,42 @@ mod tests {
                 )),
                 "{kind:?}:\n{rows}"
             );
+        }
+    }
+
+    #[test]
+    fn a_file_filter_reads_the_index_of_files_not_the_rows() {
+        let f = fixture();
+        for (kind, index) in [
+            (Kind::Observation, "observations_files"),
+            (Kind::Summary, "session_summaries_files"),
+        ] {
+            for filters in [
+                Filters {
+                    file: Some("src/db.rs".into()),
+                    ..in_p()
+                },
+                Filters {
+                    file: Some("src/db.rs".into()),
+                    since: Some(1),
+                    ..in_p()
+                },
+            ] {
+                let (sql, args) = allowed_statement(kind, &filters, None);
+                let plan = f
+                    .conn
+                    .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                    .expect("plan")
+                    .query_map(params_from_iter(args), |r| r.get::<_, String>(3))
+                    .expect("rows")
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .expect("collect")
+                    .join("\n");
+                assert!(
+                    plan.contains(&format!("USING COVERING INDEX {index}")),
+                    "{kind:?}:\n{plan}"
+                );
+            }
         }
     }
 

@@ -248,13 +248,24 @@ pub(super) fn push_filters(
             Kind::Summary => &["files_read", "files_edited"],
             Kind::Prompt => &[],
         };
-        args.push(Value::Text(format!("%{}%", escape_like(file.trim()))));
+        let file = file.trim();
+        args.push(Value::Text(format!("%{}%", escape_like(file))));
         let n = args.len();
+        // The list's text is read as JSON only when it holds the path's longest run of
+        // characters that every JSON encoder writes as they are: scanning every row of a
+        // project for a file, as a search by meaning must, then reads few of them.
+        let raw = verbatim_run(file).map(|run| {
+            args.push(Value::Text(format!("%{}%", escape_like(run))));
+            args.len()
+        });
         let any: Vec<String> = columns
             .iter()
             .map(|col| {
+                let held = raw
+                    .map(|r| format!("t.{col} LIKE ?{r} ESCAPE '\\' AND "))
+                    .unwrap_or_default();
                 format!(
-                    "EXISTS (SELECT 1 FROM json_each(t.{col}) f WHERE f.value LIKE ?{n} ESCAPE '\\')"
+                    "({held}EXISTS (SELECT 1 FROM json_each(t.{col}) f WHERE f.value LIKE ?{n} ESCAPE '\\'))"
                 )
             })
             .collect();
@@ -262,6 +273,15 @@ pub(super) fn push_filters(
             wheres.push(format!("({})", any.join(" OR ")));
         }
     }
+}
+
+/// The longest run of `path` made of ASCII letters and digits, spaces, `.`, `_` and `-`,
+/// which no JSON encoder escapes (a slash may be written `\/`, any other letter `\u…`):
+/// the JSON text of a list holding a path that contains `path` holds the run.
+fn verbatim_run(path: &str) -> Option<&str> {
+    path.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | '-')))
+        .max_by_key(|run| run.len())
+        .filter(|run| !run.is_empty())
 }
 
 /// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.

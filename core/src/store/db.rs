@@ -75,6 +75,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0014_embedding_parts",
         include_str!("../../../migrations/0014_embedding_parts.sql"),
     ),
+    (
+        "0015_files_index",
+        include_str!("../../../migrations/0015_files_index.sql"),
+    ),
 ];
 
 /// The first schema version that keeps its number in the `schema_version` table too.
