@@ -255,10 +255,14 @@ impl VectorIndex {
         }
         let mut kept = Vec::with_capacity(depth);
         let mut nearer = 0;
+        let mut bands = 0;
         while kept.len() < depth && nearer < at.len() {
             // The next distances holding enough rows to fill what is left, were all of
-            // them admitted.
-            let mut farther = nearer;
+            // them admitted; after two such bands, every distance left: when the filters
+            // admit few rows (a file filter), band after band would each pass over every
+            // row again.
+            bands += 1;
+            let mut farther = if bands > 2 { at.len() } else { nearer };
             let mut rows = 0;
             while farther < at.len() && rows < depth - kept.len() {
                 rows += at[farther];
@@ -431,11 +435,27 @@ mod tests {
         let query: Vec<f32> = (0..16).map(|_| (next() % 200) as f32 - 100.0).collect();
         let qbits = words_of(&bits_of(&query));
         let kinds = [Kind::Observation];
-        for (project, since) in [(None, None), (Some("q"), None), (Some("r"), Some(T0 + 1))] {
+        // A filter the index does not hold admitting few rows (a file's): the scan must
+        // still find all of them, the nearest first.
+        let few: HashMap<Kind, HashSet<i64>> = HashMap::from([(
+            Kind::Observation,
+            vectors.keys().filter(|id| *id % 97 == 0).copied().collect(),
+        )]);
+        let none: HashMap<Kind, HashSet<i64>> =
+            HashMap::from([(Kind::Observation, HashSet::new())]);
+        for (project, since, allowed) in [
+            (None, None, None),
+            (Some("q"), None, None),
+            (Some("r"), Some(T0 + 1), None),
+            (None, None, Some(&few)),
+            (Some("p"), None, Some(&few)),
+            (None, None, Some(&none)),
+        ] {
             let scope = Scope {
                 kinds: &kinds,
                 project,
                 since,
+                allowed,
                 ..Scope::default()
             };
             for k in [1, 100, 150, 600] {
@@ -455,7 +475,7 @@ mod tests {
                 want.sort_unstable();
                 want.truncate(RESCORE.max(k * 4));
                 let mut want: Vec<usize> = want.into_iter().map(|(_, i)| i).collect();
-                assert!(want.len() >= 100, "{}", want.len());
+                assert!(want.len() >= 100 || allowed.is_some(), "{}", want.len());
                 let mut got = index.closest(&query, k, &scope).0;
                 want.sort_unstable();
                 got.sort_unstable();
