@@ -44,6 +44,10 @@ struct Entry {
     seq: i64,
 }
 
+/// Bands of distances the bit scan takes one at a time, each a pass over every row,
+/// before it takes every distance left in one (see [`VectorIndex::closest`]).
+const MAX_BANDS: usize = 8;
+
 /// Which rows a nearest-neighbour search may return.
 #[derive(Debug, Clone, Default)]
 pub struct Scope<'a> {
@@ -258,11 +262,11 @@ impl VectorIndex {
         let mut bands = 0;
         while kept.len() < depth && nearer < at.len() {
             // The next distances holding enough rows to fill what is left, were all of
-            // them admitted; after two such bands, every distance left: when the filters
-            // admit few rows (a file filter), band after band would each pass over every
-            // row again.
+            // them admitted; after MAX_BANDS such bands, every distance left: when the
+            // filters admit few rows (a file filter), band after band would each pass
+            // over every row again.
             bands += 1;
-            let mut farther = if bands > 2 { at.len() } else { nearer };
+            let mut farther = if bands > MAX_BANDS { at.len() } else { nearer };
             let mut rows = 0;
             while farther < at.len() && rows < depth - kept.len() {
                 rows += at[farther];
@@ -275,8 +279,12 @@ impl VectorIndex {
                 .filter(|(i, d)| band.contains(d) && admitted(*i))
                 .map(|(i, &d)| (d, i))
                 .collect();
+            let left = depth - kept.len();
+            if found.len() > left {
+                found.select_nth_unstable(left);
+                found.truncate(left);
+            }
             found.sort_unstable();
-            found.truncate(depth - kept.len());
             kept.extend(found.into_iter().map(|(_, i)| i));
             nearer = farther;
         }
@@ -482,6 +490,52 @@ mod tests {
                 assert_eq!(got, want, "{project:?} since {since:?}, k {k}");
             }
         }
+    }
+
+    #[test]
+    fn a_filter_admitting_few_rows_gets_them_all_nearest_first_in_few_passes() {
+        // 6,000 rows of 64 dimensions: 65 distances, bands of 400 rows or more; a filter
+        // the index does not hold (a file's) admits one row in 150, so the scan goes past
+        // MAX_BANDS bands and takes the rest at once.
+        let mut f = fixture();
+        let mut next = crate::rand::seeded(11);
+        let vectors: HashMap<i64, Vec<f32>> = (0..6000)
+            .map(|i| {
+                let id = f.add(obs("p", "bugfix", &format!("t{i}"), "", T0 + i));
+                let v = (0..64).map(|_| (next() % 200) as f32 - 100.0).collect();
+                (id, v)
+            })
+            .collect();
+        store::store_each(&mut f.conn, "m", |id| vectors.get(&id).cloned());
+        let mut index = VectorIndex::new("m");
+        index.refresh(&f.conn).expect("refresh");
+        let query: Vec<f32> = (0..64).map(|_| (next() % 200) as f32 - 100.0).collect();
+        let qbits = words_of(&bits_of(&query));
+        let few: HashSet<i64> = vectors
+            .keys()
+            .filter(|id| *id % 150 == 0)
+            .copied()
+            .collect();
+        let allowed = HashMap::from([(Kind::Observation, few.clone())]);
+        let kinds = [Kind::Observation];
+        let scope = Scope {
+            kinds: &kinds,
+            allowed: Some(&allowed),
+            ..Scope::default()
+        };
+        let mut want: Vec<(u32, usize)> = (0..index.entries.len())
+            .filter(|&i| few.contains(&index.entries[i].id))
+            .map(|i| {
+                let row = &index.bits[i * index.words..][..index.words];
+                let d = row.iter().zip(&qbits).map(|(a, b)| (a ^ b).count_ones());
+                (d.sum(), i)
+            })
+            .collect();
+        want.sort_unstable();
+        let want: Vec<usize> = want.into_iter().map(|(_, i)| i).collect();
+        assert_eq!(want.len(), few.len());
+        let got = index.closest(&query, 1, &scope).0;
+        assert_eq!(got, want);
     }
 
     #[test]
