@@ -391,6 +391,61 @@ mod tests {
     use super::*;
     use crate::recall::testing::{T0, fixture, obs, unit};
 
+    /// `rows` memories with vectors of `dims` random dimensions, each with the project and
+    /// time `place` gives it, stored and indexed, and a random query.
+    fn random_index(
+        seed: u64,
+        rows: i64,
+        dims: usize,
+        place: impl Fn(i64, &mut dyn FnMut() -> u64) -> (&'static str, i64),
+    ) -> (
+        crate::recall::testing::Fixture,
+        HashMap<i64, Vec<f32>>,
+        VectorIndex,
+        Vec<f32>,
+    ) {
+        let mut f = fixture();
+        let mut next = crate::rand::seeded(seed);
+        let vectors: HashMap<i64, Vec<f32>> = (0..rows)
+            .map(|i| {
+                let (p, at) = place(i, &mut next);
+                let id = f.add(obs(p, "bugfix", &format!("t{i}"), "", at));
+                let v = (0..dims).map(|_| (next() % 200) as f32 - 100.0).collect();
+                (id, v)
+            })
+            .collect();
+        store::store_each(&mut f.conn, "m", |id| vectors.get(&id).cloned());
+        let mut index = VectorIndex::new("m");
+        index.refresh(&f.conn).expect("refresh");
+        let query = (0..dims).map(|_| (next() % 200) as f32 - 100.0).collect();
+        (f, vectors, index, query)
+    }
+
+    /// The places of the index's rows `admit` lets through, by their bits' distance to
+    /// `query`, the earlier of two at the same distance first: what the scan must keep.
+    fn by_distance(
+        index: &VectorIndex,
+        query: &[f32],
+        admit: impl Fn(&Entry) -> bool,
+    ) -> Vec<usize> {
+        let qbits = words_of(&bits_of(query));
+        let mut found: Vec<(u32, usize)> = (0..index.entries.len())
+            .filter(|&i| admit(&index.entries[i]))
+            .map(|i| {
+                let row = &index.bits[i * index.words..][..index.words];
+                (
+                    row.iter()
+                        .zip(&qbits)
+                        .map(|(a, b)| (a ^ b).count_ones())
+                        .sum(),
+                    i,
+                )
+            })
+            .collect();
+        found.sort_unstable();
+        found.into_iter().map(|(_, i)| i).collect()
+    }
+
     #[test]
     fn the_nearest_come_first_and_another_models_query_finds_nothing() {
         let mut f = fixture();
@@ -427,21 +482,9 @@ mod tests {
     fn the_bit_scan_keeps_the_closest_rows_that_pass_the_filters_first_come_first() {
         // 1,500 rows of 16 dimensions over three projects and two times: many share a
         // distance to the query, so which are kept at the edge is decided by their order.
-        let mut f = fixture();
-        let mut next = crate::rand::seeded(9);
-        let vectors: HashMap<i64, Vec<f32>> = (0..1500)
-            .map(|i| {
-                let p = ["p", "q", "r"][(next() % 3) as usize];
-                let id = f.add(obs(p, "bugfix", &format!("t{i}"), "", T0 + (i % 2) * 1000));
-                let v = (0..16).map(|_| (next() % 200) as f32 - 100.0).collect();
-                (id, v)
-            })
-            .collect();
-        store::store_each(&mut f.conn, "m", |id| vectors.get(&id).cloned());
-        let mut index = VectorIndex::new("m");
-        index.refresh(&f.conn).expect("refresh");
-        let query: Vec<f32> = (0..16).map(|_| (next() % 200) as f32 - 100.0).collect();
-        let qbits = words_of(&bits_of(&query));
+        let (_f, vectors, index, query) = random_index(9, 1500, 16, |i, next| {
+            (["p", "q", "r"][(next() % 3) as usize], T0 + (i % 2) * 1000)
+        });
         let kinds = [Kind::Observation];
         // A filter the index does not hold admitting few rows (a file's): the scan must
         // still find all of them, the nearest first.
@@ -468,21 +511,11 @@ mod tests {
             };
             for k in [1, 100, 150, 600] {
                 // Every admitted row by (distance, place), the first `depth`.
-                let mut want: Vec<(u32, usize)> = (0..index.entries.len())
-                    .filter(|&i| {
-                        let e = &index.entries[i];
-                        project.is_none_or(|p| index.projects[p] == e.project)
-                            && scope.admits(e.kind, e.id, e.created_at)
-                    })
-                    .map(|i| {
-                        let row = &index.bits[i * index.words..][..index.words];
-                        let d = row.iter().zip(&qbits).map(|(a, b)| (a ^ b).count_ones());
-                        (d.sum(), i)
-                    })
-                    .collect();
-                want.sort_unstable();
+                let mut want = by_distance(&index, &query, |e| {
+                    project.is_none_or(|p| index.projects[p] == e.project)
+                        && scope.admits(e.kind, e.id, e.created_at)
+                });
                 want.truncate(RESCORE.max(k * 4));
-                let mut want: Vec<usize> = want.into_iter().map(|(_, i)| i).collect();
                 assert!(want.len() >= 100 || allowed.is_some(), "{}", want.len());
                 let mut got = index.closest(&query, k, &scope).0;
                 want.sort_unstable();
@@ -497,20 +530,7 @@ mod tests {
         // 6,000 rows of 64 dimensions: 65 distances, bands of 400 rows or more; a filter
         // the index does not hold (a file's) admits one row in 150, so the scan goes past
         // MAX_BANDS bands and takes the rest at once.
-        let mut f = fixture();
-        let mut next = crate::rand::seeded(11);
-        let vectors: HashMap<i64, Vec<f32>> = (0..6000)
-            .map(|i| {
-                let id = f.add(obs("p", "bugfix", &format!("t{i}"), "", T0 + i));
-                let v = (0..64).map(|_| (next() % 200) as f32 - 100.0).collect();
-                (id, v)
-            })
-            .collect();
-        store::store_each(&mut f.conn, "m", |id| vectors.get(&id).cloned());
-        let mut index = VectorIndex::new("m");
-        index.refresh(&f.conn).expect("refresh");
-        let query: Vec<f32> = (0..64).map(|_| (next() % 200) as f32 - 100.0).collect();
-        let qbits = words_of(&bits_of(&query));
+        let (_f, vectors, index, query) = random_index(11, 6000, 64, |i, _| ("p", T0 + i));
         let few: HashSet<i64> = vectors
             .keys()
             .filter(|id| *id % 150 == 0)
@@ -523,16 +543,7 @@ mod tests {
             allowed: Some(&allowed),
             ..Scope::default()
         };
-        let mut want: Vec<(u32, usize)> = (0..index.entries.len())
-            .filter(|&i| few.contains(&index.entries[i].id))
-            .map(|i| {
-                let row = &index.bits[i * index.words..][..index.words];
-                let d = row.iter().zip(&qbits).map(|(a, b)| (a ^ b).count_ones());
-                (d.sum(), i)
-            })
-            .collect();
-        want.sort_unstable();
-        let want: Vec<usize> = want.into_iter().map(|(_, i)| i).collect();
+        let want = by_distance(&index, &query, |e| few.contains(&e.id));
         assert_eq!(want.len(), few.len());
         let got = index.closest(&query, 1, &scope).0;
         assert_eq!(got, want);
