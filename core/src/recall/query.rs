@@ -397,12 +397,11 @@ fn lex(input: &str) -> Vec<Token> {
         }
         let starts = std::mem::replace(&mut word_starts, false);
         let mut negated = false;
-        if c == '-' && !starts {
-            chars.next();
-            continue;
-        }
         if c == '-' {
             chars.next();
+            if !starts {
+                continue;
+            }
             match chars.peek() {
                 // `--flag` is a word written as code, not an exclusion.
                 Some(&'-') => {

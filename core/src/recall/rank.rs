@@ -1523,6 +1523,17 @@ mod tests {
         assert_eq!(from_copies, from_index);
     }
 
+    /// SQLite's plan of `sql` with `args`, one line a step.
+    fn plan(conn: &Connection, sql: &str, args: Vec<Value>) -> String {
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("plan")
+            .query_map(params_from_iter(args), |r| r.get::<_, String>(3))
+            .expect("rows")
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .expect("collect")
+            .join("\n")
+    }
+
     #[test]
     fn relevance_pools_are_led_by_the_full_text_index() {
         let f = fixture();
@@ -1544,17 +1555,8 @@ mod tests {
             })
             .flatten()
         {
-            let sql = pool_statement(kind, "x", filters, 1, scoping);
-            let mut stmt = f
-                .conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", sql.0))
-                .expect("plan");
-            let rows = stmt
-                .query_map(params_from_iter(sql.1), |r| r.get::<_, String>(3))
-                .expect("rows")
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .expect("collect")
-                .join("\n");
+            let (sql, args, _) = pool_statement(kind, "x", filters, 1, scoping);
+            let rows = plan(&f.conn, &sql, args);
             // The first table read is the full-text index.
             assert!(
                 rows.lines()
@@ -1591,15 +1593,7 @@ mod tests {
                 },
             ] {
                 let (sql, args) = allowed_statement(kind, &filters, None);
-                let plan = f
-                    .conn
-                    .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                    .expect("plan")
-                    .query_map(params_from_iter(args), |r| r.get::<_, String>(3))
-                    .expect("rows")
-                    .collect::<rusqlite::Result<Vec<_>>>()
-                    .expect("collect")
-                    .join("\n");
+                let plan = plan(&f.conn, &sql, args);
                 assert!(
                     plan.contains(&format!("USING COVERING INDEX {index}")),
                     "{kind:?}:\n{plan}"
