@@ -510,7 +510,8 @@ fn is_code_word(text: &str) -> bool {
 
 /// `text` as a query that means its words and nothing else: what a prompt, written as
 /// prose, is searched by. A dash before a word, `*` after one, double quotes and the
-/// operators `OR`, `AND`, `NOT` lose their meaning (`NOT` and `OR` are stop words then).
+/// operators `OR`, `AND`, `NOT`, `|` and `&` lose their meaning (`NOT` and `OR` are stop
+/// words then; `|` and `&`, holding no letter, go).
 pub fn literal(text: &str) -> String {
     text.split(is_space)
         .filter(|w| !w.is_empty())
@@ -518,6 +519,7 @@ pub fn literal(text: &str) -> String {
             let w = w.trim_start_matches('-').trim_end_matches('*');
             match w {
                 "OR" | "AND" | "NOT" => w.to_lowercase(),
+                "|" | "&" => String::new(),
                 _ => w.replace('"', " "),
             }
         })
@@ -636,13 +638,15 @@ mod tests {
 
     #[test]
     fn a_literal_query_means_its_words_only() {
-        let typed = r#"remove the -dirty suffix NOT "release* OR -x test"#;
+        let typed = r#"remove the -dirty suffix NOT "release* OR -x test | lint & build"#;
         let q = parse(&literal(typed));
         assert!(q.excluded.is_empty(), "{q:?}");
         assert!(q.groups.iter().flatten().all(|t| !t.quoted && !t.prefix));
         assert_eq!(
             q.fts_match().as_deref(),
-            Some(r#""remove" AND "dirty" AND "suffix" AND "release" AND "x" AND "test""#)
+            Some(
+                r#""remove" AND "dirty" AND "suffix" AND "release" AND "x" AND "test" AND "lint" AND "build""#
+            )
         );
         // Without operators, a query reads the same.
         assert_eq!(
