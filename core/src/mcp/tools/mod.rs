@@ -230,17 +230,25 @@ impl Tools {
                 "max_tokens",
             ],
         )?;
-        let anchor = match (args.integer("anchor")?, args.string("query")?) {
-            (Some(id), None) => Anchor::Observation(id),
+        let anchor = match (args.get("anchor"), args.string("query")?) {
+            (Some(v), None) => match args::as_reference(v) {
+                Some((kind, id)) => Anchor::Record(kind, id),
+                None => {
+                    return Err(ToolError::BadArgument(
+                        "'anchor' must be an id as search lists it: an observation as an integer, a turn summary or prompt as a string (\"S3\", \"P7\")"
+                            .into(),
+                    ));
+                }
+            },
             (None, Some(q)) if !q.trim().is_empty() => Anchor::Query(q),
             (Some(_), Some(_)) => {
                 return Err(ToolError::BadArgument(
-                    "give either 'anchor' (an observation id) or 'query', not both".into(),
+                    "give either 'anchor' (an id from search) or 'query', not both".into(),
                 ));
             }
             _ => {
                 return Err(ToolError::BadArgument(
-                    "give 'anchor' (an observation id from search) or 'query' (its best hit becomes the anchor)"
+                    "give 'anchor' (an id from search) or 'query' (its best hit becomes the anchor)"
                         .into(),
                 ));
             }
@@ -249,9 +257,9 @@ impl Tools {
         let project = match (&anchor, args.bool("all_projects")?, args.string("project")?) {
             // An id names one record anywhere: its timeline is its project's, as `get_observations`
             // fetches it from anywhere.
-            (Anchor::Observation(id), None | Some(false), None) => {
+            (Anchor::Record(kind, id), None | Some(false), None) => {
                 let conn = self.db.connection().map_err(ToolError::Internal)?;
-                match timeline::get_records(conn, &[(Kind::Observation, *id)])
+                match timeline::get_records(conn, &[(*kind, *id)])
                     .map_err(ToolError::Internal)?
                     .found
                     .first()
@@ -281,7 +289,7 @@ impl Tools {
         };
         if t.anchor.is_none() {
             return Err(ToolError::BadArgument(match anchor {
-                Anchor::Observation(id) => {
+                Anchor::Observation(id) | Anchor::Record(Kind::Observation, id) => {
                     format!("no observation with id {id}; take ids from search results")
                 }
                 Anchor::Record(kind, id) => format!(
@@ -488,6 +496,13 @@ mod tests {
         assert!(text.contains("Completed: rescue is an attempt"), "{text}");
         assert!(text.contains("#1 decision"), "{text}");
         assert!(text.contains("Not found: P5"), "{text}");
+        // The timeline centres on any id search lists, as the CLI's does.
+        let (err, text) = call(&mut t, "timeline", json!({"anchor": "S1"}));
+        assert!(!err, "{text}");
+        assert!(text.contains("→ S1 "), "{text}");
+        let (err, text) = call(&mut t, "timeline", json!({"anchor": "1"}));
+        assert!(!err, "{text}");
+        assert!(text.contains("→ 1 "), "{text}");
         let (err, text) = call(
             &mut t,
             "search",
@@ -540,6 +555,12 @@ mod tests {
             ("search", json!({"qeury": "x"}), "unknown argument 'qeury'"),
             ("timeline", json!({}), "give 'anchor'"),
             ("timeline", json!({"anchor": 1, "query": "x"}), "not both"),
+            (
+                "timeline",
+                json!({"anchor": "X3"}),
+                "'anchor' must be an id",
+            ),
+            ("timeline", json!({"anchor": "P9"}), "no record P9"),
             (
                 "timeline",
                 json!({"anchor": 77}),

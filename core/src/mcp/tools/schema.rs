@@ -84,12 +84,12 @@ pub fn definitions() -> Value {
             "title": "Timeline around a memory",
             "description": "Step 2 of 3. Show what happened around one record, in time order: the observations, \
     turn summaries and prompts before and after it, the anchor marked with →. Give `anchor` (an \
-    observation id from `search`) or `query` (its best hit becomes the anchor). Use it to understand \
+    id from `search`) or `query` (its best hit becomes the anchor). Use it to understand \
     the context of a hit before fetching full details with `get_observations`.",
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "anchor": { "type": "integer", "description": "Observation id to centre on (from search results)." },
+                    "anchor": { "type": ["integer", "string"], "description": "Id to centre on, as search lists it: an observation as an integer (12), a turn summary or prompt as a string (\"S3\", \"P7\")." },
                     "query": { "type": "string", "description": "Instead of an id: centre on the best hit of this search." },
                     "before": { "type": "integer", "minimum": 0, "maximum": MAX_TIMELINE_SIDE, "default": 5, "description": "Records before the anchor." },
                     "after": { "type": "integer", "minimum": 0, "maximum": MAX_TIMELINE_SIDE, "default": 5, "description": "Records after the anchor." },
