@@ -307,6 +307,8 @@ fn every_page_answers_only_with_the_token_from_this_host() {
             "{p}"
         );
         assert!(a.head.contains("Server-Timing: app;dur="), "{p}");
+        // The page's own markup is markup, never escaped into its text.
+        assert!(!a.body.contains("&lt;time"), "{p}: {}", a.body);
         // No token: refused, whatever the page.
         let none = raw(ui.at(), "GET", p, &[("Host", &host)], "");
         assert_eq!(none.status, 403, "{p} without a token");

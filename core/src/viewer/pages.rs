@@ -471,7 +471,7 @@ pub fn memory(record: &Record, csrf: &str) -> String {
         ),
     };
     dl.push_str(&field("project", &project));
-    dl.push_str(&field("created", &time(created)));
+    let _ = write!(dl, "<dt>created</dt><dd>{}</dd>", time(created));
     let session_link = session
         .as_ref()
         .map(|s| {
