@@ -295,7 +295,7 @@ fn protocol_errors_and_bad_arguments() {
         (
             "timeline",
             json!({"anchor": "abc"}),
-            "'anchor' must be an integer",
+            "'anchor' must be an id as search lists it",
         ),
         (
             "timeline",
