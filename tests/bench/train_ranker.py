@@ -22,12 +22,13 @@ so that their outputs are probabilities themselves (no separate calibration):
   and its negatives weigh the same (a prior of one half), and within the negatives the
   other projects' questions and the everyday prompts weigh the same.
 
-A memory's relevance is the product. For each held-out project it reports the search's
+A memory's relevance to a prompt is the product; a search asked on purpose shows the
+candidate estimate alone (`rank::Purpose`). For each held-out project it reports the search's
 recall@5, recall@10 and MRR@10 beside BM25-OR and the plain fusion (RRF k=60 of BM25-OR
 and cosine) from the same run, without and with the floor; what prompt recall would give
 (hit rate, and noise on the other projects' questions and on the held-out everyday
 prompts, which nothing here is trained or tuned on); the reliability of the held-out
-relevance; and the two thresholds, each chosen from the other projects only:
+relevance and candidate estimate; and the two thresholds, each chosen from the other projects only:
 - `search.min_relevance`, which a query's best candidate's estimate by the candidate model
   (by meaning alone: its relevance) must reach for anything to show (a search is asked on
   purpose: the query model, trained on sentences, rates a lone keyword like an everyday
@@ -228,7 +229,7 @@ def judge(data, project, side, models):
                # the query, the relevance of one found by meaning alone.
                "best_estimate": float(np.where(m[:, COL["coverage"]] > 0, p, r).max())
                if len(p) else 0.0, "place": None, "hit_at": 0.0,
-               "r": r, "labels": m[:, 0] if len(m) else np.zeros(0)}
+               "r": r, "p": p, "labels": m[:, 0] if len(m) else np.zeros(0)}
         if q["role"] == "question":
             row["bm25"], row["fusion"] = q["bm25"], q["fusion"]
             if len(m) and m[:, 0].max() >= 1:
@@ -389,19 +390,22 @@ def main():
         print(f"\n## {side}\n")
         rows_all = [r for p in projects for r in judged[side][p]]
         qs = [r for r in rows_all if r["role"] == "question"]
-        for name, sel in (("every candidate", None), ("top 10 by order", 10)):
-            probs, labels = [], []
-            for r in qs:
-                if sel is None:
-                    probs.extend(r["r"]), labels.extend(r["labels"])
-                else:
-                    top = np.argsort(-r["r"], kind="stable")[:sel]
-                    probs.extend(r["r"][top]), labels.extend(r["labels"][top])
-            rel, ece = reliability(probs, labels)
-            print(f"reliability of the held-out relevance, the projects' questions, {name}: "
-                  f"ECE {ece:.4f} over {len(probs)}")
-            for b, n, pred, seen in rel:
-                print(f"    {b}  n={n:<7} predicted {pred:.3f}  observed {seen:.3f}")
+        # The relevance a prompt's memories get (the product), and the candidate estimate
+        # alone, which a search asked on purpose shows.
+        for what, key in (("relevance", "r"), ("candidate estimate (a search's relevance)", "p")):
+            for name, sel in (("every candidate", None), ("top 10 by order", 10)):
+                probs, labels = [], []
+                for r in qs:
+                    if sel is None:
+                        probs.extend(r[key]), labels.extend(r["labels"])
+                    else:
+                        top = np.argsort(-r[key], kind="stable")[:sel]
+                        probs.extend(r[key][top]), labels.extend(r["labels"][top])
+                rel, ece = reliability(probs, labels)
+                print(f"reliability of the held-out {what}, the projects' questions, {name}: "
+                      f"ECE {ece:.4f} over {len(probs)}")
+                for b, n, pred, seen in rel:
+                    print(f"    {b}  n={n:<7} predicted {pred:.3f}  observed {seen:.3f}")
         # Over all held-out queries, each query's best against "has a relevant candidate".
         best = [r["best"] for r in rows_all if r["role"] != "nonsense"]
         answered = [1.0 if r["role"] == "question" and r["place"] is not None and r["place"] < 1

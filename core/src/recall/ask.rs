@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::memory::kind::Kind;
 use crate::recall::embed::index::Neighbour;
-use crate::recall::rank::Meaning;
+use crate::recall::rank::{Meaning, Purpose};
 use crate::recall::search::{Order, SearchRequest};
 use crate::recall::sql::Filters;
 
@@ -92,6 +92,7 @@ impl Request {
             asking_session: None,
             // The worker finds neighbours; the hook ranks, and floors, them.
             min_relevance: None,
+            purpose: Purpose::Prompt,
         }
     }
 }

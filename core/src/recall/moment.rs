@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::memory::kind::Kind;
 use crate::memory::told::{self, Given};
 use crate::recall::context::tokens;
-use crate::recall::rank::{Promise, Semantic};
+use crate::recall::rank::{Promise, Purpose, Semantic};
 use crate::recall::search::{Hit, Order, SearchRequest};
 use crate::recall::snippet::{one_line, render_marks, shorten};
 use crate::recall::sql::Filters;
@@ -158,6 +158,7 @@ pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) ->
         asking_session: None,
         // Every candidate: the threshold is applied (and shown) by `at_prompt`.
         min_relevance: Some(0.0),
+        purpose: Purpose::Prompt,
     }
 }
 

@@ -14,7 +14,8 @@
 //! words, phrasing, how it stands out of the others, duplicates, how rare its words are
 //! in the project; see `ranker`) and given its relevance by the shipped [`Ranker`], the
 //! probability that it answers the query (which candidate, times whether the query asks
-//! about the project's past at all); the candidates are ordered by it, and none is
+//! about the project's past at all; a search asked on purpose shows the first alone:
+//! [`Purpose`]); the candidates are ordered by it, and none is
 //! returned when even the best is under the request's floor. A prompt gets
 //! [`PROMPT_FACTOR`] of its relevance: the question a person asked ranks below the
 //! memories that answer it.
@@ -38,6 +39,20 @@ use crate::memory::kind::Kind;
 
 /// Candidates taken from each side (more when a page further down is asked for).
 pub const POOL: usize = 50;
+
+/// Why a search is asked, which decides what its hits' relevance weighs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Purpose {
+    /// Asked on purpose (a person at the command line or in the viewer, a model through
+    /// MCP): a hit's relevance is the candidate model's estimate, how likely the memory is
+    /// the one asked about, the query being about the project's past as a search is.
+    #[default]
+    Search,
+    /// A prompt searched for the memories it may need: a hit's relevance also weighs how
+    /// likely the prompt asks about the project's past at all (the query model; most
+    /// prompts do not).
+    Prompt,
+}
 /// A prompt's share of the relevance it would have as a memory.
 pub const PROMPT_FACTOR: f64 = 0.8;
 /// Matches counted for a word's IDF; a word in more rows than this counts as that common.
@@ -131,6 +146,9 @@ pub(super) struct Scored {
     /// the query asking about the project's past); for one found by meaning alone, its
     /// relevance.
     pub(super) estimate: f64,
+    /// The candidate model's estimate alone, whatever found the candidate: its relevance
+    /// to a search asked on purpose ([`Purpose::Search`]).
+    pub(super) answers: f64,
 }
 
 /// Every candidate of a relevance search with words (`any` is the query's
@@ -397,6 +415,7 @@ pub(super) fn scored(
             if kind == Kind::Prompt {
                 estimate *= PROMPT_FACTOR;
             }
+            let answers = estimate;
             let relevance = estimate * asks;
             if signals.coverage == 0.0 {
                 estimate = relevance;
@@ -411,6 +430,7 @@ pub(super) fn scored(
                 },
                 signals,
                 estimate,
+                answers,
             }
         })
         .collect();
@@ -426,7 +446,10 @@ pub(super) fn scored(
 /// candidate holding a word of the query it gates the candidate model's estimate, not the
 /// relevance: a search is asked on purpose, and the query model, trained on sentences,
 /// rates a lone keyword such as `lease` like an everyday request. Nonsense, which no
-/// memory holds, is gated by the relevance of what meaning found.
+/// memory holds, is gated by the relevance of what meaning found. The candidates'
+/// relevance is by `purpose`; either way the order is the same (the query model's weight
+/// is one factor for all of a query's candidates), and what lets a search show anything
+/// shows at the floor or above.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn relevance(
     conn: &Connection,
@@ -436,13 +459,23 @@ pub(super) fn relevance(
     f: &Filters,
     fetch: usize,
     min_relevance: f64,
+    purpose: Purpose,
     semantic: Option<&Semantic>,
 ) -> Result<(Vec<Candidate>, Copies)> {
     let (scored, copies) = scored(conn, q, any, kinds, f, fetch, semantic)?;
     if !scored.iter().any(|s| s.estimate >= min_relevance) {
         return Ok((Vec::new(), Copies::new()));
     }
-    let mut ranked: Vec<Candidate> = scored.into_iter().map(|s| s.candidate).collect();
+    let mut ranked: Vec<Candidate> = scored
+        .into_iter()
+        .map(|s| match purpose {
+            Purpose::Search => Candidate {
+                relevance: s.answers,
+                ..s.candidate
+            },
+            Purpose::Prompt => s.candidate,
+        })
+        .collect();
     ranked.sort_by(|a, b| {
         b.relevance
             .total_cmp(&a.relevance)
@@ -1147,6 +1180,7 @@ mod tests {
                 &filters,
                 21,
                 0.0,
+                Purpose::Search,
                 Some(&semantic),
             )
             .expect("rank")

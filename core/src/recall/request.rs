@@ -5,6 +5,7 @@
 
 use crate::memory::kind::Kind;
 use crate::memory::observations::OBSERVATION_TYPES;
+use crate::recall::rank::Purpose;
 use crate::recall::search::{Order, SearchRequest, parse_time};
 use crate::recall::sql::Filters;
 
@@ -128,6 +129,7 @@ impl SearchFields {
             offset: self.offset,
             asking_session: self.asking_session.clone(),
             min_relevance: None,
+            purpose: Purpose::Search,
         })
     }
 }
@@ -184,6 +186,7 @@ mod tests {
                 offset: 10,
                 asking_session: Some("s".into()),
                 min_relevance: None,
+                purpose: Purpose::Search,
             }
         );
         assert_eq!(

@@ -30,7 +30,7 @@ use crate::recall::sql::Filters;
 use crate::error::Result;
 use crate::recall::embed::index::{Neighbour, VectorIndex};
 use crate::recall::query;
-use crate::recall::rank::{self, Semantic};
+use crate::recall::rank::{self, Purpose, Semantic};
 use crate::recall::ranker::Signals;
 use crate::recall::snippet::{
     HIGHLIGHT_CLOSE, HIGHLIGHT_OPEN, SnippetPair, one_line, short_title, shorten, snippets_of,
@@ -92,6 +92,8 @@ pub struct SearchRequest {
     /// is the default of the setting `search.min_relevance` (a [`crate::recall::searcher::Searcher`]
     /// puts the effective setting there).
     pub min_relevance: Option<f64>,
+    /// A search asked on purpose or a prompt's: what [`Hit::relevance`] weighs.
+    pub purpose: Purpose,
 }
 
 impl Default for SearchRequest {
@@ -105,6 +107,7 @@ impl Default for SearchRequest {
             offset: 0,
             asking_session: None,
             min_relevance: None,
+            purpose: Purpose::Search,
         }
     }
 }
@@ -130,10 +133,12 @@ pub struct Hit {
     pub score: Option<f64>,
     /// The estimated probability, in [0, 1], that this memory answers the query: the same
     /// number means the same across queries and projects (see [`crate::recall::ranker`]).
-    /// A search by relevance whose best candidate's estimate ([`Measured::estimate`]) is
-    /// below [`SearchRequest::min_relevance`] returns nothing. 1 when
-    /// nothing was ranked (no word to rank by, or an order by time): every hit is what
-    /// the filters and words asked for.
+    /// For a search asked on purpose, the probability that it is the memory asked about;
+    /// for a prompt's ([`Purpose::Prompt`]), weighed too by how likely the prompt asks
+    /// about the project's past at all. A search by relevance whose best candidate's
+    /// estimate ([`Measured::estimate`]) is below [`SearchRequest::min_relevance`] returns
+    /// nothing. 1 when nothing was ranked (no word to rank by, or an order by time): every
+    /// hit is what the filters and words asked for.
     pub relevance: f64,
     /// The name of the other device this memory came from (sync); absent for this
     /// machine's own.
@@ -193,8 +198,17 @@ pub fn search_with(
                 .min_relevance
                 .unwrap_or_else(|| SearchSettings::default().min_relevance);
             let ranked_fetch = ranked_fetch(req);
-            let (mut ranked, copies) =
-                rank::relevance(conn, &q, any, &kinds, f, ranked_fetch, floor, semantic)?;
+            let (mut ranked, copies) = rank::relevance(
+                conn,
+                &q,
+                any,
+                &kinds,
+                f,
+                ranked_fetch,
+                floor,
+                req.purpose,
+                semantic,
+            )?;
             // The question being answered right now is not an answer to itself.
             if let Some(asking) = &req.asking_session
                 && let Some(current) = rank::current_prompt(conn, asking)?
@@ -645,7 +659,16 @@ mod tests {
             .iter()
             .map(|m| m.estimate)
             .fold(0.0, f64::max);
-        assert!(best >= all[0].relevance, "{best} {all:?}");
+        // A search is asked on purpose: its best hit shows the very estimate gated, so a
+        // search shows nothing under the floor.
+        assert_eq!(best, all[0].relevance, "{all:?}");
+        // A prompt's relevance weighs too whether it asks about the project's past at
+        // all: lower, in the same order.
+        r.purpose = Purpose::Prompt;
+        let prompted = search(&f.conn, &r).expect("search");
+        let ids = |hits: &[Hit]| hits.iter().map(|h| h.id).collect::<Vec<_>>();
+        assert_eq!(ids(&prompted), ids(&all));
+        assert!(prompted[0].relevance < all[0].relevance, "{prompted:?}");
         assert_eq!(with_floor(Some(best), Order::Relevance).len(), 2);
         assert!(with_floor(Some(best + 1e-9), Order::Relevance).is_empty());
         assert!(with_floor(Some(1.0), Order::Relevance).is_empty());
