@@ -89,6 +89,40 @@ fn assert_error_line(o: &Output, needle: &str) {
 }
 
 #[test]
+fn a_worker_that_cannot_start_is_named_with_its_error_until_one_starts() {
+    let env = TestEnv::new();
+    let mut conn = create_db(&env);
+    enqueue(&mut conn, "s1", "k1", 3);
+    // A provider without its key: the worker stops at once, as an autostarted one does.
+    let failed = env
+        .cmd("cairn-worker")
+        .arg("--once")
+        .env("CAIRN_MODEL__PROVIDER", "anthropic")
+        .output()
+        .expect("run");
+    assert_eq!(code(&failed), 2, "{}", stderr(&failed));
+    let o = cairn(&env, &["status"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(out.contains("the worker stopped on an error at"), "{out}");
+    assert!(out.contains("ANTHROPIC_API_KEY is not set"), "{out}");
+    assert!(out.contains("1 job is waiting"), "{out}");
+    // Not also told to start a worker that cannot start.
+    assert!(!out.contains("start it with `cairn-worker`"), "{out}");
+
+    // A worker that starts, and works, ends the message.
+    let worked = env
+        .cmd("cairn-worker")
+        .arg("--once")
+        .env("CAIRN_MODEL__PROVIDER", "offline")
+        .output()
+        .expect("run");
+    assert_eq!(code(&worked), 0, "{}", stderr(&worked));
+    let out = stdout(&cairn(&env, &["status"]));
+    assert!(!out.contains("stopped on an error"), "{out}");
+}
+
+#[test]
 fn status_exit_codes_follow_what_needs_attention() {
     let env = TestEnv::new();
     let o = cairn(&env, &["status"]);

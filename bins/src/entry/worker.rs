@@ -147,13 +147,19 @@ fn run(args: Args) -> anyhow::Result<u8> {
                     Duration::from_millis(settings.capture.lock_wait_ms),
                     cairn_core::clock::now_ms(),
                 )
-                .context("cannot recover the damaged database")?;
+                .context("cannot recover the damaged database")
+                .map_err(|e| stopped(&dir, e))?;
                 worker::pipeline::Report {
                     reopen: true,
                     ..Default::default()
                 }
             }
-            Err(e) => return Err(anyhow::Error::new(e).context("worker stopped on an error")),
+            Err(e) => {
+                return Err(stopped(
+                    &dir,
+                    anyhow::Error::new(e).context("worker stopped on an error"),
+                ));
+            }
         };
         done.batches_done += report.batches_done;
         done.batches_failed += report.batches_failed;
@@ -183,6 +189,18 @@ fn run(args: Args) -> anyhow::Result<u8> {
     } else {
         exit::OK
     })
+}
+
+/// `e`, recorded where `cairn status` finds it (`store::incidents::worker_failure`): a
+/// worker a hook started exits at once on it, and only its log would say why.
+fn stopped(dir: &DataDir, e: anyhow::Error) -> anyhow::Error {
+    let now = cairn_core::clock::now_ms();
+    if let Err(not) =
+        cairn_core::store::incidents::record_worker_failure(dir, &exit::chain(&e), now)
+    {
+        log::warn!("{not}");
+    }
+    e
 }
 
 /// What a `--once` run did, in one line: `cairn-worker: 3 batches done (5 observations, 1

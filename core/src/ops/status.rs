@@ -46,6 +46,8 @@ pub struct WorkerStatus {
     /// recorded them.
     pub provider: Option<String>,
     pub model: Option<String>,
+    /// Why the latest worker stopped on an error, when no worker has started since.
+    pub failure: Option<crate::store::incidents::WorkerFailure>,
 }
 
 impl WorkerStatus {
@@ -268,7 +270,10 @@ fn count(conn: &Connection, sql: &str) -> Result<i64> {
 pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -> Result<Status> {
     let holder = crate::store::lock::holder(&dir.worker_lock())?;
     let last_heartbeat_at = last_heartbeat(conn, holder.as_ref().map(|h| h.pid))?;
-    let latest = queue::workers::latest(conn)?.filter(|w| {
+    let newest = queue::workers::latest(conn)?;
+    let failure = crate::store::incidents::worker_failure(dir)
+        .filter(|f| holder.is_none() && newest.as_ref().is_none_or(|w| w.started_at <= f.at));
+    let latest = newest.filter(|w| {
         holder
             .as_ref()
             .is_none_or(|h| h.pid == w.pid && w.stopped_at.is_none())
@@ -285,7 +290,13 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         process_stopped: holder.as_ref().is_some_and(|h| process_stopped(h.pid)),
         provider: latest.as_ref().and_then(|w| w.provider.clone()),
         model: latest.as_ref().and_then(|w| w.model.clone()),
+        failure,
     };
+    // Stale once the worker uses another provider, or cannot start at all.
+    let not_logged_in = crate::worker::usage::not_logged_in(conn)?.filter(|n| {
+        worker.failure.as_ref().is_none_or(|f| f.at < n.at)
+            && worker.provider.as_ref().is_none_or(|p| *p == n.provider)
+    });
     let queue = queue::stats::stats(conn, now)?;
     let policy = queue::claim::Policy::from_settings(settings);
     let next_due = queue::stats::next_due(conn, &policy, now)?.map(|(job, wait)| NextDue {
@@ -352,7 +363,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         lost: crate::store::incidents::lost(dir),
         notices: crate::store::incidents::notices(dir),
         search: search_status(dir, conn, settings)?,
-        not_logged_in: crate::worker::usage::not_logged_in(conn)?,
+        not_logged_in,
         recent_calls: recent_calls(conn, now)?,
         next_due,
         recovered_last_week: crate::capture::transcript::recovered_since(
@@ -450,7 +461,22 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
     let mut out = Vec::new();
     let waiting = s.queue.count(JobStatus::Pending) + s.queue.count(JobStatus::Claimed);
     let w = &s.worker;
-    if !w.running && waiting > 0 {
+    if let Some(f) = &w.failure {
+        push(
+            &mut out,
+            Topic::Worker,
+            format!(
+                "the worker stopped on an error at {}: {}; fix that, then a hook starts it again (or run `cairn-worker`); more in the data dir's logs/{}",
+                crate::clock::minute_utc(f.at),
+                f.error,
+                if waiting > 0 {
+                    format!(". {} waiting", plural(waiting, "job is", "jobs are"))
+                } else {
+                    String::new()
+                }
+            ),
+        );
+    } else if !w.running && waiting > 0 {
         push(
             &mut out,
             Topic::Worker,
@@ -792,6 +818,54 @@ mod tests {
     /// The worker holding the lock but silent for four heartbeat periods is wedged; most of
     /// the recent model calls failing needs attention; a ready job not taken five minutes
     /// after it was due, with a live worker, too.
+    #[test]
+    fn a_provider_not_logged_in_is_forgotten_once_the_worker_uses_another() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let settings = Settings::default();
+        let now = 10 * 86_400_000;
+        conn.execute(
+            "INSERT INTO model_calls (provider, model, purpose, latency_ms, outcome, error, created_at)
+             VALUES ('claude-cli', 'm', 'summarize', 5, 'not_logged_in', 'Not logged in', ?1)",
+            [now - 60_000],
+        )
+        .expect("call");
+        let worker = |id: &str, started: i64, provider: &str| {
+            conn.execute(
+                "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at, stopped_at, provider, model)
+                 VALUES (?1, 1, ?2, ?2, ?2, ?3, 'm')",
+                rusqlite::params![id, started, provider],
+            )
+            .expect("worker");
+        };
+        worker("a", now - 120_000, "claude-cli");
+        let logged_out = |s: &Status| s.attention.iter().any(|a| a.contains("not logged in"));
+        assert!(logged_out(
+            &gather(&dd, &conn, &settings, now).expect("gather")
+        ));
+        // The provider changed: what claude-cli said no longer holds anything up.
+        worker("b", now - 30_000, "anthropic");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(
+            s.not_logged_in.is_none() && !logged_out(&s),
+            "{:?}",
+            s.attention
+        );
+        // Nor does it once a worker cannot start at all, which is said instead.
+        conn.execute("DELETE FROM workers WHERE worker_id = 'b'", [])
+            .expect("forget b");
+        crate::store::incidents::record_worker_failure(&dd, "no key", now - 10_000)
+            .expect("record");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(!logged_out(&s), "{:?}", s.attention);
+        assert!(
+            s.attention[0].starts_with("the worker stopped on an error at"),
+            "{:?}",
+            s.attention
+        );
+    }
+
     #[test]
     fn wedged_worker_failing_calls_and_overdue_jobs_need_attention() {
         let tmp = tempfile::tempdir().expect("tempdir");

@@ -11,6 +11,10 @@
 //!   replaced under the worker, a damaged database restored), each a needs-attention item
 //!   until acknowledged (`cairn status --acknowledge`).
 //!
+//! - `worker-failed`: when and why the latest worker stopped on an error (a model provider
+//!   without its key, a database it cannot use), replaced by each failure: a worker
+//!   started on demand exits at once on such an error, and only its log said why.
+//!
 //! When the data dir cannot take even these (a read-only file system), the hook records the
 //! loss in the data dir's fallback (`store::fallback`), which [`lost`] adds in.
 //!
@@ -234,6 +238,37 @@ pub fn acknowledge(dir: &DataDir) -> Result<usize> {
         cleared += 1;
     }
     Ok(cleared)
+}
+
+/// Why a worker stopped on an error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerFailure {
+    pub at: i64,
+    /// The error, one line.
+    pub error: String,
+}
+
+/// Records why a worker stopped on an error, replacing the previous record (written aside
+/// and renamed, so a reader sees one record whole). Also logged by the caller.
+pub fn record_worker_failure(dir: &DataDir, error: &str, now: i64) -> Result<()> {
+    let path = dir.worker_failed();
+    let aside = path.with_extension("new");
+    let text = format!("{now}\n{}\n", error.replace(['\n', '\r'], " "));
+    crate::store::paths::create_private(&aside)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_data()))
+        .and_then(|()| std::fs::rename(&aside, &path))
+        .map_err(|e| Error::io("cannot record the worker's failure", &path, e))
+}
+
+/// The latest worker failure recorded, if any (whether a worker ran since is the caller's
+/// to tell).
+pub fn worker_failure(dir: &DataDir) -> Option<WorkerFailure> {
+    let text = std::fs::read_to_string(dir.worker_failed()).ok()?;
+    let (at, error) = text.split_once('\n')?;
+    Some(WorkerFailure {
+        at: at.trim().parse().ok()?,
+        error: error.trim().to_string(),
+    })
 }
 
 /// Takes an exclusive lock on the open lost-events file (std's file lock, a `flock`), held

@@ -72,6 +72,10 @@ impl DataDir {
     pub fn notices(&self) -> PathBuf {
         self.root.join("notices")
     }
+    /// Why the latest worker stopped on an error (`store::incidents::worker_failure`).
+    pub fn worker_failed(&self) -> PathBuf {
+        self.root.join("worker-failed")
+    }
     pub fn backups(&self) -> PathBuf {
         self.root.join("backups")
     }
