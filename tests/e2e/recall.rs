@@ -300,6 +300,22 @@ fn search_ranks_filters_and_stays_in_its_project() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).is_empty());
     assert!(stderr(&o).contains("--all-projects"), "{}", stderr(&o));
+    // A project no memory is of (a misspelt name) is not an empty project: the hint
+    // names the projects there are.
+    for args in [
+        vec!["search", "lease", "--project", "acmee"],
+        vec!["context", "--project", "acmee"],
+    ] {
+        let o = cairn(&env, &args);
+        assert!(stdout(&o).is_empty(), "{args:?}");
+        assert!(
+            stderr(&o).contains("no memory is of project 'acmee'; the projects are ")
+                && stderr(&o).contains("acme")
+                && stderr(&o).contains("globex"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
 
     // Errors: exit 2, one `error:` line.
     for bad in [

@@ -17,6 +17,7 @@ use cairn_core::mcp;
 use cairn_core::memory;
 use cairn_core::memory::kind::Kind;
 use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
+use cairn_core::memory::sessions;
 use cairn_core::privacy::Privacy;
 use cairn_core::recall::context;
 use cairn_core::recall::moment;
@@ -323,13 +324,15 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
                 .collect::<anyhow::Result<Vec<_>>>()?,
         )?;
     } else if hits.is_empty() {
-        note!(
-            "no results in {}",
-            match &project {
-                Some(p) => format!("project '{p}' (--all-projects searches every project)"),
-                None => "any project".into(),
-            }
-        );
+        match &project {
+            Some(p) => match unknown_project(&conn, p)? {
+                Some(why) => note!("no results: {why}"),
+                None => {
+                    note!("no results in project '{p}' (--all-projects searches every project)")
+                }
+            },
+            None => note!("no results in any project"),
+        }
     } else {
         let width = out::width();
         let wide = project.is_none();
@@ -514,7 +517,10 @@ pub fn context(ctx: &Ctx, args: &ContextArgs) -> anyhow::Result<u8> {
             "budget_tokens": settings.budget_tokens,
         }))?;
     } else if text.is_empty() {
-        note!("nothing to tell the next session of project '{project}' yet");
+        match unknown_project(&conn, &project)? {
+            Some(why) => note!("nothing to tell the next session of project '{project}': {why}"),
+            None => note!("nothing to tell the next session of project '{project}' yet"),
+        }
     } else {
         print(&text)?;
     }
@@ -703,6 +709,29 @@ pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
     let stdout = std::io::stdout().lock();
     mcp::protocol::serve(&mut server, stdin, stdout)?;
     Ok(exit::OK)
+}
+
+/// Why `project` has no memory, when no session is of it (a misspelt `--project`, or a
+/// directory cairn never saw): the projects there are, most recently active first.
+fn unknown_project(conn: &rusqlite::Connection, project: &str) -> anyhow::Result<Option<String>> {
+    if sessions::is_project(conn, project)? {
+        return Ok(None);
+    }
+    let known = sessions::projects(conn)?;
+    Ok(Some(if known.is_empty() {
+        format!("no memory is of project '{project}'; there is none of any project yet")
+    } else {
+        let shown: Vec<&str> = known.iter().take(8).map(String::as_str).collect();
+        format!(
+            "no memory is of project '{project}'; the projects are {}{}",
+            shown.join(", "),
+            if known.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        )
+    }))
 }
 
 #[cfg(test)]

@@ -9,6 +9,23 @@ use crate::error::Result;
 /// add two pages to every hook's commit for a time nobody reads finer than the minute.
 pub const ACTIVITY_RESOLUTION_MS: i64 = 60_000;
 
+/// Project names, the most recently active first (at most 200).
+pub fn projects(conn: &rusqlite::Connection) -> Result<Vec<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT project FROM sessions GROUP BY project ORDER BY max(updated_at) DESC LIMIT 200",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?)
+}
+
+/// True when some session (so some memory) is of `project`.
+pub fn is_project(conn: &rusqlite::Connection, project: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE project = ?1)")?
+        .query_row([project], |r| r.get(0))?)
+}
+
 /// Makes sure the session row exists; refreshes its cwd at once and its `updated_at` once
 /// it is [`ACTIVITY_RESOLUTION_MS`] old (an event that changes nothing writes nothing). The
 /// project is fixed by the first event of the session. An event older than the row's

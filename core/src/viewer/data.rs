@@ -292,16 +292,6 @@ pub fn since(
     Ok((items, next_seen))
 }
 
-/// Project names, the most recently active first.
-pub fn projects(conn: &Connection) -> Result<Vec<String>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT project FROM sessions GROUP BY project ORDER BY max(updated_at) DESC LIMIT 200",
-        )?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?)
-}
-
 /// A session as the sessions page lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionRow {

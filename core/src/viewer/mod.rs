@@ -412,7 +412,7 @@ fn route(app: &App, req: &Req) -> Result<Answer> {
             } else {
                 0
             };
-            let projects = data::projects(&conn)?;
+            let projects = crate::memory::sessions::projects(&conn)?;
             Answer::html(
                 200,
                 pages::feed(&page, total, offset, &projects, project.as_deref()),
@@ -425,7 +425,7 @@ fn route(app: &App, req: &Req) -> Result<Answer> {
             let offset = from(&req.query);
             let rows = data::sessions(&conn, project.as_deref(), pages::SESSIONS_PAGE, offset)?;
             let total = data::session_count(&conn, project.as_deref())?;
-            let projects = data::projects(&conn)?;
+            let projects = crate::memory::sessions::projects(&conn)?;
             Answer::html(
                 200,
                 pages::sessions(&rows, total, offset, &projects, project.as_deref()),
@@ -632,7 +632,7 @@ fn context_answer(
     changed: Option<std::result::Result<String, String>>,
 ) -> Result<Answer> {
     let conn = open(&app.dir)?;
-    let projects = data::projects(&conn)?;
+    let projects = crate::memory::sessions::projects(&conn)?;
     let Some(project) = project.or_else(|| projects.first().cloned()) else {
         return Ok(Answer::html(
             200,
@@ -747,7 +747,7 @@ fn search_page(app: &App, req: &Req) -> Result<Answer> {
         until: q("until"),
     };
     let conn = open(&app.dir)?;
-    let projects = data::projects(&conn)?;
+    let projects = crate::memory::sessions::projects(&conn)?;
     let mut searcher = lock(&app.searcher);
     let by_meaning = searcher.unavailable().is_none();
     let asked = req.query.contains_key("q");
