@@ -123,6 +123,25 @@ fn a_worker_that_cannot_start_is_named_with_its_error_until_one_starts() {
 }
 
 #[test]
+fn a_worker_on_a_data_dir_without_a_database_says_where_it_creates_one() {
+    let env = TestEnv::new();
+    let first = env.run("cairn-worker", &["--once"], b"");
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let said = stderr(&first);
+    assert!(
+        said.contains("no database at ") && said.contains(&env.db_path().display().to_string()),
+        "{said}"
+    );
+    assert!(said.contains("CAIRN_DATA_DIR"), "{said}");
+    let again = env.run("cairn-worker", &["--once"], b"");
+    assert!(
+        !stderr(&again).contains("no database at"),
+        "{}",
+        stderr(&again)
+    );
+}
+
+#[test]
 fn status_exit_codes_follow_what_needs_attention() {
     let env = TestEnv::new();
     let o = cairn(&env, &["status"]);

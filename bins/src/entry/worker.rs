@@ -83,6 +83,16 @@ fn run(args: Args) -> anyhow::Result<u8> {
     for w in &loaded.warnings {
         log::warn!("{w}");
     }
+    // A data dir with no database yet is a fresh install (the first hook creates it too), or
+    // a misspelt `--data-dir` or CAIRN_DATA_DIR: say where, so the second is seen.
+    if !dir.db().exists() {
+        let msg = format!(
+            "no database at {}: creating an empty one, which hooks fill (if your memories are elsewhere, set CAIRN_DATA_DIR or --data-dir)",
+            dir.db().display()
+        );
+        log::warn!("{msg}");
+        let _ = writeln!(std::io::stderr(), "cairn-worker: {msg}");
+    }
     dir.ensure()?;
     let now = cairn_core::clock::now_ms();
     let Some(held) = WorkerLock::try_acquire(&dir.worker_lock(), now)? else {
