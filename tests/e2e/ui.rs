@@ -192,16 +192,22 @@ fn a_second_cairn_ui_points_at_the_running_one() {
     seed(&env);
     let ui = Ui::start(&env);
     let kept = std::fs::read(env.data_dir.join("viewer.json")).expect("viewer.json");
-    let o = cairn(&env, &["ui", "--no-open"]);
-    assert_eq!(o.status.code(), Some(0));
-    let out = stdout(&o);
-    assert!(out.contains("already running"), "{out}");
-    assert!(out.contains(&ui.url()), "{out}");
-    // Nothing moved: the first one's address and bookmarks stay good.
-    assert_eq!(
-        std::fs::read(env.data_dir.join("viewer.json")).expect("viewer.json"),
-        kept
-    );
+    // Asked plainly, or on the port it already has.
+    for args in [
+        vec!["ui", "--no-open"],
+        vec!["ui", "--no-open", "--port", &ui.port.to_string()],
+    ] {
+        let o = cairn(&env, &args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        let out = stdout(&o);
+        assert!(out.contains("already running"), "{args:?}: {out}");
+        assert!(out.contains(&ui.url()), "{out}");
+        // Nothing moved: the first one's address and bookmarks stay good.
+        assert_eq!(
+            std::fs::read(env.data_dir.join("viewer.json")).expect("viewer.json"),
+            kept
+        );
+    }
     let url = ui.url();
     drop(ui);
     // Once it stopped, a new one starts where it was.

@@ -20,8 +20,9 @@ use crate::exit;
 
 #[derive(Debug, Args)]
 pub struct UiArgs {
-    /// Port on the viewer's loopback address (default: the last run's, else a free one).
-    #[arg(long, default_value_t = 0)]
+    /// Port on the viewer's loopback address; 0, the default, is the last run's, else a
+    /// free one. Another port than a running viewer's starts a second viewer.
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     pub port: u16,
     /// Print the URL but do not open a browser.
     #[arg(long)]
@@ -52,10 +53,11 @@ fn parse_reference(s: &str) -> Result<(Kind, i64), String> {
 
 /// Starts the viewer and serves until Ctrl-C (or SIGTERM).
 pub fn ui(ctx: &Ctx, args: &UiArgs) -> anyhow::Result<u8> {
-    // One viewer per data dir: a second `cairn ui` opens the running one's page (a new one
-    // would move to another address and leave the first one's bookmarks behind).
-    if args.port == 0
-        && let Some(running) = cairn_core::viewer::access::running(&ctx.data_dir)
+    // One viewer per data dir: a second `cairn ui` (or one asking for the running one's
+    // port) opens the running one's page (a new one would move to another address and
+    // leave the first one's bookmarks behind).
+    if let Some(running) = cairn_core::viewer::access::running(&ctx.data_dir)
+        && (args.port == 0 || args.port == running.port)
     {
         let url = running.url();
         print(&format!(

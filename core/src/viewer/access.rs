@@ -146,7 +146,8 @@ pub fn save(dir: &DataDir, a: &Access) -> std::io::Result<()> {
 }
 
 /// Binds the kept address and port when it can (`port` other than 0 wins over the kept
-/// one), else a fresh address or port, and saves what it bound.
+/// one), else a fresh address or port, and saves what it bound. A `port` asked for that is
+/// in use on the kept address is an error, not a move to another address.
 pub fn bind(dir: &DataDir, port: u16) -> std::io::Result<(TcpListener, Access)> {
     let kept = load(dir);
     let token = match &kept {
@@ -187,6 +188,8 @@ pub fn bind(dir: &DataDir, port: u16) -> std::io::Result<(TcpListener, Access)> 
                 }
                 return Ok((l, access));
             }
+            // A port asked for and taken: another address would lose the kept one.
+            Err(e) if port != 0 && e.kind() == std::io::ErrorKind::AddrInUse => return Err(e),
             Err(e) => last = Some(e),
         }
     }
@@ -235,6 +238,11 @@ mod tests {
         let (_l2, third) = bind(&dir, 0).expect("bind while taken");
         assert_eq!((third.address, &third.token), (first.address, &first.token));
         assert_ne!(third.port, first.port);
+        // A port asked for and taken is an error: the kept address stays.
+        let kept = std::fs::read(dir.viewer()).expect("kept");
+        let taken = bind(&dir, third.port).expect_err("taken");
+        assert_eq!(taken.kind(), std::io::ErrorKind::AddrInUse);
+        assert_eq!(std::fs::read(dir.viewer()).expect("kept"), kept);
         drop(l);
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(dir.viewer(), std::fs::Permissions::from_mode(0o644))
