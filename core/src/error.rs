@@ -135,8 +135,9 @@ fn permission_advice(e: &rusqlite::Error) -> &'static str {
         Some(rusqlite::ErrorCode::ReadOnly)
         | Some(rusqlite::ErrorCode::PermissionDenied)
         | Some(rusqlite::ErrorCode::CannotOpen) => {
-            " (this user cannot write the data dir or its database: check their owner and \
-             permissions; one made by `sudo cairn …` belongs to root)"
+            " (this user cannot write the data dir or its database: its file system may be \
+             read-only, or check their owner and permissions; one made by `sudo cairn …` \
+             belongs to root)"
         }
         _ => "",
     }

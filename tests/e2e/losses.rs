@@ -122,6 +122,19 @@ fn a_read_only_data_dir_keeps_events_outside_and_the_worker_stores_them_later() 
     };
     hook(&env, &prompt(1, "rotate the staging certificates"));
     hook(&env, &tool(1, 0));
+    let saved = env.run(
+        "cairn",
+        &[
+            "save",
+            "Staging certificates rotate monthly",
+            "--text",
+            "The first of each month.",
+            "--project",
+            "acme-api",
+        ],
+        b"",
+    );
+    assert_eq!(saved.status.code(), Some(0), "{}", stderr(&saved));
     // The last connection to close checkpoints and removes the WAL and its shared-memory
     // file, which a read-only file system then cannot create again.
     assert_eq!(env.count("SELECT count(*) FROM user_prompts"), 1);
@@ -161,6 +174,21 @@ fn a_read_only_data_dir_keeps_events_outside_and_the_worker_stores_them_later() 
         stdout(&search)
     );
     assert!(stderr(&search).contains("read-only"), "{}", stderr(&search));
+    // A new session is still told what is known, read as it is; its start is kept outside.
+    let mut c = env.cmd("cairn-hook");
+    c.env("CAIRN_CAPTURE__LOCK_WAIT_MS", "200");
+    let start = run_with_stdin(
+        c,
+        br#"{"hook_event_name":"SessionStart","session_id":"s-later","cwd":"/home/dev/acme-api","source":"startup"}"#,
+    );
+    assert_eq!(start.status.code(), Some(0), "{}", stderr(&start));
+    assert!(
+        stdout(&start).contains("Staging certificates rotate monthly"),
+        "{}{}",
+        stdout(&start),
+        stderr(&start)
+    );
+    assert_eq!(kept_outside(&env).len(), 6);
 
     // Writable again: status says where the events wait; the worker stores them.
     ro.set(false);
@@ -168,7 +196,7 @@ fn a_read_only_data_dir_keeps_events_outside_and_the_worker_stores_them_later() 
     let text = stdout(&status);
     assert_eq!(status.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("5 hook events are kept outside the data dir"),
+        text.contains("6 hook events are kept outside the data dir"),
         "{text}"
     );
     let out = worker_once(&env);
@@ -215,6 +243,19 @@ fn a_data_dir_that_cannot_exist_keeps_events_until_it_can() {
     std::fs::write(&parent, b"a file where a directory should be").expect("file");
     hook(&env, &prompt(1, "rotate the staging certificates"));
     hook(&env, &tool(1, 0));
+    let saved = env.run(
+        "cairn",
+        &[
+            "save",
+            "Staging certificates rotate monthly",
+            "--text",
+            "The first of each month.",
+            "--project",
+            "acme-api",
+        ],
+        b"",
+    );
+    assert_eq!(saved.status.code(), Some(0), "{}", stderr(&saved));
     let kept = kept_outside(&env);
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert_private(kept[0].parent().expect("spool"));

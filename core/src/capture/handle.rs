@@ -374,7 +374,19 @@ pub fn handle_with(
         }
     };
 
-    let told = match (&event, conn.as_mut()) {
+    // A database the hook could not open to write (a read-only file system): the event
+    // is kept outside it, and what is known is still told, read as it is.
+    let mut reader = match (&event, &conn) {
+        (Event::SessionStart { .. } | Event::UserPrompt { .. }, None) => {
+            let wait = std::time::Duration::from_millis(settings.capture.lock_wait_ms);
+            db::open_read_only(&dir.db(), wait)
+                .inspect_err(|e| log::warn!("cannot read the database either: {e}"))
+                .ok()
+                .map(|(c, _)| c)
+        }
+        _ => None,
+    };
+    let told = match (&event, conn.as_mut().or(reader.as_mut())) {
         (Event::SessionStart { source, .. }, Some(c))
             if *source != StartSource::Resume || settings.capture.context_on_resume =>
         {
