@@ -34,6 +34,45 @@ fn cairn(env: &TestEnv, args: &[&str]) -> std::process::Output {
 }
 
 #[test]
+fn an_import_starts_the_worker_that_turns_it_into_memories() {
+    let env = TestEnv::new();
+    put(&env, SID, &sample());
+    let mut c = env.cmd("cairn");
+    c.args(["import", "transcripts", "--yes"])
+        .env("CAIRN_WORKER__AUTOSTART", "true")
+        .env("CAIRN_WORKER__IDLE_EXIT_SECS", "1");
+    let o = crate::support::run_with_stdin(c, b"");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("the worker turns them into memories"),
+        "{}",
+        stdout(&o)
+    );
+    // The worker it started takes every job, with nothing else to start it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while env.count("SELECT count(*) FROM pending_messages WHERE status IN ('pending', 'claimed')")
+        > 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "jobs still waiting a minute after the import"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(env.count("SELECT count(*) FROM session_summaries"), 1);
+    // It stops once idle, before the data dir goes.
+    let lock = cairn_core::store::paths::DataDir::new(&env.data_dir).worker_lock();
+    while cairn_core::store::lock::holder(&lock)
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        assert!(std::time::Instant::now() < deadline + Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
 fn import_reports_the_cost_first_asks_and_adds_nothing_twice() {
     let env = TestEnv::new();
     put(&env, SID, &sample());
@@ -41,7 +80,7 @@ fn import_reports_the_cost_first_asks_and_adds_nothing_twice() {
     let o = cairn(&env, &["import", "transcripts", "--dry-run"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = stdout(&o);
-    assert!(text.contains("found 1 transcripts"), "{text}");
+    assert!(text.contains("found 1 transcript ("), "{text}");
     let row = text
         .lines()
         .find(|l| l.starts_with("acme-api"))
@@ -86,6 +125,12 @@ fn import_reports_the_cost_first_asks_and_adds_nothing_twice() {
     let o = cairn(&env, &["import", "transcripts", "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("imported 6 events"), "{}", stdout(&o));
+    // No worker, and none started (worker.autostart is off here): said how.
+    assert!(
+        stdout(&o).contains("start the worker (`cairn-worker`; worker.autostart is off)"),
+        "{}",
+        stdout(&o)
+    );
     let o = cairn(
         &env,
         &["import", "transcripts", "--yes", "--project", "acme-*"],

@@ -225,8 +225,8 @@ fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
 /// holding it is stopped and silent past the wedged threshold (it is ended first,
 /// `ops::liveness::replace_wedged`): detached in its own session, stdio closed, never
 /// waited on. An `O_EXCL` marker file, fresh for a few seconds, lets one of many hooks
-/// firing at once do it.
-fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqlite::Connection>) {
+/// firing at once do it. Also run by `cairn import transcripts` once it queued jobs.
+pub(crate) fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqlite::Connection>) {
     let stopped_holder = match cairn_core::store::lock::holder(&dir.worker_lock()) {
         Ok(Some(h)) if !cairn_core::store::lock::process_stopped(h.pid) => return,
         Ok(Some(_)) => true,

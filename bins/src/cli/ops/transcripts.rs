@@ -144,19 +144,36 @@ pub fn import(ctx: &Ctx, args: &Args) -> anyhow::Result<u8> {
     let t = report.total();
     outln!(
         o,
-        "imported {} events ({} already there, {} forgotten) from {} transcripts into {}",
+        "imported {} events ({} already there, {} forgotten) from {} into {}",
         report.added,
         t.existing,
         t.forgotten,
-        report.files,
+        transcripts(report.files as usize),
         ctx.data_dir.db().display()
     );
-    if settings.model.daily_token_budget > 0 {
-        outln!(
-            o,
-            "the worker works through them within model.daily_token_budget ({} tokens a day)",
-            settings.model.daily_token_budget
-        );
+    if report.added > 0 {
+        // Jobs wait for a worker: start one as a hook would, or say how.
+        let running = cairn_core::store::lock::holder(&ctx.data_dir.worker_lock())
+            .ok()
+            .flatten()
+            .is_some();
+        if !running && settings.worker.autostart {
+            crate::entry::hook::autostart(&ctx.data_dir, settings, Some(&conn));
+        }
+        let by = if running || settings.worker.autostart {
+            "the worker turns them into memories"
+        } else {
+            "start the worker (`cairn-worker`; worker.autostart is off) to turn them into memories"
+        };
+        if settings.model.daily_token_budget > 0 {
+            outln!(
+                o,
+                "{by} within model.daily_token_budget ({} tokens a day); `cairn status` shows how far it is",
+                settings.model.daily_token_budget
+            );
+        } else {
+            outln!(o, "{by}; `cairn status` shows how far it is");
+        }
     }
     emit(&o)?;
     Ok(exit::OK)
@@ -172,8 +189,8 @@ fn describe_plan(
 ) {
     outln!(
         o,
-        "found {} transcripts ({})",
-        plan.files,
+        "found {} ({})",
+        transcripts(plan.files as usize),
         bytes(plan.bytes)
     );
     if !plan.projects.is_empty() {
@@ -328,4 +345,13 @@ fn progress_bar(tty: bool, total: u64, what: &str) -> ProgressBar {
     bar.set_message(what.to_string());
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
+}
+
+/// `1 transcript`, `3 transcripts`.
+fn transcripts(n: usize) -> String {
+    if n == 1 {
+        "1 transcript".into()
+    } else {
+        format!("{n} transcripts")
+    }
 }
