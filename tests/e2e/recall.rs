@@ -329,6 +329,14 @@ fn search_ranks_filters_and_stays_in_its_project() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
         assert!(stderr(&o).contains("error"), "{bad:?}: {}", stderr(&o));
     }
+    // A timeline without its anchor names both ways to give one.
+    let o = cairn(&env, &["timeline"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("<ID|--query <QUERY>>"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -90,7 +90,7 @@ pub enum Command {
     Restore(ops::RestoreArgs),
     /// Export observations, summaries and prompts.
     Export(ops::ExportArgs),
-    /// Import memories from a cairn export or from claude-mem.
+    /// Import memories: Claude Code's transcripts, a cairn export, or a claude-mem database.
     #[command(subcommand)]
     Import(ops::ImportCommand),
     /// Search observations, summaries and prompts.

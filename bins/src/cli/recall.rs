@@ -95,10 +95,11 @@ pub struct SearchArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("anchor").required(true).args(["id", "query"])))]
 pub struct TimelineArgs {
     /// Record to centre on, as search lists it: `12` (observation), `S3` (turn summary),
     /// `P7` (prompt). Or use --query.
-    #[arg(value_parser = parse_reference, required_unless_present = "query")]
+    #[arg(value_name = "ID", value_parser = parse_reference)]
     pub id: Option<(Kind, i64)>,
     /// Centre on the best hit of this query instead.
     #[arg(long, short, conflicts_with = "id")]

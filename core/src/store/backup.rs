@@ -361,16 +361,17 @@ pub struct RestoreInfo {
 /// Replaces the data dir's database with the backup at `source`. Refused while a worker
 /// runs; refused, with nothing changed, when the source is not a sound cairn database.
 pub fn restore(dir: &DataDir, source: &Path, opts: OpenOptions, now: i64) -> Result<RestoreInfo> {
-    if let Some(h) = crate::store::lock::holder(&dir.worker_lock())? {
-        return Err(Error::Invalid(format!(
-            "a worker (pid {}) is running; stop it first (systemctl --user stop cairn-worker, or kill {}), then restore",
-            h.pid, h.pid
-        )));
-    }
+    // A wrong path first: stopping the worker would not help with it.
     if !source.is_file() {
         return Err(Error::Invalid(format!(
             "no backup file at {}",
             source.display()
+        )));
+    }
+    if let Some(h) = crate::store::lock::holder(&dir.worker_lock())? {
+        return Err(Error::Invalid(format!(
+            "a worker (pid {}) is running; stop it first (systemctl --user stop cairn-worker, or kill {}), then restore",
+            h.pid, h.pid
         )));
     }
     dir.ensure()?;
@@ -537,6 +538,10 @@ mod tests {
             .expect("free");
         let err = restore(&dd, &good, OpenOptions::default(), 1).expect_err("worker");
         assert!(err.to_string().contains("stop it first"), "{err}");
+        // A path that is no file is said first: stopping the worker would not mend it.
+        let none = tmp.path().join("none.db");
+        let err = restore(&dd, &none, OpenOptions::default(), 1).expect_err("none");
+        assert!(err.to_string().starts_with("no backup file at"), "{err}");
     }
 
     #[test]
