@@ -1750,6 +1750,49 @@ mod tests {
     }
 
     #[test]
+    fn an_allowlist_excuses_the_placeholder_it_names_not_a_secret_holding_it() {
+        // gitleaks' global `true`, `false`, `null`, and `curl -u`'s `user:xxx`, `user:test`,
+        // are whole values; a password holding one is still a password.
+        for (text, expected) in [
+            (
+                "--password Kfalse9xQw",
+                "--password [REDACTED:cli-password-flag]",
+            ),
+            (
+                "sshpass -p true9XqWz ssh host",
+                "sshpass -p [REDACTED:sshpass-password] ssh host",
+            ),
+            (
+                "mysql -uroot -pXy9Qwnull db",
+                "mysql -uroot -p[REDACTED:mysql-password] db",
+            ),
+            (
+                "redis://:Kfalse9xQw@cache:6379",
+                "redis://:[REDACTED:url-credentials]@cache:6379",
+            ),
+            (
+                "curl -u bob:xyzS3cretabc https://api.example.com",
+                "curl -u [REDACTED:curl-auth-user] https://api.example.com",
+            ),
+            (
+                "curl -u admin:testK8x9Qw https://api.example.com",
+                "curl -u [REDACTED:curl-auth-user] https://api.example.com",
+            ),
+        ] {
+            check(text, expected);
+        }
+        for text in [
+            "postgres://admin:false@db.example.com/prod",
+            "postgres://admin:null@db.example.com/prod",
+            "curl -u user:changeme https://api.example.com",
+            "curl -u user:xxx https://api.example.com",
+            "curl -u \"user:password\" https://api.example.com",
+        ] {
+            check(text, text);
+        }
+    }
+
+    #[test]
     fn a_secret_is_removed_from_every_field_of_an_event() {
         let input = serde_json::json!({"command": "export TOKEN='Zq8vLm2Xw9Pt4Rk7'; run"});
         let response = serde_json::json!({"stdout": "token is Zq8vLm2Xw9Pt4Rk7\n", "stderr": ""});
