@@ -1793,6 +1793,41 @@ mod tests {
     }
 
     #[test]
+    fn a_credential_word_with_digits_inside_is_no_placeholder() {
+        // A placeholder puts its numbers at the end (`Password123`); `Secret123x` does not.
+        for (text, expected) in [
+            (
+                "--password Secret123x",
+                "--password [REDACTED:cli-password-flag]",
+            ),
+            (
+                "password=Secret123x",
+                "password=[REDACTED:keyword-secret-unquoted]",
+            ),
+            (
+                "api_key = \"Secret123x\"",
+                "api_key = \"[REDACTED:token-assignment]\"",
+            ),
+            (
+                "GET /v1?token=Secret123x HTTP/1.1",
+                "GET /v1?token=[REDACTED:url-query-secret] HTTP/1.1",
+            ),
+            (
+                "curl -u bob:Secret123x https://api.example.com",
+                "curl -u [REDACTED:curl-auth-user] https://api.example.com",
+            ),
+        ] {
+            check(text, expected);
+        }
+        for text in [
+            "password=Password123",
+            "\"MasterUserPassword\": \"mynewpassword\"",
+        ] {
+            check(text, text);
+        }
+    }
+
+    #[test]
     fn a_secret_is_removed_from_every_field_of_an_event() {
         let input = serde_json::json!({"command": "export TOKEN='Zq8vLm2Xw9Pt4Rk7'; run"});
         let response = serde_json::json!({"stdout": "token is Zq8vLm2Xw9Pt4Rk7\n", "stderr": ""});

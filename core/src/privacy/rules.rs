@@ -578,14 +578,20 @@ fn self_naming(s: &str) -> bool {
         })
     };
     // A word as a prefix before a random part (`secret_H9ZGTfAERfN5W0AX`) is an issued key,
-    // and so is one with digits inside its letters (`Sk9canarySecret4Lw`): a placeholder
-    // spells words and puts its numbers at the end (`Password123`, `SECRET1`).
+    // and so is one with digits inside its letters, one or more (`Sk9canarySecret4Lw`,
+    // `Secret123x`): a placeholder spells words and puts its numbers at the end
+    // (`Password123`, `SECRET1`).
     let random_part = s
         .split(['_', '-'])
         .any(|p| p.len() >= 12 && !names(p.as_bytes()));
-    let digit_inside = b
-        .windows(3)
-        .any(|w| w[0].is_ascii_alphabetic() && w[1].is_ascii_digit() && w[2].is_ascii_alphabetic());
+    let digit_inside = (1..b.len()).any(|i| {
+        b[i - 1].is_ascii_alphabetic()
+            && b[i].is_ascii_digit()
+            && b[i..]
+                .iter()
+                .find(|c| !c.is_ascii_digit())
+                .is_some_and(u8::is_ascii_alphabetic)
+    });
     b.len() <= 40
         && !random_part
         && !digit_inside
@@ -859,6 +865,8 @@ mod tests {
         // A credential word among random letters and digits is no placeholder.
         assert!(!reference_like("Sk9canarySecret4Lw"));
         assert!(!reference_like("x7Token2QpLm"));
+        assert!(!reference_like("Secret123x"));
+        assert!(reference_like("Password123"));
         assert!(not_a_value("self.credentials.token}"));
         assert!(not_a_value("StreamDescription.Shards[-1].ShardId"));
         assert!(not_a_value("__attr_factory_%s"));
