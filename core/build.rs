@@ -68,7 +68,8 @@ fn allow(t: &toml::Table) -> String {
 
 /// The rules of one rule file, as Rust expressions. `semi_generic`: whether a rule is
 /// gitleaks' `<keyword> = <secret>` form is read from its pattern (gitleaks' file) or from
-/// the rule's `assignment` key (cairn's).
+/// the rule's `assignment` key (cairn's); whether its secret stands in a credential's slot
+/// from the `slot` key (cairn's only).
 fn rules_of(doc: &toml::Table, from_pattern: bool) -> Vec<(String, Vec<String>)> {
     let mut rules = Vec::new();
     for r in doc
@@ -115,9 +116,11 @@ fn rules_of(doc: &toml::Table, from_pattern: bool) -> Vec<(String, Vec<String>)>
         } else {
             r.get("assignment").and_then(toml::Value::as_bool) == Some(true)
         };
+        // cairn's: the secret stands where only a credential stands (see `Rule::slot`).
+        let slot = !from_pattern && r.get("slot").and_then(toml::Value::as_bool) == Some(true);
         rules.push((
             format!(
-                "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, assignment: {assignment}, keywords: &{:?}, allowlists: &[{}] }}",
+                "Rule {{ id: {id:?}, regex: {regex:?}, entropy: {entropy:?}, secret_group: {group}, assignment: {assignment}, slot: {slot}, keywords: &{:?}, allowlists: &[{}] }}",
                 keywords,
                 allows.join(", "),
             ),

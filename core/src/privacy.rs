@@ -1828,6 +1828,58 @@ mod tests {
     }
 
     #[test]
+    fn a_urls_password_is_redacted_whatever_words_it_spells() {
+        for scheme in ["postgres", "postgresql", "https", "redis"] {
+            for password in [
+                "S3cretXyz",
+                "S3cretPass",
+                "Secret123x",
+                "xyzS3cretabc",
+                "Tr0ub4dorPass",
+                "Zx9pQ2wLmN",
+                "hunter22",
+                "Kx8S3cret9q",
+                "rootPassword",
+                "mysecretpassword",
+            ] {
+                check(
+                    &format!("psql {scheme}://admin:{password}@db.example.com/prod"),
+                    &format!(
+                        "psql {scheme}://admin:[REDACTED:url-credentials]@db.example.com/prod"
+                    ),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn placeholders_in_a_url_stay() {
+        for password in [
+            "password",
+            "secret",
+            "pass",
+            "changeme",
+            "example",
+            "your_password",
+            "YOUR-PASSWORD",
+            "${PASS}",
+            "$DB_PASSWORD",
+            "<password>",
+            "{password}",
+            "%s",
+            "xxx",
+            "***",
+        ] {
+            for url in [
+                format!("postgres://user:{password}@localhost:5432/app"),
+                format!("redis://:{password}@cache:6379/0"),
+            ] {
+                check(&url, &url);
+            }
+        }
+    }
+
+    #[test]
     fn a_secret_is_removed_from_every_field_of_an_event() {
         let input = serde_json::json!({"command": "export TOKEN='Zq8vLm2Xw9Pt4Rk7'; run"});
         let response = serde_json::json!({"stdout": "token is Zq8vLm2Xw9Pt4Rk7\n", "stderr": ""});

@@ -61,6 +61,11 @@ pub struct Rule {
     /// operator (`=`, `:`, `>`, `|`, `,`), then the secret. Such a rule is only tried where
     /// a keyword is followed by one within [`ASSIGNMENT_WINDOW`] bytes.
     pub assignment: bool,
+    /// The secret stands where only a credential stands (a URL's password): found whatever
+    /// words it spells, never judged a name or a reference ([`name_like`],
+    /// [`reference_like`]); only allowlists excuse it (whole placeholders: `password`,
+    /// `${PASS}`, `<password>`, `xxx`).
+    pub slot: bool,
     /// Lowercase; the rule is tried only when one occurs (none: always tried).
     pub keywords: &'static [&'static str],
     pub allowlists: &'static [Allow],
@@ -733,15 +738,15 @@ pub fn find(s: &str) -> Vec<Finding> {
                 continue;
             }
             // A generic rule (a keyword, an operator, a value) on code: not a secret. Names
-            // and references are not secrets whatever found them.
+            // and references are not secrets whatever found them, except in a credential's
+            // slot, where a password may spell words (`S3cretPass`, `Secret123x`).
             let text = std::str::from_utf8(sb).unwrap_or_default();
             if (r.assignment || r.id == "token-assignment")
                 && (not_a_value(text)
                     || annotated(&b[secret.end()..])
                     || names_an_id(&b[whole.start()..secret.start()])
                     || keyed_by_type(&b[line_start(b, whole.start())..secret.start()]))
-                || name_like(text)
-                || reference_like(text)
+                || !r.slot && (name_like(text) || reference_like(text))
             {
                 continue;
             }
@@ -821,6 +826,11 @@ mod tests {
         let s = "postgres://admin:s3cretpw@db.internal:5432/app";
         let f = find(s);
         assert_eq!(&s[f[0].start..f[0].end], "s3cretpw");
+        // In a credential's slot a password that reads as a name is still one.
+        assert!(name_like("S3cretPass"));
+        let s = "postgres://admin:S3cretPass@db.internal:5432/app";
+        let f = find(s);
+        assert_eq!(&s[f[0].start..f[0].end], "S3cretPass");
         assert!(entropy(b"aaaa") < 0.01 && entropy(b"abcd") > 1.99);
     }
 
