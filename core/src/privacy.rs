@@ -1880,6 +1880,34 @@ mod tests {
     }
 
     #[test]
+    fn command_line_password_slots_are_redacted_whatever_words_they_spell() {
+        for (text, expected) in [
+            (
+                "mysql -uroot -pS3cretPass shop",
+                "mysql -uroot -p[REDACTED:mysql-password] shop",
+            ),
+            (
+                "sshpass -p xyzS3cretabc ssh deploy@host",
+                "sshpass -p [REDACTED:sshpass-password] ssh deploy@host",
+            ),
+            (
+                "docker login -u ci -p S3cretXyz registry.example.com",
+                "docker login -u ci -p [REDACTED:registry-login-password] registry.example.com",
+            ),
+        ] {
+            check(text, expected);
+        }
+        for text in [
+            "mysql -uroot -pYOUR_PASSWORD shop",
+            "mysql -uroot -p$MYSQL_PWD shop",
+            "sshpass -p <password> ssh deploy@host",
+            "docker login -u ci -p ${REGISTRY_TOKEN} registry.example.com",
+        ] {
+            check(text, text);
+        }
+    }
+
+    #[test]
     fn a_secret_is_removed_from_every_field_of_an_event() {
         let input = serde_json::json!({"command": "export TOKEN='Zq8vLm2Xw9Pt4Rk7'; run"});
         let response = serde_json::json!({"stdout": "token is Zq8vLm2Xw9Pt4Rk7\n", "stderr": ""});

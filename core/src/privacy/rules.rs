@@ -61,8 +61,8 @@ pub struct Rule {
     /// operator (`=`, `:`, `>`, `|`, `,`), then the secret. Such a rule is only tried where
     /// a keyword is followed by one within [`ASSIGNMENT_WINDOW`] bytes.
     pub assignment: bool,
-    /// The secret stands where only a credential stands (a URL's password): found whatever
-    /// words it spells, never judged a name or a reference ([`name_like`],
+    /// The secret stands where only a credential stands (a URL's password, `mysql -p…`):
+    /// found whatever words it spells, never judged a name or a reference ([`name_like`],
     /// [`reference_like`]); only allowlists excuse it (whole placeholders: `password`,
     /// `${PASS}`, `<password>`, `xxx`).
     pub slot: bool,
