@@ -1908,6 +1908,21 @@ mod tests {
     }
 
     #[test]
+    fn an_api_key_spelling_a_credential_word_is_redacted() {
+        // gitleaks' generic rule excuses a value holding one of its stop words (`token`,
+        // `password`, `admin`, `auth`…); cairn's assignment rules still take it.
+        for text in [
+            "api_key = \"Zx8Qw2secretLm4Kp6Vb8N\"",
+            "API_KEY=sk9XadminQw2Lm4Kp6",
+            "GITHUB_TOKEN=Zx8tokenQw2Lm4Kp6Vb8N",
+            "client_secret: 'Zx8passwordQw2Lm4Kp6Vb8N'",
+        ] {
+            let out = P.text(text);
+            assert!(out.contains("[REDACTED"), "{text} -> {out}");
+        }
+    }
+
+    #[test]
     fn a_secret_is_removed_from_every_field_of_an_event() {
         let input = serde_json::json!({"command": "export TOKEN='Zq8vLm2Xw9Pt4Rk7'; run"});
         let response = serde_json::json!({"stdout": "token is Zq8vLm2Xw9Pt4Rk7\n", "stderr": ""});
