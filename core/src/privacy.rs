@@ -1750,6 +1750,179 @@ mod tests {
     }
 
     #[test]
+    fn an_allowlist_excuses_the_placeholder_it_names_not_a_secret_holding_it() {
+        // gitleaks' global `true`, `false`, `null`, and `curl -u`'s `user:xxx`, `user:test`,
+        // are whole values; a password holding one is still a password.
+        for (text, expected) in [
+            (
+                "--password Kfalse9xQw",
+                "--password [REDACTED:cli-password-flag]",
+            ),
+            (
+                "sshpass -p true9XqWz ssh host",
+                "sshpass -p [REDACTED:sshpass-password] ssh host",
+            ),
+            (
+                "mysql -uroot -pXy9Qwnull db",
+                "mysql -uroot -p[REDACTED:mysql-password] db",
+            ),
+            (
+                "redis://:Kfalse9xQw@cache:6379",
+                "redis://:[REDACTED:url-credentials]@cache:6379",
+            ),
+            (
+                "curl -u bob:xyzS3cretabc https://api.example.com",
+                "curl -u [REDACTED:curl-auth-user] https://api.example.com",
+            ),
+            (
+                "curl -u admin:testK8x9Qw https://api.example.com",
+                "curl -u [REDACTED:curl-auth-user] https://api.example.com",
+            ),
+        ] {
+            check(text, expected);
+        }
+        for text in [
+            "postgres://admin:false@db.example.com/prod",
+            "postgres://admin:null@db.example.com/prod",
+            "curl -u user:changeme https://api.example.com",
+            "curl -u user:xxx https://api.example.com",
+            "curl -u \"user:password\" https://api.example.com",
+        ] {
+            check(text, text);
+        }
+    }
+
+    #[test]
+    fn a_credential_word_with_digits_inside_is_no_placeholder() {
+        // A placeholder puts its numbers at the end (`Password123`); `Secret123x` does not.
+        for (text, expected) in [
+            (
+                "--password Secret123x",
+                "--password [REDACTED:cli-password-flag]",
+            ),
+            (
+                "password=Secret123x",
+                "password=[REDACTED:keyword-secret-unquoted]",
+            ),
+            (
+                "api_key = \"Secret123x\"",
+                "api_key = \"[REDACTED:token-assignment]\"",
+            ),
+            (
+                "GET /v1?token=Secret123x HTTP/1.1",
+                "GET /v1?token=[REDACTED:url-query-secret] HTTP/1.1",
+            ),
+            (
+                "curl -u bob:Secret123x https://api.example.com",
+                "curl -u [REDACTED:curl-auth-user] https://api.example.com",
+            ),
+        ] {
+            check(text, expected);
+        }
+        for text in [
+            "password=Password123",
+            "\"MasterUserPassword\": \"mynewpassword\"",
+        ] {
+            check(text, text);
+        }
+    }
+
+    #[test]
+    fn a_urls_password_is_redacted_whatever_words_it_spells() {
+        for scheme in ["postgres", "postgresql", "https", "redis"] {
+            for password in [
+                "S3cretXyz",
+                "S3cretPass",
+                "Secret123x",
+                "xyzS3cretabc",
+                "Tr0ub4dorPass",
+                "Zx9pQ2wLmN",
+                "hunter22",
+                "Kx8S3cret9q",
+                "rootPassword",
+                "mysecretpassword",
+            ] {
+                check(
+                    &format!("psql {scheme}://admin:{password}@db.example.com/prod"),
+                    &format!(
+                        "psql {scheme}://admin:[REDACTED:url-credentials]@db.example.com/prod"
+                    ),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn placeholders_in_a_url_stay() {
+        for password in [
+            "password",
+            "secret",
+            "pass",
+            "changeme",
+            "example",
+            "your_password",
+            "YOUR-PASSWORD",
+            "${PASS}",
+            "$DB_PASSWORD",
+            "<password>",
+            "{password}",
+            "%s",
+            "xxx",
+            "***",
+        ] {
+            for url in [
+                format!("postgres://user:{password}@localhost:5432/app"),
+                format!("redis://:{password}@cache:6379/0"),
+            ] {
+                check(&url, &url);
+            }
+        }
+    }
+
+    #[test]
+    fn command_line_password_slots_are_redacted_whatever_words_they_spell() {
+        for (text, expected) in [
+            (
+                "mysql -uroot -pS3cretPass shop",
+                "mysql -uroot -p[REDACTED:mysql-password] shop",
+            ),
+            (
+                "sshpass -p xyzS3cretabc ssh deploy@host",
+                "sshpass -p [REDACTED:sshpass-password] ssh deploy@host",
+            ),
+            (
+                "docker login -u ci -p S3cretXyz registry.example.com",
+                "docker login -u ci -p [REDACTED:registry-login-password] registry.example.com",
+            ),
+        ] {
+            check(text, expected);
+        }
+        for text in [
+            "mysql -uroot -pYOUR_PASSWORD shop",
+            "mysql -uroot -p$MYSQL_PWD shop",
+            "sshpass -p <password> ssh deploy@host",
+            "docker login -u ci -p ${REGISTRY_TOKEN} registry.example.com",
+        ] {
+            check(text, text);
+        }
+    }
+
+    #[test]
+    fn an_api_key_spelling_a_credential_word_is_redacted() {
+        // gitleaks' generic rule excuses a value holding one of its stop words (`token`,
+        // `password`, `admin`, `auth`…); cairn's assignment rules still take it.
+        for text in [
+            "api_key = \"Zx8Qw2secretLm4Kp6Vb8N\"",
+            "API_KEY=sk9XadminQw2Lm4Kp6",
+            "GITHUB_TOKEN=Zx8tokenQw2Lm4Kp6Vb8N",
+            "client_secret: 'Zx8passwordQw2Lm4Kp6Vb8N'",
+        ] {
+            let out = P.text(text);
+            assert!(out.contains("[REDACTED"), "{text} -> {out}");
+        }
+    }
+
+    #[test]
     fn a_secret_is_removed_from_every_field_of_an_event() {
         let input = serde_json::json!({"command": "export TOKEN='Zq8vLm2Xw9Pt4Rk7'; run"});
         let response = serde_json::json!({"stdout": "token is Zq8vLm2Xw9Pt4Rk7\n", "stderr": ""});

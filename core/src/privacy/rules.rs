@@ -61,6 +61,11 @@ pub struct Rule {
     /// operator (`=`, `:`, `>`, `|`, `,`), then the secret. Such a rule is only tried where
     /// a keyword is followed by one within [`ASSIGNMENT_WINDOW`] bytes.
     pub assignment: bool,
+    /// The secret stands where only a credential stands (a URL's password, `mysql -p…`):
+    /// found whatever words it spells, never judged a name or a reference ([`name_like`],
+    /// [`reference_like`]); only allowlists excuse it (whole placeholders: `password`,
+    /// `${PASS}`, `<password>`, `xxx`).
+    pub slot: bool,
     /// Lowercase; the rule is tried only when one occurs (none: always tried).
     pub keywords: &'static [&'static str],
     pub allowlists: &'static [Allow],
@@ -578,14 +583,20 @@ fn self_naming(s: &str) -> bool {
         })
     };
     // A word as a prefix before a random part (`secret_H9ZGTfAERfN5W0AX`) is an issued key,
-    // and so is one with digits inside its letters (`Sk9canarySecret4Lw`): a placeholder
-    // spells words and puts its numbers at the end (`Password123`, `SECRET1`).
+    // and so is one with digits inside its letters, one or more (`Sk9canarySecret4Lw`,
+    // `Secret123x`): a placeholder spells words and puts its numbers at the end
+    // (`Password123`, `SECRET1`).
     let random_part = s
         .split(['_', '-'])
         .any(|p| p.len() >= 12 && !names(p.as_bytes()));
-    let digit_inside = b
-        .windows(3)
-        .any(|w| w[0].is_ascii_alphabetic() && w[1].is_ascii_digit() && w[2].is_ascii_alphabetic());
+    let digit_inside = (1..b.len()).any(|i| {
+        b[i - 1].is_ascii_alphabetic()
+            && b[i].is_ascii_digit()
+            && b[i..]
+                .iter()
+                .find(|c| !c.is_ascii_digit())
+                .is_some_and(u8::is_ascii_alphabetic)
+    });
     b.len() <= 40
         && !random_part
         && !digit_inside
@@ -727,15 +738,15 @@ pub fn find(s: &str) -> Vec<Finding> {
                 continue;
             }
             // A generic rule (a keyword, an operator, a value) on code: not a secret. Names
-            // and references are not secrets whatever found them.
+            // and references are not secrets whatever found them, except in a credential's
+            // slot, where a password may spell words (`S3cretPass`, `Secret123x`).
             let text = std::str::from_utf8(sb).unwrap_or_default();
             if (r.assignment || r.id == "token-assignment")
                 && (not_a_value(text)
                     || annotated(&b[secret.end()..])
                     || names_an_id(&b[whole.start()..secret.start()])
                     || keyed_by_type(&b[line_start(b, whole.start())..secret.start()]))
-                || name_like(text)
-                || reference_like(text)
+                || !r.slot && (name_like(text) || reference_like(text))
             {
                 continue;
             }
@@ -815,6 +826,11 @@ mod tests {
         let s = "postgres://admin:s3cretpw@db.internal:5432/app";
         let f = find(s);
         assert_eq!(&s[f[0].start..f[0].end], "s3cretpw");
+        // In a credential's slot a password that reads as a name is still one.
+        assert!(name_like("S3cretPass"));
+        let s = "postgres://admin:S3cretPass@db.internal:5432/app";
+        let f = find(s);
+        assert_eq!(&s[f[0].start..f[0].end], "S3cretPass");
         assert!(entropy(b"aaaa") < 0.01 && entropy(b"abcd") > 1.99);
     }
 
@@ -859,6 +875,8 @@ mod tests {
         // A credential word among random letters and digits is no placeholder.
         assert!(!reference_like("Sk9canarySecret4Lw"));
         assert!(!reference_like("x7Token2QpLm"));
+        assert!(!reference_like("Secret123x"));
+        assert!(reference_like("Password123"));
         assert!(not_a_value("self.credentials.token}"));
         assert!(not_a_value("StreamDescription.Shards[-1].ShardId"));
         assert!(not_a_value("__attr_factory_%s"));
