@@ -300,7 +300,7 @@ pub fn export_markdown(
                         ("Notes", &x.notes),
                     ] {
                         if !text.is_empty() {
-                            md.push_str(&format!("- {label}: {text}\n"));
+                            md.push_str(&format!("- {label}: {}\n", text.replace('\n', "\n  ")));
                         }
                     }
                 }
@@ -335,8 +335,9 @@ fn markdown_observation(md: &mut String, o: &NewObservation) {
     if !c.narrative.is_empty() {
         md.push_str(&format!("\n  {}\n", c.narrative.replace('\n', "\n  ")));
     }
+    // A fact's further lines stay inside its item.
     for f in &c.facts {
-        md.push_str(&format!("  - {f}\n"));
+        md.push_str(&format!("  - {}\n", f.replace('\n', "\n    ")));
     }
 }
 
@@ -515,7 +516,7 @@ mod tests {
                     content: rows::ObservationContent {
                         title: "Parser accepts trailing commas".into(),
                         narrative: "The parser\nnow skips them.".into(),
-                        facts: vec!["a \"quoted\" fact".into()],
+                        facts: vec!["a \"quoted\" fact".into(), "two\nlines".into()],
                         concepts: vec!["gotcha".into()],
                         files_modified: vec!["src/parse.rs".into()],
                         ..Default::default()
@@ -611,6 +612,8 @@ mod tests {
         );
         assert!(md.contains("> fix the parser\n> please"), "{md}");
         assert!(md.contains("- Learned: commas"), "{md}");
+        // A fact of two lines stays one item of the list.
+        assert!(md.contains("  - two\n    lines\n"), "{md}");
         assert!(!md.contains("Use WAL"));
     }
 
