@@ -243,19 +243,6 @@ fn a_data_dir_that_cannot_exist_keeps_events_until_it_can() {
     std::fs::write(&parent, b"a file where a directory should be").expect("file");
     hook(&env, &prompt(1, "rotate the staging certificates"));
     hook(&env, &tool(1, 0));
-    let saved = env.run(
-        "cairn",
-        &[
-            "save",
-            "Staging certificates rotate monthly",
-            "--text",
-            "The first of each month.",
-            "--project",
-            "acme-api",
-        ],
-        b"",
-    );
-    assert_eq!(saved.status.code(), Some(0), "{}", stderr(&saved));
     let kept = kept_outside(&env);
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert_private(kept[0].parent().expect("spool"));
