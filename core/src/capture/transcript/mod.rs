@@ -482,8 +482,15 @@ fn count_standing(
     standing: Standing,
     settings: &Settings,
 ) {
+    // What an import counts as an event (a prompt, a tool call, a turn's end): a session's
+    // start or end is neither added nor already there.
+    let event = matches!(
+        rec.action,
+        Action::Prompt { .. } | Action::Tool(_) | Action::TurnEnd(_)
+    );
     match standing {
-        Standing::Existing => counts.existing += 1,
+        Standing::Existing if event => counts.existing += 1,
+        Standing::Existing => {}
         Standing::Forgotten => counts.forgotten += 1,
         Standing::New => match &rec.action {
             Action::Tool(ev) => {
