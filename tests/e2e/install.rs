@@ -124,7 +124,7 @@ fn install_and_uninstall_keep_everything_else() {
         json!({"type": "stdio", "command": cairn.display().to_string(), "args": ["mcp"]})
     );
     assert!(said.contains("registered the MCP server"), "{said}");
-    assert!(said.contains("model provider: offline"), "{said}");
+    assert!(said.contains("model provider: "), "{said}");
 
     // Idempotent: nothing changes, no new backup.
     let out = env.run("cairn", &["install"], b"");
@@ -354,4 +354,80 @@ fn doctor_can_tell_whether_the_hooks_are_installed() {
     env.run("cairn", &["uninstall"], b"");
     // Install created the file, so uninstall removed it: no hooks either way.
     assert!(installed_hooks(&path).expect("read").is_none());
+}
+
+/// A `claude` on `PATH` as far as install is concerned: like the real CLI (2.1.x), any run
+/// of it migrates `~/.claude/settings.json` (drops `"model": "opus"`); it also notes that
+/// it ran.
+const CLAUDE_THAT_MIGRATES: &str = r#"#!/bin/sh
+echo "$*" >> "$(dirname "$0")/ran"
+settings="$HOME/.claude/settings.json"
+if [ -f "$settings" ]; then
+  sed 's/"model": *"opus", *//' "$settings" > "$settings.new" && mv "$settings.new" "$settings"
+fi
+"#;
+
+/// `cairn install` runs no `claude` command: the CLI migrates the user's settings as it
+/// starts, and install promises to keep them. Its line about the model provider says what
+/// it can tell without asking. With `CAIRN_TEST_CLAUDE` set, the real CLI is on `PATH`
+/// too.
+#[test]
+fn install_runs_no_claude_command_that_could_rewrite_settings() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut clis = vec![None];
+    if let Some(real) = crate::plugin::claude_cli() {
+        clis.push(Some(real));
+    }
+    for real in clis {
+        let env = TestEnv::new();
+        let bin_dir = env.tmp.path().join("bin");
+        std::fs::create_dir_all(&bin_dir).expect("mkdir");
+        let claude = bin_dir.join("claude");
+        match &real {
+            Some(real) => std::os::unix::fs::symlink(real, &claude).expect("link"),
+            None => {
+                std::fs::write(&claude, CLAUDE_THAT_MIGRATES).expect("write");
+                std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755))
+                    .expect("chmod");
+            }
+        }
+        let settings = env.tmp.path().join(".claude/settings.json");
+        std::fs::create_dir_all(settings.parent().expect("dir")).expect("mkdir");
+        let original = r#"{"model": "opus", "env": {"FOO": "bar"}}"#;
+        std::fs::write(&settings, original).expect("write");
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+
+        let out = env
+            .cmd_with(&["install", "--no-mcp"])
+            .env("PATH", &path)
+            .output()
+            .expect("install");
+        assert_eq!(out.status.code(), Some(0), "{real:?}: {}", stderr(&out));
+        assert!(!bin_dir.join("ran").exists(), "install ran claude");
+        assert_eq!(read(&settings)["model"], "opus", "{real:?}");
+        assert!(
+            stdout(&out).contains("model provider: claude-cli if claude is logged in"),
+            "{}",
+            stdout(&out)
+        );
+        assert!(
+            !env.tmp.path().join(".claude.json").exists(),
+            "{real:?}: something wrote ~/.claude.json"
+        );
+        let out = env
+            .cmd_with(&["uninstall", "--no-mcp"])
+            .env("PATH", &path)
+            .output()
+            .expect("uninstall");
+        assert_eq!(out.status.code(), Some(0), "{real:?}: {}", stderr(&out));
+        assert_eq!(
+            std::fs::read_to_string(&settings).expect("read"),
+            original,
+            "{real:?}"
+        );
+    }
 }

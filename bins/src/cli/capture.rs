@@ -122,11 +122,20 @@ pub fn installed_hooks(path: &Path) -> anyhow::Result<Option<Detection>> {
     Ok(read_settings(path)?.map(|v| install::detect(&v, &command)))
 }
 
-/// The model provider the worker will use, and why, for the install's last line.
+/// The model provider the worker will use, and why, for the install's last line. Runs
+/// nothing: asking `claude` whether it is logged in would let the CLI migrate (rewrite)
+/// the user's Claude Code settings, which install keeps as they were; the worker asks
+/// when it starts, and `cairn doctor` says what it found.
 fn provider_line(ctx: &Ctx) -> String {
     let env = |k: &str| std::env::var(k).ok();
-    let r = cairn_core::worker::model::resolve(&ctx.settings().model, &env);
-    format!("model provider: {} ({})", r.provider, r.why)
+    match cairn_core::worker::model::resolve_without_asking(&ctx.settings().model, &env) {
+        Ok(r) => format!("model provider: {} ({})", r.provider, r.why),
+        Err(login) => format!(
+            "model provider: claude-cli if {0} is logged in (your subscription), else offline \
+             ({1} is not set; the worker asks {0} when it starts, `cairn doctor` shows the answer)",
+            login.command, login.key_var
+        ),
+    }
 }
 
 pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
