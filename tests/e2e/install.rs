@@ -206,6 +206,53 @@ fn project_install_creates_the_file_and_uninstall_empties_it() {
     assert!(!missing.exists());
 }
 
+/// `cairn install` and `cairn install --project` register the MCP server in the same
+/// place (`~/.claude.json`, user scope): each uninstall leaves it while the other install
+/// uses it, and the last one removes it.
+#[test]
+fn a_project_uninstall_keeps_the_mcp_server_the_user_install_registered() {
+    let env = TestEnv::new();
+    let project = env.tmp.path().join("proj");
+    std::fs::create_dir_all(&project).expect("mkdir");
+    let dir = project.to_str().expect("utf-8");
+    let user = env.tmp.path().join(".claude.json");
+    let user_settings = env.tmp.path().join(".claude/settings.json");
+    let registered = || user.exists() && read(&user)["mcpServers"]["cairn"].is_object();
+    let run = |args: &[&str]| {
+        let out = env.run("cairn", args, b"");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+
+    run(&["install"]);
+    let said = run(&["install", "--project", dir]);
+    assert!(said.contains("already in"), "{said}");
+    let said = run(&["uninstall", "--project", dir]);
+    assert!(registered(), "{said}");
+    assert!(!said.contains("removed the MCP server"), "{said}");
+    assert!(
+        said.contains("kept the MCP server \"cairn\"") && said.contains("`cairn install`"),
+        "{said}"
+    );
+    assert!(read(&user_settings)["hooks"]["Stop"].is_array());
+    let said = run(&["uninstall"]);
+    assert!(said.contains("removed the MCP server"), "{said}");
+    assert!(!user.exists(), "install had created it: {said}");
+
+    // The other way round: the project's install registered it, the user-wide one found it.
+    run(&["install", "--project", dir]);
+    run(&["install"]);
+    let said = run(&["uninstall"]);
+    assert!(registered(), "{said}");
+    assert!(
+        said.contains(&format!("`cairn install --project {dir}`")),
+        "{said}"
+    );
+    let said = run(&["uninstall", "--project", dir]);
+    assert!(said.contains("removed the MCP server"), "{said}");
+    assert!(!user.exists(), "{said}");
+}
+
 #[test]
 fn shared_project_install_names_no_path_of_this_machine() {
     let env = TestEnv::new();

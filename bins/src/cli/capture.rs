@@ -44,10 +44,13 @@ struct Target {
     mcp: PathBuf,
     hook_command: String,
     mcp_command: String,
+    /// Who this install is among the users of the MCP server in `~/.claude.json`
+    /// ([`install::McpUsers`]); `None` with `--shared`, whose `.mcp.json` is the project's.
+    mcp_user: Option<String>,
 }
 
 fn target(args: &InstallArgs) -> anyhow::Result<Target> {
-    let (settings, mcp) = match &args.project {
+    let (settings, mcp, mcp_user) = match &args.project {
         Some(dir) => {
             let dir = std::path::absolute(dir)
                 .with_context(|| format!("cannot resolve project directory {}", dir.display()))?;
@@ -59,16 +62,19 @@ fn target(args: &InstallArgs) -> anyhow::Result<Target> {
             } else {
                 "settings.local.json"
             };
-            let mcp = if args.shared {
-                dir.join(".mcp.json")
+            let (mcp, user) = if args.shared {
+                (dir.join(".mcp.json"), None)
             } else {
-                home_path(".claude.json")?
+                // The same project however DIR was written (`proj/`, through a link).
+                let me = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+                (home_path(".claude.json")?, Some(me.display().to_string()))
             };
-            (dir.join(".claude").join(file), mcp)
+            (dir.join(".claude").join(file), mcp, user)
         }
         None => (
             home_path(".claude/settings.json")?,
             home_path(".claude.json")?,
+            Some(install::USER_INSTALL.to_string()),
         ),
     };
     let (hook_command, mcp_command) = if args.shared {
@@ -86,6 +92,7 @@ fn target(args: &InstallArgs) -> anyhow::Result<Target> {
         mcp,
         hook_command,
         mcp_command,
+        mcp_user,
     })
 }
 
@@ -179,9 +186,10 @@ pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     }
     if !args.no_mcp {
         let current = read_settings(&t.mcp)?;
-        let (new, changed) =
-            install::add_mcp(current.as_ref().unwrap_or(&Value::Null), &t.mcp_command)
-                .with_context(|| format!("cannot add the MCP server to {}", t.mcp.display()))?;
+        let doc = current.as_ref().unwrap_or(&Value::Null);
+        let registered = install::has_mcp(doc);
+        let (new, changed) = install::add_mcp(doc, &t.mcp_command)
+            .with_context(|| format!("cannot add the MCP server to {}", t.mcp.display()))?;
         if changed {
             let written = save(ctx, &t.mcp, current.is_some(), &new)?;
             crate::cli::out::say!(
@@ -196,6 +204,11 @@ pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
                 install::MCP_NAME,
                 t.mcp.display()
             );
+        }
+        if let Some(me) = &t.mcp_user {
+            let mut users = read_mcp_users(ctx, &t.mcp, registered)?;
+            users.add(me);
+            write_mcp_users(ctx, &t.mcp, &users)?;
         }
     }
     // The data dir and its database from now on, owner-only: `cairn status` and `cairn
@@ -229,9 +242,33 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    if !args.no_mcp
-        && let Some(current) = read_settings(&t.mcp)?
-    {
+    if !args.no_mcp {
+        unregister_mcp(ctx, &t)?;
+    }
+    Ok(crate::exit::OK)
+}
+
+/// Uninstall's part in the MCP file: the server goes with the last install that uses it
+/// (see [`install::McpUsers`]); else it is kept, saying which install still uses it.
+fn unregister_mcp(ctx: &Ctx, t: &Target) -> anyhow::Result<()> {
+    let current = read_settings(&t.mcp)?;
+    let registered = current.as_ref().is_some_and(install::has_mcp);
+    let mut others = Vec::new();
+    if let Some(me) = &t.mcp_user {
+        let mut users = read_mcp_users(ctx, &t.mcp, registered)?;
+        users.remove(me);
+        write_mcp_users(ctx, &t.mcp, &users)?;
+        others = users.installs().to_vec();
+    }
+    if registered && !others.is_empty() {
+        let by: Vec<String> = others.iter().map(|i| install_command(i)).collect();
+        crate::cli::out::say!(
+            "kept the MCP server \"{}\" in {}: still used by {}",
+            install::MCP_NAME,
+            t.mcp.display(),
+            by.join(" and ")
+        );
+    } else if let Some(current) = current {
         let (new, changed) = install::remove_mcp(&current)
             .with_context(|| format!("cannot remove the MCP server from {}", t.mcp.display()))?;
         if changed {
@@ -243,7 +280,50 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
             );
         }
     }
-    Ok(crate::exit::OK)
+    Ok(())
+}
+
+/// The suffix of the note, beside the backups, of the installs that use the MCP server in
+/// `~/.claude.json` ([`install::McpUsers`]).
+const MCP_USERS: &str = ".cairn-mcp-users";
+
+/// The note of who uses the MCP server in `mcp` (`~/.claude.json`).
+fn mcp_users_note(ctx: &Ctx, mcp: &Path) -> anyhow::Result<PathBuf> {
+    Ok(backups_dir(ctx)?.join(format!("{}{MCP_USERS}", backup_name(&real_path(mcp)))))
+}
+
+/// Who uses the MCP server in `mcp`; `registered`: whether it is there now.
+fn read_mcp_users(ctx: &Ctx, mcp: &Path, registered: bool) -> anyhow::Result<install::McpUsers> {
+    let note = mcp_users_note(ctx, mcp)?;
+    let text = match std::fs::read_to_string(&note) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", note.display())),
+    };
+    Ok(install::McpUsers::read(text.as_deref(), registered))
+}
+
+/// Keeps the note of who uses the MCP server in `mcp`; removes it when nobody does.
+fn write_mcp_users(ctx: &Ctx, mcp: &Path, users: &install::McpUsers) -> anyhow::Result<()> {
+    let note = mcp_users_note(ctx, mcp)?;
+    if users.installs().is_empty() {
+        return match std::fs::remove_file(&note) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("cannot remove {}", note.display()))
+            }
+            _ => Ok(()),
+        };
+    }
+    write_atomically(&note, users.note().as_bytes(), 0o600)
+}
+
+/// The command that made an install among [`install::McpUsers`].
+fn install_command(install: &str) -> String {
+    if install == install::USER_INSTALL {
+        "`cairn install`".into()
+    } else {
+        format!("`cairn install --project {install}`")
+    }
 }
 
 /// Writes the new document atomically (temp file + rename, same permissions) to the file

@@ -115,9 +115,16 @@ pub enum Command {
     Sync(sync::SyncArgs),
     /// Run the MCP server on stdio (for `claude mcp add`).
     Mcp(recall::McpArgs),
-    /// Add cairn's hooks to Claude Code's settings.
+    /// Add cairn's hooks to Claude Code's settings and register its MCP server.
+    ///
+    /// The MCP server goes into `~/.claude.json` (user scope: every project), also with
+    /// --project; with --project --shared into the project's `.mcp.json`.
     Install(capture::InstallArgs),
-    /// Remove exactly the hooks `cairn install` added.
+    /// Remove exactly the hooks `cairn install` added, and its MCP server.
+    ///
+    /// The MCP server in `~/.claude.json` is removed by the last uninstall of the installs
+    /// that use it: `cairn uninstall --project` keeps the one `cairn install` uses, and the
+    /// other way round.
     Uninstall(capture::InstallArgs),
 }
 
