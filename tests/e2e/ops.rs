@@ -1032,6 +1032,50 @@ fn doctor_reports_findings_and_tests_the_provider_online() {
     );
 }
 
+/// A settings file cairn cannot read is a failed check of `cairn doctor`, beside every
+/// other check (run on the default settings), not an error that stops it.
+#[test]
+fn doctor_reports_a_broken_settings_file_and_checks_the_rest() {
+    let env = TestEnv::new();
+    let out = cairn(&env, &["install"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    std::fs::write(
+        env.data_dir.join("settings.json"),
+        r#"{"batch": {"max_size": 5,}}"#,
+    )
+    .expect("write");
+    let o = cairn(&env, &["doctor"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    let check = |l: &str, name: &str| l.split_whitespace().nth(1) == Some(name);
+    let settings: Vec<&str> = text.lines().filter(|l| check(l, "settings")).collect();
+    assert!(
+        settings.len() == 1
+            && settings[0].starts_with("fail")
+            && settings[0].contains("line 1, column 26: trailing comma"),
+        "{text}"
+    );
+    for check in ["integrity", "permissions", "hooks", "provider", "disk"] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(check)),
+            "no {check} check: {text}"
+        );
+    }
+    assert!(!stderr(&o).contains("error:"), "{}", stderr(&o));
+    let o = cairn(&env, &["doctor", "--json"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        json(&o)
+            .as_array()
+            .expect("findings")
+            .iter()
+            .any(|f| f["check"] == "settings" && f["level"] == "fail"),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// Commands that read or change an existing database.
 /// (`cairn status` is not among them: no database yet is "waiting for the first event".)
 const DB_COMMANDS: &[&[&str]] = &[
