@@ -952,12 +952,17 @@ fn fake_model(status: u16, body: &'static str) -> (String, std::thread::JoinHand
 fn doctor_reports_findings_and_tests_the_provider_online() {
     let env = TestEnv::new();
     drop(create_db(&env));
+    // Nothing installed: nothing is captured, a failure.
     let o = cairn(&env, &["doctor"]);
-    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
     assert!(text.contains("ok    integrity"), "{text}");
-    assert!(text.contains("warn  hooks"), "{text}");
+    assert!(text.contains("fail  hooks"), "{text}");
     assert!(text.contains("→ run `cairn install`"), "{text}");
+    let o = cairn(&env, &["install"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = cairn(&env, &["doctor"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
 
     let (url, server) = fake_model(200, r#"{"choices":[{"message":{"content":"ok"}}]}"#);
     let o = env
@@ -1029,6 +1034,52 @@ fn doctor_reports_findings_and_tests_the_provider_online() {
         stdout(&o).contains("ANTHROPIC_API_KEY is not set"),
         "{}",
         stdout(&o)
+    );
+}
+
+/// `cairn doctor` fails when nothing hands Claude Code's events to cairn (here a settings
+/// file Claude Code cannot read), saying how to fix it; and it checks that Claude Code
+/// finds cairn's MCP server.
+#[test]
+fn doctor_fails_when_nothing_captures_and_checks_the_mcp_server() {
+    let env = TestEnv::new();
+    let line = |text: &str, level: &str, check: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().take(2).eq([level, check]))
+            .map(str::to_string)
+    };
+    let out = cairn(&env, &["install", "--no-mcp"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let o = cairn(&env, &["doctor"]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    assert!(
+        line(&text, "warn", "mcp").is_some_and(|l| l.contains("not registered")),
+        "{text}"
+    );
+    let out = cairn(&env, &["install"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let o = cairn(&env, &["doctor"]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    assert!(
+        line(&text, "ok", "mcp").is_some_and(|l| l.contains(".claude.json (user scope)")),
+        "{text}"
+    );
+
+    let settings = env.tmp.path().join(".claude/settings.json");
+    std::fs::write(&settings, r#"{ "hooks": { "Stop": [ }"#).expect("write");
+    let o = cairn(&env, &["doctor"]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 1, "{text}{}", stderr(&o));
+    let failed = line(&text, "fail", "hooks").unwrap_or_else(|| panic!("{text}"));
+    assert!(failed.contains("nothing is captured"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "→ fix {} (not valid JSON) if cairn's hooks are there; else run `cairn install`",
+            settings.display()
+        )),
+        "{text}"
     );
 }
 

@@ -21,7 +21,7 @@ use crate::capture::hook::EventName;
 use crate::error::{Error, Result};
 use crate::ops::claude_settings::{self, is_cairn_command};
 
-pub use crate::ops::claude_settings::HOOK_PROGRAM;
+pub use crate::ops::claude_settings::{HOOK_PROGRAM, MCP_NAME};
 
 /// The command line Claude Code runs: the program's absolute path, shell-quoted when
 /// needed (Claude Code runs hook commands through a shell).
@@ -208,9 +208,6 @@ pub fn uninstall(settings: &Value) -> Result<(Value, Changes)> {
     }
     Ok((out, changes))
 }
-
-/// The name cairn's MCP server is registered under.
-pub const MCP_NAME: &str = "cairn";
 
 /// Registers cairn's MCP server (`command mcp`, stdio) in a document holding
 /// `mcpServers` (`~/.claude.json` for the user scope, a project's `.mcp.json`). Returns the

@@ -2,9 +2,11 @@
 //! Here the findings, the runner and the check of cairn's own settings (the others run on
 //! the defaults when they cannot be read, which that check fails); the checks by topic:
 //! `data` (database, schema, integrity, permissions, disk), `hooks` (cairn's hooks or
-//! plugin in Claude Code's settings), `worker` (running, heartbeat), `model` (the provider
-//! and its online test, the sentence model), `transcripts` (Claude Code's transcript
-//! format), `sync` (the sync space, as last recorded: no connection to the server).
+//! plugin in Claude Code's settings), `mcp` (cairn's MCP server registered where Claude
+//! Code reads it, or brought by the plugin), `worker` (running, heartbeat), `model` (the
+//! provider and its online test, the sentence model), `transcripts` (Claude Code's
+//! transcript format), `sync` (the sync space, as last recorded: no connection to the
+//! server).
 //!
 //! Invariants: the checks only read (the database is opened read-only for the schema check
 //! and only then through [`crate::store::db::open`]); the one network call is the
@@ -21,6 +23,7 @@ use crate::store::paths::DataDir;
 
 mod data;
 mod hooks;
+mod mcp;
 mod model;
 mod sync;
 mod transcripts;
@@ -50,8 +53,8 @@ impl Level {
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `worker`,
-    /// `provider`, `online`, `search`, `disk`, `settings`, `transcripts`, `sync`.
+    /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `mcp`,
+    /// `worker`, `provider`, `online`, `search`, `disk`, `settings`, `transcripts`, `sync`.
     pub check: String,
     pub level: Level,
     pub message: String,
@@ -107,7 +110,8 @@ pub fn run(
     check_settings(dir, warnings, env, &mut out);
     let conn = data::check_database(dir, &mut out);
     data::check_permissions(dir, &mut out);
-    hooks::check_hooks(env, &mut out);
+    let plugins = hooks::check_hooks(env, &mut out);
+    mcp::check_mcp(env, &plugins, &mut out);
     worker::check_worker(dir, settings, conn.as_ref(), now, &mut out);
     model::check_provider(settings, env, &mut out);
     worker::check_worker_provider(dir, settings, conn.as_ref(), env, &mut out);
@@ -203,10 +207,17 @@ mod tests {
         drop(db::open_data_dir(&dd, OpenOptions::default()).expect("open"));
         let mut e = env(tmp.path());
         let f = run(&dd, &Settings::default(), &[], &e, 1);
-        assert!(!any_failed(&f), "{f:#?}");
         assert_eq!(levels(&f, "schema"), vec![Level::Ok]);
         assert_eq!(levels(&f, "integrity"), vec![Level::Ok]);
-        assert_eq!(levels(&f, "hooks"), vec![Level::Warn], "not installed");
+        // Not installed: nothing is captured.
+        assert_eq!(levels(&f, "hooks"), vec![Level::Fail], "{f:#?}");
+        assert_eq!(levels(&f, "mcp"), vec![Level::Warn], "{f:#?}");
+        assert!(
+            f.iter()
+                .filter(|x| x.level == Level::Fail)
+                .all(|x| x.check == "hooks"),
+            "{f:#?}"
+        );
         // auto → offline, with a warning that the offline extractor is the weakest.
         assert_eq!(levels(&f, "provider"), vec![Level::Ok, Level::Warn]);
 
