@@ -253,6 +253,52 @@ fn a_project_uninstall_keeps_the_mcp_server_the_user_install_registered() {
     assert!(!user.exists(), "{said}");
 }
 
+/// A user who installed cairn as Claude Code's plugin runs `cairn uninstall`: there are no
+/// hooks of `cairn install` to remove, and uninstall says the plugin still captures and
+/// which command removes it (for the user's settings, and a project's with `--project`).
+#[test]
+fn uninstall_names_the_plugin_that_still_captures() {
+    let env = TestEnv::new();
+    let claude = env.tmp.path().join(".claude");
+    std::fs::create_dir_all(&claude).expect("mkdir");
+    let settings = claude.join("settings.json");
+    let enabled = r#"{"enabledPlugins": {"cairn@cairn": true, "other@x": true}}"#;
+    std::fs::write(&settings, enabled).expect("write");
+    let out = env.run("cairn", &["uninstall"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains(&format!(
+            "the cairn plugin cairn@cairn is enabled in {} and captures by itself: `claude plugin uninstall cairn@cairn` removes it",
+            settings.display()
+        )),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&settings).expect("read"), enabled);
+
+    // Enabled for a project only (its shared settings): the command for that scope.
+    std::fs::write(&settings, "{}").expect("write");
+    let project = env.tmp.path().join("proj");
+    std::fs::create_dir_all(project.join(".claude")).expect("mkdir");
+    std::fs::write(
+        project.join(".claude/settings.json"),
+        r#"{"enabledPlugins": {"cairn@cairn": true}}"#,
+    )
+    .expect("write");
+    let dir = project.to_str().expect("utf-8");
+    let out = env.run("cairn", &["uninstall"], b"");
+    assert!(!stdout(&out).contains("plugin"), "{}", stdout(&out));
+    let out = env.run("cairn", &["uninstall", "--project", dir], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "`claude plugin uninstall cairn@cairn --scope project` (in {dir}) removes it"
+        )),
+        "{}",
+        stdout(&out)
+    );
+}
+
 #[test]
 fn shared_project_install_names_no_path_of_this_machine() {
     let env = TestEnv::new();

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
+use cairn_core::ops::claude_settings::{self, Scope};
 use cairn_core::ops::install::{self, Detection, EventChange};
 
 use super::Ctx;
@@ -47,13 +48,21 @@ struct Target {
     /// Who this install is among the users of the MCP server in `~/.claude.json`
     /// ([`install::McpUsers`]); `None` with `--shared`, whose `.mcp.json` is the project's.
     mcp_user: Option<String>,
+    /// With `--project`, the project's directory.
+    project: Option<PathBuf>,
 }
 
 fn target(args: &InstallArgs) -> anyhow::Result<Target> {
-    let (settings, mcp, mcp_user) = match &args.project {
+    let project = args
+        .project
+        .as_deref()
+        .map(|dir| {
+            std::path::absolute(dir)
+                .with_context(|| format!("cannot resolve project directory {}", dir.display()))
+        })
+        .transpose()?;
+    let (settings, mcp, mcp_user) = match &project {
         Some(dir) => {
-            let dir = std::path::absolute(dir)
-                .with_context(|| format!("cannot resolve project directory {}", dir.display()))?;
             if !dir.is_dir() {
                 anyhow::bail!("project directory {} does not exist", dir.display());
             }
@@ -93,6 +102,7 @@ fn target(args: &InstallArgs) -> anyhow::Result<Target> {
         hook_command,
         mcp_command,
         mcp_user,
+        project,
     })
 }
 
@@ -245,7 +255,36 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     if !args.no_mcp {
         unregister_mcp(ctx, &t)?;
     }
+    plugins_left(&t)?;
     Ok(crate::exit::OK)
+}
+
+/// Says which cairn plugins Claude Code enables for the user (and with `--project`, for
+/// the project): each captures by itself, and only Claude Code's command removes it.
+fn plugins_left(t: &Target) -> anyhow::Result<()> {
+    let mut files = vec![(home_path(".claude/settings.json")?, Scope::User)];
+    if let Some(dir) = &t.project {
+        files.push((dir.join(".claude/settings.json"), Scope::Project));
+        files.push((dir.join(".claude/settings.local.json"), Scope::Local));
+    }
+    for (file, scope) in files {
+        // A file that cannot be read enables nothing for Claude Code either.
+        let Some(doc) = read_settings(&file).ok().flatten() else {
+            continue;
+        };
+        for plugin in claude_settings::enabled_cairn_plugins(&doc) {
+            let run = claude_settings::plugin_uninstall_command(&plugin, scope);
+            let place = match (&t.project, scope) {
+                (Some(dir), Scope::Project | Scope::Local) => format!(" (in {})", dir.display()),
+                _ => String::new(),
+            };
+            crate::cli::out::say!(
+                "the cairn plugin {plugin} is enabled in {} and captures by itself: `{run}`{place} removes it",
+                file.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Uninstall's part in the MCP file: the server goes with the last install that uses it

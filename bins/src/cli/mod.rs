@@ -125,7 +125,8 @@ pub enum Command {
     ///
     /// The MCP server in `~/.claude.json` is removed by the last uninstall of the installs
     /// that use it: `cairn uninstall --project` keeps the one `cairn install` uses, and the
-    /// other way round.
+    /// other way round. A cairn plugin that Claude Code enables is named with the command
+    /// that removes it (`claude plugin uninstall cairn@cairn`).
     Uninstall(capture::InstallArgs),
 }
 

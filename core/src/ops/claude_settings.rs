@@ -125,6 +125,26 @@ pub fn cairn_mcp_servers(doc: &Value) -> Vec<McpServer> {
         .collect()
 }
 
+/// Which of Claude Code's settings files enables a plugin: `~/.claude/settings.json`
+/// (`User`), a project's `.claude/settings.json` (`Project`) or its
+/// `.claude/settings.local.json` (`Local`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    User,
+    Project,
+    Local,
+}
+
+/// The command that removes an enabled plugin from where `scope` enabled it (`Project` and
+/// `Local` run in the project's directory).
+pub fn plugin_uninstall_command(plugin: &str, scope: Scope) -> String {
+    match scope {
+        Scope::User => format!("claude plugin uninstall {plugin}"),
+        Scope::Project => format!("claude plugin uninstall {plugin} --scope project"),
+        Scope::Local => format!("claude plugin uninstall {plugin} --scope local"),
+    }
+}
+
 /// The first shell word of `s`, unquoted, and what follows it; `None` when `s` is blank.
 fn shell_word(s: &str) -> Option<(String, &str)> {
     let s = s.trim_start();
@@ -238,6 +258,14 @@ mod tests {
             }]
         );
         assert_eq!(enabled_cairn_plugins(&doc), vec!["cairn@cairn".to_string()]);
+        assert_eq!(
+            plugin_uninstall_command("cairn@cairn", Scope::User),
+            "claude plugin uninstall cairn@cairn"
+        );
+        assert_eq!(
+            plugin_uninstall_command("cairn@x", Scope::Local),
+            "claude plugin uninstall cairn@x --scope local"
+        );
         let servers = serde_json::json!({"mcpServers": {
             "cairn": {"type": "stdio", "command": "/opt/bin/cairn", "args": ["mcp"]},
             "memory": {"command": "cairn", "args": ["mcp"]},
