@@ -124,7 +124,7 @@ fn install_and_uninstall_keep_everything_else() {
         json!({"type": "stdio", "command": cairn.display().to_string(), "args": ["mcp"]})
     );
     assert!(said.contains("registered the MCP server"), "{said}");
-    assert!(said.contains("model provider: offline"), "{said}");
+    assert!(said.contains("model provider: "), "{said}");
 
     // Idempotent: nothing changes, no new backup.
     let out = env.run("cairn", &["install"], b"");
@@ -204,6 +204,99 @@ fn project_install_creates_the_file_and_uninstall_empties_it() {
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
     assert!(!missing.exists());
+}
+
+/// `cairn install` and `cairn install --project` register the MCP server in the same
+/// place (`~/.claude.json`, user scope): each uninstall leaves it while the other install
+/// uses it, and the last one removes it.
+#[test]
+fn a_project_uninstall_keeps_the_mcp_server_the_user_install_registered() {
+    let env = TestEnv::new();
+    let project = env.tmp.path().join("proj");
+    std::fs::create_dir_all(&project).expect("mkdir");
+    let dir = project.to_str().expect("utf-8");
+    let user = env.tmp.path().join(".claude.json");
+    let user_settings = env.tmp.path().join(".claude/settings.json");
+    let registered = || user.exists() && read(&user)["mcpServers"]["cairn"].is_object();
+    let run = |args: &[&str]| {
+        let out = env.run("cairn", args, b"");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+
+    run(&["install"]);
+    let said = run(&["install", "--project", dir]);
+    assert!(said.contains("already in"), "{said}");
+    let said = run(&["uninstall", "--project", dir]);
+    assert!(registered(), "{said}");
+    assert!(!said.contains("removed the MCP server"), "{said}");
+    assert!(
+        said.contains("kept the MCP server \"cairn\"") && said.contains("`cairn install`"),
+        "{said}"
+    );
+    assert!(read(&user_settings)["hooks"]["Stop"].is_array());
+    let said = run(&["uninstall"]);
+    assert!(said.contains("removed the MCP server"), "{said}");
+    assert!(!user.exists(), "install had created it: {said}");
+
+    // The other way round: the project's install registered it, the user-wide one found it.
+    run(&["install", "--project", dir]);
+    run(&["install"]);
+    let said = run(&["uninstall"]);
+    assert!(registered(), "{said}");
+    assert!(
+        said.contains(&format!("`cairn install --project {dir}`")),
+        "{said}"
+    );
+    let said = run(&["uninstall", "--project", dir]);
+    assert!(said.contains("removed the MCP server"), "{said}");
+    assert!(!user.exists(), "{said}");
+}
+
+/// A user who installed cairn as Claude Code's plugin runs `cairn uninstall`: there are no
+/// hooks of `cairn install` to remove, and uninstall says the plugin still captures and
+/// which command removes it (for the user's settings, and a project's with `--project`).
+#[test]
+fn uninstall_names_the_plugin_that_still_captures() {
+    let env = TestEnv::new();
+    let claude = env.tmp.path().join(".claude");
+    std::fs::create_dir_all(&claude).expect("mkdir");
+    let settings = claude.join("settings.json");
+    let enabled = r#"{"enabledPlugins": {"cairn@cairn": true, "other@x": true}}"#;
+    std::fs::write(&settings, enabled).expect("write");
+    let out = env.run("cairn", &["uninstall"], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains(&format!(
+            "the cairn plugin cairn@cairn is enabled in {} and captures by itself: `claude plugin uninstall cairn@cairn` removes it",
+            settings.display()
+        )),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&settings).expect("read"), enabled);
+
+    // Enabled for a project only (its shared settings): the command for that scope.
+    std::fs::write(&settings, "{}").expect("write");
+    let project = env.tmp.path().join("proj");
+    std::fs::create_dir_all(project.join(".claude")).expect("mkdir");
+    std::fs::write(
+        project.join(".claude/settings.json"),
+        r#"{"enabledPlugins": {"cairn@cairn": true}}"#,
+    )
+    .expect("write");
+    let dir = project.to_str().expect("utf-8");
+    let out = env.run("cairn", &["uninstall"], b"");
+    assert!(!stdout(&out).contains("plugin"), "{}", stdout(&out));
+    let out = env.run("cairn", &["uninstall", "--project", dir], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "`claude plugin uninstall cairn@cairn --scope project` (in {dir}) removes it"
+        )),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
@@ -354,4 +447,80 @@ fn doctor_can_tell_whether_the_hooks_are_installed() {
     env.run("cairn", &["uninstall"], b"");
     // Install created the file, so uninstall removed it: no hooks either way.
     assert!(installed_hooks(&path).expect("read").is_none());
+}
+
+/// A `claude` on `PATH` as far as install is concerned: like the real CLI (2.1.x), any run
+/// of it migrates `~/.claude/settings.json` (drops `"model": "opus"`); it also notes that
+/// it ran.
+const CLAUDE_THAT_MIGRATES: &str = r#"#!/bin/sh
+echo "$*" >> "$(dirname "$0")/ran"
+settings="$HOME/.claude/settings.json"
+if [ -f "$settings" ]; then
+  sed 's/"model": *"opus", *//' "$settings" > "$settings.new" && mv "$settings.new" "$settings"
+fi
+"#;
+
+/// `cairn install` runs no `claude` command: the CLI migrates the user's settings as it
+/// starts, and install promises to keep them. Its line about the model provider says what
+/// it can tell without asking. With `CAIRN_TEST_CLAUDE` set, the real CLI is on `PATH`
+/// too.
+#[test]
+fn install_runs_no_claude_command_that_could_rewrite_settings() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut clis = vec![None];
+    if let Some(real) = crate::plugin::claude_cli() {
+        clis.push(Some(real));
+    }
+    for real in clis {
+        let env = TestEnv::new();
+        let bin_dir = env.tmp.path().join("bin");
+        std::fs::create_dir_all(&bin_dir).expect("mkdir");
+        let claude = bin_dir.join("claude");
+        match &real {
+            Some(real) => std::os::unix::fs::symlink(real, &claude).expect("link"),
+            None => {
+                std::fs::write(&claude, CLAUDE_THAT_MIGRATES).expect("write");
+                std::fs::set_permissions(&claude, std::fs::Permissions::from_mode(0o755))
+                    .expect("chmod");
+            }
+        }
+        let settings = env.tmp.path().join(".claude/settings.json");
+        std::fs::create_dir_all(settings.parent().expect("dir")).expect("mkdir");
+        let original = r#"{"model": "opus", "env": {"FOO": "bar"}}"#;
+        std::fs::write(&settings, original).expect("write");
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+
+        let out = env
+            .cmd_with(&["install", "--no-mcp"])
+            .env("PATH", &path)
+            .output()
+            .expect("install");
+        assert_eq!(out.status.code(), Some(0), "{real:?}: {}", stderr(&out));
+        assert!(!bin_dir.join("ran").exists(), "install ran claude");
+        assert_eq!(read(&settings)["model"], "opus", "{real:?}");
+        assert!(
+            stdout(&out).contains("model provider: claude-cli if claude is logged in"),
+            "{}",
+            stdout(&out)
+        );
+        assert!(
+            !env.tmp.path().join(".claude.json").exists(),
+            "{real:?}: something wrote ~/.claude.json"
+        );
+        let out = env
+            .cmd_with(&["uninstall", "--no-mcp"])
+            .env("PATH", &path)
+            .output()
+            .expect("uninstall");
+        assert_eq!(out.status.code(), Some(0), "{real:?}: {}", stderr(&out));
+        assert_eq!(
+            std::fs::read_to_string(&settings).expect("read"),
+            original,
+            "{real:?}"
+        );
+    }
 }

@@ -1005,12 +1005,17 @@ fn fake_model(status: u16, body: &'static str) -> (String, std::thread::JoinHand
 fn doctor_reports_findings_and_tests_the_provider_online() {
     let env = TestEnv::new();
     drop(create_db(&env));
+    // Nothing installed: nothing is captured, a failure.
     let o = cairn(&env, &["doctor"]);
-    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
     let text = stdout(&o);
     assert!(text.contains("ok    integrity"), "{text}");
-    assert!(text.contains("warn  hooks"), "{text}");
+    assert!(text.contains("fail  hooks"), "{text}");
     assert!(text.contains("→ run `cairn install`"), "{text}");
+    let o = cairn(&env, &["install"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = cairn(&env, &["doctor"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
 
     let (url, server) = fake_model(200, r#"{"choices":[{"message":{"content":"ok"}}]}"#);
     let o = env
@@ -1080,6 +1085,96 @@ fn doctor_reports_findings_and_tests_the_provider_online() {
     assert_eq!(code(&o), 1, "no key: {}", stdout(&o));
     assert!(
         stdout(&o).contains("ANTHROPIC_API_KEY is not set"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// `cairn doctor` fails when nothing hands Claude Code's events to cairn (here a settings
+/// file Claude Code cannot read), saying how to fix it; and it checks that Claude Code
+/// finds cairn's MCP server.
+#[test]
+fn doctor_fails_when_nothing_captures_and_checks_the_mcp_server() {
+    let env = TestEnv::new();
+    let line = |text: &str, level: &str, check: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().take(2).eq([level, check]))
+            .map(str::to_string)
+    };
+    let out = cairn(&env, &["install", "--no-mcp"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let o = cairn(&env, &["doctor"]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    assert!(
+        line(&text, "warn", "mcp").is_some_and(|l| l.contains("not registered")),
+        "{text}"
+    );
+    let out = cairn(&env, &["install"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let o = cairn(&env, &["doctor"]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 0, "{text}{}", stderr(&o));
+    assert!(
+        line(&text, "ok", "mcp").is_some_and(|l| l.contains(".claude.json (user scope)")),
+        "{text}"
+    );
+
+    let settings = env.tmp.path().join(".claude/settings.json");
+    std::fs::write(&settings, r#"{ "hooks": { "Stop": [ }"#).expect("write");
+    let o = cairn(&env, &["doctor"]);
+    let text = stdout(&o);
+    assert_eq!(code(&o), 1, "{text}{}", stderr(&o));
+    let failed = line(&text, "fail", "hooks").unwrap_or_else(|| panic!("{text}"));
+    assert!(failed.contains("nothing is captured"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "→ fix {} (not valid JSON) if cairn's hooks are there; else run `cairn install`",
+            settings.display()
+        )),
+        "{text}"
+    );
+}
+
+/// A settings file cairn cannot read is a failed check of `cairn doctor`, beside every
+/// other check (run on the default settings), not an error that stops it.
+#[test]
+fn doctor_reports_a_broken_settings_file_and_checks_the_rest() {
+    let env = TestEnv::new();
+    let out = cairn(&env, &["install"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    std::fs::write(
+        env.data_dir.join("settings.json"),
+        r#"{"batch": {"max_size": 5,}}"#,
+    )
+    .expect("write");
+    let o = cairn(&env, &["doctor"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    let check = |l: &str, name: &str| l.split_whitespace().nth(1) == Some(name);
+    let settings: Vec<&str> = text.lines().filter(|l| check(l, "settings")).collect();
+    assert!(
+        settings.len() == 1
+            && settings[0].starts_with("fail")
+            && settings[0].contains("line 1, column 26: trailing comma"),
+        "{text}"
+    );
+    for check in ["integrity", "permissions", "hooks", "provider", "disk"] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(check)),
+            "no {check} check: {text}"
+        );
+    }
+    assert!(!stderr(&o).contains("error:"), "{}", stderr(&o));
+    let o = cairn(&env, &["doctor", "--json"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        json(&o)
+            .as_array()
+            .expect("findings")
+            .iter()
+            .any(|f| f["check"] == "settings" && f["level"] == "fail"),
         "{}",
         stdout(&o)
     );

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
+use cairn_core::ops::claude_settings::{self, Scope};
 use cairn_core::ops::install::{self, Detection, EventChange};
 
 use super::Ctx;
@@ -44,13 +45,24 @@ struct Target {
     mcp: PathBuf,
     hook_command: String,
     mcp_command: String,
+    /// Who this install is among the users of the MCP server in `~/.claude.json`
+    /// ([`install::McpUsers`]); `None` with `--shared`, whose `.mcp.json` is the project's.
+    mcp_user: Option<String>,
+    /// With `--project`, the project's directory.
+    project: Option<PathBuf>,
 }
 
 fn target(args: &InstallArgs) -> anyhow::Result<Target> {
-    let (settings, mcp) = match &args.project {
+    let project = args
+        .project
+        .as_deref()
+        .map(|dir| {
+            std::path::absolute(dir)
+                .with_context(|| format!("cannot resolve project directory {}", dir.display()))
+        })
+        .transpose()?;
+    let (settings, mcp, mcp_user) = match &project {
         Some(dir) => {
-            let dir = std::path::absolute(dir)
-                .with_context(|| format!("cannot resolve project directory {}", dir.display()))?;
             if !dir.is_dir() {
                 anyhow::bail!("project directory {} does not exist", dir.display());
             }
@@ -59,16 +71,19 @@ fn target(args: &InstallArgs) -> anyhow::Result<Target> {
             } else {
                 "settings.local.json"
             };
-            let mcp = if args.shared {
-                dir.join(".mcp.json")
+            let (mcp, user) = if args.shared {
+                (dir.join(".mcp.json"), None)
             } else {
-                home_path(".claude.json")?
+                // The same project however DIR was written (`proj/`, through a link).
+                let me = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+                (home_path(".claude.json")?, Some(me.display().to_string()))
             };
-            (dir.join(".claude").join(file), mcp)
+            (dir.join(".claude").join(file), mcp, user)
         }
         None => (
             home_path(".claude/settings.json")?,
             home_path(".claude.json")?,
+            Some(install::USER_INSTALL.to_string()),
         ),
     };
     let (hook_command, mcp_command) = if args.shared {
@@ -86,6 +101,8 @@ fn target(args: &InstallArgs) -> anyhow::Result<Target> {
         mcp,
         hook_command,
         mcp_command,
+        mcp_user,
+        project,
     })
 }
 
@@ -122,11 +139,20 @@ pub fn installed_hooks(path: &Path) -> anyhow::Result<Option<Detection>> {
     Ok(read_settings(path)?.map(|v| install::detect(&v, &command)))
 }
 
-/// The model provider the worker will use, and why, for the install's last line.
+/// The model provider the worker will use, and why, for the install's last line. Runs
+/// nothing: asking `claude` whether it is logged in would let the CLI migrate (rewrite)
+/// the user's Claude Code settings, which install keeps as they were; the worker asks
+/// when it starts, and `cairn doctor` says what it found.
 fn provider_line(ctx: &Ctx) -> String {
     let env = |k: &str| std::env::var(k).ok();
-    let r = cairn_core::worker::model::resolve(&ctx.settings().model, &env);
-    format!("model provider: {} ({})", r.provider, r.why)
+    match cairn_core::worker::model::resolve_without_asking(&ctx.settings().model, &env) {
+        Ok(r) => format!("model provider: {} ({})", r.provider, r.why),
+        Err(login) => format!(
+            "model provider: claude-cli if {0} is logged in (your subscription), else offline \
+             ({1} is not set; the worker asks {0} when it starts, `cairn doctor` shows the answer)",
+            login.command, login.key_var
+        ),
+    }
 }
 
 pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
@@ -170,9 +196,10 @@ pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     }
     if !args.no_mcp {
         let current = read_settings(&t.mcp)?;
-        let (new, changed) =
-            install::add_mcp(current.as_ref().unwrap_or(&Value::Null), &t.mcp_command)
-                .with_context(|| format!("cannot add the MCP server to {}", t.mcp.display()))?;
+        let doc = current.as_ref().unwrap_or(&Value::Null);
+        let registered = install::has_mcp(doc);
+        let (new, changed) = install::add_mcp(doc, &t.mcp_command)
+            .with_context(|| format!("cannot add the MCP server to {}", t.mcp.display()))?;
         if changed {
             let written = save(ctx, &t.mcp, current.is_some(), &new)?;
             crate::cli::out::say!(
@@ -187,6 +214,11 @@ pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
                 install::MCP_NAME,
                 t.mcp.display()
             );
+        }
+        if let Some(me) = &t.mcp_user {
+            let mut users = read_mcp_users(ctx, &t.mcp, registered)?;
+            users.add(me);
+            write_mcp_users(ctx, &t.mcp, &users)?;
         }
     }
     // The data dir and its database from now on, owner-only: `cairn status` and `cairn
@@ -220,9 +252,62 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    if !args.no_mcp
-        && let Some(current) = read_settings(&t.mcp)?
-    {
+    if !args.no_mcp {
+        unregister_mcp(ctx, &t)?;
+    }
+    plugins_left(&t)?;
+    Ok(crate::exit::OK)
+}
+
+/// Says which cairn plugins Claude Code enables for the user (and with `--project`, for
+/// the project): each captures by itself, and only Claude Code's command removes it.
+fn plugins_left(t: &Target) -> anyhow::Result<()> {
+    let mut files = vec![(home_path(".claude/settings.json")?, Scope::User)];
+    if let Some(dir) = &t.project {
+        files.push((dir.join(".claude/settings.json"), Scope::Project));
+        files.push((dir.join(".claude/settings.local.json"), Scope::Local));
+    }
+    for (file, scope) in files {
+        // A file that cannot be read enables nothing for Claude Code either.
+        let Some(doc) = read_settings(&file).ok().flatten() else {
+            continue;
+        };
+        for plugin in claude_settings::enabled_cairn_plugins(&doc) {
+            let run = claude_settings::plugin_uninstall_command(&plugin, scope);
+            let place = match (&t.project, scope) {
+                (Some(dir), Scope::Project | Scope::Local) => format!(" (in {})", dir.display()),
+                _ => String::new(),
+            };
+            crate::cli::out::say!(
+                "the cairn plugin {plugin} is enabled in {} and captures by itself: `{run}`{place} removes it",
+                file.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Uninstall's part in the MCP file: the server goes with the last install that uses it
+/// (see [`install::McpUsers`]); else it is kept, saying which install still uses it.
+fn unregister_mcp(ctx: &Ctx, t: &Target) -> anyhow::Result<()> {
+    let current = read_settings(&t.mcp)?;
+    let registered = current.as_ref().is_some_and(install::has_mcp);
+    let mut others = Vec::new();
+    if let Some(me) = &t.mcp_user {
+        let mut users = read_mcp_users(ctx, &t.mcp, registered)?;
+        users.remove(me);
+        write_mcp_users(ctx, &t.mcp, &users)?;
+        others = users.installs().to_vec();
+    }
+    if registered && !others.is_empty() {
+        let by: Vec<String> = others.iter().map(|i| install_command(i)).collect();
+        crate::cli::out::say!(
+            "kept the MCP server \"{}\" in {}: still used by {}",
+            install::MCP_NAME,
+            t.mcp.display(),
+            by.join(" and ")
+        );
+    } else if let Some(current) = current {
         let (new, changed) = install::remove_mcp(&current)
             .with_context(|| format!("cannot remove the MCP server from {}", t.mcp.display()))?;
         if changed {
@@ -234,7 +319,50 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
             );
         }
     }
-    Ok(crate::exit::OK)
+    Ok(())
+}
+
+/// The suffix of the note, beside the backups, of the installs that use the MCP server in
+/// `~/.claude.json` ([`install::McpUsers`]).
+const MCP_USERS: &str = ".cairn-mcp-users";
+
+/// The note of who uses the MCP server in `mcp` (`~/.claude.json`).
+fn mcp_users_note(ctx: &Ctx, mcp: &Path) -> anyhow::Result<PathBuf> {
+    Ok(backups_dir(ctx)?.join(format!("{}{MCP_USERS}", backup_name(&real_path(mcp)))))
+}
+
+/// Who uses the MCP server in `mcp`; `registered`: whether it is there now.
+fn read_mcp_users(ctx: &Ctx, mcp: &Path, registered: bool) -> anyhow::Result<install::McpUsers> {
+    let note = mcp_users_note(ctx, mcp)?;
+    let text = match std::fs::read_to_string(&note) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", note.display())),
+    };
+    Ok(install::McpUsers::read(text.as_deref(), registered))
+}
+
+/// Keeps the note of who uses the MCP server in `mcp`; removes it when nobody does.
+fn write_mcp_users(ctx: &Ctx, mcp: &Path, users: &install::McpUsers) -> anyhow::Result<()> {
+    let note = mcp_users_note(ctx, mcp)?;
+    if users.installs().is_empty() {
+        return match std::fs::remove_file(&note) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("cannot remove {}", note.display()))
+            }
+            _ => Ok(()),
+        };
+    }
+    write_atomically(&note, users.note().as_bytes(), 0o600)
+}
+
+/// The command that made an install among [`install::McpUsers`].
+fn install_command(install: &str) -> String {
+    if install == install::USER_INSTALL {
+        "`cairn install`".into()
+    } else {
+        format!("`cairn install --project {install}`")
+    }
 }
 
 /// Writes the new document atomically (temp file + rename, same permissions) to the file

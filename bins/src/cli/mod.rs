@@ -69,7 +69,8 @@ pub enum Command {
     /// List, show and clear hook inputs cairn could not use.
     #[command(subcommand)]
     Quarantine(ops::QuarantineCommand),
-    /// Check the database, files, hooks, worker and model settings, and say what to fix.
+    /// Check cairn's settings, the database, files, hooks, worker and model provider, and
+    /// say what to fix.
     Doctor(ops::DoctorArgs),
     /// Print the effective settings and where each value came from; `set` and `unset`
     /// change one.
@@ -115,9 +116,17 @@ pub enum Command {
     Sync(sync::SyncArgs),
     /// Run the MCP server on stdio (for `claude mcp add`).
     Mcp(recall::McpArgs),
-    /// Add cairn's hooks to Claude Code's settings.
+    /// Add cairn's hooks to Claude Code's settings and register its MCP server.
+    ///
+    /// The MCP server goes into `~/.claude.json` (user scope: every project), also with
+    /// --project; with --project --shared into the project's `.mcp.json`.
     Install(capture::InstallArgs),
-    /// Remove exactly the hooks `cairn install` added.
+    /// Remove exactly the hooks `cairn install` added, and its MCP server.
+    ///
+    /// The MCP server in `~/.claude.json` is removed by the last uninstall of the installs
+    /// that use it: `cairn uninstall --project` keeps the one `cairn install` uses, and the
+    /// other way round. A cairn plugin that Claude Code enables is named with the command
+    /// that removes it (`claude plugin uninstall cairn@cairn`).
     Uninstall(capture::InstallArgs),
 }
 
@@ -247,21 +256,25 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     }
     let loaded = match Settings::load(&data_dir) {
         Ok(l) => l,
-        // `cairn status` is where a broken settings file is reported (with what waits
-        // behind it), so it runs on the defaults rather than failing.
+        // `cairn status` and `cairn doctor` are where a broken settings file is reported
+        // (with what waits behind it, or as a failed check beside the others), so they run
+        // on the defaults rather than failing.
         // `cairn config set` / `unset` is how a bad value is put right: the writer checks
         // the file itself.
         Err(e)
             if matches!(
                 cli.command,
                 Command::Status(_)
+                    | Command::Doctor(_)
                     | Command::Config(ops::ConfigArgs {
                         change: Some(_),
                         ..
                     })
             ) =>
         {
-            log::warn!("{e}");
+            if !matches!(cli.command, Command::Doctor(_)) {
+                log::warn!("{e}");
+            }
             Settings::load_from(std::path::Path::new(""), std::iter::empty(), &[])?
         }
         Err(e) => return Err(e.into()),

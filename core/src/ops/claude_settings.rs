@@ -1,7 +1,8 @@
 //! Reading cairn's parts in a Claude Code settings document (`settings.json`,
 //! `settings.local.json`): which hook entries are cairn's, and which cairn plugins are
-//! enabled. [`install`](super::install) changes the entries this reader finds and
-//! [`doctor`](super::doctor) checks them, so both agree on what is cairn's.
+//! enabled; and in a document of MCP servers (`~/.claude.json`, `.mcp.json`), which
+//! server is cairn's. [`install`](super::install) changes the entries this reader finds
+//! and [`doctor`](super::doctor) checks them, so both agree on what is cairn's.
 //!
 //! Claude Code's shape: `{"hooks": {"<Event>": [{"matcher": "*", "hooks": [{"type":
 //! "command", "command": "..."}]}]}, "enabledPlugins": {"cairn@<marketplace>": true}}`.
@@ -22,6 +23,9 @@ pub const HOOK_PROGRAM: &str = "cairn-hook";
 /// The plugin's launcher, which finds or installs cairn's binaries and runs one of them
 /// (`"${CLAUDE_PLUGIN_ROOT}/bin/cairn-run" cairn-hook`).
 pub const PLUGIN_LAUNCHER: &str = "cairn-run";
+
+/// The name cairn's MCP server is registered under.
+pub const MCP_NAME: &str = "cairn";
 
 /// A hook command found in a Claude Code settings document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +91,58 @@ pub fn enabled_cairn_plugins(settings: &Value) -> Vec<String> {
         .filter(|(k, v)| k.split('@').next() == Some("cairn") && v.as_bool() == Some(true))
         .map(|(k, _)| k.clone())
         .collect()
+}
+
+/// An MCP server entry that is cairn's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServer {
+    pub name: String,
+    /// The program it runs (`command`, not a shell line).
+    pub command: String,
+}
+
+/// cairn's MCP servers in the `mcpServers` of a document (`~/.claude.json`, one of its
+/// `projects` entries, a project's `.mcp.json`): the one named [`MCP_NAME`], and any
+/// other whose program is named `cairn` and whose first argument is `mcp`.
+pub fn cairn_mcp_servers(doc: &Value) -> Vec<McpServer> {
+    doc.get("mcpServers")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, server)| {
+            let command = server.get("command").and_then(Value::as_str)?;
+            let runs_cairn = Path::new(command).file_name().is_some_and(|n| n == "cairn")
+                && server
+                    .get("args")
+                    .and_then(|a| a.get(0))
+                    .and_then(Value::as_str)
+                    == Some("mcp");
+            (name == MCP_NAME || runs_cairn).then(|| McpServer {
+                name: name.clone(),
+                command: command.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Which of Claude Code's settings files enables a plugin: `~/.claude/settings.json`
+/// (`User`), a project's `.claude/settings.json` (`Project`) or its
+/// `.claude/settings.local.json` (`Local`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    User,
+    Project,
+    Local,
+}
+
+/// The command that removes an enabled plugin from where `scope` enabled it (`Project` and
+/// `Local` run in the project's directory).
+pub fn plugin_uninstall_command(plugin: &str, scope: Scope) -> String {
+    match scope {
+        Scope::User => format!("claude plugin uninstall {plugin}"),
+        Scope::Project => format!("claude plugin uninstall {plugin} --scope project"),
+        Scope::Local => format!("claude plugin uninstall {plugin} --scope local"),
+    }
 }
 
 /// The first shell word of `s`, unquoted, and what follows it; `None` when `s` is blank.
@@ -202,6 +258,25 @@ mod tests {
             }]
         );
         assert_eq!(enabled_cairn_plugins(&doc), vec!["cairn@cairn".to_string()]);
+        assert_eq!(
+            plugin_uninstall_command("cairn@cairn", Scope::User),
+            "claude plugin uninstall cairn@cairn"
+        );
+        assert_eq!(
+            plugin_uninstall_command("cairn@x", Scope::Local),
+            "claude plugin uninstall cairn@x --scope local"
+        );
+        let servers = serde_json::json!({"mcpServers": {
+            "cairn": {"type": "stdio", "command": "/opt/bin/cairn", "args": ["mcp"]},
+            "memory": {"command": "cairn", "args": ["mcp"]},
+            "other": {"command": "/usr/bin/cairn", "args": ["search"]},
+            "broken": {"args": ["mcp"]}
+        }});
+        let names: Vec<String> = cairn_mcp_servers(&servers)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["cairn", "memory"]);
         for other in [
             serde_json::json!({"model": "x"}),
             serde_json::json!({"hooks": []}),
@@ -210,6 +285,7 @@ mod tests {
         ] {
             assert!(cairn_hooks(&other).is_empty());
             assert!(enabled_cairn_plugins(&other).is_empty());
+            assert!(cairn_mcp_servers(&other).is_empty());
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::capture::hook::EventName;
 use crate::error::{Error, Result};
 use crate::ops::claude_settings::{self, is_cairn_command};
 
-pub use crate::ops::claude_settings::HOOK_PROGRAM;
+pub use crate::ops::claude_settings::{HOOK_PROGRAM, MCP_NAME};
 
 /// The command line Claude Code runs: the program's absolute path, shell-quoted when
 /// needed (Claude Code runs hook commands through a shell).
@@ -209,9 +209,6 @@ pub fn uninstall(settings: &Value) -> Result<(Value, Changes)> {
     Ok((out, changes))
 }
 
-/// The name cairn's MCP server is registered under.
-pub const MCP_NAME: &str = "cairn";
-
 /// Registers cairn's MCP server (`command mcp`, stdio) in a document holding
 /// `mcpServers` (`~/.claude.json` for the user scope, a project's `.mcp.json`). Returns the
 /// new document and whether it changed; every other server and key is kept.
@@ -253,6 +250,67 @@ pub fn remove_mcp(doc: &Value) -> Result<(Value, bool)> {
         root.shift_remove("mcpServers");
     }
     Ok((out, true))
+}
+
+/// True when a document holding `mcpServers` registers cairn's MCP server.
+pub fn has_mcp(doc: &Value) -> bool {
+    doc.get("mcpServers")
+        .and_then(|s| s.get(MCP_NAME))
+        .is_some()
+}
+
+/// Among [`McpUsers`], the user-wide install (`cairn install`); a project's install is its
+/// absolute directory.
+pub const USER_INSTALL: &str = "user";
+
+/// The installs that use cairn's MCP server registered in `~/.claude.json` (user scope):
+/// `cairn install` ([`USER_INSTALL`]) and each `cairn install --project DIR` (the
+/// directory), whether it registered the server or found it there. Both kinds register
+/// it in the same place, so an uninstall removes it only when it was the last install
+/// using it: a project's uninstall never takes the server from under the user-wide
+/// install, nor from another project's. Kept by the CLI as a note in the data dir
+/// ([`McpUsers::note`], a JSON list).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpUsers {
+    installs: Vec<String>,
+}
+
+impl McpUsers {
+    /// The users from the note's text (`None`: no note). Without a note (an older cairn's
+    /// install, or a registration made by hand) a registration that is there counts as
+    /// the user-wide install's, so only `cairn uninstall` removes it. A note that cannot
+    /// be read counts as none.
+    pub fn read(note: Option<&str>, registered: bool) -> Self {
+        let noted = note.and_then(|t| serde_json::from_str::<Vec<String>>(t).ok());
+        let installs = match noted {
+            Some(list) => list,
+            None if registered => vec![USER_INSTALL.to_string()],
+            None => Vec::new(),
+        };
+        Self { installs }
+    }
+
+    /// The note's text.
+    pub fn note(&self) -> String {
+        serde_json::to_string(&self.installs).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// `install` uses the server (once however often it is added).
+    pub fn add(&mut self, install: &str) {
+        if !self.installs.iter().any(|i| i == install) {
+            self.installs.push(install.to_string());
+        }
+    }
+
+    /// `install` no longer uses it.
+    pub fn remove(&mut self, install: &str) {
+        self.installs.retain(|i| i != install);
+    }
+
+    /// The installs that use it, in the order they came.
+    pub fn installs(&self) -> &[String] {
+        &self.installs
+    }
 }
 
 /// Whether cairn's hook is set for one event.
@@ -339,6 +397,34 @@ mod tests {
         let (alone, _) = add_mcp(&Value::Null, "/opt/cairn").expect("new");
         assert_eq!(remove_mcp(&alone).expect("remove").0, json!({}));
         assert!(add_mcp(&json!({"mcpServers": []}), "c").is_err());
+    }
+
+    #[test]
+    fn the_mcp_server_stays_while_an_install_uses_it() {
+        // `cairn install`, then a project's install, which finds it there.
+        let mut users = McpUsers::read(None, false);
+        users.add(USER_INSTALL);
+        let mut users = McpUsers::read(Some(&users.note()), true);
+        users.add("/src/acme");
+        users.add("/src/acme");
+        assert_eq!(users.installs(), [USER_INSTALL, "/src/acme"]);
+        // The project's uninstall leaves it to the user-wide install, and the other way.
+        let mut after_project = users.clone();
+        after_project.remove("/src/acme");
+        assert_eq!(after_project.installs(), [USER_INSTALL]);
+        users.remove(USER_INSTALL);
+        assert_eq!(users.installs(), ["/src/acme"]);
+        users.remove("/src/acme");
+        assert!(users.installs().is_empty());
+        // No note: a registration there is the user-wide install's.
+        assert_eq!(McpUsers::read(None, true).installs(), [USER_INSTALL]);
+        assert_eq!(
+            McpUsers::read(Some("{bad"), true).installs(),
+            [USER_INSTALL]
+        );
+        assert!(McpUsers::read(Some("[]"), true).installs().is_empty());
+        assert!(has_mcp(&add_mcp(&Value::Null, "cairn").expect("add").0));
+        assert!(!has_mcp(&json!({"mcpServers": {"other": {}}})));
     }
 
     const CMD: &str = "/opt/cairn/bin/cairn-hook";

@@ -1,6 +1,7 @@
 //! Claude Code hands its events to cairn: cairn's hooks in the settings files (as
 //! [`claude_settings`] reads them) run a program that is there, or the cairn plugin is
-//! enabled; and cairn is installed one way only.
+//! enabled; and cairn is installed one way only. With neither, nothing is captured, and
+//! the check fails.
 
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,8 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
+/// Checks the hooks; returns the cairn plugins enabled (which bring the MCP server too).
+pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) -> Vec<String> {
     let mut files = Vec::new();
     if let Some(home) = &env.home {
         files.push(home.join(".claude/settings.json"));
@@ -45,6 +47,8 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
     let mut hooked: Vec<String> = Vec::new();
     // Each way cairn is installed: a settings file with its hooks, or the plugin.
     let mut ways: Vec<String> = Vec::new();
+    let mut plugins: Vec<String> = Vec::new();
+    let mut unreadable: Vec<String> = Vec::new();
     for file in &files {
         let Ok(text) = std::fs::read_to_string(file) else {
             continue;
@@ -58,6 +62,7 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                     format!("{} is not valid JSON: {e}", file.display()),
                     Some("fix the file; Claude Code ignores it as it is".into()),
                 ));
+                unreadable.push(file.display().to_string());
                 continue;
             }
         };
@@ -70,6 +75,7 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
             if let Some(f) = plugin_installation(env, &plugin) {
                 out.push(f);
             }
+            plugins.push(plugin);
         }
         let hooks = claude_settings::cairn_hooks(&doc);
         if !hooks.is_empty() {
@@ -117,30 +123,40 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
                 ways.join("; ")
             ),
             Some(
-                "keep one: `cairn uninstall` (or `--project`) removes settings hooks; `claude plugin uninstall cairn` the plugin"
+                "keep one: `cairn uninstall` (or `--project`) removes settings hooks; `claude plugin uninstall cairn@cairn` the plugin"
                     .into(),
             ),
         ));
     }
-    if hooked.is_empty() && !ways.is_empty() {
+    if hooked.is_empty() && !plugins.is_empty() {
         // The plugin brings its own hooks.
-        return;
+        return plugins;
     }
     if hooked.is_empty() {
+        let mut fix = String::new();
+        if !unreadable.is_empty() {
+            fix = format!(
+                "fix {} (not valid JSON) if cairn's hooks are there; else ",
+                unreadable.join(", ")
+            );
+        }
+        fix.push_str(
+            "run `cairn install` (every project; `--project` for this one), or install the plugin: `claude plugin install cairn@cairn`",
+        );
         out.push(finding(
             "hooks",
-            Level::Warn,
+            Level::Fail,
             format!(
-                "no cairn hooks in {}",
+                "nothing hands Claude Code's events to cairn, so nothing is captured: no cairn hooks in {}, and no cairn plugin",
                 files
                     .iter()
                     .map(|f| f.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            Some("run `cairn install` so Claude Code hands its events to cairn".into()),
+            Some(fix),
         ));
-        return;
+        return plugins;
     }
     // Exactly the events `cairn install` registers.
     let missing: Vec<&str> = crate::capture::hook::EventName::CAPTURED
@@ -156,6 +172,7 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) {
             Some("run `cairn install` to add the missing hooks".into()),
         ));
     }
+    plugins
 }
 
 /// How the plugin `cairn@<marketplace>`'s launcher fared installing cairn, from its data
@@ -239,6 +256,42 @@ mod tests {
         std::fs::create_dir_all(data.join("bin")).expect("bin");
         std::fs::write(data.join("bin/cairn"), "").expect("cairn");
         assert_eq!(plugin_installation(&env, "cairn@cairn"), None);
+    }
+
+    #[test]
+    fn nothing_that_captures_fails_and_says_how_to_fix_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let e = env(tmp.path());
+        let home = tmp.path().join("home/.claude");
+        std::fs::create_dir_all(&home).expect("home");
+        std::fs::write(home.join("settings.json"), r#"{ "hooks": { "Stop": [ }"#).expect("write");
+        let mut f = Vec::new();
+        let plugins = check_hooks(&e, &mut f);
+        assert!(plugins.is_empty());
+        assert_eq!(
+            levels(&f, "hooks"),
+            vec![Level::Warn, Level::Fail],
+            "{f:#?}"
+        );
+        assert!(
+            f[1].message.contains("nothing is captured"),
+            "{}",
+            f[1].message
+        );
+        let fix = f[1].fix.as_deref().expect("fix");
+        assert!(
+            fix.contains("settings.json (not valid JSON)") && fix.contains("`cairn install`"),
+            "{fix}"
+        );
+        // The plugin alone captures.
+        std::fs::write(
+            home.join("settings.json"),
+            r#"{"enabledPlugins": {"cairn@cairn": true}}"#,
+        )
+        .expect("write");
+        let mut f = Vec::new();
+        assert_eq!(check_hooks(&e, &mut f), ["cairn@cairn"]);
+        assert_eq!(levels(&f, "hooks"), vec![Level::Ok], "{f:#?}");
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! `cairn doctor`: checks of everything cairn depends on, each finding with what to do.
-//! Here the findings and the runner; the checks by topic: `data` (database, schema,
-//! integrity, permissions, disk), `hooks` (cairn's hooks or plugin in Claude Code's
-//! settings), `worker` (running, heartbeat), `model` (the provider and its online test,
-//! the sentence model), `transcripts` (Claude Code's transcript format), `sync` (the sync
-//! space, as last recorded: no connection to the server).
+//! Here the findings, the runner and the check of cairn's own settings (the others run on
+//! the defaults when they cannot be read, which that check fails); the checks by topic:
+//! `data` (database, schema, integrity, permissions, disk), `hooks` (cairn's hooks or
+//! plugin in Claude Code's settings), `mcp` (cairn's MCP server registered where Claude
+//! Code reads it, or brought by the plugin), `worker` (running, heartbeat), `model` (the
+//! provider and its online test, the sentence model), `transcripts` (Claude Code's
+//! transcript format), `sync` (the sync space, as last recorded: no connection to the
+//! server).
 //!
 //! Invariants: the checks only read (the database is opened read-only for the schema check
 //! and only then through [`crate::store::db::open`]); the one network call is the
@@ -20,6 +23,7 @@ use crate::store::paths::DataDir;
 
 mod data;
 mod hooks;
+mod mcp;
 mod model;
 mod sync;
 mod transcripts;
@@ -49,8 +53,8 @@ impl Level {
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
-    /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `worker`,
-    /// `provider`, `online`, `search`, `disk`, `settings`, `transcripts`, `sync`.
+    /// Which check: `database`, `schema`, `integrity`, `permissions`, `hooks`, `mcp`,
+    /// `worker`, `provider`, `online`, `search`, `disk`, `settings`, `transcripts`, `sync`.
     pub check: String,
     pub level: Level,
     pub message: String,
@@ -93,7 +97,8 @@ impl Env {
     }
 }
 
-/// Runs every check. `warnings` are the settings loader's warnings (unknown keys).
+/// Runs every check. `warnings` are the settings loader's warnings (unknown keys); when
+/// the settings cannot be read, `settings` are the defaults and the `settings` check fails.
 pub fn run(
     dir: &DataDir,
     settings: &Settings,
@@ -102,17 +107,11 @@ pub fn run(
     now: i64,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    for w in warnings {
-        out.push(finding(
-            "settings",
-            Level::Warn,
-            w.clone(),
-            Some(format!("fix or remove it in {}", dir.settings().display())),
-        ));
-    }
+    check_settings(dir, warnings, env, &mut out);
     let conn = data::check_database(dir, &mut out);
     data::check_permissions(dir, &mut out);
-    hooks::check_hooks(env, &mut out);
+    let plugins = hooks::check_hooks(env, &mut out);
+    mcp::check_mcp(env, &plugins, &mut out);
     worker::check_worker(dir, settings, conn.as_ref(), now, &mut out);
     model::check_provider(settings, env, &mut out);
     worker::check_worker_provider(dir, settings, conn.as_ref(), env, &mut out);
@@ -138,6 +137,31 @@ pub fn run(
     data::check_disk(dir, &mut out);
     transcripts::check_transcripts(env, &mut out);
     out
+}
+
+/// `settings.json` in the data dir (and the `CAIRN_*` variables) as the loader reads them:
+/// a file it cannot read fails, naming file, line and column; the other checks run on the
+/// defaults meanwhile.
+fn check_settings(dir: &DataDir, warnings: &[String], env: &Env, out: &mut Vec<Finding>) {
+    if let Err(e) = Settings::load_from(&dir.settings(), env.vars.clone(), &[]) {
+        out.push(finding(
+            "settings",
+            Level::Fail,
+            format!("{e}; the other checks ran on the default settings"),
+            Some(
+                "fix it; until then hook events wait in the spool, cleaned with the default privacy rules, and the settings are applied to them once they can be read"
+                    .into(),
+            ),
+        ));
+    }
+    for w in warnings {
+        out.push(finding(
+            "settings",
+            Level::Warn,
+            w.clone(),
+            Some(format!("fix or remove it in {}", dir.settings().display())),
+        ));
+    }
 }
 
 /// True when any finding failed (`cairn doctor` exits 1).
@@ -183,10 +207,17 @@ mod tests {
         drop(db::open_data_dir(&dd, OpenOptions::default()).expect("open"));
         let mut e = env(tmp.path());
         let f = run(&dd, &Settings::default(), &[], &e, 1);
-        assert!(!any_failed(&f), "{f:#?}");
         assert_eq!(levels(&f, "schema"), vec![Level::Ok]);
         assert_eq!(levels(&f, "integrity"), vec![Level::Ok]);
-        assert_eq!(levels(&f, "hooks"), vec![Level::Warn], "not installed");
+        // Not installed: nothing is captured.
+        assert_eq!(levels(&f, "hooks"), vec![Level::Fail], "{f:#?}");
+        assert_eq!(levels(&f, "mcp"), vec![Level::Warn], "{f:#?}");
+        assert!(
+            f.iter()
+                .filter(|x| x.level == Level::Fail)
+                .all(|x| x.check == "hooks"),
+            "{f:#?}"
+        );
         // auto → offline, with a warning that the offline extractor is the weakest.
         assert_eq!(levels(&f, "provider"), vec![Level::Ok, Level::Warn]);
 
@@ -249,5 +280,26 @@ mod tests {
         s.model.provider = "openai".into();
         let f = run(&dd, &s, &[], &e, 1);
         assert_eq!(levels(&f, "provider"), vec![Level::Fail]);
+    }
+
+    #[test]
+    fn a_settings_file_that_cannot_be_read_fails_and_the_rest_is_checked() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        drop(db::open_data_dir(&dd, OpenOptions::default()).expect("open"));
+        std::fs::write(dd.settings(), r#"{"batch": {"max_size": 5,}}"#).expect("write");
+        let f = run(&dd, &Settings::default(), &[], &env(tmp.path()), 1);
+        assert_eq!(levels(&f, "settings"), vec![Level::Fail], "{f:#?}");
+        let bad = f.iter().find(|x| x.check == "settings").expect("finding");
+        assert!(bad.message.contains("line 1, column 26"), "{}", bad.message);
+        assert_eq!(levels(&f, "integrity"), vec![Level::Ok]);
+        assert!(any_failed(&f));
+        // A variable it cannot take fails the same way.
+        std::fs::write(dd.settings(), "{}").expect("write");
+        let mut e = env(tmp.path());
+        assert!(levels(&run(&dd, &Settings::default(), &[], &e, 1), "settings").is_empty());
+        e.vars.insert("CAIRN_BATCH__MAX_SIZE".into(), "many".into());
+        let f = run(&dd, &Settings::default(), &[], &e, 1);
+        assert_eq!(levels(&f, "settings"), vec![Level::Fail], "{f:#?}");
     }
 }

@@ -296,6 +296,17 @@ pub struct Resolved {
 /// tokens: see [`claude_cli::login`]); else `offline`. Runs a process for `auto` without
 /// a key, so it belongs to the worker's start and the CLI, never to a hook.
 pub fn resolve(m: &ModelSettings, env: &dyn Fn(&str) -> Option<String>) -> Resolved {
+    resolve_without_asking(m, env).unwrap_or_else(|login| login.ask(env))
+}
+
+/// [`resolve`] as far as it goes without running anything: `Err` when `auto` comes down
+/// to whether the `claude` CLI on `PATH` is logged in, which only the CLI can say. For
+/// `cairn install`: asking runs the CLI, and the CLI may rewrite the user's Claude Code
+/// settings as it starts (its own migrations), which install promises to keep.
+pub fn resolve_without_asking(
+    m: &ModelSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Resolved, LoginDecides> {
     let key_var = key_var(m);
     let fixed = |provider: &'static str| Resolved {
         provider,
@@ -303,44 +314,73 @@ pub fn resolve(m: &ModelSettings, env: &dyn Fn(&str) -> Option<String>) -> Resol
     };
     match m.provider.as_str() {
         "auto" => {}
-        "anthropic" => return fixed("anthropic"),
-        "openai" => return fixed("openai"),
-        "claude-cli" => return fixed("claude-cli"),
-        "offline" => return fixed("offline"),
+        "anthropic" => return Ok(fixed("anthropic")),
+        "openai" => return Ok(fixed("openai")),
+        "claude-cli" => return Ok(fixed("claude-cli")),
+        "offline" => return Ok(fixed("offline")),
         _ => {
-            return Resolved {
+            return Ok(Resolved {
                 provider: "unknown",
                 why: format!("unknown model.provider {}", m.provider),
-            };
+            });
         }
     }
     if env(key_var).is_some_and(|k| !k.trim().is_empty()) {
-        return Resolved {
+        return Ok(Resolved {
             provider: "anthropic",
             why: format!("{key_var} is set"),
-        };
+        });
     }
     let command = if m.claude_command.trim().is_empty() {
         "claude"
     } else {
         m.claude_command.trim()
     };
-    match claude_cli::login(command, env) {
-        claude_cli::Login::LoggedIn => Resolved {
-            provider: "claude-cli",
-            why: format!("{key_var} is not set and {command} is logged in (your subscription)"),
-        },
-        claude_cli::Login::LoggedOut => Resolved {
-            provider: "offline",
-            why: format!(
-                "{key_var} is not set and {command} is not logged in (run `{command}` and \
-                 /login to use your subscription)"
-            ),
-        },
-        claude_cli::Login::Missing => Resolved {
-            provider: "offline",
-            why: format!("{key_var} is not set and no {command} is on PATH"),
-        },
+    if claude_cli::locate(command, env).is_none() {
+        return Ok(no_cli(key_var, command));
+    }
+    Err(LoginDecides {
+        command: command.to_string(),
+        key_var: key_var.to_string(),
+    })
+}
+
+/// `auto` with no key and a `claude` CLI on `PATH`: `claude-cli` when it is logged in,
+/// else `offline`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginDecides {
+    /// The CLI (`model.claude_command`, `claude` by default).
+    pub command: String,
+    /// The API key's variable, which is not set.
+    pub key_var: String,
+}
+
+impl LoginDecides {
+    /// Asks the CLI ([`claude_cli::login`]).
+    pub fn ask(&self, env: &dyn Fn(&str) -> Option<String>) -> Resolved {
+        let (command, key_var) = (&self.command, &self.key_var);
+        match claude_cli::login(command, env) {
+            claude_cli::Login::LoggedIn => Resolved {
+                provider: "claude-cli",
+                why: format!("{key_var} is not set and {command} is logged in (your subscription)"),
+            },
+            claude_cli::Login::LoggedOut => Resolved {
+                provider: "offline",
+                why: format!(
+                    "{key_var} is not set and {command} is not logged in (run `{command}` and \
+                     /login to use your subscription)"
+                ),
+            },
+            claude_cli::Login::Missing => no_cli(key_var, command),
+        }
+    }
+}
+
+/// `auto` with no key and no CLI.
+fn no_cli(key_var: &str, command: &str) -> Resolved {
+    Resolved {
+        provider: "offline",
+        why: format!("{key_var} is not set and no {command} is on PATH"),
     }
 }
 
@@ -714,6 +754,14 @@ mod tests {
                 r.provider, want,
                 "key {key} cli {cli} logged in {logged_in}: {r:?}"
             );
+            // Without asking, only the CLI's login is left open.
+            match resolve_without_asking(&m, &env) {
+                Ok(known) => assert_eq!(known, r, "cli {cli} key {key}"),
+                Err(login) => {
+                    assert!(cli && !key, "{login:?}");
+                    assert_eq!(login.command, "claude");
+                }
+            }
             let p = Provider::from_settings(&m, &env).expect("provider");
             assert_eq!(p.name(), want);
             if want == "claude-cli" {
