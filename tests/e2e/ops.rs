@@ -109,6 +109,12 @@ fn a_worker_that_cannot_start_is_named_with_its_error_until_one_starts() {
     assert!(out.contains("1 job is waiting"), "{out}");
     // Not also told to start a worker that cannot start.
     assert!(!out.contains("start it with `cairn-worker`"), "{out}");
+    let doctor = stdout(&cairn(&env, &["doctor"]));
+    assert!(
+        doctor.contains("the worker stopped on an error at")
+            && doctor.contains("ANTHROPIC_API_KEY"),
+        "{doctor}"
+    );
 
     // A worker that starts, and works, ends the message.
     let worked = env
@@ -120,6 +126,8 @@ fn a_worker_that_cannot_start_is_named_with_its_error_until_one_starts() {
     assert_eq!(code(&worked), 0, "{}", stderr(&worked));
     let out = stdout(&cairn(&env, &["status"]));
     assert!(!out.contains("stopped on an error"), "{out}");
+    let doctor = stdout(&cairn(&env, &["doctor"]));
+    assert!(!doctor.contains("stopped on an error"), "{doctor}");
 }
 
 #[test]

@@ -266,18 +266,47 @@ fn count(conn: &Connection, sql: &str) -> Result<i64> {
     Ok(conn.query_row(sql, [], |r| r.get(0))?)
 }
 
+/// The worker status reports (the lock's `holder`'s, else the latest to start) and what
+/// stops the work: why the latest worker stopped on an error, when none started since, and
+/// its provider's "not logged in" while it holds (stale once the worker uses another
+/// provider, or cannot start at all).
+#[derive(Debug, Clone)]
+pub struct WorkerStanding {
+    pub latest: Option<queue::workers::WorkerRow>,
+    pub failure: Option<crate::store::incidents::WorkerFailure>,
+    pub not_logged_in: Option<crate::worker::usage::NotLoggedIn>,
+}
+
+/// [`WorkerStanding`], read for `cairn status` and `cairn doctor` alike.
+pub fn worker_standing(
+    dir: &DataDir,
+    conn: &Connection,
+    holder: Option<&crate::store::lock::Holder>,
+) -> Result<WorkerStanding> {
+    let newest = queue::workers::latest(conn)?;
+    let failure = crate::store::incidents::worker_failure(dir)
+        .filter(|f| holder.is_none() && newest.as_ref().is_none_or(|w| w.started_at <= f.at));
+    let latest = newest.filter(|w| holder.is_none_or(|h| h.pid == w.pid && w.stopped_at.is_none()));
+    let provider = latest.as_ref().and_then(|w| w.provider.as_deref());
+    let not_logged_in = crate::worker::usage::not_logged_in(conn)?.filter(|n| {
+        failure.as_ref().is_none_or(|f| f.at < n.at) && provider.is_none_or(|p| p == n.provider)
+    });
+    Ok(WorkerStanding {
+        latest,
+        failure,
+        not_logged_in,
+    })
+}
+
 /// Gathers the report. `conn` must be open on `dir`'s database.
 pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -> Result<Status> {
     let holder = crate::store::lock::holder(&dir.worker_lock())?;
     let last_heartbeat_at = last_heartbeat(conn, holder.as_ref().map(|h| h.pid))?;
-    let newest = queue::workers::latest(conn)?;
-    let failure = crate::store::incidents::worker_failure(dir)
-        .filter(|f| holder.is_none() && newest.as_ref().is_none_or(|w| w.started_at <= f.at));
-    let latest = newest.filter(|w| {
-        holder
-            .as_ref()
-            .is_none_or(|h| h.pid == w.pid && w.stopped_at.is_none())
-    });
+    let WorkerStanding {
+        latest,
+        failure,
+        not_logged_in,
+    } = worker_standing(dir, conn, holder.as_ref())?;
     let worker = WorkerStatus {
         running: holder.is_some(),
         pid: holder.as_ref().map(|h| h.pid),
@@ -292,11 +321,6 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         model: latest.as_ref().and_then(|w| w.model.clone()),
         failure,
     };
-    // Stale once the worker uses another provider, or cannot start at all.
-    let not_logged_in = crate::worker::usage::not_logged_in(conn)?.filter(|n| {
-        worker.failure.as_ref().is_none_or(|f| f.at < n.at)
-            && worker.provider.as_ref().is_none_or(|p| *p == n.provider)
-    });
     let queue = queue::stats::stats(conn, now)?;
     let policy = queue::claim::Policy::from_settings(settings);
     let next_due = queue::stats::next_due(conn, &policy, now)?.map(|(job, wait)| NextDue {

@@ -116,10 +116,26 @@ pub fn run(
     model::check_provider(settings, env, &mut out);
     worker::check_worker_provider(dir, settings, conn.as_ref(), env, &mut out);
     model::check_search(dir, settings, conn.as_ref(), &mut out);
-    if let Some(n) = conn
-        .as_ref()
-        .and_then(|c| crate::worker::usage::not_logged_in(c).ok().flatten())
-    {
+    let standing = conn.as_ref().and_then(|c| {
+        let holder = crate::store::lock::holder(&dir.worker_lock()).ok()?;
+        crate::ops::status::worker_standing(dir, c, holder.as_ref()).ok()
+    });
+    if let Some(f) = standing.as_ref().and_then(|s| s.failure.as_ref()) {
+        out.push(finding(
+            "worker",
+            Level::Fail,
+            format!(
+                "the worker stopped on an error at {}: {}",
+                crate::clock::minute_utc(f.at),
+                f.error
+            ),
+            Some(
+                "fix that; a hook then starts the worker again (or run `cairn-worker`); more in the data dir's logs/"
+                    .into(),
+            ),
+        ));
+    }
+    if let Some(n) = standing.and_then(|s| s.not_logged_in) {
         out.push(finding(
             "provider",
             Level::Fail,
