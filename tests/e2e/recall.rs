@@ -316,6 +316,25 @@ fn search_ranks_filters_and_stays_in_its_project() {
             stderr(&o)
         );
     }
+    // A project of memories saved by hand alone (no session) is a project.
+    let saved = cairn(
+        &env,
+        &[
+            "save",
+            "Kept by hand",
+            "--text",
+            "t",
+            "--project",
+            "handmade",
+        ],
+    );
+    assert_eq!(saved.status.code(), Some(0), "{}", stderr(&saved));
+    let o = cairn(&env, &["search", "zebra", "--project", "handmade"]);
+    assert!(
+        stderr(&o).contains("no results in project 'handmade'"),
+        "{}",
+        stderr(&o)
+    );
 
     // Errors: exit 2, one `error:` line.
     for bad in [

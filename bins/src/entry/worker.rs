@@ -87,7 +87,7 @@ fn run(args: Args) -> anyhow::Result<u8> {
     // a misspelt `--data-dir` or CAIRN_DATA_DIR: say where, so the second is seen.
     if !dir.db().exists() {
         let msg = format!(
-            "no database at {}: creating an empty one, which hooks fill (if your memories are elsewhere, set CAIRN_DATA_DIR or --data-dir)",
+            "no database at {}: the worker makes a new, empty one there, which hooks fill (if your memories are elsewhere, set CAIRN_DATA_DIR or --data-dir)",
             dir.db().display()
         );
         log::warn!("{msg}");

@@ -19,10 +19,14 @@ pub fn projects(conn: &rusqlite::Connection) -> Result<Vec<String>> {
         .collect::<rusqlite::Result<_>>()?)
 }
 
-/// True when some session (so some memory) is of `project`.
+/// True when some memory is of `project`: a session's, or an observation saved by hand
+/// (which has no session).
 pub fn is_project(conn: &rusqlite::Connection, project: &str) -> Result<bool> {
     Ok(conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sessions WHERE project = ?1)")?
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sessions WHERE project = ?1)
+                 OR EXISTS (SELECT 1 FROM observations WHERE project = ?1)",
+        )?
         .query_row([project], |r| r.get(0))?)
 }
 

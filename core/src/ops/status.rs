@@ -48,6 +48,8 @@ pub struct WorkerStatus {
     pub model: Option<String>,
     /// Why the latest worker stopped on an error, when no worker has started since.
     pub failure: Option<crate::store::incidents::WorkerFailure>,
+    /// `worker.autostart`: a hook starts a worker when none runs.
+    pub autostart: bool,
 }
 
 impl WorkerStatus {
@@ -320,6 +322,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         provider: latest.as_ref().and_then(|w| w.provider.clone()),
         model: latest.as_ref().and_then(|w| w.model.clone()),
         failure,
+        autostart: settings.worker.autostart,
     };
     let queue = queue::stats::stats(conn, now)?;
     let policy = queue::claim::Policy::from_settings(settings);
@@ -476,6 +479,15 @@ pub enum Topic {
     Sync,
 }
 
+/// How a worker that stopped gets going again.
+pub fn restart_worker(autostart: bool) -> &'static str {
+    if autostart {
+        "a hook starts the worker again (or run `cairn-worker`)"
+    } else {
+        "start the worker again (`cairn-worker`, or restart its service; worker.autostart is off)"
+    }
+}
+
 fn push(out: &mut Vec<(Topic, String)>, topic: Topic, text: String) {
     out.push((topic, text));
 }
@@ -490,14 +502,15 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
             &mut out,
             Topic::Worker,
             format!(
-                "the worker stopped on an error at {}: {}; fix that, then a hook starts it again (or run `cairn-worker`); more in the data dir's logs/{}",
+                "the worker stopped on an error at {}: {}{}; fix that, then {}; more in the data dir's logs/",
                 crate::clock::minute_utc(f.at),
                 f.error,
                 if waiting > 0 {
-                    format!(". {} waiting", plural(waiting, "job is", "jobs are"))
+                    format!(" ({} waiting)", plural(waiting, "job is", "jobs are"))
                 } else {
                     String::new()
-                }
+                },
+                restart_worker(w.autostart)
             ),
         );
     } else if !w.running && waiting > 0 {
@@ -839,9 +852,8 @@ mod tests {
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
     }
 
-    /// The worker holding the lock but silent for four heartbeat periods is wedged; most of
-    /// the recent model calls failing needs attention; a ready job not taken five minutes
-    /// after it was due, with a live worker, too.
+    /// A provider's "not logged in" is shown while the worker uses it, and gives way to
+    /// another provider or to a worker that cannot start.
     #[test]
     fn a_provider_not_logged_in_is_forgotten_once_the_worker_uses_another() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -890,6 +902,9 @@ mod tests {
         );
     }
 
+    /// The worker holding the lock but silent for four heartbeat periods is wedged; most of
+    /// the recent model calls failing needs attention; a ready job not taken five minutes
+    /// after it was due, with a live worker, too.
     #[test]
     fn wedged_worker_failing_calls_and_overdue_jobs_need_attention() {
         let tmp = tempfile::tempdir().expect("tempdir");

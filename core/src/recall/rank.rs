@@ -449,7 +449,7 @@ pub(super) fn scored(
 /// memory holds, is gated by the relevance of what meaning found. The candidates'
 /// relevance is by `purpose`; either way the order is the same (the query model's weight
 /// is one factor for all of a query's candidates), and what lets a search show anything
-/// shows at the floor or above.
+/// shows at the floor or above. `leave_out` (the question being asked) is taken out first.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn relevance(
     conn: &Connection,
@@ -460,9 +460,14 @@ pub(super) fn relevance(
     fetch: usize,
     min_relevance: f64,
     purpose: Purpose,
+    leave_out: Option<(Kind, i64)>,
     semantic: Option<&Semantic>,
 ) -> Result<(Vec<Candidate>, Copies)> {
-    let (scored, copies) = scored(conn, q, any, kinds, f, fetch, semantic)?;
+    let (mut scored, copies) = scored(conn, q, any, kinds, f, fetch, semantic)?;
+    // Left out before the floor: what is left must pass it by itself.
+    if let Some((kind, id)) = leave_out {
+        scored.retain(|s| !(s.candidate.kind == kind && s.candidate.id == id));
+    }
     if !scored.iter().any(|s| s.estimate >= min_relevance) {
         return Ok((Vec::new(), Copies::new()));
     }
@@ -1181,6 +1186,7 @@ mod tests {
                 21,
                 0.0,
                 Purpose::Search,
+                None,
                 Some(&semantic),
             )
             .expect("rank")

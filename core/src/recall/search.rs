@@ -197,24 +197,23 @@ pub fn search_with(
             let floor = req
                 .min_relevance
                 .unwrap_or_else(|| SearchSettings::default().min_relevance);
-            let ranked_fetch = ranked_fetch(req);
+            // The question being answered right now is not an answer to itself.
+            let asked = match &req.asking_session {
+                Some(asking) => rank::current_prompt(conn, asking)?.map(|id| (Kind::Prompt, id)),
+                None => None,
+            };
             let (mut ranked, copies) = rank::relevance(
                 conn,
                 &q,
                 any,
                 &kinds,
                 f,
-                ranked_fetch,
+                ranked_fetch(req),
                 floor,
                 req.purpose,
+                asked,
                 semantic,
             )?;
-            // The question being answered right now is not an answer to itself.
-            if let Some(asking) = &req.asking_session
-                && let Some(current) = rank::current_prompt(conn, asking)?
-            {
-                ranked.retain(|c| !(c.kind == Kind::Prompt && c.id == current));
-            }
             ranked.truncate(fetch);
             (ranked, copies)
         }
@@ -1097,6 +1096,34 @@ mod tests {
         assert_eq!(ids[0], memory.to_string());
         assert!(!ids.contains(&format!("P{asked}")), "{ids:?}");
         assert!(ids.contains(&format!("P{other}")), "{ids:?}");
+    }
+
+    #[test]
+    fn the_question_being_asked_is_left_out_before_the_floor() {
+        let mut f = fixture();
+        let weak = f.add(obs("p", "change", "Zebra notes", "", T0));
+        let asked = f.prompt("p", 1, "zebra crossing lights timing", T0 + 10);
+        let mut r = req("zebra crossing lights timing", Some("p"));
+        r.min_relevance = Some(0.0);
+        let estimate = |kind: Kind, id: i64| {
+            candidates_with(&f.conn, &r, None)
+                .expect("candidates")
+                .iter()
+                .find(|m| m.kind == kind && m.id == id)
+                .map(|m| m.estimate)
+                .expect("a candidate")
+        };
+        let (of_weak, of_asked) = (
+            estimate(Kind::Observation, weak),
+            estimate(Kind::Prompt, asked),
+        );
+        assert!(of_asked > of_weak, "{of_asked} {of_weak}");
+        // A floor only the question passes: shown to a search from elsewhere, nothing to
+        // the session asking it, whose question is no answer.
+        r.min_relevance = Some((of_weak + of_asked) / 2.0);
+        assert!(!search(&f.conn, &r).expect("search").is_empty());
+        r.asking_session = Some("s-p".into());
+        assert!(search(&f.conn, &r).expect("search").is_empty());
     }
 
     #[test]

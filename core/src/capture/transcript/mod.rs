@@ -483,15 +483,15 @@ fn count_standing(
     settings: &Settings,
 ) {
     // What an import counts as an event (a prompt, a tool call, a turn's end): a session's
-    // start or end is neither added nor already there.
+    // start or end is neither added, already there nor forgotten.
     let event = matches!(
         rec.action,
         Action::Prompt { .. } | Action::Tool(_) | Action::TurnEnd(_)
     );
     match standing {
         Standing::Existing if event => counts.existing += 1,
-        Standing::Existing => {}
-        Standing::Forgotten => counts.forgotten += 1,
+        Standing::Forgotten if event => counts.forgotten += 1,
+        Standing::Existing | Standing::Forgotten => {}
         Standing::New => match &rec.action {
             Action::Tool(ev) => {
                 counts.new_jobs += 1;

@@ -129,10 +129,10 @@ pub fn run(
                 crate::clock::minute_utc(f.at),
                 f.error
             ),
-            Some(
-                "fix that; a hook then starts the worker again (or run `cairn-worker`); more in the data dir's logs/"
-                    .into(),
-            ),
+            Some(format!(
+                "fix that, then {}; more in the data dir's logs/",
+                crate::ops::status::restart_worker(settings.worker.autostart)
+            )),
         ));
     }
     if let Some(n) = standing.and_then(|s| s.not_logged_in) {
