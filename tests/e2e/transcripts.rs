@@ -37,17 +37,15 @@ fn cairn(env: &TestEnv, args: &[&str]) -> std::process::Output {
 fn an_import_starts_the_worker_that_turns_it_into_memories() {
     let env = TestEnv::new();
     put(&env, SID, &sample());
+    // As a script imports: --json, whose output is the report alone.
     let mut c = env.cmd("cairn");
-    c.args(["import", "transcripts", "--yes"])
+    c.args(["import", "transcripts", "--yes", "--json"])
         .env("CAIRN_WORKER__AUTOSTART", "true")
         .env("CAIRN_WORKER__IDLE_EXIT_SECS", "1");
     let o = crate::support::run_with_stdin(c, b"");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("the worker turns them into memories"),
-        "{}",
-        stdout(&o)
-    );
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(report["added"], 6, "{report}");
     // The worker it started takes every job, with nothing else to start it.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while env.count("SELECT count(*) FROM pending_messages WHERE status IN ('pending', 'claimed')")

@@ -226,29 +226,35 @@ fn wait_readable(timeout: Duration) -> std::io::Result<bool> {
 /// `ops::liveness::replace_wedged`): detached in its own session, stdio closed, never
 /// waited on. An `O_EXCL` marker file, fresh for a few seconds, lets one of many hooks
 /// firing at once do it. Also run by `cairn import transcripts` once it queued jobs.
-pub(crate) fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqlite::Connection>) {
+/// Returns the started worker's pid; `None` when none was started (one runs, another hook
+/// is starting one, or it could not be: logged).
+pub(crate) fn autostart(
+    dir: &DataDir,
+    settings: &Settings,
+    conn: Option<&rusqlite::Connection>,
+) -> Option<u32> {
     let stopped_holder = match cairn_core::store::lock::holder(&dir.worker_lock()) {
-        Ok(Some(h)) if !cairn_core::store::lock::process_stopped(h.pid) => return,
+        Ok(Some(h)) if !cairn_core::store::lock::process_stopped(h.pid) => return None,
         Ok(Some(_)) => true,
         Ok(None) => false,
         Err(e) => {
             log::warn!("cannot check the worker lock: {e}");
-            return;
+            return None;
         }
     };
     let marker = dir.root().join("worker.autostart");
     if !claim_marker(&marker) {
-        return;
+        return None;
     }
     if stopped_holder {
-        let Some(conn) = conn else { return };
+        let Some(conn) = conn else { return None };
         let now = cairn_core::clock::now_ms();
         match liveness::replace_wedged(dir, conn, settings.worker.heartbeat_secs, now) {
             Ok(Some(_)) => {}
-            Ok(None) => return,
+            Ok(None) => return None,
             Err(e) => {
                 log::warn!("cannot check the stopped worker: {e}");
-                return;
+                return None;
             }
         }
     }
@@ -256,7 +262,7 @@ pub(crate) fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqli
         Ok(exe) => exe.with_file_name("cairn-worker"),
         Err(e) => {
             log::warn!("cannot start the worker: cannot find my own executable: {e}");
-            return;
+            return None;
         }
     };
     if !worker.is_file() {
@@ -264,7 +270,7 @@ pub(crate) fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqli
             "cannot start the worker: {} not found (start cairn-worker yourself, or set worker.autostart to false)",
             worker.display()
         );
-        return;
+        return None;
     }
     let mut cmd = Command::new(&worker);
     cmd.arg("--autostarted")
@@ -274,8 +280,14 @@ pub(crate) fn autostart(dir: &DataDir, settings: &Settings, conn: Option<&rusqli
         .stderr(Stdio::null());
     detach(&mut cmd);
     match cmd.spawn() {
-        Ok(child) => log::info!("started {} (pid {})", worker.display(), child.id()),
-        Err(e) => log::warn!("cannot start {}: {e}", worker.display()),
+        Ok(child) => {
+            log::info!("started {} (pid {})", worker.display(), child.id());
+            Some(child.id())
+        }
+        Err(e) => {
+            log::warn!("cannot start {}: {e}", worker.display());
+            None
+        }
     }
 }
 

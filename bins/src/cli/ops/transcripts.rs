@@ -136,6 +136,26 @@ pub fn import(ctx: &Ctx, args: &Args) -> anyhow::Result<u8> {
     })
     .map_err(explain)?;
     queueing.finish_and_clear();
+    // Jobs wait for a worker: start one as a hook would, or say how.
+    let worker = if report.added == 0 {
+        None
+    } else if cairn_core::store::lock::holder(&ctx.data_dir.worker_lock())
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        Some("the running worker turns them into memories".to_string())
+    } else if !settings.worker.autostart {
+        Some(
+            "start the worker (`cairn-worker`; worker.autostart is off) to turn them into memories"
+                .into(),
+        )
+    } else {
+        Some(match crate::entry::hook::autostart(&ctx.data_dir, settings, Some(&conn)) {
+            Some(pid) => format!("started the worker (pid {pid}), which turns them into memories"),
+            None => "start the worker (`cairn-worker`) to turn them into memories: none could be started here (`cairn -v` says why)".into(),
+        })
+    };
     if args.json {
         print_json(&report)?;
         return Ok(exit::OK);
@@ -151,20 +171,7 @@ pub fn import(ctx: &Ctx, args: &Args) -> anyhow::Result<u8> {
         transcripts(report.files as usize),
         ctx.data_dir.db().display()
     );
-    if report.added > 0 {
-        // Jobs wait for a worker: start one as a hook would, or say how.
-        let running = cairn_core::store::lock::holder(&ctx.data_dir.worker_lock())
-            .ok()
-            .flatten()
-            .is_some();
-        if !running && settings.worker.autostart {
-            crate::entry::hook::autostart(&ctx.data_dir, settings, Some(&conn));
-        }
-        let by = if running || settings.worker.autostart {
-            "the worker turns them into memories"
-        } else {
-            "start the worker (`cairn-worker`; worker.autostart is off) to turn them into memories"
-        };
+    if let Some(by) = worker {
         if settings.model.daily_token_budget > 0 {
             outln!(
                 o,
