@@ -247,7 +247,7 @@ pub(crate) fn autostart(
         return None;
     }
     if stopped_holder {
-        let Some(conn) = conn else { return None };
+        let conn = conn?;
         let now = cairn_core::clock::now_ms();
         match liveness::replace_wedged(dir, conn, settings.worker.heartbeat_secs, now) {
             Ok(Some(_)) => {}
