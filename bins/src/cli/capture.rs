@@ -339,7 +339,9 @@ fn read_mcp_users(ctx: &Ctx, mcp: &Path, registered: bool) -> anyhow::Result<ins
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", note.display())),
     };
-    Ok(install::McpUsers::read(text.as_deref(), registered))
+    let mut users = install::McpUsers::read(text.as_deref(), registered);
+    users.keep_existing(|dir| Path::new(dir).is_dir());
+    Ok(users)
 }
 
 /// Keeps the note of who uses the MCP server in `mcp`; removes it when nobody does.

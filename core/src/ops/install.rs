@@ -279,15 +279,22 @@ impl McpUsers {
     /// The users from the note's text (`None`: no note). Without a note (an older cairn's
     /// install, or a registration made by hand) a registration that is there counts as
     /// the user-wide install's, so only `cairn uninstall` removes it. A note that cannot
-    /// be read counts as none.
+    /// be read counts as none; a note while no registration is there (removed by hand)
+    /// names nobody.
     pub fn read(note: Option<&str>, registered: bool) -> Self {
         let noted = note.and_then(|t| serde_json::from_str::<Vec<String>>(t).ok());
         let installs = match noted {
-            Some(list) => list,
+            Some(list) if registered => list,
             None if registered => vec![USER_INSTALL.to_string()],
-            None => Vec::new(),
+            Some(_) | None => Vec::new(),
         };
         Self { installs }
+    }
+
+    /// Keeps the user-wide install and the projects `exists` says are still there: a
+    /// project directory deleted since cannot be uninstalled, and must not pin the server.
+    pub fn keep_existing(&mut self, exists: impl Fn(&str) -> bool) {
+        self.installs.retain(|i| i == USER_INSTALL || exists(i));
     }
 
     /// The note's text.
@@ -423,6 +430,13 @@ mod tests {
             [USER_INSTALL]
         );
         assert!(McpUsers::read(Some("[]"), true).installs().is_empty());
+        // A note outliving its registration (removed by hand) names nobody.
+        let both = r#"["user","/src/acme"]"#;
+        assert!(McpUsers::read(Some(both), false).installs().is_empty());
+        // A project deleted since no longer pins it.
+        let mut users = McpUsers::read(Some(both), true);
+        users.keep_existing(|dir| dir != "/src/acme");
+        assert_eq!(users.installs(), [USER_INSTALL]);
         assert!(has_mcp(&add_mcp(&Value::Null, "cairn").expect("add").0));
         assert!(!has_mcp(&json!({"mcpServers": {"other": {}}})));
     }
