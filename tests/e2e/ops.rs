@@ -1142,6 +1142,19 @@ fn doctor_fails_when_nothing_captures_and_checks_the_mcp_server() {
         )),
         "{text}"
     );
+
+    // A project's own install counts from anywhere inside the project.
+    let project = env.tmp.path().join("proj");
+    std::fs::create_dir_all(project.join("sub")).expect("dirs");
+    let out = cairn(
+        &env,
+        &["install", "--project", project.to_str().expect("utf-8")],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut c = env.cmd("cairn");
+    c.current_dir(project.join("sub")).arg("doctor");
+    let text = stdout(&c.output().expect("doctor"));
+    assert!(line(&text, "fail", "hooks").is_none(), "{text}");
 }
 
 /// A settings file cairn cannot read is a failed check of `cairn doctor`, beside every

@@ -41,9 +41,16 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) -> Vec<String> {
     if let Some(home) = &env.home {
         files.push(home.join(".claude/settings.json"));
     }
-    files.push(env.cwd.join(".claude/settings.json"));
-    files.push(env.cwd.join(".claude/settings.local.json"));
-    files.dedup();
+    // A project's own settings, where doctor runs or in a directory above it (as the MCP
+    // check looks for a project's `.mcp.json`).
+    for dir in env.cwd.ancestors() {
+        for name in [".claude/settings.json", ".claude/settings.local.json"] {
+            let file = dir.join(name);
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+    }
     let mut hooked: Vec<String> = Vec::new();
     // Each way cairn is installed: a settings file with its hooks, or the plugin.
     let mut ways: Vec<String> = Vec::new();
@@ -147,12 +154,9 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) -> Vec<String> {
             "hooks",
             Level::Fail,
             format!(
-                "nothing hands Claude Code's events to cairn, so nothing is captured: no cairn hooks in {}, and no cairn plugin",
-                files
-                    .iter()
-                    .map(|f| f.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "nothing hands Claude Code's events to cairn here, so nothing is captured: no cairn hooks in {} or a project's settings above {}, and no cairn plugin",
+                files[0].display(),
+                env.cwd.display()
             ),
             Some(fix),
         ));
