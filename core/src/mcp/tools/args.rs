@@ -86,6 +86,18 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// An id as search lists it ([`as_reference`]).
+    pub fn reference(&self, key: &str) -> Result<Option<(Kind, i64)>> {
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => as_reference(v).map(Some).ok_or_else(|| {
+                bad(format!(
+                    "'{key}' must be an id as search lists it: an observation as an integer, a turn summary or prompt as a string (\"S3\", \"P7\")"
+                ))
+            }),
+        }
+    }
+
     /// `max_tokens`: the token budget of this result.
     pub fn budget(&self) -> Result<usize> {
         Ok(self

@@ -230,16 +230,8 @@ impl Tools {
                 "max_tokens",
             ],
         )?;
-        let anchor = match (args.get("anchor"), args.string("query")?) {
-            (Some(v), None) => match args::as_reference(v) {
-                Some((kind, id)) => Anchor::Record(kind, id),
-                None => {
-                    return Err(ToolError::BadArgument(
-                        "'anchor' must be an id as search lists it: an observation as an integer, a turn summary or prompt as a string (\"S3\", \"P7\")"
-                            .into(),
-                    ));
-                }
-            },
+        let anchor = match (args.reference("anchor")?, args.string("query")?) {
+            (Some((kind, id)), None) => Anchor::Record(kind, id),
             (None, Some(q)) if !q.trim().is_empty() => Anchor::Query(q),
             (Some(_), Some(_)) => {
                 return Err(ToolError::BadArgument(
@@ -561,6 +553,8 @@ mod tests {
                 "'anchor' must be an id",
             ),
             ("timeline", json!({"anchor": "P9"}), "no record P9"),
+            // A null anchor is one not given, as for every other argument.
+            ("timeline", json!({"anchor": null}), "give 'anchor'"),
             (
                 "timeline",
                 json!({"anchor": 77}),
