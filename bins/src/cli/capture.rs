@@ -3,7 +3,6 @@
 //! `cairn_core::ops::install` (pure); this module reads and writes the files (through
 //! symlinks), keeps backups of them in the data dir, and says what it did.
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -477,22 +476,10 @@ fn put_back(ctx: &Ctx, path: &Path, value: &Value) -> anyhow::Result<PathBuf> {
     Ok(written)
 }
 
-/// Replaces `path` with `bytes` (temp file + rename, mode `mode`).
+/// Replaces `path` with `bytes`, mode `mode` ([`cairn_core::store::paths::replace_file`]).
 fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    let dir = path.parent().context("settings path has no parent")?;
-    let tmp = dir.join(format!(".{}.cairn-tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = cairn_core::store::paths::create_private(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-        std::fs::rename(&tmp, path)
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
-    Ok(())
+    cairn_core::store::paths::replace_file(path, bytes, mode)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The file `path` names, through any symlinks (also one whose target does not exist

@@ -11,7 +11,6 @@
 //! file beside it (`.settings.json.lock`), so neither is lost. Only `settings.json` is
 //! written: sync's url and key live in files of their own, never touched here.
 
-use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -164,37 +163,10 @@ fn take_turn(file: &Path) -> Result<std::fs::File> {
     Ok(lock)
 }
 
-/// Replaces `file` with `bytes`: a private temp file in the same directory, synced, then
-/// renamed over it, and the directory synced so the rename survives a crash.
+/// Replaces `file` with `bytes` ([`crate::store::paths::replace_file`], owner-only).
 fn replace(file: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "settings.json".into());
-    let tmp = dir.join(format!(
-        ".{name}.{}.{:016x}.tmp",
-        std::process::id(),
-        crate::rand::u64()
-    ));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, file));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io("cannot write settings file", file, e));
-    }
-    if let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all()) {
-        log::debug!("syncing {}: {e}", dir.display());
-    }
-    Ok(())
+    crate::store::paths::replace_file(file, bytes, 0o600)
+        .map_err(|e| Error::io("cannot write settings file", file, e))
 }
 
 #[cfg(test)]

@@ -252,11 +252,8 @@ pub struct WorkerFailure {
 /// and renamed, so a reader sees one record whole). Also logged by the caller.
 pub fn record_worker_failure(dir: &DataDir, error: &str, now: i64) -> Result<()> {
     let path = dir.worker_failed();
-    let aside = path.with_extension("new");
     let text = format!("{now}\n{}\n", error.replace(['\n', '\r'], " "));
-    crate::store::paths::create_private(&aside)
-        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_data()))
-        .and_then(|()| std::fs::rename(&aside, &path))
+    crate::store::paths::replace_file(&path, text.as_bytes(), 0o600)
         .map_err(|e| Error::io("cannot record the worker's failure", &path, e))
 }
 

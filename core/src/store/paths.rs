@@ -194,6 +194,46 @@ pub fn copy_private(from: &Path, to: &Path) -> std::io::Result<u64> {
     std::io::copy(&mut src, &mut dst)
 }
 
+/// Replaces `file` with `bytes`, so a reader sees the old file or the new one whole: a temp
+/// file beside it (`.<name>.<pid>.<random>.tmp`, private from the start, then given
+/// `mode`), synced, renamed over it, and the directory synced so the rename survives a
+/// crash. The temp file is removed when anything fails.
+pub fn replace_file(file: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{:016x}.tmp",
+        std::process::id(),
+        crate::rand::u64()
+    ));
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            if mode != 0o600 {
+                f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            }
+            Ok(())
+        })
+        .and_then(|()| std::fs::rename(&tmp, file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+        log::debug!("syncing {}: {e}", dir.display());
+    }
+    Ok(())
+}
+
 /// The permission bits of a path (for `cairn doctor`).
 pub fn mode_of(path: &Path) -> Option<u32> {
     std::fs::metadata(path)
