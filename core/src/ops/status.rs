@@ -479,6 +479,15 @@ pub enum Topic {
     Sync,
 }
 
+/// `the worker stopped on an error at <minute>: <error>`, as status and doctor say it.
+pub fn stopped_on(f: &crate::store::incidents::WorkerFailure) -> String {
+    format!(
+        "the worker stopped on an error at {}: {}",
+        crate::clock::minute_utc(f.at),
+        f.error
+    )
+}
+
 /// How a worker that stopped gets going again.
 pub fn restart_worker(autostart: bool) -> &'static str {
     if autostart {
@@ -502,9 +511,8 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
             &mut out,
             Topic::Worker,
             format!(
-                "the worker stopped on an error at {}: {}{}; fix that, then {}; more in the data dir's logs/",
-                crate::clock::minute_utc(f.at),
-                f.error,
+                "{}{}; fix that, then {}; more in the data dir's logs/",
+                stopped_on(f),
                 if waiting > 0 {
                     format!(" ({} waiting)", plural(waiting, "job is", "jobs are"))
                 } else {

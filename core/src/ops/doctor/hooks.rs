@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Env, Finding, Level, finding, ok};
+use super::{Env, Finding, Level, finding, ok, read_json};
 use crate::ops::claude_settings;
 
 pub(super) fn find_program(program: &str, env: &Env) -> Option<PathBuf> {
@@ -57,18 +57,10 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) -> Vec<String> {
     let mut plugins: Vec<String> = Vec::new();
     let mut unreadable: Vec<String> = Vec::new();
     for file in &files {
-        let Ok(text) = std::fs::read_to_string(file) else {
-            continue;
-        };
-        let doc: serde_json::Value = match serde_json::from_str(&text) {
-            Ok(d) => d,
-            Err(e) => {
-                out.push(finding(
-                    "hooks",
-                    Level::Warn,
-                    format!("{} is not valid JSON: {e}", file.display()),
-                    Some("fix the file; Claude Code ignores it as it is".into()),
-                ));
+        let doc = match read_json(file, "hooks", "Claude Code ignores it as it is", out) {
+            Ok(Some(doc)) => doc,
+            Ok(None) => continue,
+            Err(()) => {
                 unreadable.push(file.display().to_string());
                 continue;
             }

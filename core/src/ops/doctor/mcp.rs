@@ -85,22 +85,16 @@ pub(super) fn check_mcp(env: &Env, plugins: &[String], out: &mut Vec<Finding>) {
     }
 }
 
-/// A JSON file's document; `None` when it is missing, and with a warning when it is not
-/// JSON.
+/// A file's document; `None` when it is missing or, with a warning, not JSON.
 fn read_json(file: &Path, out: &mut Vec<Finding>) -> Option<Value> {
-    let text = std::fs::read_to_string(file).ok()?;
-    match serde_json::from_str(&text) {
-        Ok(doc) => Some(doc),
-        Err(e) => {
-            out.push(finding(
-                "mcp",
-                Level::Warn,
-                format!("{} is not valid JSON: {e}", file.display()),
-                Some("fix the file; Claude Code cannot read its MCP servers as it is".into()),
-            ));
-            None
-        }
-    }
+    super::read_json(
+        file,
+        "mcp",
+        "Claude Code cannot read its MCP servers as it is",
+        out,
+    )
+    .ok()
+    .flatten()
 }
 
 #[cfg(test)]

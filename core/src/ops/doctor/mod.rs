@@ -124,11 +124,7 @@ pub fn run(
         out.push(finding(
             "worker",
             Level::Fail,
-            format!(
-                "the worker stopped on an error at {}: {}",
-                crate::clock::minute_utc(f.at),
-                f.error
-            ),
+            crate::ops::status::stopped_on(f),
             Some(format!(
                 "fix that, then {}; more in the data dir's logs/",
                 crate::ops::status::restart_worker(settings.worker.autostart)
@@ -178,6 +174,27 @@ fn check_settings(dir: &DataDir, warnings: &[String], env: &Env, out: &mut Vec<F
             Some(format!("fix or remove it in {}", dir.settings().display())),
         ));
     }
+}
+
+/// A JSON file of Claude Code's: `Ok(None)` when it cannot be read (missing), `Err(())`
+/// when it is not JSON, with a warning of `check` saying to fix it and what that gives.
+fn read_json(
+    file: &std::path::Path,
+    check: &str,
+    fix: &str,
+    out: &mut Vec<Finding>,
+) -> std::result::Result<Option<serde_json::Value>, ()> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Ok(None);
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        out.push(finding(
+            check,
+            Level::Warn,
+            format!("{} is not valid JSON: {e}", file.display()),
+            Some(format!("fix the file; {fix}")),
+        ));
+    })
 }
 
 /// True when any finding failed (`cairn doctor` exits 1).
