@@ -253,6 +253,73 @@ fn a_project_uninstall_keeps_the_mcp_server_the_user_install_registered() {
     assert!(!user.exists(), "{said}");
 }
 
+/// A user whose Claude Code keeps its files in `CLAUDE_CONFIG_DIR`: install, doctor and
+/// uninstall use `$CLAUDE_CONFIG_DIR/settings.json` and `$CLAUDE_CONFIG_DIR/.claude.json`
+/// and leave the home directory alone. With `CAIRN_TEST_CLAUDE` set, the real CLI lists
+/// the server installed there.
+#[test]
+fn install_follows_claude_config_dir() {
+    let env = TestEnv::new();
+    let config = env.tmp.path().join("claude-config");
+    std::fs::create_dir_all(&config).expect("mkdir");
+    let run = |args: &[&str]| {
+        let out = env
+            .cmd_with(args)
+            .env("CLAUDE_CONFIG_DIR", &config)
+            .output()
+            .expect("run");
+        (out.status.code(), stdout(&out), stderr(&out))
+    };
+    let (code, said, err) = run(&["install"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        said.contains(&config.join("settings.json").display().to_string()),
+        "{said}"
+    );
+    assert!(read(&config.join("settings.json"))["hooks"]["Stop"].is_array());
+    assert!(read(&config.join(".claude.json"))["mcpServers"]["cairn"].is_object());
+    assert!(!env.tmp.path().join(".claude").exists(), "{said}");
+    assert!(!env.tmp.path().join(".claude.json").exists(), "{said}");
+
+    let (_, said, err) = run(&["doctor"]);
+    for check in ["hooks", "mcp"] {
+        let line = said
+            .lines()
+            .find(|l| l.contains(&format!(" {check}")))
+            .unwrap_or_else(|| panic!("no {check} line: {said}{err}"));
+        assert!(line.starts_with("ok"), "{line}\n{said}");
+    }
+
+    if let Some(claude) = crate::plugin::claude_cli() {
+        let out = std::process::Command::new(claude)
+            .args(["mcp", "get", "cairn"])
+            .env("HOME", env.tmp.path())
+            .env("CLAUDE_CONFIG_DIR", &config)
+            .output()
+            .expect("claude mcp get");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(stdout(&out).contains("cairn"), "{}", stdout(&out));
+    }
+
+    let (code, said, err) = run(&["uninstall"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(said.contains("removed the MCP server"), "{said}");
+    // Gone, or (when the real CLI ran and kept its own state there) without the server.
+    let user = config.join(".claude.json");
+    assert!(
+        !user.exists() || read(&user)["mcpServers"]["cairn"].is_null(),
+        "{said}"
+    );
+    assert!(!config.join("settings.json").exists(), "{said}");
+    assert!(!env.tmp.path().join(".claude.json").exists(), "{said}");
+}
+
 /// A user who installed cairn as Claude Code's plugin runs `cairn uninstall`: there are no
 /// hooks of `cairn install` to remove, and uninstall says the plugin still captures and
 /// which command removes it (for the user's settings, and a project's with `--project`).

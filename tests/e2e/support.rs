@@ -63,7 +63,8 @@ impl TestEnv {
             .env("CAIRN_WORKER__AUTOSTART", "false")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_BASE_URL")
-            .env_remove("CAIRN_SUPPRESS_HOOKS");
+            .env_remove("CAIRN_SUPPRESS_HOOKS")
+            .env_remove("CLAUDE_CONFIG_DIR");
         c
     }
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use cairn_core::ops::claude_settings::{self, Scope};
 use cairn_core::ops::install::{self, Detection, EventChange};
+use cairn_core::store::paths::ClaudeCode;
 
 use super::Ctx;
 
@@ -30,12 +31,10 @@ pub struct InstallArgs {
     pub no_mcp: bool,
 }
 
-/// `~/<rest>`.
-fn home_path(rest: &str) -> anyhow::Result<PathBuf> {
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .with_context(|| format!("HOME is not set: cannot find ~/{rest}"))?;
-    Ok(Path::new(&home).join(rest))
+/// Where Claude Code keeps its files (`CLAUDE_CONFIG_DIR`, else under `HOME`).
+fn claude_code() -> anyhow::Result<ClaudeCode> {
+    ClaudeCode::from_env()
+        .context("neither CLAUDE_CONFIG_DIR nor HOME is set: cannot find Claude Code's settings")
 }
 
 /// The settings file and the MCP file an install changes, and the commands it writes.
@@ -75,15 +74,18 @@ fn target(args: &InstallArgs) -> anyhow::Result<Target> {
             } else {
                 // The same project however DIR was written (`proj/`, through a link).
                 let me = dir.canonicalize().unwrap_or_else(|_| dir.clone());
-                (home_path(".claude.json")?, Some(me.display().to_string()))
+                (claude_code()?.user_file, Some(me.display().to_string()))
             };
             (dir.join(".claude").join(file), mcp, user)
         }
-        None => (
-            home_path(".claude/settings.json")?,
-            home_path(".claude.json")?,
-            Some(install::USER_INSTALL.to_string()),
-        ),
+        None => {
+            let claude = claude_code()?;
+            (
+                claude.settings(),
+                claude.user_file,
+                Some(install::USER_INSTALL.to_string()),
+            )
+        }
     };
     let (hook_command, mcp_command) = if args.shared {
         // Shared with the team: no path of this machine.
@@ -261,7 +263,7 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
 /// Says which cairn plugins Claude Code enables for the user (and with `--project`, for
 /// the project): each captures by itself, and only Claude Code's command removes it.
 fn plugins_left(t: &Target) -> anyhow::Result<()> {
-    let mut files = vec![(home_path(".claude/settings.json")?, Scope::User)];
+    let mut files = vec![(claude_code()?.settings(), Scope::User)];
     if let Some(dir) = &t.project {
         files.push((dir.join(".claude/settings.json"), Scope::Project));
         files.push((dir.join(".claude/settings.local.json"), Scope::Local));

@@ -119,7 +119,9 @@ pub enum Command {
     /// Add cairn's hooks to Claude Code's settings and register its MCP server.
     ///
     /// The MCP server goes into `~/.claude.json` (user scope: every project), also with
-    /// --project; with --project --shared into the project's `.mcp.json`.
+    /// --project; with --project --shared into the project's `.mcp.json`. With
+    /// CLAUDE_CONFIG_DIR set, as Claude Code does, `~/.claude/settings.json` and
+    /// `~/.claude.json` are `$CLAUDE_CONFIG_DIR/settings.json` and `.claude.json` there.
     Install(capture::InstallArgs),
     /// Remove exactly the hooks `cairn install` added, and its MCP server.
     ///

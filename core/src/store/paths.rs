@@ -110,6 +110,63 @@ impl DataDir {
     }
 }
 
+/// Where Claude Code keeps its own files, the one place cairn reads it from:
+///
+/// ```text
+/// $CLAUDE_CONFIG_DIR, else ~/.claude      settings.json, projects/ (transcripts),
+///                                        plugins/, .credentials.json
+/// $CLAUDE_CONFIG_DIR/.claude.json,       MCP servers of the user and local scopes
+///   else ~/.claude.json
+/// ```
+///
+/// (As Claude Code 2.1 does: with `CLAUDE_CONFIG_DIR` set, `claude mcp add -s user`
+/// writes `$CLAUDE_CONFIG_DIR/.claude.json` and nothing in the home directory.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaudeCode {
+    /// Its configuration folder.
+    pub config: PathBuf,
+    /// Its user document (`.claude.json`).
+    pub user_file: PathBuf,
+}
+
+/// The environment variable that moves Claude Code's configuration folder.
+pub const CLAUDE_CONFIG_DIR_ENV: &str = "CLAUDE_CONFIG_DIR";
+
+impl ClaudeCode {
+    /// From `CLAUDE_CONFIG_DIR` (`config_dir`) and `HOME` (`home`), empty values as unset;
+    /// `None` when neither is set.
+    pub fn new(config_dir: Option<&str>, home: Option<&Path>) -> Option<Self> {
+        match (config_dir.filter(|d| !d.is_empty()), home) {
+            (Some(dir), _) => Some(Self {
+                config: PathBuf::from(dir),
+                user_file: Path::new(dir).join(".claude.json"),
+            }),
+            (None, Some(home)) if !home.as_os_str().is_empty() => Some(Self {
+                config: home.join(".claude"),
+                user_file: home.join(".claude.json"),
+            }),
+            (None, _) => None,
+        }
+    }
+
+    /// From this process's environment.
+    pub fn from_env() -> Option<Self> {
+        let config = std::env::var(CLAUDE_CONFIG_DIR_ENV).ok();
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        Self::new(config.as_deref(), home.as_deref())
+    }
+
+    /// The user's settings (`settings.json`).
+    pub fn settings(&self) -> PathBuf {
+        self.config.join("settings.json")
+    }
+
+    /// The folder of session transcripts, one folder per project.
+    pub fn projects(&self) -> PathBuf {
+        self.config.join("projects")
+    }
+}
+
 /// Bytes free for an unprivileged writer on the file system holding `path` (`statvfs`);
 /// `None` when it cannot be asked (no such path).
 pub fn free_bytes(path: &Path) -> Option<u64> {
@@ -256,6 +313,23 @@ mod tests {
         assert_eq!(mode_of(&dd.db()), Some(0o600));
         dd.ensure_sub(&dd.spool()).expect("sub");
         assert_eq!(mode_of(&dd.spool()), Some(0o700));
+    }
+
+    #[test]
+    fn claude_code_moves_with_its_config_dir() {
+        let home = Path::new("/h");
+        let c = ClaudeCode::new(None, Some(home)).expect("home");
+        assert_eq!(c.settings(), Path::new("/h/.claude/settings.json"));
+        assert_eq!(c.user_file, Path::new("/h/.claude.json"));
+        assert_eq!(c.projects(), Path::new("/h/.claude/projects"));
+        let c = ClaudeCode::new(Some("/cfg"), Some(home)).expect("config dir");
+        assert_eq!(c.settings(), Path::new("/cfg/settings.json"));
+        assert_eq!(c.user_file, Path::new("/cfg/.claude.json"));
+        assert_eq!(
+            ClaudeCode::new(Some(""), Some(home)).expect("home").config,
+            home.join(".claude")
+        );
+        assert_eq!(ClaudeCode::new(Some(""), None), None);
     }
 
     #[test]

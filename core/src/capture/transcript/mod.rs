@@ -67,14 +67,9 @@ impl Source {
     }
 }
 
-/// Claude Code's projects folder: `$CLAUDE_CONFIG_DIR/projects`, else
-/// `$HOME/.claude/projects`.
+/// Claude Code's projects folder ([`ClaudeCode::projects`](crate::store::paths::ClaudeCode)).
 pub fn projects_dir() -> Option<PathBuf> {
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(d) = nonempty("CLAUDE_CONFIG_DIR") {
-        return Some(PathBuf::from(d).join("projects"));
-    }
-    nonempty("HOME").map(|h| PathBuf::from(h).join(".claude").join("projects"))
+    crate::store::paths::ClaudeCode::from_env().map(|c| c.projects())
 }
 
 /// Every session transcript under `projects` (`<dir>/<session>.jsonl`), modified at or

@@ -38,8 +38,8 @@ fn is_executable(p: &Path) -> bool {
 /// Checks the hooks; returns the cairn plugins enabled (which bring the MCP server too).
 pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) -> Vec<String> {
     let mut files = Vec::new();
-    if let Some(home) = &env.home {
-        files.push(home.join(".claude/settings.json"));
+    if let Some(claude) = env.claude() {
+        files.push(claude.settings());
     }
     // A project's own settings, where doctor runs or in a directory above it (as the MCP
     // check looks for a project's `.mcp.json`).
@@ -176,10 +176,7 @@ pub(super) fn check_hooks(env: &Env, out: &mut Vec<Finding>) -> Vec<String> {
 /// installation failed (its reason, from `install.log`) or runs; nothing once installed.
 fn plugin_installation(env: &Env, plugin: &str) -> Option<Finding> {
     let market = plugin.split_once('@')?.1;
-    let config = match env.var("CLAUDE_CONFIG_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => env.home.as_ref()?.join(".claude"),
-    };
+    let config = env.claude()?.config;
     let data = config.join("plugins/data").join(format!("cairn-{market}"));
     let log = data.join("install.log");
     let fix = Some(format!(

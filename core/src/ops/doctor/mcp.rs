@@ -23,7 +23,7 @@ pub(super) fn check_mcp(env: &Env, plugins: &[String], out: &mut Vec<Finding>) {
     let dirs: Vec<&Path> = env.cwd.ancestors().collect();
     // (where, the document holding `mcpServers`)
     let mut places: Vec<(String, Value)> = Vec::new();
-    let user = env.home.as_ref().map(|h| h.join(".claude.json"));
+    let user = env.claude().map(|c| c.user_file);
     if let Some(user) = &user
         && let Some(mut doc) = read_json(user, out)
     {

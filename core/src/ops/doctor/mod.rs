@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::settings::Settings;
-use crate::store::paths::DataDir;
+use crate::store::paths::{CLAUDE_CONFIG_DIR_ENV, ClaudeCode, DataDir};
 
 mod data;
 mod hooks;
@@ -94,6 +94,11 @@ impl Env {
             .get(name)
             .map(String::as_str)
             .filter(|v| !v.is_empty())
+    }
+
+    /// Where Claude Code keeps its files, as this environment says.
+    fn claude(&self) -> Option<ClaudeCode> {
+        ClaudeCode::new(self.var(CLAUDE_CONFIG_DIR_ENV), self.home.as_deref())
     }
 }
 

@@ -1,7 +1,5 @@
 //! Claude Code's transcript format: its newest transcripts still read as cairn knows them.
 
-use std::path::PathBuf;
-
 use super::{Env, Finding, Level, finding, ok};
 
 /// Transcripts read for the format check, newest first, and how much of each.
@@ -14,10 +12,8 @@ const TRANSCRIPT_BYTES_CHECKED: u64 = 16 << 20;
 pub(super) fn check_transcripts(env: &Env, out: &mut Vec<Finding>) {
     use crate::capture::transcript::{Reader, Stats, list};
     use std::io::Read;
-    let projects = match (env.var("CLAUDE_CONFIG_DIR"), env.home.as_ref()) {
-        (Some(d), _) => PathBuf::from(d).join("projects"),
-        (None, Some(h)) => h.join(".claude").join("projects"),
-        (None, None) => return,
+    let Some(projects) = env.claude().map(|c| c.projects()) else {
+        return;
     };
     let mut found = list(&projects, None);
     if found.is_empty() {

@@ -23,6 +23,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{Completion, ModelError};
+use crate::store::paths::{CLAUDE_CONFIG_DIR_ENV, ClaudeCode};
 use crate::worker::prompt::{Prompt, cap};
 
 /// The model `claude-cli` asks for when `model.model` is empty: the CLI's alias for the
@@ -215,10 +216,9 @@ fn credentials_on_disk(env: &dyn Fn(&str) -> Option<String>) -> bool {
     if set("CLAUDE_CODE_OAUTH_TOKEN").is_some() {
         return true;
     }
-    let dir = set("CLAUDE_CONFIG_DIR")
-        .map(PathBuf::from)
-        .or_else(|| set("HOME").map(|h| Path::new(&h).join(".claude")));
-    dir.is_some_and(|d| d.join(".credentials.json").is_file())
+    let home = set("HOME").map(PathBuf::from);
+    ClaudeCode::new(set(CLAUDE_CONFIG_DIR_ENV).as_deref(), home.as_deref())
+        .is_some_and(|c| c.config.join(".credentials.json").is_file())
 }
 
 /// `command` as given when it names a path, else the first executable of that name on
