@@ -80,22 +80,11 @@ pub fn observations(events: &[ToolEvent]) -> Vec<ParsedObservation> {
             out.push(c);
         }
     }
+    // Files read go with the changes; reads alone say nothing worth a memory.
     let mut changes: Vec<ParsedObservation> = edits
         .into_iter()
         .map(|(path, evs)| change(&path, &evs, &reads))
         .collect();
-    if changes.is_empty() && !reads.is_empty() {
-        let names: Vec<&str> = reads.iter().map(|p| file_name(p)).collect();
-        out.push(ParsedObservation {
-            kind: "discovery".into(),
-            content: ObservationContent {
-                title: cap(&format!("Read {}", names.join(", ")), 80),
-                facts: reads.iter().map(|p| format!("Read {p}")).collect(),
-                files_read: reads.clone(),
-                ..Default::default()
-            },
-        });
-    }
     changes.append(&mut out);
     for o in &mut changes {
         // A subtitle the title already says is noise.
@@ -858,15 +847,12 @@ mod tests {
     }
 
     #[test]
-    fn reads_attach_to_changes_or_stand_alone() {
+    fn reads_attach_to_changes_and_alone_are_routine() {
         let read = ev("Read", json!({"file_path": "/p/README.md"}));
         let o = observations(&[read.clone(), ev("Write", json!({"file_path": "/p/x"}))]);
         assert_eq!(o.len(), 1);
         assert_eq!(o[0].content.files_read, vec!["/p/README.md"]);
-        check(
-            &[read.clone(), read],
-            &[("discovery", "Read README.md", &[])],
-        );
+        assert!(observations(&[read.clone(), read]).is_empty());
         assert!(observations(&[]).is_empty());
     }
 

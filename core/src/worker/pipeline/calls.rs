@@ -405,9 +405,10 @@ fn chunk_observations(
 }
 
 /// Which edited paths of a chunk each observation gets in `files_modified`: a path goes to
-/// the observations that mention it (full path or file name); a chunk with one
-/// observation gives it every path; a path no observation mentions goes to the first
-/// change-like observation (else the first one). So every edit seen lands somewhere.
+/// the observations that mention it (full path or file name, as a whole: `a.rs` is not
+/// in `test_a.rs`; files it only read do not count); a chunk with one observation gives
+/// it every path; a path no observation mentions goes to the first change-like
+/// observation (else the first one). So every edit seen lands somewhere.
 fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<String>> {
     let mut out = vec![Vec::new(); parsed.len()];
     if parsed.is_empty() {
@@ -423,8 +424,7 @@ fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<S
                     .into_iter()
                     .chain(c.facts.iter())
                     .chain(c.files_modified.iter())
-                    .chain(c.files_read.iter())
-                    .any(|t| t.contains(path.as_str()) || (!name.is_empty() && t.contains(name)));
+                    .any(|t| names_file(t, path) || names_file(t, name));
             if mentions {
                 out[i].push(path.clone());
                 placed = true;
@@ -442,6 +442,28 @@ fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<S
         }
     }
     out
+}
+
+/// True when `text` holds `file` (a path or a file name) as a whole: not inside a longer
+/// name (`a.rs` in `test_a.rs` or `a.rs.bak`; a path that ends in it, `src/a.rs`, holds
+/// it).
+fn names_file(text: &str, file: &str) -> bool {
+    let part = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.');
+    !file.is_empty()
+        && text.match_indices(file).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + file.len()..].chars().next();
+            // A sentence's full stop after the name is not part of it.
+            let after_ends = match after {
+                Some('.') => text[at + file.len() + 1..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| !part(c)),
+                Some(c) => !part(c),
+                None => true,
+            };
+            !before.is_some_and(part) && after_ends
+        })
 }
 
 fn to_observation(
@@ -615,6 +637,25 @@ mod tests {
             ]
         );
         assert!(attribute_edits(&[], &edited).is_empty());
+        // A name inside a longer one, or a file only read, is not a mention.
+        let edited = vec!["/p/src/ratelimit.py".to_string()];
+        let mut read_it = parsed("change", "Wrote test_ratelimit.py");
+        read_it.content.files_read = edited.clone();
+        let obs = [read_it, parsed("change", "Rate limit in ratelimit.py.")];
+        assert_eq!(attribute_edits(&obs, &edited), vec![vec![], edited.clone()]);
+    }
+
+    #[test]
+    fn a_file_is_named_as_a_whole() {
+        assert!(names_file("Fixed a.rs", "a.rs"));
+        assert!(names_file("in a.rs.", "a.rs"));
+        assert!(names_file("(a.rs)", "a.rs"));
+        assert!(names_file("/p/src/a.rs", "/p/src/a.rs"));
+        assert!(!names_file("test_a.rs", "a.rs"));
+        assert!(!names_file("a.rs.bak", "a.rs"));
+        assert!(names_file("Updated src/a.rs", "a.rs"));
+        assert!(!names_file("/p/src/a.rs", "src/b.rs"));
+        assert!(!names_file("data.rsx", "a.rs"));
     }
 
     fn job(id: i64, kind: JobKind, created_at: i64) -> queue::claim::Job {
