@@ -566,4 +566,41 @@ fn a_read_is_told_what_changed_in_its_file_and_is_never_changed() {
     );
     let v: Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["text"], "", "{v}");
+
+    // Turned off, a new session's read is told nothing, and `cairn context` says so
+    // instead of showing what the hook would not give.
+    let off = |mut c: std::process::Command| {
+        c.env("CAIRN_RECALL__AT_FILE", "false");
+        c
+    };
+    let mut c = off(env.cmd("cairn-hook"));
+    c.current_dir(project_dir(&env));
+    let o = crate::support::run_with_stdin(c, read("s3", "Read").as_bytes());
+    assert_eq!(
+        serde_json::from_slice::<Value>(&o.stdout).expect("answer"),
+        serde_json::json!({"continue": true, "suppressOutput": true})
+    );
+    let mut c = off(env.cmd("cairn"));
+    c.current_dir(project_dir(&env)).args([
+        "context",
+        "--file",
+        &file,
+        "--session",
+        "s3",
+        "--json",
+    ]);
+    let o = crate::support::run_with_stdin(c, b"");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["turned_off_by"], "recall.at_file false", "{v}");
+    assert_eq!(v["text"], "", "{v}");
+    let mut c = off(env.cmd("cairn"));
+    c.current_dir(project_dir(&env))
+        .args(["context", "--file", &file, "--session", "s3"]);
+    let o = crate::support::run_with_stdin(c, b"");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("turned off by recall.at_file false"),
+        "{}",
+        stderr(&o)
+    );
 }

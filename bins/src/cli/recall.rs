@@ -541,6 +541,33 @@ fn moment_context(
 ) -> anyhow::Result<u8> {
     let settings = ctx.settings();
     let session = args.session.as_deref();
+    // Turned off, the hook gives nothing: say so rather than show what it would not give.
+    let off = match (&args.prompt, &args.file) {
+        (Some(_), _) if !settings.recall.at_prompt => Some("recall.at_prompt false"),
+        (Some(_), _) if settings.recall.max_memories == 0 => Some("recall.max_memories 0"),
+        (None, Some(_)) if !settings.recall.at_file => Some("recall.at_file false"),
+        (None, Some(_)) if settings.recall.max_file_memories == 0 => {
+            Some("recall.max_file_memories 0")
+        }
+        _ => None,
+    };
+    if let Some(setting) = off {
+        if args.json {
+            print_json(&serde_json::json!({
+                "project": project,
+                "turned_off_by": setting,
+                "offered": [],
+                "text": "",
+                "tokens": 0,
+            }))?;
+            return Ok(exit::NEGATIVE);
+        }
+        note!(
+            "nothing is given: turned off by {setting} (`cairn config unset {}` turns it on)",
+            setting.split(' ').next().unwrap_or(setting)
+        );
+        return Ok(exit::NEGATIVE);
+    }
     let (recalled, how) = match (&args.prompt, &args.file) {
         (Some(prompt), _) => {
             // As the hook sees it: cleaned of private spans and secrets.
@@ -579,16 +606,19 @@ fn moment_context(
             "budget_tokens": settings.recall.budget_tokens,
         }))?;
     } else {
-        let mut out = format!(
-            "found by {how}; given from relevance {:.2} up, at most {} memories and {} tokens\n",
-            settings.recall.min_relevance,
-            if args.prompt.is_some() {
-                settings.recall.max_memories
-            } else {
-                settings.recall.max_file_memories
-            },
-            settings.recall.budget_tokens
-        );
+        let mut out = if args.prompt.is_some() {
+            format!(
+                "found by {how}; given from relevance {:.2} up, at most {} memories and {} tokens\n",
+                settings.recall.min_relevance,
+                settings.recall.max_memories,
+                settings.recall.budget_tokens
+            )
+        } else {
+            format!(
+                "found by {how}; at most {} memories and {} tokens given\n",
+                settings.recall.max_file_memories, settings.recall.budget_tokens
+            )
+        };
         for o in &recalled.offered {
             let verdict = serde_json::to_value(o.verdict)?;
             out.push_str(&format!(
