@@ -1195,6 +1195,63 @@ mod told_tests {
         );
     }
 
+    /// The index's "Last turn" is given like its observations: a prompt of the session that
+    /// it answers does not give it again, nor does the index after a compaction; another
+    /// session is shown it.
+    #[test]
+    fn the_last_turn_in_the_index_is_given_once_per_session() {
+        let (_t, dd) = env();
+        let mut s = Settings::default();
+        s.recall.min_relevance = 0.0;
+        remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let summary = db::write(&mut conn, |tx| {
+            let turn = crate::memory::observations::NewSummary {
+                session_id: "old".into(),
+                project: "web".into(),
+                prompt_number: 1,
+                request: "Rate-limit the login endpoint".into(),
+                completed: "Login attempts are limited to 5 a minute per address".into(),
+                origin: "model".into(),
+                created_at: T0,
+                ..Default::default()
+            };
+            Ok(crate::memory::observations::upsert_summary(tx, &turn)?.id())
+        })
+        .expect("summary");
+        let start = |session: &str, source: &str| {
+            format!(
+                r#"{{"hook_event_name":"SessionStart","session_id":"{session}","cwd":"/nowhere/web","source":"{source}"}}"#
+            )
+        };
+        let first = run(&dd, &s, &start("s1", "startup"), T0 + 1);
+        let index = context_of(&first.answer, "SessionStart").expect("index");
+        assert!(index.contains("## Last turn"), "{index}");
+        let o = run(
+            &dd,
+            &s,
+            &prompt("s1", "p1", "how is the login endpoint rate-limited?"),
+            T0 + 2,
+        );
+        let given = context_of(&o.answer, "UserPromptSubmit").unwrap_or_default();
+        assert!(!given.contains(&format!("S{summary} ")), "{given}");
+        let again = run(&dd, &s, &start("s1", "compact"), T0 + 3);
+        let again = context_of(&again.answer, "SessionStart").unwrap_or_default();
+        assert!(!again.contains("## Last turn"), "{again}");
+        let other = run(&dd, &s, &start("s2", "startup"), T0 + 4);
+        let other = context_of(&other.answer, "SessionStart").expect("index");
+        assert!(other.contains("## Last turn"), "{other}");
+        // Without the index having shown it, the prompt gives it.
+        let o = run(
+            &dd,
+            &s,
+            &prompt("s3", "p1", "how is the login endpoint rate-limited?"),
+            T0 + 5,
+        );
+        let given = context_of(&o.answer, "UserPromptSubmit").expect("memories");
+        assert!(given.contains(&format!("S{summary} ")), "{given}");
+    }
+
     #[test]
     fn a_read_is_told_about_its_file_once_and_never_stored_or_changed() {
         let (_t, dd) = env();

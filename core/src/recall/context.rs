@@ -14,9 +14,10 @@
 //!
 //! The index is a compact list (id, time, type, title): the detail of a memory comes with
 //! the prompt it answers or the file it is about (`recall::moment`). Asked for a session
-//! ([`session_start_shown`]), it leaves out the observations that session was already given
-//! (`memory_given`: at an earlier start after a compaction or a resume, a prompt, a file), so
-//! that nothing is given twice in a session whichever moment came first.
+//! ([`session_start_shown`]), it leaves out the observations, and the last turn's summary,
+//! that session was already given (`memory_given`: at an earlier start after a compaction
+//! or a resume, a prompt, a file), and records the summary it shows as given, so that
+//! nothing is given twice in a session whichever moment came first.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -30,6 +31,8 @@ use crate::settings::ContextSettings;
 /// The project's latest turn summary, as the block shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastSummary {
+    /// Its row in `session_summaries`.
+    pub id: i64,
     pub created_at: i64,
     pub request: String,
     pub completed: String,
@@ -96,7 +99,8 @@ pub fn session_start_shown(
 
 /// Reads the latest summary (when `show_last_summary`) and the `max_observations` newest
 /// observations of the project's `max_sessions` most recent sessions that left any (plus
-/// memories saved outside a session) that `session`, when given, was not given yet.
+/// memories saved outside a session) that `session`, when given, was not given yet (an
+/// older summary never stands in for the latest).
 /// Sessions that left no memory (the one starting, quick questions) are passed over: they
 /// would empty the index, and make finding it a scan of every memory of the project.
 pub fn load(
@@ -107,15 +111,19 @@ pub fn load(
 ) -> Result<ContextData> {
     let summary = if settings.show_last_summary {
         conn.prepare_cached(
-            "SELECT created_at, request, completed, next_steps FROM session_summaries
-             WHERE project = ?1 ORDER BY created_at DESC, id DESC LIMIT 1",
+            "SELECT id, created_at, request, completed, next_steps FROM session_summaries s
+             WHERE s.id = (SELECT id FROM session_summaries WHERE project = ?1
+                           ORDER BY created_at DESC, id DESC LIMIT 1)
+               AND NOT EXISTS (SELECT 1 FROM memory_given g
+                    WHERE g.session_id = ?2 AND g.kind = ?3 AND g.memory_id = s.id)",
         )?
-        .query_row([project], |r| {
+        .query_row(params![project, session, Kind::Summary.code()], |r| {
             Ok(LastSummary {
-                created_at: r.get(0)?,
-                request: r.get(1)?,
-                completed: r.get(2)?,
-                next_steps: r.get(3)?,
+                id: r.get(0)?,
+                created_at: r.get(1)?,
+                request: r.get(2)?,
+                completed: r.get(3)?,
+                next_steps: r.get(4)?,
             })
         })
         .optional()?
@@ -272,12 +280,14 @@ pub fn render_shown(data: &ContextData, budget_tokens: usize, now: i64) -> (Stri
     lines.push(Line::Fixed(String::new()));
     lines.push(Line::Fixed(FOOTER.to_string()));
     lines.push(Line::Fixed(format!("</{}>", crate::privacy::CONTEXT_TAG)));
-    fit(lines, budget_tokens.saturating_mul(4))
+    let summary = data.summary.as_ref().map(|s| s.id);
+    fit(lines, budget_tokens.saturating_mul(4), summary)
 }
 
 /// Drops lines until the text has at most `max_chars` characters (see the module
-/// invariants), then joins them; with the observations left.
-fn fit(mut lines: Vec<Line>, max_chars: usize) -> (String, Vec<Given>) {
+/// invariants), then joins them; with the observations left, and the summary `summary`
+/// when any of its lines is.
+fn fit(mut lines: Vec<Line>, max_chars: usize, summary: Option<i64>) -> (String, Vec<Given>) {
     // Each line costs its characters plus a newline.
     let cost = |l: &Line| l.text().chars().count() + 1;
     let mut total: usize = lines.iter().map(cost).sum();
@@ -338,6 +348,20 @@ fn fit(mut lines: Vec<Line>, max_chars: usize) -> (String, Vec<Given>) {
             });
         }
     }
+    // The last turn, when any of it is shown: a prompt later in the session need not give
+    // it again.
+    let summary_tokens: usize = lines
+        .iter()
+        .filter(|l| matches!(l, Line::Summary(_)))
+        .map(|l| tokens(l.text()) + 1)
+        .sum();
+    if let Some(id) = summary.filter(|_| summary_tokens > 0) {
+        shown.push(Given {
+            kind: Kind::Summary,
+            id,
+            tokens: summary_tokens,
+        });
+    }
     (out, shown)
 }
 
@@ -366,6 +390,7 @@ mod tests {
         ContextData {
             project: "acme".into(),
             summary: Some(LastSummary {
+                id: 7,
                 created_at: NOW - HOUR,
                 request: "Make the lease rescue safe".into(),
                 completed: "Rescue counts\nas an attempt".into(),
@@ -642,8 +667,13 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
         let (text, shown) =
             session_start_shown(&conn, "acme", Some("now"), &settings, NOW).expect("render");
         assert!(!text.contains("session 2 obs 3"), "{text}");
-        assert_eq!(shown.len(), 5);
-        assert!(shown.iter().all(|s| given.iter().all(|g| g.id != s.id)));
+        let (obs, summaries): (Vec<&Given>, Vec<&Given>) =
+            shown.iter().partition(|g| g.kind == Kind::Observation);
+        assert_eq!(obs.len(), 5);
+        assert!(obs.iter().all(|s| given.iter().all(|g| g.id != s.id)));
+        // The last turn is shown, and given with them.
+        assert!(text.contains("## Last turn"), "{text}");
+        assert_eq!(summaries.len(), 1, "{shown:?}");
         let text = session_start(&conn, "acme", &settings, NOW).expect("render");
         assert!(text.contains("- Next steps: next 2"), "{text}");
         assert!(!text.contains("other project"));
@@ -669,6 +699,7 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
             let d = ContextData {
                 project: "p".into(),
                 summary: Some(LastSummary {
+                    id: 1,
                     created_at: NOW,
                     request,
                     completed: String::new(),
