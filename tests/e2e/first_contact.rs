@@ -298,7 +298,12 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
         1,
         "the turn end was captured"
     );
-    assert!(one("SELECT count(*) FROM observations WHERE session_id = ?1") >= 1);
+    // A turn that only read a file leaves its summary (the request, Claude's answer); the
+    // read alone is routine for the offline extractor.
+    assert_eq!(
+        one("SELECT count(*) FROM session_summaries WHERE session_id = ?1"),
+        1
+    );
 
     // The second session starts with the first one's memories.
     seen.lock().expect("lock").clear();
@@ -306,7 +311,8 @@ fn the_first_session_after_a_plugin_install_is_remembered() {
     check_hooks(&second);
     let bodies = seen.lock().expect("lock").join("\n");
     assert!(
-        bodies.contains("cairn memory of project") && bodies.contains("notes.txt"),
+        bodies.contains("cairn memory of project")
+            && bodies.contains("How often does the deploy key rotate?"),
         "the second session's requests carry no cairn context"
     );
 
