@@ -432,6 +432,32 @@ fn a_wrong_key_writes_nothing_and_spaces_stay_apart() {
         pg.sql("SELECT count(DISTINCT space_id) FROM cairn_spaces"),
         "2"
     );
+
+    // A member's sync.key damaged after it joined: its sync refuses before anything is
+    // sealed or sent (a record sealed with it would stop every other member's pull), and
+    // once the key is mended the memory goes and the others read it.
+    b.ok(&["sync", "join", "--url", &pg.url(), "--key", &key]);
+    let key_file = a.env.data_dir.join("sync.key");
+    let good = std::fs::read_to_string(&key_file).expect("key");
+    let trimmed = good.trim_end();
+    let flipped = if trimmed.ends_with('a') { 'b' } else { 'a' };
+    let damaged = format!("{}{flipped}\n", &trimmed[..trimmed.len() - 1]);
+    std::fs::write(&key_file, damaged).expect("damage");
+    a.save("p", "saved while the key was damaged", "sent once mended");
+    let records = pg.sql("SELECT count(*) FROM cairn_records");
+    let out = a.cairn(&["sync"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("wrong key"), "{}", stderr(&out));
+    assert_eq!(pg.sql("SELECT count(*) FROM cairn_records"), records);
+    assert_eq!(a.count("SELECT count(*) FROM sync_outbox"), 0);
+    std::fs::write(&key_file, good).expect("mend");
+    a.sync();
+    b.sync();
+    assert!(
+        b.titles()
+            .iter()
+            .any(|t| t == "saved while the key was damaged")
+    );
 }
 
 #[test]
@@ -517,12 +543,27 @@ fn a_refused_login_and_a_server_that_is_down_say_the_fix_and_write_nothing() {
     let wrong = pg.url().replace("cairn@", "cairn:not-the-password@");
     let out = a.cairn(&["sync", "init", "--url", &wrong]);
     assert_eq!(out.status.code(), Some(2));
+    // The server's own reason, not the driver's "db error".
     assert!(
-        stderr(&out).contains("refused the login"),
+        stderr(&out).contains("refused the login: password authentication failed"),
         "{}",
         stderr(&out)
     );
     assert!(!stderr(&out).contains("not-the-password"));
+    assert!(!a.env.data_dir.join("sync.key").exists());
+    // A database that does not exist: said so, with where to look.
+    let mut init = a.command("cairn");
+    let elsewhere = pg.url().replace("/postgres?", "/no_such_db?");
+    init.env("PGPASSWORD", PASSWORD)
+        .args(["sync", "init", "--url", &elsewhere]);
+    let out = init.output().expect("init");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no such database")
+            && stderr(&out).contains("\"no_such_db\" does not exist"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!a.env.data_dir.join("sync.key").exists());
 
     // The right one from PGPASSWORD: a is in the space.

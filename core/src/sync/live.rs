@@ -54,16 +54,9 @@ impl Link {
     /// space's key check (a wrong key is found here, before anything is sent or applied)
     /// and, with `listen`, starts listening for the other devices' pushes.
     pub fn open(setup: Setup, listen: bool) -> Result<Link, SyncError> {
-        let mut client = setup.url.connect()?;
-        server::migrate(&mut client)?;
-        let space = setup.key.space.clone();
-        let check = server::key_check(&mut client, &space)?
-            .ok_or_else(|| SyncError::NoSuchSpace(space.clone()))?;
-        if !setup.key.verify(&check) {
-            return Err(SyncError::WrongKey(space));
-        }
+        let mut client = super::open_space(&setup.url, &setup.key)?;
         if listen {
-            server::listen(&mut client, &space)?;
+            server::listen(&mut client, &setup.key.space)?;
         }
         Ok(Link {
             client,

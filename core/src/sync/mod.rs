@@ -76,6 +76,8 @@ pub enum SyncError {
         "the server refused the login: {0} (check the user and the password in the URL, PGPASSWORD or the password file)"
     )]
     LoginRefused(String),
+    #[error("the server has no such database: {0} (check the database name at the end of the URL)")]
+    NoDatabase(String),
     #[error("server error: {0}")]
     Server(String),
     #[error("a record of device {device} (#{seq}) does not open with this space's key")]
@@ -95,15 +97,41 @@ pub enum SyncError {
 
 impl SyncError {
     fn from_postgres(e: postgres::Error) -> Self {
-        let text = e.to_string();
+        let text = describe(&e);
         match e.as_db_error().map(|d| d.code().code()) {
             // invalid_password, invalid_authorization_specification
             Some("28P01" | "28000") => SyncError::LoginRefused(text),
+            // invalid_catalog_name
+            Some("3D000") => SyncError::NoDatabase(text),
             Some(_) => SyncError::Server(text),
             // No answer from the server at all: refused, timed out, cut off.
             None => SyncError::Unreachable(text),
         }
     }
+}
+
+/// What went wrong, down to its cause: the server's own message (`password authentication
+/// failed for user "cairn"`, `database "x" does not exist`) rather than the driver's
+/// "db error", and the causes under a connection's or a URL's failure.
+pub(crate) fn describe(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = db.message().to_string();
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!(" ({detail})"));
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl SyncError {
@@ -124,6 +152,9 @@ impl SyncError {
             }
             SyncError::ServerTooNew { .. } => "upgrade cairn on this machine",
             SyncError::BadUrl(_) => "fix the URL in the data dir's sync.url",
+            SyncError::NoDatabase(_) => {
+                "fix the database name in the data dir's sync.url, or create the database on the server"
+            }
             SyncError::Server(_) => {
                 "see the server's log; the worker retries on its own and catches up"
             }
@@ -142,6 +173,7 @@ impl SyncError {
                 | SyncError::NoSuchSpace(_)
                 | SyncError::ServerTooNew { .. }
                 | SyncError::BadUrl(_)
+                | SyncError::NoDatabase(_)
         )
     }
 }
@@ -284,6 +316,14 @@ pub fn join(
     ensure_not_set_up(dir, conn)?;
     let url = Url::parse(url_text)?;
     let key = SpaceKey::parse(key_text)?;
+    open_space(&url, &key)?;
+    save_setup(dir, conn, &key, url_text, device_name)
+}
+
+/// Connects, brings the server's schema up to date and checks that `key` opens the
+/// space's key check: a wrong key is found here, before anything is sent or applied (a
+/// record sealed with it would stop every other device's pull).
+pub(crate) fn open_space(url: &Url, key: &SpaceKey) -> Result<postgres::Client, SyncError> {
     let mut client = url.connect()?;
     server::migrate(&mut client)?;
     let check = server::key_check(&mut client, &key.space)?
@@ -291,7 +331,7 @@ pub fn join(
     if !key.verify(&check) {
         return Err(SyncError::WrongKey(key.space.clone()));
     }
-    save_setup(dir, conn, &key, url_text, device_name)
+    Ok(client)
 }
 
 /// What one sync moved.
@@ -417,9 +457,16 @@ pub fn sync_once(
 ) -> Result<Moved, SyncError> {
     let setup = Setup::load(dir, conn)?.ok_or(SyncError::NotSetUp)?;
     let result = (|| -> Result<Moved, SyncError> {
-        stage(conn, &setup, settings, now)?;
-        let mut client = setup.url.connect()?;
-        server::migrate(&mut client)?;
+        let opened = open_space(&setup.url, &setup.key);
+        // A key that is not the space's seals nothing. The server away or a refused login
+        // leave what is new sealed and queued, to go when they can.
+        if !matches!(
+            opened,
+            Err(SyncError::WrongKey(_) | SyncError::NoSuchSpace(_))
+        ) {
+            stage(conn, &setup, settings, now)?;
+        }
+        let mut client = opened?;
         let pushed = push(conn, &mut client, &setup)?;
         if pushed > 0 {
             server::notify(&mut client, &setup.key.space, &setup.device)?;

@@ -73,7 +73,7 @@ impl Url {
         let mut config: Config = text
             .trim()
             .parse()
-            .map_err(|e: postgres::Error| SyncError::BadUrl(e.to_string()))?;
+            .map_err(|e: postgres::Error| SyncError::BadUrl(super::describe(&e)))?;
         if !text.contains("keepalives") {
             config
                 .keepalives_idle(KEEPALIVE_IDLE)
