@@ -18,6 +18,7 @@ use cairn_core::memory;
 use cairn_core::memory::kind::Kind;
 use cairn_core::memory::observations::{NewObservation, OBSERVATION_TYPES};
 use cairn_core::memory::sessions;
+use cairn_core::memory::told::Moment;
 use cairn_core::privacy::Privacy;
 use cairn_core::recall::context;
 use cairn_core::recall::moment;
@@ -542,15 +543,12 @@ fn moment_context(
     let settings = ctx.settings();
     let session = args.session.as_deref();
     // Turned off, the hook gives nothing: say so rather than show what it would not give.
-    let off = match (&args.prompt, &args.file) {
-        (Some(_), _) if !settings.recall.at_prompt => Some("recall.at_prompt false"),
-        (Some(_), _) if settings.recall.max_memories == 0 => Some("recall.max_memories 0"),
-        (None, Some(_)) if !settings.recall.at_file => Some("recall.at_file false"),
-        (None, Some(_)) if settings.recall.max_file_memories == 0 => {
-            Some("recall.max_file_memories 0")
-        }
-        _ => None,
+    let at = if args.prompt.is_some() {
+        Moment::Prompt
+    } else {
+        Moment::File
     };
+    let off = moment::turned_off_by(&settings.recall, at);
     if let Some(setting) = off {
         if args.json {
             print_json(&serde_json::json!({

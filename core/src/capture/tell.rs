@@ -61,7 +61,9 @@ pub fn prompt_question(
     project: &str,
     prompt: &str,
 ) -> Option<(SearchRequest, moment::Asking)> {
-    if !settings.recall.at_prompt || !moment::is_users_prompt(prompt) {
+    if moment::turned_off_by(&settings.recall, Moment::Prompt).is_some()
+        || !moment::is_users_prompt(prompt)
+    {
         return None;
     }
     // Only what could be given is read: a search whose best estimate is under the threshold
@@ -127,7 +129,7 @@ pub fn file(
     file: &str,
     now: i64,
 ) -> Result<String> {
-    if !settings.recall.at_file {
+    if moment::turned_off_by(&settings.recall, Moment::File).is_some() {
         return Ok(hook::PLAIN_ANSWER.to_string());
     }
     let recalled = moment::at_file(conn, project, Some(session), file, &settings.recall)?;

@@ -277,6 +277,21 @@ pub fn relevance(hit: &Hit) -> f64 {
     hit.relevance
 }
 
+/// The setting that turns recall off at `at` (`recall.at_prompt false`,
+/// `recall.max_file_memories 0`, …), `None` while it is on. The hook then gives nothing, and
+/// `cairn context` says which setting. The index at SessionStart has settings of its own
+/// (`context.*`).
+pub fn turned_off_by(settings: &RecallSettings, at: told::Moment) -> Option<&'static str> {
+    use told::Moment;
+    match at {
+        Moment::Prompt if !settings.at_prompt => Some("recall.at_prompt false"),
+        Moment::Prompt if settings.max_memories == 0 => Some("recall.max_memories 0"),
+        Moment::File if !settings.at_file => Some("recall.at_file false"),
+        Moment::File if settings.max_file_memories == 0 => Some("recall.max_file_memories 0"),
+        _ => None,
+    }
+}
+
 /// The memories a prompt of `session` receives out of what its search `found`: the most
 /// relevant ones above the threshold the session was not given yet.
 pub fn at_prompt(

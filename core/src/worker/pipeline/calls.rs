@@ -424,7 +424,7 @@ fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<S
                     .into_iter()
                     .chain(c.facts.iter())
                     .chain(c.files_modified.iter())
-                    .any(|t| names_file(t, path) || names_file(t, name));
+                    .any(|t| mentions_file(t, path) || mentions_file(t, name));
             if mentions {
                 out[i].push(path.clone());
                 placed = true;
@@ -447,7 +447,7 @@ fn attribute_edits(parsed: &[ParsedObservation], edited: &[String]) -> Vec<Vec<S
 /// True when `text` holds `file` (a path or a file name) as a whole: not inside a longer
 /// name (`a.rs` in `test_a.rs` or `a.rs.bak`; a path that ends in it, `src/a.rs`, holds
 /// it).
-fn names_file(text: &str, file: &str) -> bool {
+fn mentions_file(text: &str, file: &str) -> bool {
     let part = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.');
     !file.is_empty()
         && text.match_indices(file).any(|(at, _)| {
@@ -646,16 +646,16 @@ mod tests {
     }
 
     #[test]
-    fn a_file_is_named_as_a_whole() {
-        assert!(names_file("Fixed a.rs", "a.rs"));
-        assert!(names_file("in a.rs.", "a.rs"));
-        assert!(names_file("(a.rs)", "a.rs"));
-        assert!(names_file("/p/src/a.rs", "/p/src/a.rs"));
-        assert!(!names_file("test_a.rs", "a.rs"));
-        assert!(!names_file("a.rs.bak", "a.rs"));
-        assert!(names_file("Updated src/a.rs", "a.rs"));
-        assert!(!names_file("/p/src/a.rs", "src/b.rs"));
-        assert!(!names_file("data.rsx", "a.rs"));
+    fn a_file_is_mentioned_as_a_whole() {
+        assert!(mentions_file("Fixed a.rs", "a.rs"));
+        assert!(mentions_file("in a.rs.", "a.rs"));
+        assert!(mentions_file("(a.rs)", "a.rs"));
+        assert!(mentions_file("/p/src/a.rs", "/p/src/a.rs"));
+        assert!(!mentions_file("test_a.rs", "a.rs"));
+        assert!(!mentions_file("a.rs.bak", "a.rs"));
+        assert!(mentions_file("Updated src/a.rs", "a.rs"));
+        assert!(!mentions_file("/p/src/a.rs", "src/b.rs"));
+        assert!(!mentions_file("data.rsx", "a.rs"));
     }
 
     fn job(id: i64, kind: JobKind, created_at: i64) -> queue::claim::Job {
