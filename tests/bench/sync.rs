@@ -140,14 +140,14 @@ fn run(pg: &Pg, n: usize) -> Run {
     };
     let (dir_a, mut a) = open(&tmp.path().join("a"));
     seed(&mut a, n);
-    let setup_a = sync::init(&dir_a, &mut a, &pg.url(), "bench-a").expect("init");
+    let mut setup_a = sync::init(&dir_a, &mut a, &pg.url(), "bench-a").expect("init");
 
     let t = Instant::now();
     let records = sync::stage(&mut a, &setup_a, &settings, 1).expect("stage");
     let stage = t.elapsed().as_secs_f64();
     let mut client = setup_a.url.connect().expect("connect");
     let t = Instant::now();
-    let pushed = sync::push(&mut a, &mut client, &setup_a).expect("push");
+    let pushed = sync::push(&mut a, &mut client, &mut setup_a).expect("push");
     let push = t.elapsed().as_secs_f64();
     assert_eq!(pushed, records);
 

@@ -799,3 +799,80 @@ fn a_memory_keeps_its_vector_on_a_device_of_the_same_model_only() {
     let found = b.ok(&["search", "when does the lease time out", "--project", "p"]);
     assert!(found.contains("leases expire"), "{found}");
 }
+
+#[test]
+fn a_store_restored_from_a_backup_goes_on_as_a_new_device_and_loses_nothing() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    space(&pg, &a, &[&b]);
+    a.save("p", "before the backup", "kept in the backup");
+    a.sync();
+    let backup = a.env.tmp.path().join("a.db");
+    a.ok(&["backup", "--to", backup.to_str().expect("utf-8")]);
+    a.save("p", "after the backup", "on the server, not in the backup");
+    a.sync();
+    a.ok(&["restore", backup.to_str().expect("utf-8")]);
+    assert!(!a.titles().contains(&"after the backup".to_string()));
+    // The restored store numbers its next record as the server already holds it.
+    a.save("p", "after the restore", "written on the restored store");
+    let moved = a.sync();
+    let device = moved["new_device"].as_str().expect("a new device id");
+    assert_eq!(moved["pushed"].as_u64(), Some(1), "{moved}");
+    let out = a.ok(&["sync"]);
+    assert!(!out.contains("new device"), "once only: {out}");
+    b.sync();
+    let all = assert_converged(&[&a, &b]);
+    assert_eq!(
+        all,
+        ["after the backup", "after the restore", "before the backup"]
+    );
+    // Two logs on the server hold this machine's records (b wrote none), none twice.
+    assert_eq!(pg.sql("SELECT count(*) FROM cairn_devices"), "2");
+    assert_eq!(
+        pg.sql(&format!(
+            "SELECT count(*) FROM cairn_records WHERE device_id = '{device}'"
+        )),
+        "1"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&a.ok(&["sync", "status", "--json"])).expect("json");
+    assert_eq!(status["device"], device, "{status}");
+    assert_eq!(status["unsent"], 0, "{status}");
+    // What this machine wrote before reads as its own, not as another device's.
+    let hit = a.ok(&["search", "before the backup", "--json", "--project", "p"]);
+    assert!(!hit.contains("\"device\":\"device0\""), "{hit}");
+}
+
+#[test]
+fn a_data_dir_copied_to_another_machine_splits_into_two_devices_and_loses_nothing() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    space(&pg, &a, &[&b]);
+    a.save("p", "before the copy", "on both copies");
+    a.sync();
+    let copy_of_a = || {
+        let copy = Device::new();
+        let cp = Command::new("cp")
+            .arg("-a")
+            .arg(&a.env.data_dir)
+            .arg(&copy.env.data_dir)
+            .status()
+            .expect("cp");
+        assert!(cp.success());
+        copy
+    };
+    let (copy, idle) = (copy_of_a(), copy_of_a());
+    // Each copy writes under the same device id and the same next number; whichever
+    // pushes second finds the other's record there.
+    a.save("p", "on the original", "written after the copy");
+    copy.save("p", "on the copy", "written after the copy");
+    a.sync();
+    let moved = copy.sync();
+    assert!(moved["new_device"].is_string(), "{moved}");
+    a.sync();
+    b.sync();
+    // A copy that wrote nothing would never read what the original pushed as its own.
+    assert!(idle.sync()["new_device"].is_string());
+    let all = assert_converged(&[&a, &copy, &b, &idle]);
+    assert_eq!(all, ["before the copy", "on the copy", "on the original"]);
+}

@@ -120,6 +120,11 @@ fn once(ctx: &Ctx, json: bool) -> anyhow::Result<u8> {
     if json {
         say!("{}", serde_json::to_string(&moved)?);
     } else {
+        if let Some(device) = &moved.new_device {
+            say!(
+                "The server holds records of this machine's log that this data dir did not write: it was restored from a backup, or copied from another machine. It goes on as new device {device}; its old log is read like another device's, so nothing is lost."
+            );
+        }
         say!(
             "pushed {} records; pulled {} ({} memories added, {} forgotten)",
             moved.pushed,

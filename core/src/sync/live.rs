@@ -78,7 +78,7 @@ impl Link {
         now: i64,
     ) -> Result<usize, SyncError> {
         super::stage(conn, &self.setup, settings, now)?;
-        let sent = super::push(conn, &mut self.client, &self.setup)?;
+        let sent = super::push(conn, &mut self.client, &mut self.setup)?;
         if sent > 0 {
             server::notify(&mut self.client, &self.setup.key.space, &self.setup.device)?;
         }

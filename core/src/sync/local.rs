@@ -384,6 +384,43 @@ pub fn take_seqs(tx: &Transaction, n: usize) -> Result<i64> {
     Ok(seq)
 }
 
+/// The last sequence number this device took (0 before its first).
+pub fn numbered(conn: &Connection) -> Result<i64> {
+    Ok(get(conn, NEXT_SEQ)?
+        .and_then(|v| v.parse::<i64>().ok())
+        .map_or(0, |next| next - 1))
+}
+
+/// Makes this device `new` in its space, when the server holds records of its old log
+/// that it did not write as they are there (its store was restored from a backup, or
+/// copied to another machine): its outbox renumbered from 1 and resealed by
+/// `reseal(old seq, body, new seq)`, its numbering restarted after that, and what its old
+/// log carried counted as the new device's own. The old log is then another device's, read
+/// from its start like any other: what the restored store lacks comes back from it.
+pub fn become_device(
+    tx: &Transaction,
+    new: &str,
+    mut reseal: impl FnMut(i64, &[u8], i64) -> Result<Vec<u8>>,
+) -> Result<()> {
+    let old = get(tx, DEVICE)?.unwrap_or_default();
+    let queued: Vec<(i64, Vec<u8>, i64)> = tx
+        .prepare_cached("SELECT seq, body, created_at FROM sync_outbox ORDER BY seq")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    tx.execute("DELETE FROM sync_outbox", [])?;
+    let mut next = 1;
+    for (seq, body, created_at) in queued {
+        queue(tx, next, &reseal(seq, &body, next)?, created_at)?;
+        next += 1;
+    }
+    set(tx, NEXT_SEQ, &next.to_string())?;
+    tx.execute(
+        "UPDATE sync_rows SET device = ?1 WHERE device = ?2",
+        [new, old.as_str()],
+    )?;
+    set(tx, DEVICE, new)
+}
+
 pub fn queue(tx: &Transaction, seq: i64, body: &[u8], now: i64) -> Result<()> {
     tx.prepare_cached("INSERT INTO sync_outbox (seq, body, created_at) VALUES (?1, ?2, ?3)")?
         .execute(params![seq, body, now])?;

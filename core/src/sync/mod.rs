@@ -335,7 +335,7 @@ pub(crate) fn open_space(url: &Url, key: &SpaceKey) -> Result<postgres::Client, 
 }
 
 /// What one sync moved.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Moved {
     /// Records this device sent.
     pub pushed: usize,
@@ -345,6 +345,10 @@ pub struct Moved {
     pub added: usize,
     /// Memories those records forgot here.
     pub forgotten: usize,
+    /// This device's new id, when the server held records of its log that this data dir
+    /// did not write (restored from a backup, or copied to another machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_device: Option<String>,
 }
 
 /// Seals the memories and tombstones no log carries yet into the outbox.
@@ -379,22 +383,69 @@ pub fn stage(
     Ok(staged)
 }
 
-/// Sends the outbox to the server; returns how many records went.
+/// Sends the outbox to the server; returns how many records went. When the server holds
+/// records of this device's log that it did not write as they are there, the device
+/// becomes a new one first ([`become_new_device`]) and `setup` says so.
 pub fn push(
     conn: &mut Connection,
     client: &mut postgres::Client,
-    setup: &Setup,
+    setup: &mut Setup,
 ) -> Result<usize, SyncError> {
     let mut sent = 0;
+    let mut renamed = false;
     loop {
         let batch = local::outbox(conn, PUSH_BATCH)?;
-        let Some(last) = batch.last().map(|r| r.0) else {
-            return Ok(sent);
+        let numbered = local::numbered(conn)?;
+        let appended = match batch.last() {
+            None if server::last_seq(client, &setup.key.space, &setup.device)? > numbered => {
+                server::Appended::Diverged
+            }
+            None => return Ok(sent),
+            Some(_) => server::append(client, &setup.key.space, &setup.device, numbered, &batch)?,
         };
-        server::append(client, &setup.key.space, &setup.device, &batch)?;
-        db::write(conn, |tx| local::acknowledge(tx, last))?;
-        sent += batch.len();
+        match appended {
+            server::Appended::Done => {
+                let last = batch.last().map_or(0, |r| r.0);
+                db::write(conn, |tx| local::acknowledge(tx, last))?;
+                sent += batch.len();
+            }
+            // A new random id has no log yet: a second divergence is not a copy.
+            server::Appended::Diverged if renamed => {
+                return Err(SyncError::Server(format!(
+                    "the server refused the records of new device {}",
+                    setup.device
+                )));
+            }
+            server::Appended::Diverged => {
+                become_new_device(conn, setup)?;
+                renamed = true;
+            }
+        }
     }
+}
+
+/// Gives this device a new id in its space, its outbox resealed for the new log (a
+/// record's place is part of what is sealed). Its old log stays on the server and is
+/// pulled like another device's, so nothing either copy wrote is lost.
+fn become_new_device(conn: &mut Connection, setup: &mut Setup) -> Result<(), SyncError> {
+    let new = crate::hex::hex(&crypto::random::<16>()?);
+    log::warn!(
+        "sync: the server holds records of this device's log ({}) that this data dir did not write; it was restored from a backup or copied to another machine. It goes on as new device {new}, and reads its old log like another device's",
+        setup.device
+    );
+    let key = &setup.key;
+    let old = setup.device.clone();
+    db::write(conn, |tx| {
+        local::become_device(tx, &new, |seq, body, new_seq| {
+            let plain = key.open(&key.record_ad(&old, seq), body).ok_or_else(|| {
+                crate::Error::Invalid(format!("queued record #{seq} does not open"))
+            })?;
+            key.seal(&key.record_ad(&new, new_seq), &plain)
+                .map_err(|e| crate::Error::Invalid(e.to_string()))
+        })
+    })?;
+    setup.device = new;
+    Ok(())
 }
 
 /// Reads every other device's log from its cursor and applies it.
@@ -455,7 +506,8 @@ pub fn sync_once(
     settings: &SyncSettings,
     now: i64,
 ) -> Result<Moved, SyncError> {
-    let setup = Setup::load(dir, conn)?.ok_or(SyncError::NotSetUp)?;
+    let mut setup = Setup::load(dir, conn)?.ok_or(SyncError::NotSetUp)?;
+    let device = setup.device.clone();
     let result = (|| -> Result<Moved, SyncError> {
         let opened = open_space(&setup.url, &setup.key);
         // A key that is not the space's seals nothing. The server away or a refused login
@@ -467,12 +519,13 @@ pub fn sync_once(
             stage(conn, &setup, settings, now)?;
         }
         let mut client = opened?;
-        let pushed = push(conn, &mut client, &setup)?;
+        let pushed = push(conn, &mut client, &mut setup)?;
         if pushed > 0 {
             server::notify(&mut client, &setup.key.space, &setup.device)?;
         }
         let mut moved = pull(conn, &mut client, &setup, now)?;
         moved.pushed = pushed;
+        moved.new_device = (setup.device != device).then(|| setup.device.clone());
         Ok(moved)
     })();
     match &result {

@@ -268,36 +268,82 @@ pub fn key_check(client: &mut Client, space: &str) -> Result<Option<Vec<u8>>, Sy
         .map(|r| r.get(0)))
 }
 
-/// Appends records to `device`'s log. Idempotent: a record the server already holds is
-/// left as it is, so a push repeated after a crash or a lost reply adds nothing.
+/// What the server made of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    Done,
+    /// The server holds records of this log that this device did not write as they are
+    /// there: a number past the last it took (`numbered`), or the same number with other
+    /// bytes. Its store was restored from a backup, or copied to another machine that
+    /// pushed first. Nothing was written.
+    Diverged,
+}
+
+/// The last sequence number of `device`'s log on the server (0 when it has none).
+pub fn last_seq(client: &mut Client, space: &str, device: &str) -> Result<i64, SyncError> {
+    Ok(client
+        .query_opt(
+            "SELECT last_seq FROM cairn_devices WHERE space_id = $1 AND device_id = $2",
+            &[&space, &device],
+        )?
+        .map_or(0, |r| r.get(0)))
+}
+
+/// Appends records to `device`'s log, whose sequence numbers this device has taken up to
+/// `numbered`. Idempotent: a record the server already holds with the same bytes is left
+/// as it is, so a push repeated after a crash or a lost reply adds nothing. Anything else
+/// already there is [`Appended::Diverged`], checked under the log's row lock, so two
+/// copies of one device pushing at once cannot both pass.
 pub fn append(
     client: &mut Client,
     space: &str,
     device: &str,
+    numbered: i64,
     records: &[(i64, Vec<u8>)],
-) -> Result<(), SyncError> {
+) -> Result<Appended, SyncError> {
     let Some(last) = records.iter().map(|r| r.0).max() else {
-        return Ok(());
+        return Ok(Appended::Done);
     };
     let mut tx = client.transaction()?;
     tx.execute(
-        "INSERT INTO cairn_devices (space_id, device_id, last_seq, last_push)
-         VALUES ($1, $2, $3, now())
-         ON CONFLICT (space_id, device_id) DO UPDATE
-         SET last_seq = greatest(cairn_devices.last_seq, excluded.last_seq), last_push = now()",
-        &[&space, &device, &last],
+        "INSERT INTO cairn_devices (space_id, device_id) VALUES ($1, $2)
+         ON CONFLICT (space_id, device_id) DO NOTHING",
+        &[&space, &device],
     )?;
+    let held: i64 = tx
+        .query_one(
+            "SELECT last_seq FROM cairn_devices WHERE space_id = $1 AND device_id = $2
+             FOR UPDATE",
+            &[&space, &device],
+        )?
+        .get(0);
     // The whole batch in one statement (one round trip), as two arrays.
     let seqs: Vec<i64> = records.iter().map(|r| r.0).collect();
     let bodies: Vec<&[u8]> = records.iter().map(|r| r.1.as_slice()).collect();
+    let clashes: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM unnest($3::bigint[], $4::bytea[]) AS r (seq, body)
+             JOIN cairn_records c ON c.space_id = $1 AND c.device_id = $2 AND c.seq = r.seq
+             WHERE c.body <> r.body",
+            &[&space, &device, &seqs, &bodies],
+        )?
+        .get(0);
+    if held > numbered || clashes > 0 {
+        return Ok(Appended::Diverged);
+    }
     tx.execute(
         "INSERT INTO cairn_records (space_id, device_id, seq, body)
          SELECT $1, $2, r.seq, r.body FROM unnest($3::bigint[], $4::bytea[]) AS r (seq, body)
          ON CONFLICT (space_id, device_id, seq) DO NOTHING",
         &[&space, &device, &seqs, &bodies],
     )?;
+    tx.execute(
+        "UPDATE cairn_devices SET last_seq = greatest(last_seq, $3), last_push = now()
+         WHERE space_id = $1 AND device_id = $2",
+        &[&space, &device, &last],
+    )?;
     tx.commit()?;
-    Ok(())
+    Ok(Appended::Done)
 }
 
 /// The devices of a space other than `me`, with the last sequence number of each log.
