@@ -326,6 +326,10 @@ pub struct SyncSettings {
     /// The worker `LISTEN`s for other devices' pushes on a connection of its own; `false`
     /// (behind a pooler that cannot carry it) leaves it to polling every `poll_secs`.
     pub listen: bool,
+    /// How long a call to the server may wait for its answer before the server counts as
+    /// not answering (a frozen or overloaded server, or something that is not PostgreSQL
+    /// on that port): `cairn sync` then stops with an error, and the worker says so.
+    pub answer_secs: u64,
 }
 
 impl Default for SyncSettings {
@@ -336,6 +340,7 @@ impl Default for SyncSettings {
             enabled: true,
             poll_secs: 30,
             listen: true,
+            answer_secs: 60,
         }
     }
 }

@@ -125,6 +125,32 @@ impl Pg {
         assert!(out.status.success(), "pg_ctl stop: {}", stderr(&out));
     }
 
+    /// Freezes the server as a paused machine would (SIGSTOP to the postmaster, then its
+    /// children): its kernel still accepts connections and acknowledges what is sent, but
+    /// nothing answers.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = std::fs::read_to_string(self.data.join("postmaster.pid")).expect("pid file");
+        let pid = pid.lines().next().expect("pid").trim().to_string();
+        let kill = Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(kill.success());
+        // pkill exits 1 when the postmaster has no children: nothing to signal.
+        Command::new("pkill")
+            .args([&format!("-{name}"), "-P", &pid])
+            .status()
+            .expect("pkill");
+    }
+
     pub fn url(&self) -> String {
         format!(
             "postgres://cairn@127.0.0.1:{}/postgres?sslmode=disable",

@@ -448,6 +448,8 @@ fn a_wrong_key_writes_nothing_and_spaces_stay_apart() {
     let out = a.cairn(&["sync"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(stderr(&out).contains("wrong key"), "{}", stderr(&out));
+    // The next sync would fail the same way until the key is mended.
+    assert!(!stderr(&out).contains("catches up"), "{}", stderr(&out));
     assert_eq!(pg.sql("SELECT count(*) FROM cairn_records"), records);
     assert_eq!(a.count("SELECT count(*) FROM sync_outbox"), 0);
     std::fs::write(&key_file, good).expect("mend");
@@ -875,4 +877,86 @@ fn a_data_dir_copied_to_another_machine_splits_into_two_devices_and_loses_nothin
     assert!(idle.sync()["new_device"].is_string());
     let all = assert_converged(&[&a, &copy, &b, &idle]);
     assert_eq!(all, ["before the copy", "on the copy", "on the original"]);
+}
+
+/// Runs `cairn args` on `d`, failing the test (rather than hanging it) after `limit`.
+fn cairn_within(d: &Device, args: &[&str], env: &[(&str, &str)], limit: u64) -> Output {
+    let mut c = d.command("cairn");
+    c.args(args).envs(env.iter().copied());
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(limit);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            panic!("cairn {args:?} still waits after {limit} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn a_frozen_server_is_named_after_sync_answer_secs_not_waited_on_forever() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    space(&pg, &a, &[&b]);
+    a.save("p", "while frozen", "written while the server was frozen");
+    pg.freeze();
+    let quick = [("CAIRN_SYNC__ANSWER_SECS", "2")];
+    let out = cairn_within(&a, &["sync"], &quick, 30);
+    pg.thaw();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("has not answered for 2 s"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("fix: "), "{}", stderr(&out));
+    let status: serde_json::Value =
+        serde_json::from_str(&stdout(&a.cairn(&["sync", "status", "--local", "--json"])))
+            .expect("json");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("has not answered")),
+        "{status}"
+    );
+    // `sync status` asks the server within the same limit and says what it found.
+    pg.freeze();
+    let out = cairn_within(&a, &["sync", "status", "--json"], &quick, 30);
+    pg.thaw();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert!(
+        status["server_now"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("has not answered")),
+        "{status}"
+    );
+    // Thawed, the next sync sends what waited, and the error is gone.
+    assert_eq!(a.sync()["pushed"].as_u64(), Some(1));
+    b.sync();
+    assert_eq!(b.titles(), ["while frozen"]);
+    let status: serde_json::Value =
+        serde_json::from_str(&a.ok(&["sync", "status", "--json"])).expect("json");
+    assert!(status["last_error"].is_null(), "{status}");
+}
+
+#[test]
+fn a_damaged_sync_url_needs_attention_in_status() {
+    let pg = Pg::start();
+    let a = Device::new();
+    space(&pg, &a, &[]);
+    std::fs::write(a.env.data_dir.join("sync.url"), "postgres://[::1").expect("damage");
+    let out = a.cairn(&["status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out)
+            .contains("sync: this device's sync setup cannot be read: not a PostgreSQL URL"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stdout(&out).contains("fix the URL in the data dir's sync.url"));
 }

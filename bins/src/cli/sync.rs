@@ -1,6 +1,5 @@
 //! `cairn sync`: this machine's memory to and from a sync space on a PostgreSQL server.
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use cairn_core::clock;
@@ -8,7 +7,7 @@ use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::sync::{self, Setup, SyncError, live};
 
 use super::Ctx;
-use super::out::say;
+use super::out::{self, say};
 use crate::exit;
 
 #[derive(Debug, Args)]
@@ -107,16 +106,41 @@ pub fn run(ctx: &Ctx, args: &SyncArgs) -> anyhow::Result<u8> {
     }
 }
 
+/// Ends the process with an error when a call to the server waits `sync.answer_secs` for
+/// its answer (a frozen server would hold it forever). Nothing is half-written: every step
+/// of a sync is one transaction here and one there.
+fn give_up_on_silence(ctx: &Ctx) -> live::Watch {
+    live::watch(&ctx.data_dir, answer_limit(ctx), |e| {
+        out::note!("error: {e}");
+        if let Some(fix) = e.fix() {
+            out::note!("  fix: {fix}");
+        }
+        std::process::exit(exit::ERROR.into());
+    })
+}
+
+fn answer_limit(ctx: &Ctx) -> std::time::Duration {
+    std::time::Duration::from_secs(ctx.settings().sync.answer_secs.max(1))
+}
+
 fn once(ctx: &Ctx, json: bool) -> anyhow::Result<u8> {
     let mut conn = super::open(ctx)?;
+    let _watch = give_up_on_silence(ctx);
     let moved = sync::sync_once(
         &ctx.data_dir,
         &mut conn,
         &ctx.settings().sync,
         clock::now_ms(),
     )
-    .map_err(explain)
-    .context("sync failed (nothing is lost: the next sync catches up)")?;
+    .map_err(|e| {
+        // Only an error that passes on its own is caught up by the next sync.
+        let context = if e.is_lasting() {
+            "sync failed"
+        } else {
+            "sync failed (nothing is lost: the next sync catches up)"
+        };
+        explain(e).context(context)
+    })?;
     if json {
         say!("{}", serde_json::to_string(&moved)?);
     } else {
@@ -167,6 +191,7 @@ fn joined(setup: &Setup, json: bool, show_key: bool) -> anyhow::Result<u8> {
 fn init(ctx: &Ctx, args: &InitArgs) -> anyhow::Result<u8> {
     let mut conn = open_creating(ctx)?;
     let name = args.name.clone().unwrap_or_else(host_name);
+    let _watch = give_up_on_silence(ctx);
     let setup = sync::init(&ctx.data_dir, &mut conn, &args.url, &name).map_err(explain)?;
     joined(&setup, args.json, true)
 }
@@ -174,6 +199,7 @@ fn init(ctx: &Ctx, args: &InitArgs) -> anyhow::Result<u8> {
 fn join(ctx: &Ctx, args: &JoinArgs) -> anyhow::Result<u8> {
     let mut conn = open_creating(ctx)?;
     let name = args.name.clone().unwrap_or_else(host_name);
+    let _watch = give_up_on_silence(ctx);
     let setup =
         sync::join(&ctx.data_dir, &mut conn, &args.url, &args.key, &name).map_err(explain)?;
     joined(&setup, args.json, false)
@@ -193,7 +219,7 @@ fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         true => None,
         false => Setup::load(&ctx.data_dir, &conn)
             .map_err(explain)?
-            .map(|setup| live::server_now(setup, &conn)),
+            .map(|setup| live::server_now(setup, &conn, answer_limit(ctx))),
     };
     let failing = s.last_error.is_some() || server_now.as_ref().is_some_and(|n| !n.ok);
     if args.json {

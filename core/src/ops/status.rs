@@ -184,6 +184,8 @@ pub struct Status {
     /// This device's sync space, as the worker (or `cairn sync`) last recorded it; `None`
     /// when it is in none. Read from the local store only: no connection to the server.
     pub sync: Option<crate::sync::Status>,
+    /// Why this device's sync setup (`sync.url`, `sync.key`) cannot be read, with the fix.
+    pub sync_unreadable: Option<String>,
     /// Reasons the setup needs attention; empty when healthy.
     pub attention: Vec<String>,
 }
@@ -368,6 +370,8 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let (spooled_outside, outside_dir) = kept_outside(dir).unzip();
     let read_only = crate::store::paths::read_only_reason(&dir.db())
         .or_else(|| crate::store::paths::read_only_reason(dir.root()));
+    let sync = crate::sync::status(dir, conn);
+    let worker_running = worker.running;
     let mut status = Status {
         data_dir: dir.root().display().to_string(),
         now,
@@ -398,7 +402,17 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             now - 7 * 86_400_000,
         )?,
         given_last_week: crate::memory::told::totals_since(conn, now - 7 * 86_400_000)?,
-        sync: sync_status(dir, conn),
+        // Listening is the running worker's: none runs, none listens.
+        sync: sync.as_ref().ok().cloned().flatten().map(|mut s| {
+            if !worker_running {
+                s.listening = None;
+            }
+            s
+        }),
+        sync_unreadable: sync.err().map(|e| match e.fix() {
+            Some(fix) => format!("{e}: {fix}"),
+            None => e.to_string(),
+        }),
         attention: Vec::new(),
     };
     status.attention = attention(&status);
@@ -412,14 +426,6 @@ pub fn kept_outside(dir: &DataDir) -> Option<(usize, String)> {
     let fb = crate::store::fallback::existing(dir)?;
     let n = crate::capture::spool::pending(&fb).ok()?.len();
     (n > 0).then(|| (n, fb.root().display().to_string()))
-}
-
-/// The sync status, `None` when not in a space (or when it cannot be read, logged).
-fn sync_status(dir: &DataDir, conn: &Connection) -> Option<crate::sync::Status> {
-    crate::sync::status(dir, conn)
-        .inspect_err(|e| log::warn!("cannot read the sync status: {e}"))
-        .ok()
-        .flatten()
 }
 
 fn search_status(dir: &DataDir, conn: &Connection, settings: &Settings) -> Result<SearchStatus> {
@@ -692,6 +698,13 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
                 "{} missed by the hooks recovered from Claude Code's transcripts in the last 7 days: the hooks are failing or were not running; `cairn doctor` checks them (see the hook logs in the data dir's logs/)",
                 plural(s.recovered_last_week, "event was", "events were")
             ),
+        );
+    }
+    if let Some(e) = &s.sync_unreadable {
+        push(
+            &mut out,
+            Topic::Sync,
+            format!("sync: this device's sync setup cannot be read: {e}"),
         );
     }
     if let Some(sync) = &s.sync

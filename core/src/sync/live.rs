@@ -11,6 +11,8 @@
 //! device id (which the server holds anyway), never content; nothing here runs on a
 //! hook's path.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use postgres::Client;
@@ -19,8 +21,10 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use super::{Moved, Setup, SyncError, local, server};
+use crate::clock::now_ms;
 use crate::settings::SyncSettings;
 use crate::store::db;
+use crate::store::paths::DataDir;
 
 /// Keys of `sync_state` the worker writes beside `local::LAST_PUSH`, `local::LAST_PULL`
 /// and `local::LAST_ERROR`.
@@ -164,18 +168,28 @@ pub struct ServerNow {
 }
 
 /// Connects and compares the other devices' logs on the server with this device's
-/// cursors. Writes nothing locally.
-pub fn server_now(setup: Setup, conn: &Connection) -> ServerNow {
+/// cursors, giving the server `limit` to answer (the asking runs on a thread of its own,
+/// left behind when the server does not answer). Writes nothing locally.
+pub fn server_now(setup: Setup, conn: &Connection, limit: Duration) -> ServerNow {
     let me = setup.device.clone();
-    let asked = Link::open(setup, false).and_then(|mut link| {
-        let space = link.setup.key.space.clone();
-        let logs = server::devices(&mut link.client, &space, &me)?;
-        let mut behind = 0;
-        for (device, last) in &logs {
-            behind += (last - local::cursor(conn, device)?).max(0);
-        }
-        Ok((behind, logs.len()))
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let asked = Link::open(setup, false).and_then(|mut link| {
+            let space = link.setup.key.space.clone();
+            server::devices(&mut link.client, &space, &me)
+        });
+        let _ = tx.send(asked);
     });
+    let asked = rx
+        .recv_timeout(limit)
+        .unwrap_or(Err(SyncError::NotAnswering(limit.as_secs())))
+        .and_then(|logs| {
+            let mut behind = 0;
+            for (device, last) in &logs {
+                behind += (last - local::cursor(conn, device)?).max(0);
+            }
+            Ok((behind, logs.len()))
+        });
     match asked {
         Ok((behind, devices)) => ServerNow {
             ok: true,
@@ -191,6 +205,52 @@ pub fn server_now(setup: Setup, conn: &Connection) -> ServerNow {
             behind: None,
             devices: None,
         },
+    }
+}
+
+/// Watches this process's calls to the server (`server::waiting_since`) from a thread of
+/// its own until the returned guard is dropped. Once a call has waited `limit` for its
+/// answer, it records [`SyncError::NotAnswering`] for `status` (through a connection of its
+/// own) and hands it to `then`, once per call: `cairn sync` ends there, the worker's
+/// syncer logs it and goes on waiting (a frozen server that wakes answers the same call).
+pub fn watch(dir: &DataDir, limit: Duration, then: impl Fn(&SyncError) + Send + 'static) -> Watch {
+    let done = Arc::new(AtomicBool::new(false));
+    let (dir, stop) = (dir.clone(), done.clone());
+    let look = (limit / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    std::thread::spawn(move || {
+        let mut told = 0;
+        while !stop.load(Ordering::SeqCst) {
+            std::thread::sleep(look);
+            let now = now_ms();
+            let Some(since) = server::waiting_since() else {
+                continue;
+            };
+            if since == told || Duration::from_millis((now - since).max(0) as u64) < limit {
+                continue;
+            }
+            told = since;
+            let e = SyncError::NotAnswering(limit.as_secs());
+            let recorded = db::open_data_dir(&dir, db::OpenOptions::default())
+                .map_err(SyncError::from)
+                .and_then(|mut conn| record_error(&mut conn, &e, None, now));
+            if let Err(why) = recorded {
+                log::warn!("sync: cannot record the error: {why}");
+            }
+            then(&e);
+        }
+    });
+    Watch { done }
+}
+
+/// Stops [`watch`]'s thread when dropped.
+#[derive(Debug)]
+pub struct Watch {
+    done: Arc<AtomicBool>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
     }
 }
 
@@ -253,7 +313,7 @@ impl Backoff {
     pub const FIRST: Duration = Duration::from_secs(1);
     pub const MAX: Duration = Duration::from_secs(60);
     /// After an error only the user can fix (a refused login, a wrong key): tried again
-    /// this late, or as soon as `sync.url` or `sync.key` changes.
+    /// this late, or sooner when the setup changes (`worker::syncer`).
     pub const LASTING: Duration = Duration::from_secs(600);
 
     /// Counts a failure; returns the delay before the next attempt.

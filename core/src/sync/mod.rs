@@ -78,6 +78,10 @@ pub enum SyncError {
     LoginRefused(String),
     #[error("the server has no such database: {0} (check the database name at the end of the URL)")]
     NoDatabase(String),
+    #[error(
+        "the server has not answered for {0} s: it accepted the connection, but is frozen, overloaded, or not PostgreSQL"
+    )]
+    NotAnswering(u64),
     #[error("server error: {0}")]
     Server(String),
     #[error("a record of device {device} (#{seq}) does not open with this space's key")]
@@ -157,6 +161,9 @@ impl SyncError {
             }
             SyncError::Server(_) => {
                 "see the server's log; the worker retries on its own and catches up"
+            }
+            SyncError::NotAnswering(_) => {
+                "check that the server runs and answers (its log, its load) and that sync.url's port is PostgreSQL's; the worker goes on when it answers"
             }
             _ => return None,
         })

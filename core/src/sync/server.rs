@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use postgres::config::SslMode;
@@ -54,6 +55,34 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_RETRIES: u32 = 3;
 const USER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// When this process's call to the server now waiting for its answer began (ms since the
+/// epoch; 0: none waits). A server that accepts a connection and then never answers (frozen,
+/// overloaded, or not PostgreSQL) holds a call forever: TCP keepalives are answered by its
+/// kernel, and the driver has no per-call deadline. `live::watch` reads this to say so.
+static WAITING_SINCE: AtomicI64 = AtomicI64::new(0);
+
+/// Marks a call to the server as waiting until dropped.
+struct Waiting;
+
+impl Waiting {
+    fn begin() -> Waiting {
+        WAITING_SINCE.store(crate::clock::now_ms().max(1), Ordering::SeqCst);
+        Waiting
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING_SINCE.store(0, Ordering::SeqCst);
+    }
+}
+
+/// When this process's call to the server now waiting for its answer began (ms since the
+/// epoch), if one waits.
+pub fn waiting_since() -> Option<i64> {
+    Some(WAITING_SINCE.load(Ordering::SeqCst)).filter(|&t| t > 0)
+}
 
 /// A parsed server URL. Its `Debug` and [`Url::display`] never show the password.
 #[derive(Clone)]
@@ -116,6 +145,7 @@ impl Url {
         }
         config.connect_timeout(CONNECT_TIMEOUT);
         let no_password = config.get_password().is_none();
+        let _waiting = Waiting::begin();
         let client = match config.get_ssl_mode() {
             SslMode::Disable => config.connect(NoTls),
             _ => config.connect(tls()),
@@ -218,6 +248,7 @@ fn split_pgpass(line: &str) -> Vec<String> {
 
 /// Brings the server's schema up to date (several devices may try at once).
 pub fn migrate(client: &mut Client) -> Result<(), SyncError> {
+    let _waiting = Waiting::begin();
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
     tx.batch_execute(
@@ -251,6 +282,7 @@ pub fn migrate(client: &mut Client) -> Result<(), SyncError> {
 
 /// Creates a space with its key check record.
 pub fn create_space(client: &mut Client, space: &str, check: &[u8]) -> Result<(), SyncError> {
+    let _waiting = Waiting::begin();
     client.execute(
         "INSERT INTO cairn_spaces (space_id, key_check) VALUES ($1, $2)",
         &[&space, &check],
@@ -260,6 +292,7 @@ pub fn create_space(client: &mut Client, space: &str, check: &[u8]) -> Result<()
 
 /// The key check record of a space, `None` when the server has no such space.
 pub fn key_check(client: &mut Client, space: &str) -> Result<Option<Vec<u8>>, SyncError> {
+    let _waiting = Waiting::begin();
     Ok(client
         .query_opt(
             "SELECT key_check FROM cairn_spaces WHERE space_id = $1",
@@ -281,6 +314,7 @@ pub enum Appended {
 
 /// The last sequence number of `device`'s log on the server (0 when it has none).
 pub fn last_seq(client: &mut Client, space: &str, device: &str) -> Result<i64, SyncError> {
+    let _waiting = Waiting::begin();
     Ok(client
         .query_opt(
             "SELECT last_seq FROM cairn_devices WHERE space_id = $1 AND device_id = $2",
@@ -301,6 +335,7 @@ pub fn append(
     numbered: i64,
     records: &[(i64, Vec<u8>)],
 ) -> Result<Appended, SyncError> {
+    let _waiting = Waiting::begin();
     let Some(last) = records.iter().map(|r| r.0).max() else {
         return Ok(Appended::Done);
     };
@@ -352,6 +387,7 @@ pub fn devices(
     space: &str,
     me: &str,
 ) -> Result<Vec<(String, i64)>, SyncError> {
+    let _waiting = Waiting::begin();
     Ok(client
         .query(
             "SELECT device_id, last_seq FROM cairn_devices
@@ -371,6 +407,7 @@ pub fn read(
     after: i64,
     limit: i64,
 ) -> Result<Vec<(i64, Vec<u8>)>, SyncError> {
+    let _waiting = Waiting::begin();
     Ok(client
         .query(
             "SELECT seq, body FROM cairn_records
@@ -392,6 +429,7 @@ fn channel(space: &str) -> String {
 /// Needs a session of its own: behind a pooler in transaction mode it is accepted but
 /// nothing arrives, and polling does the work.
 pub fn listen(client: &mut Client, space: &str) -> Result<(), SyncError> {
+    let _waiting = Waiting::begin();
     client.batch_execute(&format!("LISTEN {}", channel(space)))?;
     Ok(())
 }
@@ -399,6 +437,7 @@ pub fn listen(client: &mut Client, space: &str) -> Result<(), SyncError> {
 /// Tells the devices listening on `space` that `device` pushed. The payload is the device
 /// id, which the server already holds: no content.
 pub fn notify(client: &mut Client, space: &str, device: &str) -> Result<(), SyncError> {
+    let _waiting = Waiting::begin();
     client.execute("SELECT pg_notify($1, $2)", &[&channel(space), &device])?;
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! The worker's syncer thread: keeps this device in its sync space on its own, beside the
 //! model threads (`sync::live` does each step).
 //!
-//! While sync is set up (`sync.key` and `sync.url` in the data dir), `sync.enabled` and
-//! `sync.projects` names something, it holds one connection to the server that `LISTEN`s
+//! While sync is set up (`sync.key` and `sync.url` in the data dir) and `sync.enabled`
+//! (pulling only, while `sync.projects` names nothing), it holds one connection to the
+//! server that `LISTEN`s
 //! on the space's channel. Every [`TICK`] it looks at the local store
 //! (`sync::live::LocalMark`: free unless something was written) and stages and pushes
 //! what was written here, then notifies the space; a notification from another device
@@ -10,7 +11,8 @@
 //! lost: the error is recorded for `status`, and it tries again after 1 s, 2 s, 4 s … up
 //! to a minute, catching up from the outbox and the cursors when it is back; an error
 //! only the user can fix (a refused login, a wrong key) is tried again after ten minutes
-//! or as soon as `sync.url` or `sync.key` changes. Settings and the setup are read again
+//! or as soon as `sync.url`, `sync.key` or the password file changes, or a `cairn sync`
+//! goes through (it clears the recorded error). Settings and the setup are read again
 //! every `sync.poll_secs`, so `cairn sync join` needs no restart.
 //!
 //! Writes nothing itself: `sync` writes the sync tables and, through `memory`, what it
@@ -46,6 +48,8 @@ pub fn spawn(
         .name("syncer".into())
         .spawn(move || {
             let stopped = || stop.iter().any(|s| s.load(Ordering::SeqCst));
+            let limit = Duration::from_secs(sync.answer_secs.max(1));
+            let _watch = live::watch(&dir, limit, |e| log::warn!("sync: {e}; still waiting"));
             match db::open_data_dir(&dir, db::OpenOptions::default()) {
                 Ok(conn) => Syncer::new(dir, sync, conn).run(&stopped),
                 Err(e) => log::warn!("sync stopped: {e}"),
@@ -68,12 +72,20 @@ pub fn join(thread: JoinHandle<()>, limit: Duration) {
     }
 }
 
-/// When `sync.url` and `sync.key` were last changed: a new one is tried at once.
-fn setup_files(dir: &DataDir) -> [Option<SystemTime>; 2] {
-    ["sync.url", "sync.key"].map(|f| {
-        std::fs::metadata(dir.root().join(f))
-            .and_then(|m| m.modified())
-            .ok()
+/// When `sync.url`, `sync.key` and the password file (`PGPASSFILE`, else `~/.pgpass`)
+/// were last changed: a change is tried at once.
+fn setup_files(dir: &DataDir) -> [Option<SystemTime>; 3] {
+    let password_file = std::env::var_os("PGPASSFILE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".pgpass")));
+    [
+        Some(dir.root().join("sync.url")),
+        Some(dir.root().join("sync.key")),
+        password_file,
+    ]
+    .map(|f| {
+        f.and_then(|f| std::fs::metadata(f).ok())
+            .and_then(|m| m.modified().ok())
     })
 }
 
@@ -88,7 +100,9 @@ struct Syncer {
     next_try: Instant,
     /// Settings and setup read again, and a pull made, at this time.
     next_poll: Instant,
-    files: [Option<SystemTime>; 2],
+    files: [Option<SystemTime>; 3],
+    /// The last attempt failed and its error is recorded.
+    failing: bool,
     push_due: bool,
     pull_due: bool,
 }
@@ -106,6 +120,7 @@ impl Syncer {
             mark: LocalMark::default(),
             next_try: now,
             next_poll: now,
+            failing: false,
             push_due: true,
             pull_due: true,
         }
@@ -126,10 +141,14 @@ impl Syncer {
                 self.push_due = true;
                 self.pull_due = true;
             }
-            if !self.settings.enabled || self.settings.projects.is_empty() {
+            if !self.settings.enabled {
                 self.link = None;
                 std::thread::sleep(TICK);
                 continue;
+            }
+            // A new URL, key or password is taken up at once, connected or not.
+            if self.link.is_some() && setup_files(&self.dir) != self.files {
+                self.link = None;
             }
             if self.link.is_none() && !self.connect() {
                 std::thread::sleep(TICK);
@@ -148,7 +167,7 @@ impl Syncer {
             self.files = files;
             self.next_try = Instant::now();
         }
-        if Instant::now() < self.next_try {
+        if Instant::now() < self.next_try && !self.cleared_elsewhere() {
             return false;
         }
         let setup = match Setup::load(&self.dir, &self.conn) {
@@ -178,6 +197,7 @@ impl Syncer {
                     log::warn!("sync: {e}");
                 }
                 self.link = Some(link);
+                self.failing = false;
                 self.push_due = true;
                 self.pull_due = true;
                 true
@@ -187,6 +207,13 @@ impl Syncer {
                 false
             }
         }
+    }
+
+    /// True when the error this thread recorded is gone: a `cairn sync` went through since,
+    /// so what was wrong was mended where this thread does not look (on the server, in
+    /// `PGPASSWORD`), and waiting out the delay would only leave this device behind.
+    fn cleared_elsewhere(&self) -> bool {
+        self.failing && live::recorded(&self.conn).is_ok_and(|r| r.last_error.is_none())
     }
 
     /// Pushes when something was written here, pulls when due, then waits a tick for a
@@ -235,6 +262,7 @@ impl Syncer {
         }
         let delay = self.backoff.failed(&e);
         self.link = None;
+        self.failing = true;
         self.push_due = true;
         self.pull_due = true;
         self.next_try = Instant::now() + delay;

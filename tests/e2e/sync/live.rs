@@ -456,3 +456,120 @@ fn a_refused_login_and_a_wrong_key_are_recorded_with_the_fix_and_retried_when_fi
     });
     assert_eq!(w.stop(), Some(0));
 }
+
+#[test]
+fn a_frozen_server_shows_in_status_and_the_worker_goes_on_when_it_thaws() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    space(&pg, &a, &[&b]);
+    let quick = [("CAIRN_SYNC__ANSWER_SECS", "2")];
+    let _workers = [worker(&a, &quick), worker(&b, &quick)];
+    wait_connected(&a);
+    wait_connected(&b);
+    pg.freeze();
+    a.save("p", "written while frozen", "its push waits for the server");
+    wait_until("a's status says the server does not answer", 60, || {
+        status(&a)["sync"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("has not answered for 2 s"))
+    });
+    assert!(
+        stdout(&a.cairn(&["status"])).contains("sync: the server has not answered"),
+        "shown as needing attention"
+    );
+    pg.thaw();
+    wait_until("b has the memory once the server thaws", 60, || {
+        count(
+            &b,
+            "SELECT count(*) FROM observations WHERE title = 'written while frozen'",
+        ) == 1
+    });
+    wait_until("a's status clears", 60, || {
+        status(&a)["sync"]["last_error"].is_null()
+    });
+}
+
+#[test]
+fn a_login_mended_outside_sync_url_is_tried_again_at_once() {
+    let pg = Pg::start_with_password();
+    let (a, b) = (Device::new(), Device::new());
+    let with_password = |d: &Device| {
+        let url = d.env.data_dir.join("sync.url");
+        let text = std::fs::read_to_string(&url).expect("url");
+        std::fs::write(
+            &url,
+            text.replace("cairn@", &format!("cairn:{}@", super::PASSWORD)),
+        )
+        .expect("url");
+    };
+    let mut init = a.command("cairn");
+    init.args(["sync", "init", "--url", &pg.url(), "--name", "a", "--json"])
+        .env("PGPASSWORD", super::PASSWORD);
+    let out = init.output().expect("init");
+    assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    let key: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    with_password(&a);
+    let mut join = b.command("cairn");
+    join.args(["sync", "join", "--url", &pg.url(), "--key"])
+        .arg(key["key"].as_str().expect("key"))
+        .env("PGPASSWORD", super::PASSWORD);
+    assert!(join.output().expect("join").status.success());
+    // b's URL has no password, and b has no password file yet: refused, retried in minutes.
+    let _w = worker(&b, &[]);
+    wait_until("the refused login is recorded", 60, || {
+        status(&b)["sync"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused the login"))
+    });
+    a.save("p", "first", "pulled once the password file is there");
+    a.sync();
+    // The password file written: tried again at once.
+    let pgpass = b.env.tmp.path().join(".pgpass");
+    std::fs::write(&pgpass, format!("*:*:*:cairn:{}\n", super::PASSWORD)).expect("pgpass");
+    std::fs::set_permissions(&pgpass, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    wait_until("b pulls once its password file is there", 30, || {
+        b.titles().iter().any(|t| t == "first")
+    });
+
+    // A password in sync.url the server does not take (tried at once, refused), then
+    // the server mended to take it: a `cairn sync` by hand goes through, and the worker
+    // follows at once rather than after its ten minutes.
+    let set_password = |d: &Device, from: &str, to: &str| {
+        let url = d.env.data_dir.join("sync.url");
+        let text = std::fs::read_to_string(&url).expect("url");
+        std::fs::write(&url, text.replace(from, to)).expect("url");
+    };
+    set_password(&b, "cairn@", "cairn:the-new-one@");
+    wait_until("the refused login is recorded again", 60, || {
+        status(&b)["sync"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("password authentication failed"))
+    });
+    pg.sql("ALTER USER cairn PASSWORD 'the-new-one'");
+    set_password(&a, super::PASSWORD, "the-new-one");
+    b.ok(&["sync"]);
+    a.save("p", "second", "pulled by b's worker, awake again");
+    a.sync();
+    wait_until("b's worker pulls what a wrote after the mend", 30, || {
+        b.titles().iter().any(|t| t == "second")
+    });
+}
+
+#[test]
+fn a_worker_whose_device_shares_nothing_still_receives() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::with_projects(""));
+    space(&pg, &a, &[&b]);
+    let _workers = [worker(&a, &[]), worker(&b, &[])];
+    wait_connected(&b);
+    a.save("p", "from a", "received by a device that shares nothing");
+    b.save("p", "kept on b", "b shares no project");
+    wait_until("b's worker pulls a's memory", 60, || {
+        b.titles().iter().any(|t| t == "from a")
+    });
+    assert_eq!(
+        pg.sql("SELECT count(DISTINCT device_id) FROM cairn_records"),
+        "1"
+    );
+}
