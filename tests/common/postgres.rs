@@ -70,6 +70,116 @@ impl Pg {
         pg
     }
 
+    /// A server that takes TCP connections over TLS only (`hostssl`), with a certificate
+    /// for 127.0.0.1 signed by a CA of its own, as a self-hosted server has; returns the
+    /// CA's PEM file.
+    pub fn start_with_tls() -> (Pg, PathBuf) {
+        let pg = Pg::start();
+        pg.down();
+        let dir = &pg.socket;
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("openssl (Debian's openssl package)");
+            assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=cairn test CA",
+                ],
+            ]
+            .concat(),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        if pg.as_postgres {
+            for f in ["server.key", "server.crt"] {
+                let out = Command::new("chown")
+                    .args(["postgres:postgres"])
+                    .arg(dir.join(f))
+                    .output()
+                    .expect("chown");
+                assert!(out.status.success());
+            }
+        }
+        std::fs::set_permissions(
+            dir.join("server.key"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .expect("chmod");
+        let conf = pg.data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).expect("conf");
+        text.push_str(&format!(
+            "\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+            dir.join("server.crt").display(),
+            dir.join("server.key").display()
+        ));
+        std::fs::write(&conf, text).expect("conf");
+        let hba = pg.data.join("pg_hba.conf");
+        let text = std::fs::read_to_string(&hba).expect("hba");
+        let text: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("host ") {
+                Some(rest) => format!("hostssl {rest}\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(&hba, text).expect("hba");
+        pg.up();
+        let ca = dir.join("ca.pem");
+        (pg, ca)
+    }
+
     fn start_with(auth: &[&str]) -> Pg {
         let tmp = tempfile::tempdir().expect("tempdir");
         let as_postgres = rustix::process::geteuid().is_root();

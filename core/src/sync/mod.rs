@@ -10,6 +10,7 @@
 //!
 //! - [`crypto`]: the space's key, sealing and opening records (pure but for randomness).
 //! - [`server`]: the PostgreSQL side, which sees ids, sequence numbers, sizes and times.
+//! - [`tls`]: TLS to it as libpq reads `sslmode` and `sslrootcert`.
 //! - [`local`]: this device's sync tables (migration 0011) and applying records.
 //! - [`live`]: continuous sync as the worker runs it: a listening connection, the retry
 //!   delays, and what the worker records for `status`.
@@ -28,6 +29,7 @@ pub mod crypto;
 pub mod live;
 pub mod local;
 pub mod server;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +78,8 @@ pub enum SyncError {
         "the server refused the login: {0} (check the user and the password in the URL, PGPASSWORD or the password file)"
     )]
     LoginRefused(String),
+    #[error("the server's certificate is not trusted: {0}")]
+    Certificate(String),
     #[error("the server has no such database: {0} (check the database name at the end of the URL)")]
     NoDatabase(String),
     #[error(
@@ -108,6 +112,8 @@ impl SyncError {
             // invalid_catalog_name
             Some("3D000") => SyncError::NoDatabase(text),
             Some(_) => SyncError::Server(text),
+            // The server answered with a certificate the URL's sslmode does not take.
+            None if text.contains("invalid peer certificate") => SyncError::Certificate(text),
             // No answer from the server at all: refused, timed out, cut off.
             None => SyncError::Unreachable(text),
         }
@@ -162,6 +168,9 @@ impl SyncError {
             SyncError::Server(_) => {
                 "see the server's log; the worker retries on its own and catches up"
             }
+            SyncError::Certificate(_) => {
+                "add sslrootcert=/path/to/the-server-ca.pem to the URL in the data dir's sync.url, or use sslmode=require (encrypted, the certificate not checked; memories are sealed before they leave)"
+            }
             SyncError::NotAnswering(_) => {
                 "check that the server runs and answers (its log, its load) and that sync.url's port is PostgreSQL's; the worker goes on when it answers"
             }
@@ -180,6 +189,7 @@ impl SyncError {
                 | SyncError::NoSuchSpace(_)
                 | SyncError::ServerTooNew { .. }
                 | SyncError::BadUrl(_)
+                | SyncError::Certificate(_)
                 | SyncError::NoDatabase(_)
         )
     }

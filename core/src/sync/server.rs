@@ -1,11 +1,10 @@
 //! The PostgreSQL side: connecting (password from the URL, `PGPASSWORD` or a password file;
-//! TLS as the URL's `sslmode` asks), the server's versioned schema, and the three things a
-//! device does there: create or find a space, append to its own log, read other logs from a
-//! cursor. The server only ever holds space and device ids, sequence numbers, sealed
+//! TLS as the URL's `sslmode` and `sslrootcert` ask, through `tls`), the server's versioned
+//! schema, and the three things a device does there: create or find a space, append to its
+//! own log, read other logs from a cursor. The server only ever holds space and device ids, sequence numbers, sealed
 //! bytes, sizes and times.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use postgres::config::SslMode;
 use postgres::{Client, Config, NoTls};
 
 use crate::sync::SyncError;
+use crate::sync::tls::Tls;
 
 /// The server's migrations, applied in order under an advisory lock; never edited once
 /// shipped.
@@ -88,6 +88,7 @@ pub fn waiting_since() -> Option<i64> {
 #[derive(Clone)]
 pub struct Url {
     config: Config,
+    tls: Tls,
 }
 
 impl std::fmt::Debug for Url {
@@ -99,8 +100,8 @@ impl std::fmt::Debug for Url {
 impl Url {
     /// Reads a `postgres://` URL or a `key=value` connection string.
     pub fn parse(text: &str) -> Result<Self, SyncError> {
-        let mut config: Config = text
-            .trim()
+        let (rest, tls) = super::tls::take(text).map_err(SyncError::BadUrl)?;
+        let mut config: Config = rest
             .parse()
             .map_err(|e: postgres::Error| SyncError::BadUrl(super::describe(&e)))?;
         if !text.contains("keepalives") {
@@ -112,7 +113,7 @@ impl Url {
         if !text.contains("tcp_user_timeout") {
             config.tcp_user_timeout(USER_TIMEOUT);
         }
-        Ok(Url { config })
+        Ok(Url { config, tls })
     }
 
     /// `user@host:port/dbname`, no password.
@@ -148,7 +149,7 @@ impl Url {
         let _waiting = Waiting::begin();
         let client = match config.get_ssl_mode() {
             SslMode::Disable => config.connect(NoTls),
-            _ => config.connect(tls()),
+            _ => config.connect(self.tls.connector().map_err(SyncError::BadUrl)?),
         };
         client.map_err(|e| {
             if no_password && asked_for_password(&e) {
@@ -166,18 +167,6 @@ impl Url {
 fn asked_for_password(e: &postgres::Error) -> bool {
     e.as_db_error().is_none()
         && std::error::Error::source(e).is_some_and(|s| s.to_string().contains("password missing"))
-}
-
-fn tls() -> tokio_postgres_rustls::MakeRustlsConnect {
-    let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("ring supports the default protocol versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    tokio_postgres_rustls::MakeRustlsConnect::new(config)
 }
 
 fn password_from_env(config: &Config) -> Option<String> {
