@@ -271,17 +271,15 @@ impl Pg {
     /// Runs SQL with psql (through the socket, where no password is asked) and returns its
     /// unaligned output.
     pub fn sql(&self, sql: &str) -> String {
+        self.sql_in("postgres", sql)
+    }
+
+    /// [`Pg::sql`] in database `db`.
+    pub fn sql_in(&self, db: &str, sql: &str) -> String {
         let out = Command::new(self.bin.join("psql"))
             .args(["-X", "-A", "-t", "-h"])
             .arg(&self.socket)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "cairn",
-                "-d",
-                "postgres",
-            ])
+            .args(["-p", &self.port.to_string(), "-U", "cairn", "-d", db])
             .args(["-c", sql])
             .output()
             .expect("psql");

@@ -1039,3 +1039,47 @@ fn a_self_signed_server_is_reached_as_sslmode_asks() {
     std::fs::write(b.env.data_dir.join("sync.url"), url("sslmode=require")).expect("url");
     b.sync();
 }
+
+#[test]
+fn a_database_user_without_create_syncs_and_a_wrong_database_is_left_untouched() {
+    let pg = Pg::start();
+    let (a, b, c) = (Device::new(), Device::new(), Device::new());
+    let key = space(&pg, &a, &[]);
+    // A user the owner granted reading and writing the tables only, in a schema where it
+    // may create nothing (PostgreSQL 15's default for public).
+    pg.sql("CREATE ROLE syncer LOGIN");
+    pg.sql("REVOKE CREATE ON SCHEMA public FROM PUBLIC");
+    pg.sql(
+        "GRANT SELECT ON cairn_sync_migrations, cairn_spaces TO syncer;
+         GRANT SELECT, INSERT, UPDATE ON cairn_devices, cairn_records TO syncer",
+    );
+    let as_syncer = pg.url().replace("cairn@", "syncer@");
+    b.ok(&["sync", "join", "--url", &as_syncer, "--key", &key]);
+    a.save("p", "from the owner", "pulled by a user that cannot create");
+    a.sync();
+    b.save(
+        "p",
+        "from the syncer",
+        "pushed by a user that cannot create",
+    );
+    b.sync();
+    a.sync();
+    assert_converged(&[&a, &b]);
+    // A join against a database that holds no space says so and creates nothing there.
+    pg.sql("CREATE DATABASE other");
+    let other = pg.url().replace("/postgres?", "/other?");
+    let out = c.cairn(&["sync", "join", "--url", &other, "--key", &key]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("has no sync space"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        pg.sql_in(
+            "other",
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'cairn%'"
+        ),
+        "0"
+    );
+}

@@ -337,12 +337,23 @@ pub fn join(
     save_setup(dir, conn, &key, url_text, device_name)
 }
 
-/// Connects, brings the server's schema up to date and checks that `key` opens the
+/// Connects, brings an older server schema up to date and checks that `key` opens the
 /// space's key check: a wrong key is found here, before anything is sent or applied (a
-/// record sealed with it would stop every other device's pull).
+/// record sealed with it would stop every other device's pull). A database with no sync
+/// schema holds no space, and is left as it is (only `init` creates the schema).
 pub(crate) fn open_space(url: &Url, key: &SpaceKey) -> Result<postgres::Client, SyncError> {
     let mut client = url.connect()?;
-    server::migrate(&mut client)?;
+    match server::schema_version(&mut client)? {
+        None => return Err(SyncError::NoSuchSpace(key.space.clone())),
+        Some(v) if v < server::known_version() => server::migrate(&mut client)?,
+        Some(v) if v > server::known_version() => {
+            return Err(SyncError::ServerTooNew {
+                found: v,
+                supported: server::known_version(),
+            });
+        }
+        Some(_) => {}
+    }
     let check = server::key_check(&mut client, &key.space)?
         .ok_or_else(|| SyncError::NoSuchSpace(key.space.clone()))?;
     if !key.verify(&check) {

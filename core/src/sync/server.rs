@@ -235,7 +235,37 @@ fn split_pgpass(line: &str) -> Vec<String> {
     out
 }
 
-/// Brings the server's schema up to date (several devices may try at once).
+/// The version of the server's sync schema; `None` when this database has none (no space
+/// was ever made in it). A read: a database user allowed only to read and write the
+/// tables (not to create) can sync.
+pub fn schema_version(client: &mut Client) -> Result<Option<i32>, SyncError> {
+    let _waiting = Waiting::begin();
+    let there: bool = client
+        .query_one(
+            "SELECT to_regclass('cairn_sync_migrations') IS NOT NULL",
+            &[],
+        )?
+        .get(0);
+    if !there {
+        return Ok(None);
+    }
+    Ok(Some(
+        client
+            .query_one(
+                "SELECT coalesce(max(version), 0) FROM cairn_sync_migrations",
+                &[],
+            )?
+            .get(0),
+    ))
+}
+
+/// The schema version this cairn writes.
+pub fn known_version() -> i32 {
+    i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX)
+}
+
+/// Brings the server's schema up to date, creating it in a database that has none
+/// (several devices may try at once).
 pub fn migrate(client: &mut Client) -> Result<(), SyncError> {
     let _waiting = Waiting::begin();
     let mut tx = client.transaction()?;
@@ -250,7 +280,7 @@ pub fn migrate(client: &mut Client) -> Result<(), SyncError> {
             &[],
         )?
         .get(0);
-    let known = i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX);
+    let known = known_version();
     if done > known {
         return Err(SyncError::ServerTooNew {
             found: done,
