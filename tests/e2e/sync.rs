@@ -1083,3 +1083,35 @@ fn a_database_user_without_create_syncs_and_a_wrong_database_is_left_untouched()
         "0"
     );
 }
+
+#[test]
+fn a_machine_leaves_its_space_and_brings_every_memory_to_the_next() {
+    let pg = Pg::start();
+    let (a, b, c) = (Device::new(), Device::new(), Device::new());
+    space(&pg, &a, &[&b]);
+    a.save("p", "from a", "pulled by b in the first space");
+    a.sync();
+    b.sync();
+    b.save("p", "from b", "not sent yet");
+    // What never reached the space is not left behind without a word.
+    let out = b.cairn(&["sync", "leave"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(said.contains("have not reached the space yet"), "{said}");
+    b.sync();
+    let out = b.ok(&["sync", "leave"]);
+    assert!(out.contains("left sync space"), "{out}");
+    assert!(!b.env.data_dir.join("sync.key").exists());
+    assert_eq!(b.count("SELECT count(*) FROM sync_rows"), 0);
+    let out = b.cairn(&["sync"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not in a sync space"));
+    // A new space gets all of b's memories, those first pulled from a included.
+    space(&pg, &b, &[&c]);
+    b.sync();
+    c.sync();
+    assert_eq!(c.titles(), ["from a", "from b"]);
+    // Nobody in the first space noticed anything but b's memory.
+    a.sync();
+    assert_eq!(a.titles(), ["from a", "from b"]);
+}

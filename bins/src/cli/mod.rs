@@ -112,7 +112,9 @@ pub enum Command {
     /// Delete memories for good: no vector, no search hit, not brought back by an import.
     Forget(ui::ForgetArgs),
     /// Sync this machine's memory with the other machines of a space (push, then pull);
-    /// `cairn sync init` / `join` set it up, `cairn sync status` shows it.
+    /// `cairn sync init` / `join` set it up, `cairn sync status` shows it, `cairn sync
+    /// leave` ends it. Nothing is pushed until the setting sync.projects names projects
+    /// ("*" for all); what the others push is pulled regardless.
     Sync(sync::SyncArgs),
     /// Run the MCP server on stdio (for `claude mcp add`).
     Mcp(recall::McpArgs),

@@ -27,6 +27,10 @@ pub enum SyncCommand {
     Init(InitArgs),
     /// Put this machine in an existing sync space.
     Join(JoinArgs),
+    /// Take this machine out of its sync space (to join another, or none): forgets the key,
+    /// the URL and what was sent; the memories stay here, and a space joined next receives
+    /// them all. Nothing on the server changes.
+    Leave(LeaveArgs),
     /// Show the server, the space, the devices seen, the last push and pull, how far behind,
     /// and the last error with its fix; then asks the server how far behind this device is
     /// now (unless --local).
@@ -58,6 +62,17 @@ pub struct JoinArgs {
     /// This machine's name as the other devices show it (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaveArgs {
+    /// Leave even though the space has not received everything from here (it never will;
+    /// the memories stay here).
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -102,6 +117,7 @@ pub fn run(ctx: &Ctx, args: &SyncArgs) -> anyhow::Result<u8> {
         None => once(ctx, args.json),
         Some(SyncCommand::Init(a)) => init(ctx, a),
         Some(SyncCommand::Join(a)) => join(ctx, a),
+        Some(SyncCommand::Leave(a)) => leave(ctx, a),
         Some(SyncCommand::Status(a)) => status(ctx, a),
     }
 }
@@ -203,6 +219,24 @@ fn join(ctx: &Ctx, args: &JoinArgs) -> anyhow::Result<u8> {
     let setup =
         sync::join(&ctx.data_dir, &mut conn, &args.url, &args.key, &name).map_err(explain)?;
     joined(&setup, args.json, false)
+}
+
+fn leave(ctx: &Ctx, args: &LeaveArgs) -> anyhow::Result<u8> {
+    let mut conn = super::open(ctx)?;
+    let (space, dropped) =
+        sync::leave(&ctx.data_dir, &mut conn, &ctx.settings().sync, args.force).map_err(explain)?;
+    if args.json {
+        say!("{}", serde_json::json!({"left": space, "dropped": dropped}));
+    } else {
+        say!("this machine left sync space {space}; its memories stay here");
+        if dropped > 0 {
+            say!("{dropped} records or memories never reached it");
+        }
+        say!(
+            "to join a space: cairn sync join --url URL --key KEY (or cairn sync init for a new one)"
+        );
+    }
+    Ok(exit::OK)
 }
 
 fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {

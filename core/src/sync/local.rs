@@ -384,6 +384,29 @@ pub fn take_seqs(tx: &Transaction, n: usize) -> Result<i64> {
     Ok(seq)
 }
 
+/// Fails unless this store is still in `space`: a `cairn sync leave` may have taken it out
+/// while a worker's step was under way, whose writes would then mark memories as sent to
+/// a space they never reach.
+pub fn ensure_in(tx: &Transaction, space: &str) -> Result<()> {
+    match get(tx, SPACE)? {
+        Some(s) if s == space => Ok(()),
+        _ => Err(crate::Error::Invalid(format!(
+            "this data dir left sync space {space}"
+        ))),
+    }
+}
+
+/// Forgets this device's place in its space: its state, outbox, what went into or came
+/// out of logs, and the cursors. The memories stay, as this store's own, so a space joined
+/// next receives them all.
+pub fn leave(tx: &Transaction) -> Result<()> {
+    tx.execute_batch(
+        "DELETE FROM sync_state; DELETE FROM sync_outbox; DELETE FROM sync_rows;
+         DELETE FROM sync_devices;",
+    )?;
+    Ok(())
+}
+
 /// The last sequence number this device took (0 before its first).
 pub fn numbered(conn: &Connection) -> Result<i64> {
     Ok(get(conn, NEXT_SEQ)?

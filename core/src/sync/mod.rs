@@ -50,7 +50,9 @@ pub enum SyncError {
         "this data dir is not in a sync space: run `cairn sync init --url URL` on the first machine and `cairn sync join --url URL --key KEY` on the others"
     )]
     NotSetUp,
-    #[error("this data dir is already in sync space {0}")]
+    #[error(
+        "this data dir is already in sync space {0} (`cairn sync leave` first to join another)"
+    )]
     AlreadySetUp(String),
     #[error(
         "not a cairn sync key (it looks like cairn1-<32 hex>-<64 hex>, as `cairn sync init` printed it)"
@@ -90,6 +92,10 @@ pub enum SyncError {
     Server(String),
     #[error("a record of device {device} (#{seq}) does not open with this space's key")]
     Unreadable { device: String, seq: i64 },
+    #[error(
+        "{0} records or memories have not reached the space yet: run `cairn sync` first to send them, or leave with --force (they stay here, and go to the next space joined)"
+    )]
+    Unsent(i64),
     #[error("{0}")]
     Random(String),
     #[error(transparent)]
@@ -337,6 +343,45 @@ pub fn join(
     save_setup(dir, conn, &key, url_text, device_name)
 }
 
+/// Takes this data dir out of its space: the key and URL files, and this device's sync
+/// tables (`local::leave`); memories stay. What the space has not received from here yet
+/// (records queued, memories of synced projects not staged) would never reach it: refused
+/// unless `force`. Returns the space left and how many records or memories it missed.
+/// Touches nothing on the server.
+pub fn leave(
+    dir: &DataDir,
+    conn: &mut Connection,
+    settings: &SyncSettings,
+    force: bool,
+) -> Result<(String, i64), SyncError> {
+    let Some(setup) = Setup::load(dir, conn)? else {
+        return Err(SyncError::NotSetUp);
+    };
+    let projects = local::Projects::from_setting(&settings.projects);
+    let unstaged = db::write(conn, |tx| {
+        Ok(local::unsent(tx, &projects, settings.prompts)?.len())
+    })?;
+    let unsent = local::outbox_len(conn)? + i64::try_from(unstaged).unwrap_or(i64::MAX);
+    if unsent > 0 && !force {
+        return Err(SyncError::Unsent(unsent));
+    }
+    // The key first: a data dir without it is in no space, whatever else is left.
+    for file in [key_file(dir), url_file(dir)] {
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(SyncError::Io {
+                    action: "failed to remove",
+                    path: file,
+                    source: e,
+                });
+            }
+            _ => {}
+        }
+    }
+    db::write(conn, local::leave)?;
+    Ok((setup.key.space, unsent))
+}
+
 /// Connects, brings an older server schema up to date and checks that `key` opens the
 /// space's key check: a wrong key is found here, before anything is sent or applied (a
 /// record sealed with it would stop every other device's pull). A database with no sync
@@ -388,6 +433,7 @@ pub fn stage(
 ) -> Result<usize, SyncError> {
     let projects = local::Projects::from_setting(&settings.projects);
     let staged = db::write(conn, |tx| {
+        local::ensure_in(tx, &setup.key.space)?;
         let records = local::unsent(tx, &projects, settings.prompts)?;
         let mut sealed = Vec::with_capacity(records.len());
         let first = local::take_seqs(tx, records.len())?;
@@ -509,6 +555,7 @@ pub fn pull(
                 envelopes.push((*seq, env));
             }
             let counts = db::write(conn, |tx| {
+                local::ensure_in(tx, &setup.key.space)?;
                 let mut c = (0, 0);
                 for (seq, env) in &envelopes {
                     match local::apply(tx, &device, *seq, env, now)? {
