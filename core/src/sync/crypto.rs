@@ -47,10 +47,12 @@ impl SpaceKey {
         })
     }
 
-    /// Reads a key as [`SpaceKey::encode`] writes it.
+    /// Reads a key as [`SpaceKey::encode`] writes it, in any letter case (a key read out
+    /// or retyped may come back in capitals).
     pub fn parse(text: &str) -> Result<Self, SyncError> {
         let bad = || SyncError::BadKey;
-        let rest = text.trim().strip_prefix(KEY_PREFIX).ok_or_else(bad)?;
+        let text = text.trim().to_ascii_lowercase();
+        let rest = text.strip_prefix(KEY_PREFIX).ok_or_else(bad)?;
         let (space, key) = rest.split_once('-').ok_or_else(bad)?;
         let space_bytes = unhex(space).filter(|b| b.len() == 16).ok_or_else(bad)?;
         let key: [u8; 32] = unhex(key).and_then(|k| k.try_into().ok()).ok_or_else(bad)?;
@@ -133,6 +135,8 @@ mod tests {
     fn keys_round_trip_and_reject_garbage() {
         let k = SpaceKey::generate().expect("key");
         assert_eq!(SpaceKey::parse(&k.encode()).expect("parse"), k);
+        let shouted = format!(" {}\n", k.encode().to_ascii_uppercase());
+        assert_eq!(SpaceKey::parse(&shouted).expect("capitals"), k);
         for bad in ["", "cairn1-", "cairn1-zz-00", &k.encode()[..40], "x"] {
             assert!(SpaceKey::parse(bad).is_err(), "{bad}");
         }
