@@ -541,7 +541,10 @@ fn moment_context(
     args: &ContextArgs,
 ) -> anyhow::Result<u8> {
     let settings = ctx.settings();
-    let session = args.session.as_deref();
+    let session = args
+        .session
+        .as_deref()
+        .map(cairn_core::memory::told::Listener::main);
     // Turned off, the hook gives nothing: say so rather than show what it would not give.
     let at = if args.prompt.is_some() {
         Moment::Prompt

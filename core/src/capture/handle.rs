@@ -258,12 +258,19 @@ pub fn handle_with(
         );
         return plain(Stored::Nothing);
     }
-    if let Event::BeforeTool { file, common, .. } = &event {
+    if let Event::BeforeTool {
+        file,
+        common,
+        agent_id,
+        ..
+    } = &event
+    {
         // Nothing to store: what is known about the file the call reads or edits, if any.
         let answer = match (file, connect()) {
             (Some(file), Ok(mut c)) => {
-                let answer = tell::file(&mut c, settings, &project, &common.session_id, file, now)
-                    .unwrap_or_else(|e| {
+                let to = crate::memory::told::Listener::of(&common.session_id, agent_id.as_deref());
+                let answer =
+                    tell::file(&mut c, settings, &project, to, file, now).unwrap_or_else(|e| {
                         log::error!("cannot tell what is known about {file}: {e}");
                         hook::PLAIN_ANSWER.to_string()
                     });
@@ -1302,5 +1309,43 @@ mod told_tests {
             T0 + 3,
         );
         assert_eq!(o.answer, hook::PLAIN_ANSWER);
+    }
+
+    #[test]
+    fn a_subagent_is_told_about_a_file_apart_from_its_main_conversation() {
+        let (_t, dd) = env();
+        let s = Settings::default();
+        let fix = remember(
+            &dd,
+            "bugfix",
+            "Session expiry reads the injected clock",
+            &["src/session.rs"],
+            T0,
+        );
+        let read = |agent: Option<&str>| {
+            let mut v = serde_json::json!({
+                "hook_event_name": "PreToolUse", "session_id": "s1", "cwd": "/nowhere/web",
+                "tool_name": "Read", "tool_use_id": "t1",
+                "tool_input": {"file_path": "/nowhere/web/src/session.rs"},
+            });
+            if let Some(a) = agent {
+                v["agent_id"] = a.into();
+                v["agent_type"] = "Explore".into();
+            }
+            v.to_string()
+        };
+        let told = |o: &Outcome| context_of(&o.answer, "PreToolUse");
+        let main = run(&dd, &s, &read(None), T0);
+        assert!(told(&main).is_some_and(|t| t.contains(&format!("- {fix} bugfix"))));
+        // A subagent starts with a context of its own: what the main conversation was told
+        // is not in it, so it is told too, once; and a second subagent as well.
+        let sub = run(&dd, &s, &read(Some("ag1")), T0 + 1);
+        assert!(told(&sub).is_some_and(|t| t.contains(&format!("- {fix} bugfix"))));
+        assert_eq!(
+            run(&dd, &s, &read(Some("ag1")), T0 + 2).answer,
+            hook::PLAIN_ANSWER
+        );
+        assert!(told(&run(&dd, &s, &read(Some("ag2")), T0 + 3)).is_some());
+        assert_eq!(run(&dd, &s, &read(None), T0 + 4).answer, hook::PLAIN_ANSWER);
     }
 }

@@ -278,6 +278,8 @@ pub enum Event {
         common: Common,
         tool_name: String,
         file: Option<String>,
+        /// The subagent making the call; `None` for the main conversation.
+        agent_id: Option<String>,
     },
     /// The main agent's turn ended (`Stop`).
     Stop {
@@ -531,6 +533,7 @@ pub fn from_wire(wire: Wire, explicit: Option<&str>) -> Result<Event, DecodeErro
                 common,
                 tool_name,
                 file,
+                agent_id: nonempty(f.id("agent_id", wire.agent_id)).map(id),
             }
         }
         EventName::Stop => Event::Stop {
@@ -643,8 +646,20 @@ mod tests {
         assert_eq!(file.as_deref(), Some("/home/dev/acme-api/out.txt"));
         let bash = decode(&fixture("PreToolUse.json"), None).expect("decode");
         assert!(
-            matches!(bash, Event::BeforeTool { file: None, .. }),
+            matches!(
+                bash,
+                Event::BeforeTool {
+                    file: None,
+                    agent_id: None,
+                    ..
+                }
+            ),
             "{bash:?}"
+        );
+        let sub = decode(&fixture("PreToolUse.Bash.subagent.json"), None).expect("decode");
+        assert!(
+            matches!(&sub, Event::BeforeTool { agent_id: Some(a), .. } if a == "a234c386c0b95e3d9"),
+            "{sub:?}"
         );
         let notebook = r#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"NotebookEdit","tool_input":{"notebook_path":"/r/a.ipynb"}}"#;
         assert!(matches!(

@@ -15,7 +15,7 @@ use rusqlite::Connection;
 
 use crate::capture::hook::{self, EventName};
 use crate::error::Result;
-use crate::memory::told::{self, Given, Moment};
+use crate::memory::told::{self, Given, Listener, Moment};
 use crate::recall::context;
 use crate::recall::moment;
 use crate::recall::search::SearchRequest;
@@ -40,7 +40,7 @@ pub fn session_start(
         context::session_start_shown(conn, project, Some(session), &settings.context, now)?;
     record(
         conn,
-        session,
+        Listener::main(session),
         Moment::SessionStart,
         None,
         &shown,
@@ -103,10 +103,11 @@ pub fn prompt(
     if let Some(why) = &found.words_alone_because {
         log::debug!("a prompt's memories by words alone: {why}");
     }
-    let recalled = moment::at_prompt(conn, Some(session), &found, &settings.recall)?;
+    let to = Listener::main(session);
+    let recalled = moment::at_prompt(conn, Some(to), &found, &settings.recall)?;
     record(
         conn,
-        session,
+        to,
         Moment::Prompt,
         None,
         &recalled.given(),
@@ -120,22 +121,23 @@ pub fn prompt(
 }
 
 /// The PreToolUse answer for a call that reads or edits `file`: what is known about the
-/// file, once per file per session. Never a decision on the call.
+/// file, once per file for each listener (the main conversation, or the subagent making
+/// the call). Never a decision on the call.
 pub fn file(
     conn: &mut Connection,
     settings: &Settings,
     project: &str,
-    session: &str,
+    to: Listener,
     file: &str,
     now: i64,
 ) -> Result<String> {
     if moment::turned_off_by(&settings.recall, Moment::File).is_some() {
         return Ok(hook::PLAIN_ANSWER.to_string());
     }
-    let recalled = moment::at_file(conn, project, Some(session), file, &settings.recall)?;
+    let recalled = moment::at_file(conn, project, Some(to), file, &settings.recall)?;
     record(
         conn,
-        session,
+        to,
         Moment::File,
         Some(file),
         &recalled.given(),
@@ -145,10 +147,10 @@ pub fn file(
     Ok(hook::context_answer(EventName::PreToolUse, &recalled.block))
 }
 
-/// Records what `session` was given; a failure is logged (the memories are given anyway).
+/// Records what `to` was given; a failure is logged (the memories are given anyway).
 fn record(
     conn: &mut Connection,
-    session: &str,
+    to: Listener,
     moment: Moment,
     file: Option<&str>,
     given: &[Given],
@@ -159,9 +161,7 @@ fn record(
         return;
     }
     let _ = conn.busy_timeout(RECORD_WAIT);
-    if let Err(e) = db::write(conn, |tx| {
-        told::record(tx, session, moment, file, given, now)
-    }) {
+    if let Err(e) = db::write(conn, |tx| told::record(tx, to, moment, file, given, now)) {
         log::warn!(
             "cannot record the {} memories given at {}: {e}",
             given.len(),

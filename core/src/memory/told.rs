@@ -1,8 +1,9 @@
-//! What each session was already told: the `memory_given` table (migration
-//! `0011_memory_given`), one row per memory cairn gave a session, at the moment it gave it
-//! (the SessionStart index, a prompt, a file about to be read or edited), with the line's
-//! estimated tokens. Its only writer. Read so that a memory is never given twice in a
-//! session and a file's memories once per session, and by `cairn status` and the viewer
+//! What each session was already told: the `memory_given` table (migrations
+//! `0011_memory_given`, `0016_memory_given_agent`), one row per memory cairn gave a
+//! session's main conversation or one of its subagents ([`Listener`]), at the moment it
+//! gave it (the SessionStart index, a prompt, a file about to be read or edited), with the
+//! line's estimated tokens. Its only writer. Read so that a memory is never given twice to
+//! one listener and a file's memories once per listener, and by `cairn status` and the viewer
 //! for how often memories were given and what that cost. Holds ids and sizes, never text.
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
@@ -40,6 +41,30 @@ impl Moment {
     }
 }
 
+/// Who is told: a session's main conversation, or one of its subagents. Each has a
+/// context of its own, so each is told on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener<'a> {
+    pub session: &'a str,
+    /// Claude Code's `agent_id` of the subagent; `""` for the main conversation.
+    pub agent: &'a str,
+}
+
+impl<'a> Listener<'a> {
+    /// The main conversation of `session`.
+    pub fn main(session: &'a str) -> Self {
+        Listener { session, agent: "" }
+    }
+
+    /// The subagent `agent` of `session`, or its main conversation when `None`.
+    pub fn of(session: &'a str, agent: Option<&'a str>) -> Self {
+        Listener {
+            session,
+            agent: agent.unwrap_or(""),
+        }
+    }
+}
+
 /// One memory given to a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Given {
@@ -49,23 +74,25 @@ pub struct Given {
     pub tokens: usize,
 }
 
-/// Records that `session` was given `memories` at `moment` (about `file`, for
+/// Records that `to` was given `memories` at `moment` (about `file`, for
 /// [`Moment::File`]), at `now`.
 pub fn record(
     tx: &Transaction,
-    session: &str,
+    to: Listener,
     moment: Moment,
     file: Option<&str>,
     memories: &[Given],
     now: i64,
 ) -> Result<()> {
     let mut insert = tx.prepare_cached(
-        "INSERT INTO memory_given (session_id, kind, memory_id, moment, file, given_at, tokens)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO memory_given (session_id, agent_id, kind, memory_id, moment, file,
+                                   given_at, tokens)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     for g in memories {
         insert.execute(params![
-            session,
+            to.session,
+            to.agent,
             g.kind.code(),
             g.id,
             moment.as_str(),
@@ -77,26 +104,26 @@ pub fn record(
     Ok(())
 }
 
-/// Whether `session` was already given the memory, at any moment.
-pub fn was_given(conn: &Connection, session: &str, kind: Kind, id: i64) -> Result<bool> {
+/// Whether `to` was already given the memory, at any moment.
+pub fn was_given(conn: &Connection, to: Listener, kind: Kind, id: i64) -> Result<bool> {
     Ok(conn
         .prepare_cached(
             "SELECT 1 FROM memory_given
-             WHERE session_id = ?1 AND kind = ?2 AND memory_id = ?3 LIMIT 1",
+             WHERE session_id = ?1 AND agent_id = ?2 AND kind = ?3 AND memory_id = ?4 LIMIT 1",
         )?
-        .query_row(params![session, kind.code(), id], |_| Ok(()))
+        .query_row(params![to.session, to.agent, kind.code(), id], |_| Ok(()))
         .optional()?
         .is_some())
 }
 
-/// Whether `session` was already given memories about `file`.
-pub fn file_was_given(conn: &Connection, session: &str, file: &str) -> Result<bool> {
+/// Whether `to` was already given memories about `file`.
+pub fn file_was_given(conn: &Connection, to: Listener, file: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached(
             "SELECT 1 FROM memory_given
-             WHERE session_id = ?1 AND moment = 'file' AND file = ?2 LIMIT 1",
+             WHERE session_id = ?1 AND agent_id = ?2 AND moment = 'file' AND file = ?3 LIMIT 1",
         )?
-        .query_row(params![session, file], |_| Ok(()))
+        .query_row(params![to.session, to.agent, file], |_| Ok(()))
         .optional()?
         .is_some())
 }
@@ -153,7 +180,7 @@ mod tests {
         db::write(&mut conn, |tx| {
             record(
                 tx,
-                "s1",
+                Listener::main("s1"),
                 Moment::SessionStart,
                 None,
                 &[given(Kind::Observation, 7, 12)],
@@ -161,7 +188,7 @@ mod tests {
             )?;
             record(
                 tx,
-                "s1",
+                Listener::main("s1"),
                 Moment::File,
                 Some("src/a.rs"),
                 &[given(Kind::Summary, 3, 20)],
@@ -169,13 +196,31 @@ mod tests {
             )
         })
         .expect("record");
-        assert!(was_given(&conn, "s1", Kind::Observation, 7).expect("read"));
-        assert!(!was_given(&conn, "s2", Kind::Observation, 7).expect("read"));
-        assert!(!was_given(&conn, "s1", Kind::Summary, 7).expect("read"));
-        assert!(was_given(&conn, "s1", Kind::Summary, 3).expect("read"));
-        assert!(file_was_given(&conn, "s1", "src/a.rs").expect("read"));
-        assert!(!file_was_given(&conn, "s1", "src/b.rs").expect("read"));
-        assert!(!file_was_given(&conn, "s2", "src/a.rs").expect("read"));
+        assert!(was_given(&conn, Listener::main("s1"), Kind::Observation, 7).expect("read"));
+        assert!(!was_given(&conn, Listener::main("s2"), Kind::Observation, 7).expect("read"));
+        assert!(!was_given(&conn, Listener::main("s1"), Kind::Summary, 7).expect("read"));
+        assert!(was_given(&conn, Listener::main("s1"), Kind::Summary, 3).expect("read"));
+        assert!(file_was_given(&conn, Listener::main("s1"), "src/a.rs").expect("read"));
+        assert!(!file_was_given(&conn, Listener::main("s1"), "src/b.rs").expect("read"));
+        assert!(!file_was_given(&conn, Listener::main("s2"), "src/a.rs").expect("read"));
+        // A subagent of s1 has a context of its own: told nothing yet.
+        let sub = Listener::of("s1", Some("ag1"));
+        assert!(!was_given(&conn, sub, Kind::Observation, 7).expect("read"));
+        assert!(!file_was_given(&conn, sub, "src/a.rs").expect("read"));
+        db::write(&mut conn, |tx| {
+            record(
+                tx,
+                sub,
+                Moment::File,
+                Some("src/b.rs"),
+                &[given(Kind::Observation, 8, 9)],
+                3_000,
+            )
+        })
+        .expect("record");
+        assert!(file_was_given(&conn, sub, "src/b.rs").expect("read"));
+        assert!(!file_was_given(&conn, Listener::main("s1"), "src/b.rs").expect("read"));
+        assert!(!was_given(&conn, Listener::main("s1"), Kind::Observation, 8).expect("read"));
     }
 
     #[test]
@@ -184,7 +229,7 @@ mod tests {
         db::write(&mut conn, |tx| {
             record(
                 tx,
-                "s1",
+                Listener::main("s1"),
                 Moment::Prompt,
                 None,
                 &[given(Kind::Observation, 1, 30), given(Kind::Prompt, 2, 10)],
@@ -192,7 +237,7 @@ mod tests {
             )?;
             record(
                 tx,
-                "s2",
+                Listener::main("s2"),
                 Moment::Prompt,
                 None,
                 &[given(Kind::Observation, 1, 30)],
@@ -200,7 +245,7 @@ mod tests {
             )?;
             record(
                 tx,
-                "s1",
+                Listener::main("s1"),
                 Moment::SessionStart,
                 None,
                 &[given(Kind::Observation, 9, 5)],

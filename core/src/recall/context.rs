@@ -115,7 +115,7 @@ pub fn load(
              WHERE s.id = (SELECT id FROM session_summaries WHERE project = ?1
                            ORDER BY created_at DESC, id DESC LIMIT 1)
                AND NOT EXISTS (SELECT 1 FROM memory_given g
-                    WHERE g.session_id = ?2 AND g.kind = ?3 AND g.memory_id = s.id)",
+                    WHERE g.session_id = ?2 AND g.agent_id = '' AND g.kind = ?3 AND g.memory_id = s.id)",
         )?
         .query_row(params![project, session, Kind::Summary.code()], |r| {
             Ok(LastSummary {
@@ -140,7 +140,7 @@ pub fn load(
                                   WHERE o.session_id = s.session_id)
                     ORDER BY s.updated_at DESC LIMIT ?2))
                AND NOT EXISTS (SELECT 1 FROM memory_given g
-                    WHERE g.session_id = ?4 AND g.kind = ?5 AND g.memory_id = observations.id)
+                    WHERE g.session_id = ?4 AND g.agent_id = '' AND g.kind = ?5 AND g.memory_id = observations.id)
              ORDER BY created_at DESC, id DESC LIMIT ?3",
         )?
         .query_map(
@@ -637,7 +637,7 @@ Details: MCP tools search → timeline → get_observations(ids), or `cairn show
         db::write(&mut conn, |tx| {
             crate::memory::told::record(
                 tx,
-                "now",
+                crate::memory::told::Listener::main("now"),
                 crate::memory::told::Moment::Prompt,
                 None,
                 &given,

@@ -296,7 +296,7 @@ pub fn turned_off_by(settings: &RecallSettings, at: told::Moment) -> Option<&'st
 /// relevant ones above the threshold the session was not given yet.
 pub fn at_prompt(
     conn: &Connection,
-    session: Option<&str>,
+    session: Option<told::Listener>,
     found: &Found,
     settings: &RecallSettings,
 ) -> Result<Recalled> {
@@ -335,12 +335,12 @@ pub fn at_prompt(
 
 /// The memories about `file` (an absolute path, or one relative to the project) worth
 /// knowing before working on it: observations of the project that modified it, and the
-/// failures found while reading it, newest first; none when the session was already given
-/// memories about it.
+/// failures found while reading it, newest first; none when the listener (the session's
+/// main conversation or a subagent) was already given memories about it.
 pub fn at_file(
     conn: &Connection,
     project: &str,
-    session: Option<&str>,
+    session: Option<told::Listener>,
     file: &str,
     settings: &RecallSettings,
 ) -> Result<Recalled> {
@@ -654,7 +654,7 @@ mod tests {
             let hits = search(conn, &prompt_request("web", prompt, &s)).expect("search");
             at_prompt(
                 conn,
-                session,
+                session.map(told::Listener::main),
                 &Found {
                     hits,
                     ..Found::default()
@@ -671,7 +671,14 @@ mod tests {
         assert!(got.block.contains(&format!("- {fix} bugfix")), "{got:?}");
         assert_eq!(got.given().len(), 1, "{got:?}");
         db::write(&mut f.conn, |tx| {
-            told::record(tx, "s1", told::Moment::Prompt, None, &got.given(), T0)
+            told::record(
+                tx,
+                told::Listener::main("s1"),
+                told::Moment::Prompt,
+                None,
+                &got.given(),
+                T0,
+            )
         })
         .expect("told");
         let again = ask(
@@ -732,14 +739,21 @@ mod tests {
         only_read.content.files_read = vec!["src/session.rs".into()];
         f.add(only_read);
         let s = settings();
-        let got = at_file(&f.conn, "web", Some("s1"), "/repo/src/session.rs", &s).expect("file");
+        let got = at_file(
+            &f.conn,
+            "web",
+            Some(told::Listener::main("s1")),
+            "/repo/src/session.rs",
+            &s,
+        )
+        .expect("file");
         let ids: Vec<i64> = got.given().iter().map(|g| g.id).collect();
         assert_eq!(ids, vec![changed, failed], "{got:?}");
         assert!(got.block.contains("so that tests can freeze time"));
         db::write(&mut f.conn, |tx| {
             told::record(
                 tx,
-                "s1",
+                told::Listener::main("s1"),
                 told::Moment::File,
                 Some("/repo/src/session.rs"),
                 &got.given(),
@@ -747,10 +761,23 @@ mod tests {
             )
         })
         .expect("told");
-        let again = at_file(&f.conn, "web", Some("s1"), "/repo/src/session.rs", &s).expect("file");
+        let again = at_file(
+            &f.conn,
+            "web",
+            Some(told::Listener::main("s1")),
+            "/repo/src/session.rs",
+            &s,
+        )
+        .expect("file");
         assert_eq!(again, Recalled::default());
-        let other_project =
-            at_file(&f.conn, "api", Some("s2"), "/repo/src/session.rs", &s).expect("file");
+        let other_project = at_file(
+            &f.conn,
+            "api",
+            Some(told::Listener::main("s2")),
+            "/repo/src/session.rs",
+            &s,
+        )
+        .expect("file");
         assert_eq!(other_project.block, "");
     }
 }

@@ -79,6 +79,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0015_files_index",
         include_str!("../../../migrations/0015_files_index.sql"),
     ),
+    (
+        "0016_memory_given_agent",
+        include_str!("../../../migrations/0016_memory_given_agent.sql"),
+    ),
 ];
 
 /// The first schema version that keeps its number in the `schema_version` table too.
