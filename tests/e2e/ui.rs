@@ -882,4 +882,20 @@ fn the_context_page_changes_only_safe_settings_through_the_writer() {
         serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
     assert!(written.get("context").is_none(), "{written}");
     assert_eq!(block(&reset.body), block(&before));
+
+    // Recall at prompts turned off: the page gives nothing, and says which setting.
+    let asked = "/context?project=acme&prompt=why+does+the+lease+expire";
+    assert!(!ui.get(asked).body.contains("id=\"prompt-off\""));
+    let off = ui.post(
+        "/context/settings",
+        &format!("key=recall.at_prompt&value=false&project=acme&csrf={csrf}"),
+    );
+    assert_eq!(off.status, 200, "{off:?}");
+    let page = ui.get(asked).body;
+    assert!(page.contains("id=\"prompt-off\""), "{page}");
+    assert!(
+        page.contains("<code>recall.at_prompt false</code>"),
+        "{page}"
+    );
+    assert!(!page.contains("id=\"prompt-how\""), "{page}");
 }

@@ -678,7 +678,8 @@ fn context_answer(
     // What a prompt typed here would receive: the hook's own search and choice
     // (`recall::moment`): by the running worker, words and meaning, when it answers in
     // time, else by words alone; for a session given nothing yet.
-    let recalled = if prompt.trim().is_empty() {
+    let prompt_off = moment::turned_off_by(&settings.recall, crate::memory::told::Moment::Prompt);
+    let recalled = if prompt.trim().is_empty() || prompt_off.is_some() {
         None
     } else {
         let request = moment::prompt_request(&project, prompt, &settings.recall);
@@ -712,6 +713,7 @@ fn context_answer(
                 .map(|c| c.as_deref().map_err(String::as_str)),
             csrf: &app.csrf,
             prompt,
+            prompt_off,
             recalled: recalled.as_ref().map(|r| {
                 r.as_ref()
                     .map(|(r, how)| (r, how.as_str()))

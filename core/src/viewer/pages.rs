@@ -696,6 +696,8 @@ pub struct ContextView<'a> {
     /// A prompt typed on the page, and what it would receive.
     pub prompt: &'a str,
     /// What it would receive, and how it was found.
+    /// The setting that turns recall at prompts off, when one does: nothing is given.
+    pub prompt_off: Option<&'static str>,
     pub recalled: Option<Result<(&'a Recalled, &'a str), String>>,
 }
 
@@ -729,6 +731,7 @@ pub fn context(v: ContextView<'_>) -> String {
         changed,
         csrf,
         prompt,
+        prompt_off,
         recalled,
     } = v;
     let mut body = String::from("<h1>What the next session is told</h1>");
@@ -775,6 +778,15 @@ pub fn context(v: ContextView<'_>) -> String {
         esc(prompt)
     );
     match recalled {
+        None if !prompt.trim().is_empty() => {
+            if let Some(setting) = prompt_off {
+                let _ = write!(
+                    body,
+                    "<p class=\"empty\" id=\"prompt-off\">Nothing is given: turned off by <code>{}</code>.</p>",
+                    esc(setting)
+                );
+            }
+        }
         None => {}
         Some(Err(e)) => {
             let _ = write!(body, "<p class=\"error\">{}</p>", esc(&e));
@@ -786,7 +798,7 @@ pub fn context(v: ContextView<'_>) -> String {
                 esc(how)
             );
             if r.block.is_empty() {
-                body.push_str("<p class=\"empty\" id=\"prompt-nothing\">Nothing: no memory is relevant enough (or recall with prompts is off).</p>");
+                body.push_str("<p class=\"empty\" id=\"prompt-nothing\">Nothing: no memory is relevant enough.</p>");
             } else {
                 let _ = write!(
                     body,
