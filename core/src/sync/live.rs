@@ -3,8 +3,9 @@
 //! on the space's channel), its two steps (push what was written here, then tell the
 //! others; pull what they pushed), the cheap look at the local store that says when there
 //! may be something new to push ([`LocalMark`]), the delays between attempts while the
-//! server is away ([`Backoff`]), and what the worker records for `status` to read
-//! (`sync_state`, through `local`, its only writer).
+//! server is away ([`Backoff`]), the [`watch`] that names a server accepting calls it never
+//! answers, and what the worker records for `status` to read (`sync_state`, through
+//! `local`, its only writer).
 //!
 //! Invariants: a push and a pull are the same idempotent steps `cairn sync` takes, so a
 //! worker killed at any point loses and doubles nothing; the notification's payload is a
