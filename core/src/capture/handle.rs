@@ -1311,6 +1311,36 @@ mod told_tests {
         assert_eq!(o.answer, hook::PLAIN_ANSWER);
     }
 
+    /// A question about the past in so many words is answered from a small, young store:
+    /// the query model, trained on changelog lines against everyday requests, would rate
+    /// it as unlikely to be about the past as an instruction.
+    #[test]
+    fn a_question_about_what_was_decided_is_answered_from_a_young_store() {
+        let (_t, dd) = env();
+        let s = Settings::default();
+        let hashing = remember(
+            &dd,
+            "decision",
+            "Passwords are hashed with argon2id, not bcrypt",
+            &["src/auth/passwords.py"],
+            T0,
+        );
+        remember(&dd, "feature", "Upload limit raised to 20 MB", &[], T0 + 1);
+        remember(
+            &dd,
+            "bugfix",
+            "Session cookie marked SameSite=Lax",
+            &[],
+            T0 + 2,
+        );
+        let asked = |id: &str, text: &str| {
+            let o = run(&dd, &s, &prompt("s1", id, text), T0 + 10);
+            context_of(&o.answer, "UserPromptSubmit").unwrap_or_default()
+        };
+        let given = asked("p1", "what did we decide about password hashing?");
+        assert!(given.contains(&format!("- {hashing} decision")), "{given}");
+    }
+
     #[test]
     fn a_subagent_is_told_about_a_file_apart_from_its_main_conversation() {
         let (_t, dd) = env();

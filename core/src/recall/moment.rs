@@ -141,9 +141,57 @@ pub fn is_users_prompt(prompt: &str) -> bool {
         && !p.starts_with(&format!("<{}>", crate::privacy::CONTEXT_TAG))
 }
 
+/// Whether a prompt asks in so many words about the project's past ("what did we decide
+/// about…", "why was…", "last time", "remind me"): such a prompt is a search asked on
+/// purpose, whatever the query model (trained on changelog lines against everyday
+/// requests, never on conversational questions) makes of its other words. English only.
+/// Pure.
+pub fn asks_about_the_past(prompt: &str) -> bool {
+    const CUES: &[&str] = &[
+        "did we",
+        "did i",
+        "have we",
+        "had we",
+        "we decided",
+        "we chose",
+        "we agreed",
+        "we settled",
+        "we ended up",
+        "why was",
+        "why were",
+        "why is it that",
+        "what was the",
+        "what happened",
+        "remind me",
+        "do you remember",
+        "remember when",
+        "remember why",
+        "remember how",
+        "remember what",
+        "last time",
+        "previously",
+        "in the past",
+        "back when",
+        "used to",
+    ];
+    let words: Vec<String> = prompt
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let text = format!(" {} ", words.join(" "));
+    CUES.iter().any(|c| text.contains(&format!(" {c} ")))
+}
+
 /// The search that finds a prompt's memories: observations and turn summaries of the
-/// project (the user's earlier prompts would mostly echo the question), by relevance.
+/// project (the user's earlier prompts would mostly echo the question), by relevance; a
+/// prompt that [`asks_about_the_past`] weighs its memories as a search would.
 pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) -> SearchRequest {
+    let purpose = if asks_about_the_past(prompt) {
+        Purpose::Search
+    } else {
+        Purpose::Prompt
+    };
     SearchRequest {
         // Prose, not the query language: `-dirty` or `NOT` in a prompt are words.
         query: crate::recall::query::literal(prompt),
@@ -158,7 +206,7 @@ pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) ->
         asking_session: None,
         // Every candidate: the threshold is applied (and shown) by `at_prompt`.
         min_relevance: Some(0.0),
-        purpose: Purpose::Prompt,
+        purpose,
     }
 }
 
@@ -468,6 +516,31 @@ pub fn render(heading: &str, offered: &mut [Offered], max: usize, budget_tokens:
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_prompt_asks_about_the_past_in_so_many_words_or_not() {
+        for yes in [
+            "what did we decide about password hashing?",
+            "Why did we drop the Redis cache",
+            "remind me how the deploy works",
+            "didn't we fix this last time?",
+            "We ended up using argon2, right?",
+        ] {
+            assert!(asks_about_the_past(yes), "{yes}");
+            let r = prompt_request("p", yes, &RecallSettings::default());
+            assert_eq!(r.purpose, Purpose::Search, "{yes}");
+        }
+        for no in [
+            "hash the passwords with argon2",
+            "bump the upload limit to 50 MB",
+            "remember to run the tests",
+            "fix the failing test in did_we_win.rs",
+        ] {
+            assert!(!asks_about_the_past(no), "{no}");
+            let r = prompt_request("p", no, &RecallSettings::default());
+            assert_eq!(r.purpose, Purpose::Prompt, "{no}");
+        }
+    }
     use super::*;
     use crate::recall::search::search;
     use crate::recall::testing::{T0, fixture, obs};
