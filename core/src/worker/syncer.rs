@@ -13,7 +13,8 @@
 //! only the user can fix (a refused login, a wrong key) is tried again after ten minutes
 //! or as soon as `sync.url`, `sync.key` or the password file changes, or a `cairn sync`
 //! goes through (it clears the recorded error). Settings and the setup are read again
-//! every `sync.poll_secs`, so `cairn sync join` needs no restart.
+//! every `sync.poll_secs` and as soon as `settings.json` changes (a project taken out of
+//! `sync.projects` is not pushed from then on), so `cairn sync join` needs no restart.
 //!
 //! Writes nothing itself: `sync` writes the sync tables and, through `memory`, what it
 //! pulls. Stops within a tick (or one step) of its stop flags.
@@ -83,10 +84,11 @@ fn setup_files(dir: &DataDir) -> [Option<SystemTime>; 3] {
         Some(dir.root().join("sync.key")),
         password_file,
     ]
-    .map(|f| {
-        f.and_then(|f| std::fs::metadata(f).ok())
-            .and_then(|m| m.modified().ok())
-    })
+    .map(|f| f.and_then(|f| modified(&f)))
+}
+
+fn modified(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 struct Syncer {
@@ -101,6 +103,8 @@ struct Syncer {
     /// Settings and setup read again, and a pull made, at this time.
     next_poll: Instant,
     files: [Option<SystemTime>; 3],
+    /// When `settings.json` was last changed: a change is read at once.
+    settings_file: Option<SystemTime>,
     /// The last attempt failed and its error is recorded.
     failing: bool,
     push_due: bool,
@@ -112,6 +116,7 @@ impl Syncer {
         let now = Instant::now();
         Syncer {
             files: setup_files(&dir),
+            settings_file: modified(&dir.settings()),
             dir,
             settings,
             conn,
@@ -132,6 +137,13 @@ impl Syncer {
 
     fn run(mut self, stopped: &dyn Fn() -> bool) {
         while !stopped() {
+            // `sync.projects` narrowed must hold from the next push on: a project taken
+            // out is private again at once, not at the next poll.
+            let settings_file = modified(&self.dir.settings());
+            if settings_file != self.settings_file {
+                self.settings_file = settings_file;
+                self.next_poll = Instant::now();
+            }
             if Instant::now() >= self.next_poll {
                 if let Ok(l) = Settings::load(&self.dir) {
                     self.settings = l.settings.sync;

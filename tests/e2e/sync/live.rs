@@ -573,3 +573,49 @@ fn a_worker_whose_device_shares_nothing_still_receives() {
         "1"
     );
 }
+
+#[test]
+fn a_project_taken_out_of_sync_projects_is_not_pushed_from_then_on() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    space(&pg, &a, &[&b]);
+    // a's projects come from its settings file, as `cairn config set` writes them.
+    let config = |value: &str| {
+        let mut c = a.env.cmd("cairn");
+        c.args(["config", "set", "sync.projects", value]);
+        let out = c.output().expect("config");
+        assert!(out.status.success(), "{}", crate::support::stderr(&out));
+    };
+    config("p,q");
+    let mut c = a.env.cmd("cairn-worker");
+    c.env("CAIRN_MODEL__PROVIDER", "offline")
+        .env("CAIRN_EMBED__PROVIDER", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _a_worker = Worker {
+        child: Some(c.spawn().expect("worker")),
+    };
+    let _b_worker = worker(&b, &[("CAIRN_SYNC__POLL_SECS", "600")]);
+    wait_connected(&a);
+    a.save("q", "shared while q syncs", "pushed");
+    wait_until("b has q's first memory", 30, || {
+        b.titles().iter().any(|t| t == "shared while q syncs")
+    });
+    config("p");
+    let mut save = a.env.cmd("cairn");
+    save.args([
+        "save",
+        "private once q is out",
+        "--text",
+        "never pushed",
+        "--project",
+        "q",
+    ]);
+    assert!(save.output().expect("save").status.success());
+    a.save("p", "p still syncs", "pushed after the private one");
+    wait_until("b has p's memory", 30, || {
+        b.titles().iter().any(|t| t == "p still syncs")
+    });
+    assert!(!b.titles().iter().any(|t| t == "private once q is out"));
+}
