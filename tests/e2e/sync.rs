@@ -1115,3 +1115,28 @@ fn a_machine_leaves_its_space_and_brings_every_memory_to_the_next() {
     a.sync();
     assert_eq!(a.titles(), ["from a", "from b"]);
 }
+
+#[test]
+fn a_store_restored_from_before_it_joined_stays_in_the_space_as_a_new_device() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    a.prompt("s0", "/work/p", "a first session makes the store");
+    a.save("p", "before joining", "kept in the backup");
+    let backup = a.env.tmp.path().join("before-join.db");
+    a.ok(&["backup", "--to", backup.to_str().expect("utf-8")]);
+    space(&pg, &a, &[&b]);
+    a.save("p", "after joining", "pushed, not in the backup");
+    a.sync();
+    a.ok(&["restore", backup.to_str().expect("utf-8")]);
+    // Still in the space, as status says at once.
+    let status: serde_json::Value =
+        serde_json::from_str(&a.ok(&["status", "--json"])).expect("json");
+    assert!(status["sync"].is_object(), "{status}");
+    let moved = a.sync();
+    assert!(moved["new_device"].is_string(), "{moved}");
+    b.sync();
+    assert_eq!(
+        assert_converged(&[&a, &b]),
+        ["after joining", "before joining"]
+    );
+}

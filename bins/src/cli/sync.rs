@@ -88,15 +88,6 @@ pub struct StatusArgs {
     pub local: bool,
 }
 
-fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "device".into())
-}
-
 fn open_creating(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
     let opts = OpenOptions {
         create: true,
@@ -162,7 +153,7 @@ fn once(ctx: &Ctx, json: bool) -> anyhow::Result<u8> {
     } else {
         if let Some(device) = &moved.new_device {
             say!(
-                "The server holds records of this machine's log that this data dir did not write: it was restored from a backup, or copied from another machine. It goes on as new device {device}; its old log is read like another device's, so nothing is lost."
+                "This data dir goes on in the space as new device {device}: it was restored from a backup, or copied from another machine. Its old log, if any, is read like another device's, so nothing is lost."
             );
         }
         say!(
@@ -206,7 +197,7 @@ fn joined(setup: &Setup, json: bool, show_key: bool) -> anyhow::Result<u8> {
 
 fn init(ctx: &Ctx, args: &InitArgs) -> anyhow::Result<u8> {
     let mut conn = open_creating(ctx)?;
-    let name = args.name.clone().unwrap_or_else(host_name);
+    let name = args.name.clone().unwrap_or_else(sync::host_name);
     let _watch = give_up_on_silence(ctx);
     let setup = sync::init(&ctx.data_dir, &mut conn, &args.url, &name).map_err(explain)?;
     joined(&setup, args.json, true)
@@ -214,7 +205,7 @@ fn init(ctx: &Ctx, args: &InitArgs) -> anyhow::Result<u8> {
 
 fn join(ctx: &Ctx, args: &JoinArgs) -> anyhow::Result<u8> {
     let mut conn = open_creating(ctx)?;
-    let name = args.name.clone().unwrap_or_else(host_name);
+    let name = args.name.clone().unwrap_or_else(sync::host_name);
     let _watch = give_up_on_silence(ctx);
     let setup =
         sync::join(&ctx.data_dir, &mut conn, &args.url, &args.key, &name).map_err(explain)?;

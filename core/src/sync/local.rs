@@ -396,6 +396,13 @@ pub fn ensure_in(tx: &Transaction, space: &str) -> Result<()> {
     }
 }
 
+/// Puts this store in `space` as `device` named `name`.
+pub fn enter(tx: &Transaction, space: &str, device: &str, name: &str) -> Result<()> {
+    set(tx, SPACE, space)?;
+    set(tx, DEVICE, device)?;
+    set(tx, DEVICE_NAME, name)
+}
+
 /// Forgets this device's place in its space: its state, outbox, what went into or came
 /// out of logs, and the cursors. The memories stay, as this store's own, so a space joined
 /// next receives them all.

@@ -261,21 +261,58 @@ pub struct Setup {
 
 impl Setup {
     /// Reads the setup of this data dir; `None` when it is in no space.
+    /// Reads the setup of this data dir; `None` when it is in no space (no key file). The
+    /// device is empty when the store has none in that space ([`ensure_device`]).
     pub fn load(dir: &DataDir, conn: &Connection) -> Result<Option<Setup>, SyncError> {
-        let (Some(key), Some(url), Some(device)) = (
-            read_file(&key_file(dir))?,
-            read_file(&url_file(dir))?,
-            local::get(conn, local::DEVICE)?,
-        ) else {
+        let (Some(key), Some(url)) = (read_file(&key_file(dir))?, read_file(&url_file(dir))?)
+        else {
             return Ok(None);
         };
+        let key = SpaceKey::parse(&key)?;
+        let in_space = local::get(conn, local::SPACE)?.as_deref() == Some(key.space.as_str());
+        let device = local::get(conn, local::DEVICE)?.filter(|_| in_space);
         Ok(Some(Setup {
-            key: SpaceKey::parse(&key)?,
+            key,
             url: Url::parse(&url)?,
-            device,
-            device_name: local::get(conn, local::DEVICE_NAME)?.unwrap_or_default(),
+            device: device.unwrap_or_default(),
+            device_name: local::get(conn, local::DEVICE_NAME)?
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(host_name),
         }))
     }
+}
+
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`), the default device name.
+pub fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "device".into())
+}
+
+/// Gives the store a device in the space its key file names when it has none there: a
+/// store restored from a backup taken before it joined (by hand, or by damage recovery),
+/// or while it was in another space, lies beside the key and URL files of its space. It
+/// goes on as a new device, its sync tables emptied (what they said was about another
+/// time or space): its memories are all sent, and its old log, if any, is read like
+/// another device's. True when it did.
+pub fn ensure_device(conn: &mut Connection, setup: &mut Setup) -> Result<bool, SyncError> {
+    if !setup.device.is_empty() {
+        return Ok(false);
+    }
+    let device = crate::hex::hex(&crypto::random::<16>()?);
+    log::warn!(
+        "sync: this store has no device in space {} (restored from a backup taken before it joined, or in another space); it goes on as new device {device}",
+        setup.key.space
+    );
+    db::write(conn, |tx| {
+        local::leave(tx)?;
+        local::enter(tx, &setup.key.space, &device, &setup.device_name)
+    })?;
+    setup.device = device;
+    Ok(true)
 }
 
 fn ensure_not_set_up(dir: &DataDir, conn: &Connection) -> Result<(), SyncError> {
@@ -296,9 +333,7 @@ fn save_setup(
     let device = crate::hex::hex(&crypto::random::<16>()?);
     write_private(&url_file(dir), url_text.trim())?;
     db::write(conn, |tx| {
-        local::set(tx, local::SPACE, &key.space)?;
-        local::set(tx, local::DEVICE, &device)?;
-        local::set(tx, local::DEVICE_NAME, device_name)
+        local::enter(tx, &key.space, &device, device_name)
     })?;
     // The key last: a data dir with a key file is in the space.
     write_private(&key_file(dir), &key.encode())?;
@@ -418,8 +453,8 @@ pub struct Moved {
     pub added: usize,
     /// Memories those records forgot here.
     pub forgotten: usize,
-    /// This device's new id, when the server held records of its log that this data dir
-    /// did not write (restored from a backup, or copied to another machine).
+    /// This device's new id, when the data dir was restored from a backup or copied to
+    /// another machine ([`ensure_device`], [`push`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_device: Option<String>,
 }
@@ -583,6 +618,7 @@ pub fn sync_once(
 ) -> Result<Moved, SyncError> {
     let mut setup = Setup::load(dir, conn)?.ok_or(SyncError::NotSetUp)?;
     let device = setup.device.clone();
+    ensure_device(conn, &mut setup)?;
     let result = (|| -> Result<Moved, SyncError> {
         let opened = open_space(&setup.url, &setup.key);
         // A key that is not the space's seals nothing. The server away or a refused login

@@ -182,7 +182,7 @@ impl Syncer {
         if Instant::now() < self.next_try && !self.cleared_elsewhere() {
             return false;
         }
-        let setup = match Setup::load(&self.dir, &self.conn) {
+        let mut setup = match Setup::load(&self.dir, &self.conn) {
             Ok(Some(s)) => s,
             Ok(None) => {
                 // Not in a space (yet): looked at again at the next poll.
@@ -194,6 +194,10 @@ impl Syncer {
                 return false;
             }
         };
+        if let Err(e) = crate::sync::ensure_device(&mut self.conn, &mut setup) {
+            self.failed(e);
+            return false;
+        }
         let server = setup.url.display();
         match Link::open(setup, self.settings.listen) {
             Ok(link) => {
