@@ -1093,6 +1093,13 @@ fn a_machine_leaves_its_space_and_brings_every_memory_to_the_next() {
     a.sync();
     b.sync();
     b.save("p", "from b", "not sent yet");
+    // Not staged yet, and counted as unsent all the same.
+    let status: serde_json::Value =
+        serde_json::from_str(&b.ok(&["sync", "status", "--local", "--json"])).expect("json");
+    assert!(
+        status["unsent"].as_i64().is_some_and(|n| n >= 1),
+        "{status}"
+    );
     // What never reached the space is not left behind without a word.
     let out = b.cairn(&["sync", "leave"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));

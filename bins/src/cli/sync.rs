@@ -232,7 +232,7 @@ fn leave(ctx: &Ctx, args: &LeaveArgs) -> anyhow::Result<u8> {
 
 fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
     let conn = super::open(ctx)?;
-    let Some(s) = sync::status(&ctx.data_dir, &conn).map_err(explain)? else {
+    let Some(s) = sync::status(&ctx.data_dir, &conn, &ctx.settings().sync).map_err(explain)? else {
         if args.json {
             say!("null");
         } else {
@@ -265,7 +265,10 @@ fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
     say!("server:    {}", s.server);
     say!("space:     {}", s.space);
     say!("device:    {} ({})", s.device_name, s.device);
-    say!("unsent:    {} records", s.unsent);
+    say!(
+        "unsent:    {} (records queued, memories not yet staged)",
+        s.unsent
+    );
     say!("last push: {}", when(s.last_push_at));
     say!("last pull: {}", when(s.last_pull_at));
     say!(

@@ -370,7 +370,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let (spooled_outside, outside_dir) = kept_outside(dir).unzip();
     let read_only = crate::store::paths::read_only_reason(&dir.db())
         .or_else(|| crate::store::paths::read_only_reason(dir.root()));
-    let sync = crate::sync::status(dir, conn);
+    let sync = crate::sync::status(dir, conn, &settings.sync);
     let worker_running = worker.running;
     let mut status = Status {
         data_dir: dir.root().display().to_string(),

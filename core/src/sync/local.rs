@@ -184,6 +184,79 @@ fn list(text: String) -> Vec<String> {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
+// What no log carries yet, as `FROM … WHERE …` with the projects as `?1` (all) and `?2`
+// (a JSON list): one text for [`unsent`], which stages it, and [`unsent_count`], which
+// counts it for `status` and `leave`.
+macro_rules! unsent_sessions {
+    () => {
+        "FROM sessions m
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'session'
+                           AND s.origin = m.session_id
+                           AND s.hash = m.started_at || ':' || coalesce(m.ended_at, 0))"
+    };
+}
+macro_rules! unsent_prompts {
+    () => {
+        "FROM user_prompts p
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'prompt'
+                           AND s.origin = p.session_id || ':'
+                               || coalesce(p.prompt_id, '#' || p.prompt_number))"
+    };
+}
+macro_rules! unsent_observations {
+    () => {
+        "FROM observations o
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'observation'
+                           AND s.origin = coalesce(o.session_id, '') || ':' || o.content_hash)"
+    };
+}
+macro_rules! unsent_summaries {
+    () => {
+        "FROM session_summaries m
+         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'summary'
+                           AND s.origin = m.session_id || ':' || m.prompt_number
+                           AND s.hash = m.content_hash)"
+    };
+}
+// Only tombstones of memories that went into a log: what never left never leaves. Takes
+// no parameters.
+macro_rules! unsent_forgets {
+    () => {
+        "FROM forgotten f
+         WHERE EXISTS (SELECT 1 FROM sync_rows s
+                       WHERE s.kind = CASE f.kind WHEN 'observation_hash' THEN 'observation'
+                                                  WHEN 'summary' THEN 'summary'
+                                                  WHEN 'prompt' THEN 'prompt' END
+                         AND s.origin = f.key)
+           AND NOT EXISTS (SELECT 1 FROM sync_rows s
+                           WHERE s.kind = 'forget' AND s.origin = f.kind || ' ' || f.key)"
+    };
+}
+
+/// How many records [`unsent`] would stage now, without building them.
+pub fn unsent_count(conn: &Connection, projects: &Projects, prompts: bool) -> Result<i64> {
+    let (all, named) = projects.sql_args();
+    let count = |sql: &str| -> Result<i64> {
+        Ok(conn
+            .prepare_cached(sql)?
+            .query_row(params![all, named], |r| r.get(0))?)
+    };
+    let mut n = count(concat!("SELECT count(*) ", unsent_sessions!()))?
+        + count(concat!("SELECT count(*) ", unsent_observations!()))?
+        + count(concat!("SELECT count(*) ", unsent_summaries!()))?;
+    if prompts {
+        n += count(concat!("SELECT count(*) ", unsent_prompts!()))?;
+    }
+    n += conn
+        .prepare_cached(concat!("SELECT count(*) ", unsent_forgets!()))?
+        .query_row([], |r| r.get::<_, i64>(0))?;
+    Ok(n)
+}
+
 /// The stored sessions and memories of synced projects (prompts only when `prompts`) and
 /// the tombstones of synced memories that no log carries yet (or, for a summary or a
 /// session, carries in an older version), as records; sessions first, so that a device
@@ -191,15 +264,11 @@ fn list(text: String) -> Vec<String> {
 pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Vec<Record>> {
     let (all, named) = projects.sql_args();
     let mut out = Vec::new();
-    let mut stmt = tx.prepare_cached(
-        "SELECT session_id, project, prompt_counter, status, started_at, updated_at, ended_at
-         FROM sessions m
-         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
-           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'session'
-                           AND s.origin = m.session_id
-                           AND s.hash = m.started_at || ':' || coalesce(m.ended_at, 0))
-         ORDER BY started_at, session_id",
-    )?;
+    let mut stmt = tx.prepare_cached(concat!(
+        "SELECT session_id, project, prompt_counter, status, started_at, updated_at, ended_at ",
+        unsent_sessions!(),
+        " ORDER BY started_at, session_id"
+    ))?;
     let rows = stmt.query_map(params![all, named], |r| {
         Ok(SessionRecord {
             session_id: r.get(0)?,
@@ -218,15 +287,11 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
     }
     if prompts {
         // A prompt's origin is its tombstone's key (`forgotten::Key::prompt`), built here.
-        let mut stmt = tx.prepare_cached(
-            "SELECT session_id, project, prompt_number, prompt_id, prompt_text, created_at
-             FROM user_prompts p
-             WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
-               AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'prompt'
-                               AND s.origin = p.session_id || ':'
-                                   || coalesce(p.prompt_id, '#' || p.prompt_number))
-             ORDER BY id",
-        )?;
+        let mut stmt = tx.prepare_cached(concat!(
+            "SELECT session_id, project, prompt_number, prompt_id, prompt_text, created_at ",
+            unsent_prompts!(),
+            " ORDER BY id"
+        ))?;
         let rows = stmt.query_map(params![all, named], |r| {
             Ok(PromptRecord {
                 session_id: r.get(0)?,
@@ -242,13 +307,12 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
         }
     }
     let mut stmt = tx.prepare_cached(
-        "SELECT session_id, project, prompt_number, type, original_type, title, subtitle,
-                narrative, facts, concepts, files_read, files_modified, origin, created_at, id
-         FROM observations o
-         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
-           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'observation'
-                           AND s.origin = coalesce(o.session_id, '') || ':' || o.content_hash)
-         ORDER BY id",
+        concat!(
+            "SELECT session_id, project, prompt_number, type, original_type, title, subtitle,
+                    narrative, facts, concepts, files_read, files_modified, origin, created_at, id ",
+            unsent_observations!(),
+            " ORDER BY id"
+        ),
     )?;
     let rows = stmt.query_map(params![all, named], |r| {
         let id: i64 = r.get(14)?;
@@ -280,16 +344,12 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
         let v = vectors::carried(tx, Kind::Observation, id)?.map(Vector::of);
         out.push(Record::Observation { o, v });
     }
-    let mut stmt = tx.prepare_cached(
+    let mut stmt = tx.prepare_cached(concat!(
         "SELECT session_id, project, prompt_number, request, investigated, learned, completed,
-                next_steps, notes, files_read, files_edited, origin, created_at, id
-         FROM session_summaries m
-         WHERE (?1 OR project IN (SELECT value FROM json_each(?2)))
-           AND NOT EXISTS (SELECT 1 FROM sync_rows s WHERE s.kind = 'summary'
-                           AND s.origin = m.session_id || ':' || m.prompt_number
-                           AND s.hash = m.content_hash)
-         ORDER BY id",
-    )?;
+                    next_steps, notes, files_read, files_edited, origin, created_at, id ",
+        unsent_summaries!(),
+        " ORDER BY id"
+    ))?;
     let rows = stmt.query_map(params![all, named], |r| {
         let id: i64 = r.get(13)?;
         Ok((
@@ -317,18 +377,11 @@ pub fn unsent(tx: &Transaction, projects: &Projects, prompts: bool) -> Result<Ve
         let v = vectors::carried(tx, Kind::Summary, id)?.map(Vector::of);
         out.push(Record::Summary { s, v });
     }
-    // Only tombstones of memories that went into a log: what never left never leaves.
-    let mut stmt = tx.prepare_cached(
-        "SELECT kind, key FROM forgotten f
-         WHERE EXISTS (SELECT 1 FROM sync_rows s
-                       WHERE s.kind = CASE f.kind WHEN 'observation_hash' THEN 'observation'
-                                                  WHEN 'summary' THEN 'summary'
-                                                  WHEN 'prompt' THEN 'prompt' END
-                         AND s.origin = f.key)
-           AND NOT EXISTS (SELECT 1 FROM sync_rows s
-                           WHERE s.kind = 'forget' AND s.origin = f.kind || ' ' || f.key)
-         ORDER BY forgotten_at, kind, key",
-    )?;
+    let mut stmt = tx.prepare_cached(concat!(
+        "SELECT kind, key ",
+        unsent_forgets!(),
+        " ORDER BY forgotten_at, kind, key"
+    ))?;
     let rows = stmt.query_map([], |r| {
         Ok(Record::Forget {
             kind: r.get(0)?,

@@ -392,11 +392,7 @@ pub fn leave(
     let Some(setup) = Setup::load(dir, conn)? else {
         return Err(SyncError::NotSetUp);
     };
-    let projects = local::Projects::from_setting(&settings.projects);
-    let unstaged = db::write(conn, |tx| {
-        Ok(local::unsent(tx, &projects, settings.prompts)?.len())
-    })?;
-    let unsent = local::outbox_len(conn)? + i64::try_from(unstaged).unwrap_or(i64::MAX);
+    let unsent = unsent(conn, settings)?;
     if unsent > 0 && !force {
         return Err(SyncError::Unsent(unsent));
     }
@@ -657,7 +653,8 @@ pub struct Status {
     pub space: String,
     pub device: String,
     pub device_name: String,
-    /// Records sealed but not yet on the server.
+    /// Records and memories not on the server yet: sealed in the outbox, or of synced
+    /// projects and not staged yet.
     pub unsent: i64,
     pub last_sync_at: Option<i64>,
     pub last_push_at: Option<i64>,
@@ -688,8 +685,19 @@ pub struct DeviceStatus {
     pub last_seq: Option<i64>,
 }
 
+/// What the space has not received from here: records queued in the outbox, and memories
+/// (sessions, tombstones) of synced projects not staged yet.
+fn unsent(conn: &Connection, settings: &SyncSettings) -> Result<i64, SyncError> {
+    let projects = local::Projects::from_setting(&settings.projects);
+    Ok(local::outbox_len(conn)? + local::unsent_count(conn, &projects, settings.prompts)?)
+}
+
 /// This device's sync state, from the local store only (no network).
-pub fn status(dir: &DataDir, conn: &Connection) -> Result<Option<Status>, SyncError> {
+pub fn status(
+    dir: &DataDir,
+    conn: &Connection,
+    settings: &SyncSettings,
+) -> Result<Option<Status>, SyncError> {
     let Some(setup) = Setup::load(dir, conn)? else {
         return Ok(None);
     };
@@ -723,7 +731,7 @@ pub fn status(dir: &DataDir, conn: &Connection) -> Result<Option<Status>, SyncEr
         space: setup.key.space.clone(),
         device: setup.device,
         device_name: setup.device_name,
-        unsent: local::outbox_len(conn)?,
+        unsent: unsent(conn, settings)?,
         last_sync_at: r.last_pull_at,
         last_push_at: r.last_push_at,
         last_pull_at: r.last_pull_at,

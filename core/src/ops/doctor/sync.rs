@@ -14,7 +14,7 @@ pub(super) fn check_sync(
     out: &mut Vec<Finding>,
 ) {
     let Some(conn) = conn else { return };
-    let s = match crate::sync::status(dir, conn) {
+    let s = match crate::sync::status(dir, conn, &settings.sync) {
         Ok(Some(s)) => s,
         Ok(None) => return,
         Err(e) => {
