@@ -1147,3 +1147,34 @@ fn a_store_restored_from_before_it_joined_stays_in_the_space_as_a_new_device() {
         ["after joining", "before joining"]
     );
 }
+
+#[test]
+fn a_failed_init_or_join_leaves_no_data_dir_behind() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    let key = space(&pg, &a, &[]);
+    let wrong_key = format!("{}00", &key[..key.len() - 2]);
+    for args in [
+        vec![
+            "sync",
+            "join",
+            "--url",
+            "postgres://nobody@127.0.0.1:1/x",
+            "--key",
+            &key,
+        ],
+        vec!["sync", "join", "--url", &pg.url(), "--key", "garbage"],
+        vec!["sync", "join", "--url", &pg.url(), "--key", &wrong_key],
+        vec!["sync", "init", "--url", "http://example.org/"],
+    ] {
+        let out = b.cairn(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stdout(&out));
+        assert!(
+            !b.env.data_dir.exists(),
+            "{args:?} left {:?}",
+            b.env.data_dir
+        );
+    }
+    b.ok(&["sync", "join", "--url", &pg.url(), "--key", &key]);
+    assert!(b.env.data_dir.join("cairn.db").exists());
+}

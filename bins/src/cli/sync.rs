@@ -196,20 +196,45 @@ fn joined(setup: &Setup, json: bool, show_key: bool) -> anyhow::Result<u8> {
 }
 
 fn init(ctx: &Ctx, args: &InitArgs) -> anyhow::Result<u8> {
-    let mut conn = open_creating(ctx)?;
     let name = args.name.clone().unwrap_or_else(sync::host_name);
+    let existing = existing_store(ctx)?;
     let _watch = give_up_on_silence(ctx);
-    let setup = sync::init(&ctx.data_dir, &mut conn, &args.url, &name).map_err(explain)?;
+    let key = sync::create_space(&ctx.data_dir, &args.url).map_err(explain)?;
+    let setup = enter(ctx, existing, &key, &args.url, &name)?;
     joined(&setup, args.json, true)
 }
 
 fn join(ctx: &Ctx, args: &JoinArgs) -> anyhow::Result<u8> {
-    let mut conn = open_creating(ctx)?;
     let name = args.name.clone().unwrap_or_else(sync::host_name);
+    let existing = existing_store(ctx)?;
     let _watch = give_up_on_silence(ctx);
-    let setup =
-        sync::join(&ctx.data_dir, &mut conn, &args.url, &args.key, &name).map_err(explain)?;
+    let key = sync::check_space(&ctx.data_dir, &args.url, &args.key).map_err(explain)?;
+    let setup = enter(ctx, existing, &key, &args.url, &name)?;
     joined(&setup, args.json, false)
+}
+
+/// The data dir's store when there is one, opened before the server is asked anything: a
+/// damaged or newer store fails first. A missing one is created only once the server
+/// said yes, so a failed init or join leaves nothing behind.
+fn existing_store(ctx: &Ctx) -> anyhow::Result<Option<rusqlite::Connection>> {
+    Ok(match ctx.data_dir.db().exists() {
+        true => Some(super::open(ctx)?),
+        false => None,
+    })
+}
+
+fn enter(
+    ctx: &Ctx,
+    existing: Option<rusqlite::Connection>,
+    key: &sync::SpaceKey,
+    url: &str,
+    name: &str,
+) -> anyhow::Result<Setup> {
+    let mut conn = match existing {
+        Some(c) => c,
+        None => open_creating(ctx)?,
+    };
+    sync::enter(&ctx.data_dir, &mut conn, key, url, name).map_err(explain)
 }
 
 fn leave(ctx: &Ctx, args: &LeaveArgs) -> anyhow::Result<u8> {

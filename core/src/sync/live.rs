@@ -231,7 +231,12 @@ pub fn watch(dir: &DataDir, limit: Duration, then: impl Fn(&SyncError) + Send + 
             }
             told = since;
             let e = SyncError::NotAnswering(limit.as_secs());
-            let recorded = db::open_data_dir(&dir, db::OpenOptions::default())
+            // A store that is not there (an init or join not done) is not made for this.
+            let opts = db::OpenOptions {
+                create: false,
+                ..db::OpenOptions::default()
+            };
+            let recorded = db::open_data_dir(&dir, opts)
                 .map_err(SyncError::from)
                 .and_then(|mut conn| record_error(&mut conn, &e, None, now));
             if let Err(why) = recorded {

@@ -315,55 +315,75 @@ pub fn ensure_device(conn: &mut Connection, setup: &mut Setup) -> Result<bool, S
     Ok(true)
 }
 
-fn ensure_not_set_up(dir: &DataDir, conn: &Connection) -> Result<(), SyncError> {
-    if let Some(s) = Setup::load(dir, conn)? {
-        return Err(SyncError::AlreadySetUp(s.key.space));
+/// Refuses a data dir already in a space (its key file says so; no store needed).
+fn ensure_not_set_up(dir: &DataDir) -> Result<(), SyncError> {
+    if let Some(key) = read_file(&key_file(dir))? {
+        let space = SpaceKey::parse(&key).map_or_else(|_| "(unreadable key)".into(), |k| k.space);
+        return Err(SyncError::AlreadySetUp(space));
     }
     Ok(())
 }
 
-/// Writes this device's setup: the key and URL files, then its device id in the store.
-fn save_setup(
+/// Puts this data dir in the space of `key` on `url_text`: the URL file, then this device
+/// in the store, then the key file (a data dir with a key file is in the space).
+pub fn enter(
     dir: &DataDir,
     conn: &mut Connection,
     key: &SpaceKey,
     url_text: &str,
     device_name: &str,
 ) -> Result<Setup, SyncError> {
+    ensure_not_set_up(dir)?;
+    let url = Url::parse(url_text)?;
     let device = crate::hex::hex(&crypto::random::<16>()?);
     write_private(&url_file(dir), url_text.trim())?;
     db::write(conn, |tx| {
+        local::leave(tx)?;
         local::enter(tx, &key.space, &device, device_name)
     })?;
-    // The key last: a data dir with a key file is in the space.
     write_private(&key_file(dir), &key.encode())?;
     Ok(Setup {
         key: key.clone(),
-        url: Url::parse(url_text)?,
+        url,
         device,
         device_name: device_name.to_string(),
     })
 }
 
-/// Creates a new space on the server and puts this device in it; returns its key, to be
-/// shown once and copied to the other machines.
+/// Creates a new space on the server and returns its key, to be shown once and copied to
+/// the other machines; nothing local is written ([`enter`] does).
+pub fn create_space(dir: &DataDir, url_text: &str) -> Result<SpaceKey, SyncError> {
+    ensure_not_set_up(dir)?;
+    let url = Url::parse(url_text)?;
+    let key = SpaceKey::generate()?;
+    let mut client = url.connect()?;
+    server::migrate(&mut client)?;
+    server::create_space(&mut client, &key.space, &key.key_check()?)?;
+    Ok(key)
+}
+
+/// Checks that `key_text` opens a space on the server; nothing is written, locally or
+/// there ([`enter`] puts the data dir in it).
+pub fn check_space(dir: &DataDir, url_text: &str, key_text: &str) -> Result<SpaceKey, SyncError> {
+    ensure_not_set_up(dir)?;
+    let url = Url::parse(url_text)?;
+    let key = SpaceKey::parse(key_text)?;
+    open_space(&url, &key)?;
+    Ok(key)
+}
+
+/// [`create_space`] and [`enter`].
 pub fn init(
     dir: &DataDir,
     conn: &mut Connection,
     url_text: &str,
     device_name: &str,
 ) -> Result<Setup, SyncError> {
-    ensure_not_set_up(dir, conn)?;
-    let url = Url::parse(url_text)?;
-    let key = SpaceKey::generate()?;
-    let mut client = url.connect()?;
-    server::migrate(&mut client)?;
-    server::create_space(&mut client, &key.space, &key.key_check()?)?;
-    save_setup(dir, conn, &key, url_text, device_name)
+    let key = create_space(dir, url_text)?;
+    enter(dir, conn, &key, url_text, device_name)
 }
 
-/// Puts this device in an existing space. A wrong key writes nothing, locally or on the
-/// server.
+/// [`check_space`] and [`enter`].
 pub fn join(
     dir: &DataDir,
     conn: &mut Connection,
@@ -371,11 +391,8 @@ pub fn join(
     key_text: &str,
     device_name: &str,
 ) -> Result<Setup, SyncError> {
-    ensure_not_set_up(dir, conn)?;
-    let url = Url::parse(url_text)?;
-    let key = SpaceKey::parse(key_text)?;
-    open_space(&url, &key)?;
-    save_setup(dir, conn, &key, url_text, device_name)
+    let key = check_space(dir, url_text, key_text)?;
+    enter(dir, conn, &key, url_text, device_name)
 }
 
 /// Takes this data dir out of its space: the key and URL files, and this device's sync
