@@ -371,7 +371,6 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let read_only = crate::store::paths::read_only_reason(&dir.db())
         .or_else(|| crate::store::paths::read_only_reason(dir.root()));
     let sync = crate::sync::status(dir, conn, &settings.sync);
-    let worker_running = worker.running;
     let mut status = Status {
         data_dir: dir.root().display().to_string(),
         now,
@@ -402,13 +401,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             now - 7 * 86_400_000,
         )?,
         given_last_week: crate::memory::told::totals_since(conn, now - 7 * 86_400_000)?,
-        // Listening is the running worker's: none runs, none listens.
-        sync: sync.as_ref().ok().cloned().flatten().map(|mut s| {
-            if !worker_running {
-                s.listening = None;
-            }
-            s
-        }),
+        sync: sync.as_ref().ok().cloned().flatten(),
         sync_unreadable: sync.err().map(|e| match e.fix() {
             Some(fix) => format!("{e}: {fix}"),
             None => e.to_string(),

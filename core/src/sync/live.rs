@@ -238,7 +238,10 @@ pub fn watch(dir: &DataDir, limit: Duration, then: impl Fn(&SyncError) + Send + 
             };
             let recorded = db::open_data_dir(&dir, opts)
                 .map_err(SyncError::from)
-                .and_then(|mut conn| record_error(&mut conn, &e, None, now));
+                .and_then(|mut conn| {
+                    record_error(&mut conn, &e, None, now)?;
+                    record_listening(&mut conn, None)
+                });
             if let Err(why) = recorded {
                 log::warn!("sync: cannot record the error: {why}");
             }
@@ -388,11 +391,15 @@ pub fn record_error(
     Ok(())
 }
 
-/// Records whether the worker is listening for the other devices' pushes.
-pub fn record_listening(conn: &mut Connection, listening: bool) -> Result<(), SyncError> {
-    db::write(conn, |tx| {
-        local::set(tx, LISTENING, if listening { "1" } else { "0" })
-    })?;
+/// Records whether the worker is listening for the other devices' pushes (`None`: it has
+/// no connection to listen on).
+pub fn record_listening(conn: &mut Connection, listening: Option<bool>) -> Result<(), SyncError> {
+    let value = match listening {
+        Some(true) => "1",
+        Some(false) => "0",
+        None => "",
+    };
+    db::write(conn, |tx| local::set(tx, LISTENING, value))?;
     Ok(())
 }
 
@@ -494,7 +501,7 @@ mod tests {
         let away = SyncError::Unreachable("connection refused".into());
         record_error(&mut conn, &away, Some(2_000), 1_000).expect("first");
         record_error(&mut conn, &away, Some(5_000), 3_000).expect("second");
-        record_listening(&mut conn, true).expect("listening");
+        record_listening(&mut conn, Some(true)).expect("listening");
         let r = recorded(&conn).expect("recorded");
         assert!(
             r.last_error

@@ -757,7 +757,10 @@ pub fn status(
         last_error_at: r.last_error_at,
         fix: r.fix,
         retry_at: r.retry_at,
-        listening: r.listening,
+        // Listening is a running worker's: with none running, none listens.
+        listening: r
+            .listening
+            .filter(|_| crate::store::lock::holder(&dir.worker_lock()).is_ok_and(|h| h.is_some())),
         devices,
     }))
 }

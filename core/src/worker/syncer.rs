@@ -136,6 +136,14 @@ impl Syncer {
     }
 
     fn run(mut self, stopped: &dyn Fn() -> bool) {
+        self.run_until(stopped);
+        // Stopped: nothing listens any more.
+        if let Err(e) = live::record_listening(&mut self.conn, None) {
+            log::warn!("sync: {e}");
+        }
+    }
+
+    fn run_until(&mut self, stopped: &dyn Fn() -> bool) {
         while !stopped() {
             // `sync.projects` narrowed must hold from the next push on: a project taken
             // out is private again at once, not at the next poll.
@@ -209,7 +217,7 @@ impl Syncer {
                         " (polling)"
                     }
                 );
-                if let Err(e) = live::record_listening(&mut self.conn, link.listening()) {
+                if let Err(e) = live::record_listening(&mut self.conn, Some(link.listening())) {
                     log::warn!("sync: {e}");
                 }
                 self.link = Some(link);
@@ -279,6 +287,9 @@ impl Syncer {
         let delay = self.backoff.failed(&e);
         self.link = None;
         self.failing = true;
+        if let Err(e) = live::record_listening(&mut self.conn, None) {
+            log::warn!("sync: {e}");
+        }
         self.push_due = true;
         self.pull_due = true;
         self.next_try = Instant::now() + delay;

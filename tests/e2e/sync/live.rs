@@ -337,6 +337,7 @@ fn the_server_stopped_mid_sync_loses_nothing_and_status_shows_it_down_then_back(
             })
     });
     let down = status(&a);
+    assert!(down["sync"]["listening"].is_null(), "{down}");
     assert!(
         down["sync"]["fix"]
             .as_str()
@@ -455,6 +456,11 @@ fn a_refused_login_and_a_wrong_key_are_recorded_with_the_fix_and_retried_when_fi
         status(&b)["sync"]["last_error"].is_null()
     });
     assert_eq!(w.stop(), Some(0));
+    // Stopped, nothing listens.
+    let local: serde_json::Value =
+        serde_json::from_str(&stdout(&b.cairn(&["sync", "status", "--local", "--json"])))
+            .expect("json");
+    assert!(local["listening"].is_null(), "{local}");
 }
 
 #[test]
@@ -477,6 +483,7 @@ fn a_frozen_server_shows_in_status_and_the_worker_goes_on_when_it_thaws() {
         stdout(&a.cairn(&["status"])).contains("sync: the server has not answered"),
         "shown as needing attention"
     );
+    assert!(status(&a)["sync"]["listening"].is_null());
     pg.thaw();
     wait_until("b has the memory once the server thaws", 60, || {
         count(
