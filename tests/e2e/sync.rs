@@ -1054,6 +1054,14 @@ fn a_database_user_without_create_syncs_and_a_wrong_database_is_left_untouched()
          GRANT SELECT, INSERT, UPDATE ON cairn_devices, cairn_records TO syncer",
     );
     let as_syncer = pg.url().replace("cairn@", "syncer@");
+    // Such a user cannot make a space, and is told what it needs.
+    let c_init = c.cairn(&["sync", "init", "--url", &as_syncer]);
+    assert_eq!(c_init.status.code(), Some(2));
+    assert!(
+        stderr(&c_init).contains("may not do this") && stderr(&c_init).contains("create tables"),
+        "{}",
+        stderr(&c_init)
+    );
     b.ok(&["sync", "join", "--url", &as_syncer, "--key", &key]);
     a.save("p", "from the owner", "pulled by a user that cannot create");
     a.sync();
@@ -1153,6 +1161,16 @@ fn a_failed_init_or_join_leaves_no_data_dir_behind() {
     let pg = Pg::start();
     let (a, b) = (Device::new(), Device::new());
     let key = space(&pg, &a, &[]);
+    // TLS asked of a server that offers none: said so, with what to change.
+    let out = b.cairn(&[
+        "sync",
+        "join",
+        "--url",
+        &pg.url().replace("sslmode=disable", "sslmode=require"),
+        "--key",
+        &key,
+    ]);
+    assert!(stderr(&out).contains("offers no TLS"), "{}", stderr(&out));
     let wrong_key = format!("{}00", &key[..key.len() - 2]);
     for args in [
         vec![

@@ -141,10 +141,11 @@ fn once(ctx: &Ctx, json: bool) -> anyhow::Result<u8> {
     )
     .map_err(|e| {
         // Only an error that passes on its own is caught up by the next sync.
-        let context = if e.is_lasting() {
-            "sync failed"
-        } else {
-            "sync failed (nothing is lost: the next sync catches up)"
+        let context = match e {
+            SyncError::Unreachable(_) | SyncError::Server(_) | SyncError::NotAnswering(_) => {
+                "sync failed (nothing is lost: the next sync catches up)"
+            }
+            _ => "sync failed",
         };
         explain(e).context(context)
     })?;

@@ -80,8 +80,20 @@ pub enum SyncError {
         "the server refused the login: {0} (check the user and the password in the URL, PGPASSWORD or the password file)"
     )]
     LoginRefused(String),
-    #[error("the server's certificate is not trusted: {0}")]
+    #[error(
+        "the server's certificate is not trusted: {0} (name the server's CA with sslrootcert=/path/to/ca.pem in the URL, or use sslmode=require: encrypted, the certificate not checked)"
+    )]
     Certificate(String),
+    #[error(
+        "the server offers no TLS, which the URL's sslmode asks for: {0} (turn ssl on in the server, or use sslmode=prefer or disable)"
+    )]
+    NoTls(String),
+    #[error("{0} (check sslrootcert in the URL: a file of PEM certificates)")]
+    RootCerts(String),
+    #[error(
+        "the database user may not do this: {0} (`cairn sync init` needs a user allowed to create tables in the database; the other machines need only SELECT, INSERT and UPDATE on the tables, as the README says)"
+    )]
+    NotAllowed(String),
     #[error("the server has no such database: {0} (check the database name at the end of the URL)")]
     NoDatabase(String),
     #[error(
@@ -117,9 +129,12 @@ impl SyncError {
             Some("28P01" | "28000") => SyncError::LoginRefused(text),
             // invalid_catalog_name
             Some("3D000") => SyncError::NoDatabase(text),
+            // insufficient_privilege
+            Some("42501") => SyncError::NotAllowed(text),
             Some(_) => SyncError::Server(text),
             // The server answered with a certificate the URL's sslmode does not take.
             None if text.contains("invalid peer certificate") => SyncError::Certificate(text),
+            None if text.contains("server does not support TLS") => SyncError::NoTls(text),
             // No answer from the server at all: refused, timed out, cut off.
             None => SyncError::Unreachable(text),
         }
@@ -177,8 +192,15 @@ impl SyncError {
             SyncError::Certificate(_) => {
                 "add sslrootcert=/path/to/the-server-ca.pem to the URL in the data dir's sync.url, or use sslmode=require (encrypted, the certificate not checked; memories are sealed before they leave)"
             }
+            SyncError::NoTls(_) => {
+                "turn ssl on in the server, or change sslmode in the data dir's sync.url to prefer or disable"
+            }
+            SyncError::RootCerts(_) => "fix the sslrootcert path in the data dir's sync.url",
+            SyncError::NotAllowed(_) => {
+                "grant the database user SELECT, INSERT and UPDATE on the cairn_* tables (see the README)"
+            }
             SyncError::NotAnswering(_) => {
-                "check that the server runs and answers (its log, its load) and that sync.url's port is PostgreSQL's; the worker goes on when it answers"
+                "check that the server runs and answers (its log, its load) and that sync.url's port is PostgreSQL's; sync goes on when it answers"
             }
             _ => return None,
         })
@@ -196,6 +218,9 @@ impl SyncError {
                 | SyncError::ServerTooNew { .. }
                 | SyncError::BadUrl(_)
                 | SyncError::Certificate(_)
+                | SyncError::NoTls(_)
+                | SyncError::RootCerts(_)
+                | SyncError::NotAllowed(_)
                 | SyncError::NoDatabase(_)
         )
     }

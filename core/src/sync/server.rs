@@ -149,7 +149,7 @@ impl Url {
         let _waiting = Waiting::begin();
         let client = match config.get_ssl_mode() {
             SslMode::Disable => config.connect(NoTls),
-            _ => config.connect(self.tls.connector().map_err(SyncError::BadUrl)?),
+            _ => config.connect(self.tls.connector().map_err(SyncError::RootCerts)?),
         };
         client.map_err(|e| {
             if no_password && asked_for_password(&e) {

@@ -69,6 +69,11 @@ pub fn take(text: &str) -> Result<(String, Tls), String> {
 /// [`take`], with libpq's default root file (`~/.postgresql/root.crt`) when it is there.
 fn take_with(text: &str, default_root: Option<PathBuf>) -> Result<(String, Tls), String> {
     let text = text.trim();
+    if url_query(text).is_none() && (text.contains("://") || !text.contains('=')) {
+        return Err(
+            "a sync URL looks like postgres://user@host:5432/dbname (or key=value pairs)".into(),
+        );
+    }
     let (rest, mode, root) = if let Some(at) = url_query(text) {
         take_from_url(text, at)
     } else {
@@ -408,6 +413,10 @@ mod tests {
         let parsed: postgres::Config = rest.parse().expect("the driver reads it");
         assert_eq!(parsed.get_password(), Some(&b"a'b\\c"[..]));
         assert!(take("host=db password='open").is_err());
+        for not_a_url in ["http://example.org/", "cairn@db/mem", "mysql://a@b/c"] {
+            let e = take(not_a_url).expect_err(not_a_url);
+            assert!(e.contains("postgres://user@host"), "{e}");
+        }
         assert!(take("host").is_err());
     }
 }
