@@ -74,6 +74,16 @@ impl Pg {
     /// for 127.0.0.1 signed by a CA of its own, as a self-hosted server has; returns the
     /// CA's PEM file.
     pub fn start_with_tls() -> (Pg, PathBuf) {
+        Pg::start_with_certificate(false)
+    }
+
+    /// [`Pg::start_with_tls`] with a self-signed certificate for 127.0.0.1, made as
+    /// `openssl req -x509` makes one (marked as a CA); returns a copy of it.
+    pub fn start_with_self_signed_tls() -> (Pg, PathBuf) {
+        Pg::start_with_certificate(true)
+    }
+
+    fn start_with_certificate(self_signed: bool) -> (Pg, PathBuf) {
         let pg = Pg::start();
         pg.down();
         let dir = &pg.socket;
@@ -85,63 +95,22 @@ impl Pg {
                 .expect("openssl (Debian's openssl package)");
             assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
         };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        openssl(
-            &[
-                &["req", "-x509"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    "ca.key",
-                    "-out",
-                    "ca.pem",
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=cairn test CA",
-                ],
+        let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2";
+        let steps = if self_signed {
+            vec![format!(
+                "req -x509 {ec} -keyout server.key -out server.crt -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1"
+            )]
+        } else {
+            std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+            vec![
+                format!("req -x509 {ec} -keyout ca.key -out ca.pem -subj /CN=cairn-test-CA"),
+                format!("req {ec} -keyout server.key -out server.csr -subj /CN=127.0.0.1"),
+                "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext".into(),
             ]
-            .concat(),
-        );
-        openssl(
-            &[
-                &["req"][..],
-                &ec,
-                &[
-                    "-keyout",
-                    "server.key",
-                    "-out",
-                    "server.csr",
-                    "-subj",
-                    "/CN=127.0.0.1",
-                ],
-            ]
-            .concat(),
-        );
-        std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ]);
+        };
+        for step in &steps {
+            openssl(&step.split(' ').collect::<Vec<_>>());
+        }
         if pg.as_postgres {
             for f in ["server.key", "server.crt"] {
                 let out = Command::new("chown")
@@ -176,8 +145,15 @@ impl Pg {
             .collect();
         std::fs::write(&hba, text).expect("hba");
         pg.up();
-        let ca = dir.join("ca.pem");
-        (pg, ca)
+        let root = if self_signed {
+            // A copy the test may read as it likes (the server's own belongs to its user).
+            let copy = dir.join("server-root.pem");
+            std::fs::copy(dir.join("server.crt"), &copy).expect("copy");
+            copy
+        } else {
+            dir.join("ca.pem")
+        };
+        (pg, root)
     }
 
     fn start_with(auth: &[&str]) -> Pg {

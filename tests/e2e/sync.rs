@@ -1196,3 +1196,24 @@ fn a_failed_init_or_join_leaves_no_data_dir_behind() {
     b.ok(&["sync", "join", "--url", &pg.url(), "--key", &key]);
     assert!(b.env.data_dir.join("cairn.db").exists());
 }
+
+#[test]
+fn a_self_signed_certificate_named_as_its_own_root_is_checked_as_psql_does() {
+    let (pg, cert) = Pg::start_with_self_signed_tls();
+    let a = Device::new();
+    let url = |host: &str| {
+        pg.url().replace("127.0.0.1", host).replace(
+            "sslmode=disable",
+            &format!("sslmode=verify-full&sslrootcert={}", cert.display()),
+        )
+    };
+    let out = a.cairn(&["sync", "init", "--url", &url("localhost")]);
+    assert!(
+        stderr(&out).contains("not valid for name"),
+        "{}",
+        stderr(&out)
+    );
+    a.ok(&["sync", "init", "--url", &url("127.0.0.1")]);
+    a.save("p", "over a pinned certificate", "checked");
+    a.sync();
+}

@@ -12,6 +12,9 @@
 //!   or no file: Mozilla's roots), whatever name it carries.
 //! - `verify-full`: that, and the certificate must name the host.
 //!
+//! A certificate that is itself one of the root file's (a self-signed one, which `openssl
+//! req -x509` marks as a CA, named as its own root) is trusted as itself, as psql does.
+//!
 //! An unchecked certificate keeps what is sent from passive eyes, not from a man in the
 //! middle. Memories are sealed before they leave (`crypto`), so what such a man could take
 //! is the login: with SCRAM (PostgreSQL's default) not even the password.
@@ -226,16 +229,16 @@ impl Tls {
         let verifier: Arc<dyn ServerCertVerifier> = match self.check {
             Check::Nothing => Arc::new(Unchecked(provider.signature_verification_algorithms)),
             Check::Chain | Check::Full => {
-                let webpki = WebPkiServerVerifier::builder_with_provider(
-                    Arc::new(self.root_store()?),
-                    provider.clone(),
-                )
-                .build()
-                .map_err(|e| format!("no usable root certificate: {e}"))?;
-                match self.check {
-                    Check::Full => webpki,
-                    _ => Arc::new(AnyName(webpki)),
-                }
+                let (store, pinned) = self.roots()?;
+                let webpki =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
+                        .build()
+                        .map_err(|e| format!("no usable root certificate: {e}"))?;
+                Arc::new(Rooted {
+                    webpki,
+                    names: self.check == Check::Full,
+                    pinned,
+                })
             }
         };
         let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -247,12 +250,14 @@ impl Tls {
         Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
     }
 
-    fn root_store(&self) -> Result<RootCertStore, String> {
+    /// The trusted roots, and the root file's certificates as they are (a self-signed
+    /// server certificate named as its own root is trusted as itself).
+    fn roots(&self) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), String> {
         let path = match &self.roots {
             Roots::Mozilla => {
-                return Ok(RootCertStore::from_iter(
-                    webpki_roots::TLS_SERVER_ROOTS.iter().cloned(),
-                ));
+                let store =
+                    RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                return Ok((store, Vec::new()));
             }
             Roots::File(p) => p,
         };
@@ -263,15 +268,16 @@ impl Tls {
             )
         };
         let mut store = RootCertStore::empty();
+        let mut certs = Vec::new();
         for cert in CertificateDer::pem_file_iter(path).map_err(|e| unreadable(&e))? {
-            store
-                .add(cert.map_err(|e| unreadable(&e))?)
-                .map_err(|e| unreadable(&e))?;
+            let cert = cert.map_err(|e| unreadable(&e))?;
+            store.add(cert.clone()).map_err(|e| unreadable(&e))?;
+            certs.push(cert);
         }
         if store.is_empty() {
             return Err(unreadable(&"no certificate in it"));
         }
-        Ok(store)
+        Ok((store, certs))
     }
 }
 
@@ -315,11 +321,18 @@ impl ServerCertVerifier for Unchecked {
     }
 }
 
-/// The chain checked, the name not (`verify-ca`).
+/// A certificate checked against the roots: its chain, and with `names` (`verify-full`)
+/// the host's name too. A certificate that is itself one of the root file's (a self-signed
+/// server certificate, which `openssl req -x509` marks as a CA, named as its own root as
+/// psql allows) is trusted as itself, its name still checked with `names`.
 #[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
+struct Rooted {
+    webpki: Arc<WebPkiServerVerifier>,
+    names: bool,
+    pinned: Vec<CertificateDer<'static>>,
+}
 
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Rooted {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -328,13 +341,24 @@ impl ServerCertVerifier for AnyName {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if self
+            .pinned
+            .iter()
+            .any(|p| p.as_ref() == end_entity.as_ref())
+        {
+            if self.names {
+                let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&parsed, server_name)?;
+            }
+            return Ok(ServerCertVerified::assertion());
+        }
         match self
-            .0
+            .webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
         {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if !self.names => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
@@ -345,7 +369,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        self.webpki.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -354,11 +378,11 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        self.webpki.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.webpki.supported_verify_schemes()
     }
 }
 
