@@ -9,11 +9,18 @@ use crate::error::Result;
 /// add two pages to every hook's commit for a time nobody reads finer than the minute.
 pub const ACTIVITY_RESOLUTION_MS: i64 = 60_000;
 
-/// Project names, the most recently active first (at most 200).
+/// Project names, the most recently active first (at most 200): those of sessions, and
+/// those of observations saved by hand (which have no session; `observations_session`
+/// finds them).
 pub fn projects(conn: &rusqlite::Connection) -> Result<Vec<String>> {
     Ok(conn
         .prepare_cached(
-            "SELECT project FROM sessions GROUP BY project ORDER BY max(updated_at) DESC LIMIT 200",
+            "SELECT project FROM (
+                 SELECT project, max(updated_at) AS at FROM sessions GROUP BY project
+                 UNION ALL
+                 SELECT project, max(created_at) FROM observations
+                 WHERE session_id IS NULL GROUP BY project)
+             GROUP BY project ORDER BY max(at) DESC LIMIT 200",
         )?
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?)
@@ -315,6 +322,31 @@ mod tests {
             Ok(tx.changes())
         })
         .expect("ensure")
+    }
+
+    #[test]
+    fn projects_are_those_of_sessions_and_of_memories_saved_by_hand() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = crate::store::paths::DataDir::new(tmp.path());
+        let mut conn = db::open_data_dir(&dir, db::OpenOptions::default()).expect("db");
+        db::write(&mut conn, |tx| {
+            ensure(tx, "s1", "web", "/w", 1_000)?;
+            let saved = crate::memory::observations::NewObservation {
+                project: "notes".into(),
+                kind: "decision".into(),
+                origin: "manual".into(),
+                created_at: 2_000,
+                content: crate::memory::rows::ObservationContent {
+                    title: "saved by hand".into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            crate::memory::observations::insert_observation(tx, &saved).map(drop)
+        })
+        .expect("write");
+        assert_eq!(projects(&conn).expect("projects"), ["notes", "web"]);
+        assert!(is_project(&conn, "notes").expect("is"));
     }
 
     #[test]
