@@ -1,4 +1,5 @@
-//! Cutting text to a size. Every cap in cairn goes through here: a field capped before it
+//! Cutting text to a size, and a count in words ([`plural`]). Every cap in cairn goes
+//! through here: a field capped before it
 //! is stored, a prompt field, a title shortened for display, an error message clipped for
 //! the queue, an id kept distinct by a hash. Sizes are counted in bytes or in characters
 //! ([`Unit`]); what a caller keeps is the head ([`head`], [`shorten`], [`truncate`]), the
@@ -11,6 +12,11 @@
 //! [`cap_hashed`]) when the size asked for is smaller than that.
 
 use std::borrow::Cow;
+
+/// `n` and the word for it: "1 record", "2 records".
+pub fn plural(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
 
 /// What a size counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

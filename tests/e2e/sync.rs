@@ -1112,7 +1112,7 @@ fn a_machine_leaves_its_space_and_brings_every_memory_to_the_next() {
     let out = b.cairn(&["sync", "leave"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     let said = stderr(&out);
-    assert!(said.contains("have not reached the space yet"), "{said}");
+    assert!(said.contains("not reached the space yet"), "{said}");
     b.sync();
     let out = b.ok(&["sync", "leave"]);
     assert!(out.contains("left sync space"), "{out}");
@@ -1193,7 +1193,11 @@ fn a_failed_init_or_join_leaves_no_data_dir_behind() {
             b.env.data_dir
         );
     }
-    b.ok(&["sync", "join", "--url", &pg.url(), "--key", &key]);
+    // The key from stdin, kept out of the process list.
+    let mut join = b.command("cairn");
+    join.args(["sync", "join", "--url", &pg.url(), "--key", "-"]);
+    let out = run_with_stdin(join, format!("{key}\n").as_bytes());
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(b.env.data_dir.join("cairn.db").exists());
 }
 
@@ -1216,4 +1220,23 @@ fn a_self_signed_certificate_named_as_its_own_root_is_checked_as_psql_does() {
     a.ok(&["sync", "init", "--url", &url("127.0.0.1")]);
     a.save("p", "over a pinned certificate", "checked");
     a.sync();
+}
+
+#[test]
+fn a_password_file_others_may_read_is_not_used_and_the_error_says_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let pg = Pg::start_with_password();
+    let a = Device::new();
+    let pgpass = a.env.tmp.path().join(".pgpass");
+    std::fs::write(&pgpass, format!("*:*:*:cairn:{PASSWORD}\n")).expect("pgpass");
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = a.cairn(&["sync", "init", "--url", &pg.url()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is readable by others, so it is not used (chmod 600 it)"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    a.ok(&["sync", "init", "--url", &pg.url()]);
 }

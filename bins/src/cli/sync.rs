@@ -1,10 +1,12 @@
 //! `cairn sync`: this machine's memory to and from a sync space on a PostgreSQL server.
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use cairn_core::clock;
 use cairn_core::store::db::{self, OpenOptions};
 use cairn_core::sync::{self, Setup, SyncError, live};
+use cairn_core::text::plural;
 
 use super::Ctx;
 use super::out::{self, say};
@@ -56,7 +58,8 @@ pub struct JoinArgs {
     /// The server, as for `cairn sync init`.
     #[arg(long)]
     pub url: String,
-    /// The space's key, as `cairn sync init` printed it.
+    /// The space's key, as `cairn sync init` printed it; `-` reads it from stdin (out of
+    /// the process list and the shell's history).
     #[arg(long)]
     pub key: String,
     /// This machine's name as the other devices show it (default: the host name).
@@ -152,16 +155,21 @@ fn once(ctx: &Ctx, json: bool) -> anyhow::Result<u8> {
     if json {
         say!("{}", serde_json::to_string(&moved)?);
     } else {
+        if ctx.settings().sync.projects.is_empty() {
+            say!(
+                "nothing of this machine is shared: sync.projects is empty (cairn config set sync.projects '*', or the projects' names)"
+            );
+        }
         if let Some(device) = &moved.new_device {
             say!(
                 "This data dir goes on in the space as new device {device}: it was restored from a backup, or copied from another machine. Its old log, if any, is read like another device's, so nothing is lost."
             );
         }
         say!(
-            "pushed {} records; pulled {} ({} memories added, {} forgotten)",
-            moved.pushed,
+            "pushed {}; pulled {} ({} added, {} forgotten)",
+            plural(moved.pushed as i64, "record", "records"),
             moved.pulled,
-            moved.added,
+            plural(moved.added as i64, "memory", "memories"),
             moved.forgotten
         );
     }
@@ -209,7 +217,17 @@ fn join(ctx: &Ctx, args: &JoinArgs) -> anyhow::Result<u8> {
     let name = args.name.clone().unwrap_or_else(sync::host_name);
     let existing = existing_store(ctx)?;
     let _watch = give_up_on_silence(ctx);
-    let key = sync::check_space(&ctx.data_dir, &args.url, &args.key).map_err(explain)?;
+    let typed = match args.key.as_str() {
+        "-" => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("cannot read the key from stdin")?;
+            line
+        }
+        key => key.to_string(),
+    };
+    let key = sync::check_space(&ctx.data_dir, &args.url, &typed).map_err(explain)?;
     let setup = enter(ctx, existing, &key, &args.url, &name)?;
     joined(&setup, args.json, false)
 }
@@ -329,9 +347,13 @@ fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
     }
     match &server_now {
         Some(n) if n.ok => say!(
-            "server now: {} records behind, {} other devices with a log",
-            n.behind.unwrap_or(0),
-            n.devices.unwrap_or(0)
+            "server now: {} behind, {} with a log",
+            plural(n.behind.unwrap_or(0), "record", "records"),
+            plural(
+                n.devices.unwrap_or(0) as i64,
+                "other device",
+                "other devices"
+            )
         ),
         Some(n) => {
             say!(

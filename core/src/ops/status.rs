@@ -11,6 +11,7 @@ use crate::queue::claim::JobStatus;
 use crate::settings::Settings;
 use crate::store::lock::process_stopped;
 use crate::store::paths::DataDir;
+use crate::text::plural;
 
 /// Quarantined hook inputs need attention for this long (7 days); older ones are only
 /// counted, so that `cairn status` can become healthy again without deleting evidence.
@@ -735,10 +736,6 @@ fn discard_selector(s: &Status) -> String {
     } else {
         "--all-skipped".into()
     }
-}
-
-fn plural(n: i64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[cfg(test)]

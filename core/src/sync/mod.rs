@@ -105,7 +105,7 @@ pub enum SyncError {
     #[error("a record of device {device} (#{seq}) does not open with this space's key")]
     Unreadable { device: String, seq: i64 },
     #[error(
-        "{0} records or memories have not reached the space yet: run `cairn sync` first to send them, or leave with --force (they stay here, and go to the next space joined)"
+        "{} not reached the space yet: run `cairn sync` first to send them, or leave with --force (they stay here, and go to the next space joined)", crate::text::plural(*.0, "record or memory has", "records or memories have")
     )]
     Unsent(i64),
     #[error("{0}")]

@@ -153,7 +153,14 @@ impl Url {
         };
         client.map_err(|e| {
             if no_password && asked_for_password(&e) {
-                SyncError::LoginRefused("the server asks for a password and none was given".into())
+                let why = match password_file().filter(|f| open_to_others(f)) {
+                    Some(f) => format!(
+                        "the server asks for a password and none was given: {} is readable by others, so it is not used (chmod 600 it)",
+                        f.display()
+                    ),
+                    None => "the server asks for a password and none was given".into(),
+                };
+                SyncError::LoginRefused(why)
             } else {
                 SyncError::from_postgres(e)
             }
@@ -173,9 +180,15 @@ fn password_from_env(config: &Config) -> Option<String> {
     if let Ok(p) = std::env::var("PGPASSWORD") {
         return Some(p);
     }
-    let file = std::env::var_os("PGPASSFILE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
+    let file = password_file()?;
+    if open_to_others(&file) {
+        // As psql does: a password others may read is no secret, and is not used.
+        log::warn!(
+            "the password file {} is readable by others: not used (chmod 600 it)",
+            file.display()
+        );
+        return None;
+    }
     let text = std::fs::read_to_string(file).ok()?;
     let host = match config.get_hosts().first() {
         Some(postgres::config::Host::Tcp(h)) => h.clone(),
@@ -194,6 +207,19 @@ fn password_from_env(config: &Config) -> Option<String> {
         config.get_user().unwrap_or(""),
     ];
     pgpass_lookup(&text, &want)
+}
+
+/// The password file: `PGPASSFILE`, else `~/.pgpass`.
+pub fn password_file() -> Option<PathBuf> {
+    std::env::var_os("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))
+}
+
+/// True when a file's group or others may read or write it.
+fn open_to_others(file: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(file).is_ok_and(|m| m.permissions().mode() & 0o077 != 0)
 }
 
 /// The password of the first line of a `.pgpass` file matching host, port, database and

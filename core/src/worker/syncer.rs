@@ -76,13 +76,10 @@ pub fn join(thread: JoinHandle<()>, limit: Duration) {
 /// When `sync.url`, `sync.key` and the password file (`PGPASSFILE`, else `~/.pgpass`)
 /// were last changed: a change is tried at once.
 fn setup_files(dir: &DataDir) -> [Option<SystemTime>; 3] {
-    let password_file = std::env::var_os("PGPASSFILE")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".pgpass")));
     [
         Some(dir.root().join("sync.url")),
         Some(dir.root().join("sync.key")),
-        password_file,
+        crate::sync::server::password_file(),
     ]
     .map(|f| f.and_then(|f| modified(&f)))
 }

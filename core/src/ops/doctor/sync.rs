@@ -53,11 +53,11 @@ pub(super) fn check_sync(
     out.push(ok(
         "sync",
         format!(
-            "{place}: {} other devices seen, last push {}, last pull {}, {} records behind, {} unsent{}",
-            s.devices.len(),
+            "{place}: {} seen, last push {}, last pull {}, {} behind, {} unsent{}",
+            crate::text::plural(s.devices.len() as i64, "other device", "other devices"),
             when(s.last_push_at),
             when(s.last_pull_at),
-            s.behind,
+            crate::text::plural(s.behind, "record", "records"),
             s.unsent,
             match s.listening {
                 Some(true) => ", listening",
