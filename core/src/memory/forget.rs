@@ -4,7 +4,9 @@
 //!
 //! Deleting the row is the whole removal: the full-text indexes follow their tables through
 //! the schema's triggers, and so do the vectors (`embeddings` and `embedding_queue` rows of
-//! the memory are deleted by the `*_embed_delete` triggers of migration 0003).
+//! the memory are deleted by the `*_embed_delete` triggers of migration 0003). That it was
+//! ever given to a session goes too (`told::forget`): SQLite gives the highest id again,
+//! and a new memory under it must not read as given already.
 //!
 //! Tombstones left: an observation's content in its session and the tool calls it came
 //! from, a prompt by its `prompt_id` (or number), a summary by its turn
@@ -15,6 +17,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::memory::forgotten::{self, Key};
+use crate::memory::kind::Kind;
 
 /// One memory, by its row id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,12 @@ impl Forgotten {
 pub fn forget(tx: &Transaction, memories: &[Memory], now: i64) -> Result<Forgotten> {
     let mut out = Forgotten::default();
     for m in memories {
+        let (kind, id) = match *m {
+            Memory::Observation(id) => (Kind::Observation, id),
+            Memory::Summary(id) => (Kind::Summary, id),
+            Memory::Prompt(id) => (Kind::Prompt, id),
+        };
+        crate::memory::told::forget(tx, kind, id)?;
         match *m {
             Memory::Observation(id) => out.observations += forget_observation(tx, id, now)?,
             Memory::Summary(id) => out.summaries += forget_summary(tx, id, now)?,
@@ -216,6 +225,19 @@ mod tests {
                  VALUES (0, ?1, 'p', 2, 'm', x'00', x'00')",
                 [obs],
             )?;
+            // Given to a session once: forgotten with it, as its id may come back.
+            crate::memory::told::record(
+                tx,
+                crate::memory::told::Listener::main("s1"),
+                crate::memory::told::Moment::Prompt,
+                None,
+                &[crate::memory::told::Given {
+                    kind: Kind::Observation,
+                    id: obs,
+                    tokens: 5,
+                }],
+                2,
+            )?;
             Ok((obs, sum, prompt))
         })
         .expect("setup");
@@ -246,6 +268,7 @@ mod tests {
         assert_eq!(count(&conn, "SELECT count(*) FROM observations"), 0);
         assert_eq!(count(&conn, "SELECT count(*) FROM embeddings"), 0);
         assert_eq!(count(&conn, "SELECT count(*) FROM embedding_queue"), 0);
+        assert_eq!(count(&conn, "SELECT count(*) FROM memory_given"), 0);
         let keys: Vec<(String, String)> = conn
             .prepare("SELECT kind, key FROM forgotten ORDER BY kind, key")
             .expect("prepare")

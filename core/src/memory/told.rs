@@ -104,6 +104,14 @@ pub fn record(
     Ok(())
 }
 
+/// Forgets that the memory was ever given: it was deleted, and its id may come back for
+/// another memory (SQLite reuses the highest), which must not read as given already.
+pub fn forget(tx: &Transaction, kind: Kind, id: i64) -> Result<()> {
+    tx.prepare_cached("DELETE FROM memory_given WHERE kind = ?1 AND memory_id = ?2")?
+        .execute(params![kind.code(), id])?;
+    Ok(())
+}
+
 /// Whether `to` was already given the memory, at any moment.
 pub fn was_given(conn: &Connection, to: Listener, kind: Kind, id: i64) -> Result<bool> {
     Ok(conn
