@@ -225,16 +225,25 @@ impl Pg {
     fn signal(&self, name: &str) {
         let pid = std::fs::read_to_string(self.data.join("postmaster.pid")).expect("pid file");
         let pid = pid.lines().next().expect("pid").trim().to_string();
-        let kill = Command::new("kill")
-            .args([&format!("-{name}"), &pid])
-            .status()
-            .expect("kill");
-        assert!(kill.success());
-        // pkill exits 1 when the postmaster has no children: nothing to signal.
-        Command::new("pkill")
-            .args([&format!("-{name}"), "-P", &pid])
-            .status()
-            .expect("pkill");
+        // The postmaster first (it forks no new backend meanwhile), then its children,
+        // found by their parent in /proc.
+        let mut pids = vec![pid.clone()];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid …: the comm may hold spaces, the last ')' ends it.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            if after.split_whitespace().nth(1) == Some(pid.as_str()) {
+                pids.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        for (i, pid) in pids.iter().enumerate() {
+            let kill = Command::new("kill")
+                .args([&format!("-{name}"), pid])
+                .status()
+                .expect("kill");
+            // A child may have ended since it was listed.
+            assert!(kill.success() || i > 0, "kill -{name} {pid}");
+        }
     }
 
     pub fn url(&self) -> String {
