@@ -328,7 +328,7 @@ pub fn ensure_device(conn: &mut Connection, setup: &mut Setup) -> Result<bool, S
         return Ok(false);
     }
     let device = crate::hex::hex(&crypto::random::<16>()?);
-    log::warn!(
+    log::info!(
         "sync: this store has no device in space {} (restored from a backup taken before it joined, or in another space); it goes on as new device {device}",
         setup.key.space
     );
@@ -576,7 +576,7 @@ pub fn push(
 /// pulled like another device's, so nothing either copy wrote is lost.
 fn become_new_device(conn: &mut Connection, setup: &mut Setup) -> Result<(), SyncError> {
     let new = crate::hex::hex(&crypto::random::<16>()?);
-    log::warn!(
+    log::info!(
         "sync: the server holds records of this device's log ({}) that this data dir did not write; it was restored from a backup or copied to another machine. It goes on as new device {new}, and reads its old log like another device's",
         setup.device
     );
