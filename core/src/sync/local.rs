@@ -427,14 +427,16 @@ pub fn next_seq(tx: &Transaction) -> Result<i64> {
 
 /// Takes the next `n` sequence numbers of this device's log; returns the first.
 pub fn take_seqs(tx: &Transaction, n: usize) -> Result<i64> {
-    let seq = tx
-        .prepare_cached("SELECT value FROM sync_state WHERE key = ?1")?
-        .query_row([NEXT_SEQ], |r| r.get::<_, String>(0))
-        .optional()?
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let seq = next_untaken(tx)?;
     set(tx, NEXT_SEQ, &(seq + n as i64).to_string())?;
     Ok(seq)
+}
+
+/// The sequence number this device takes next (1 before its first).
+fn next_untaken(conn: &Connection) -> Result<i64> {
+    Ok(get(conn, NEXT_SEQ)?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1))
 }
 
 /// Fails unless this store is still in `space`: a `cairn sync leave` may have taken it out
@@ -469,9 +471,7 @@ pub fn leave(tx: &Transaction) -> Result<()> {
 
 /// The last sequence number this device took (0 before its first).
 pub fn numbered(conn: &Connection) -> Result<i64> {
-    Ok(get(conn, NEXT_SEQ)?
-        .and_then(|v| v.parse::<i64>().ok())
-        .map_or(0, |next| next - 1))
+    Ok(next_untaken(conn)? - 1)
 }
 
 /// Makes this device `new` in its space, when the server holds records of its old log

@@ -285,7 +285,6 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// Reads the setup of this data dir; `None` when it is in no space.
     /// Reads the setup of this data dir; `None` when it is in no space (no key file). The
     /// device is empty when the store has none in that space ([`ensure_device`]).
     pub fn load(dir: &DataDir, conn: &Connection) -> Result<Option<Setup>, SyncError> {
@@ -327,17 +326,29 @@ pub fn ensure_device(conn: &mut Connection, setup: &mut Setup) -> Result<bool, S
     if !setup.device.is_empty() {
         return Ok(false);
     }
-    let device = crate::hex::hex(&crypto::random::<16>()?);
+    let device = settle(conn, &setup.key.space, &setup.device_name)?;
     log::info!(
         "sync: this store has no device in space {} (restored from a backup taken before it joined, or in another space); it goes on as new device {device}",
         setup.key.space
     );
-    db::write(conn, |tx| {
-        local::leave(tx)?;
-        local::enter(tx, &setup.key.space, &device, &setup.device_name)
-    })?;
     setup.device = device;
     Ok(true)
+}
+
+/// Puts the store in `space` as a new device named `name`, its sync tables emptied; returns
+/// the device's id.
+fn settle(conn: &mut Connection, space: &str, name: &str) -> Result<String, SyncError> {
+    let device = new_device_id()?;
+    db::write(conn, |tx| {
+        local::leave(tx)?;
+        local::enter(tx, space, &device, name)
+    })?;
+    Ok(device)
+}
+
+/// A device's id: 16 random bytes in hex.
+fn new_device_id() -> Result<String, SyncError> {
+    Ok(crate::hex::hex(&crypto::random::<16>()?))
 }
 
 /// Refuses a data dir already in a space (its key file says so; no store needed).
@@ -360,12 +371,8 @@ pub fn enter(
 ) -> Result<Setup, SyncError> {
     ensure_not_set_up(dir)?;
     let url = Url::parse(url_text)?;
-    let device = crate::hex::hex(&crypto::random::<16>()?);
     write_private(&url_file(dir), url_text.trim())?;
-    db::write(conn, |tx| {
-        local::leave(tx)?;
-        local::enter(tx, &key.space, &device, device_name)
-    })?;
+    let device = settle(conn, &key.space, device_name)?;
     write_private(&key_file(dir), &key.encode())?;
     Ok(Setup {
         key: key.clone(),
@@ -575,7 +582,7 @@ pub fn push(
 /// record's place is part of what is sealed). Its old log stays on the server and is
 /// pulled like another device's, so nothing either copy wrote is lost.
 fn become_new_device(conn: &mut Connection, setup: &mut Setup) -> Result<(), SyncError> {
-    let new = crate::hex::hex(&crypto::random::<16>()?);
+    let new = new_device_id()?;
     log::info!(
         "sync: the server holds records of this device's log ({}) that this data dir did not write; it was restored from a backup or copied to another machine. It goes on as new device {new}, and reads its old log like another device's",
         setup.device

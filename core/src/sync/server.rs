@@ -1,8 +1,8 @@
 //! The PostgreSQL side: connecting (password from the URL, `PGPASSWORD` or a password file;
 //! TLS as the URL's `sslmode` and `sslrootcert` ask, through `tls`), the server's versioned
 //! schema, and the three things a device does there: create or find a space, append to its
-//! own log, read other logs from a cursor. The server only ever holds space and device ids, sequence numbers, sealed
-//! bytes, sizes and times.
+//! own log, read other logs from a cursor. The server only ever holds space and device
+//! ids, sequence numbers, sealed bytes, sizes and times.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -139,10 +139,16 @@ impl Url {
     /// password file (`PGPASSFILE`, else `~/.pgpass`).
     pub fn connect(&self) -> Result<Client, SyncError> {
         let mut config = self.config.clone();
-        if config.get_password().is_none()
-            && let Some(p) = password_from_env(&config)
-        {
-            config.password(p);
+        // A password file others may read, left unused.
+        let mut open_file = None;
+        if config.get_password().is_none() {
+            match password_from_env(&config) {
+                Ok(Some(p)) => {
+                    config.password(p);
+                }
+                Ok(None) => {}
+                Err(file) => open_file = Some(file),
+            }
         }
         config.connect_timeout(CONNECT_TIMEOUT);
         let no_password = config.get_password().is_none();
@@ -153,7 +159,7 @@ impl Url {
         };
         client.map_err(|e| {
             if no_password && asked_for_password(&e) {
-                let why = match password_file().filter(|f| open_to_others(f)) {
+                let why = match &open_file {
                     Some(f) => format!(
                         "the server asks for a password and none was given: {} is readable by others, so it is not used (chmod 600 it)",
                         f.display()
@@ -176,20 +182,22 @@ fn asked_for_password(e: &postgres::Error) -> bool {
         && std::error::Error::source(e).is_some_and(|s| s.to_string().contains("password missing"))
 }
 
-fn password_from_env(config: &Config) -> Option<String> {
+/// `PGPASSWORD`, else the password file's line for this server; `Err(file)` when the
+/// password file is readable by others, and so not used (as psql does: a password others
+/// may read is no secret).
+fn password_from_env(config: &Config) -> Result<Option<String>, PathBuf> {
     if let Ok(p) = std::env::var("PGPASSWORD") {
-        return Some(p);
+        return Ok(Some(p));
     }
-    let file = password_file()?;
+    let Some(file) = password_file() else {
+        return Ok(None);
+    };
     if open_to_others(&file) {
-        // As psql does: a password others may read is no secret, and is not used.
-        log::warn!(
-            "the password file {} is readable by others: not used (chmod 600 it)",
-            file.display()
-        );
-        return None;
+        return Err(file);
     }
-    let text = std::fs::read_to_string(file).ok()?;
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Ok(None);
+    };
     let host = match config.get_hosts().first() {
         Some(postgres::config::Host::Tcp(h)) => h.clone(),
         _ => "localhost".into(),
@@ -206,7 +214,7 @@ fn password_from_env(config: &Config) -> Option<String> {
         config.get_dbname().unwrap_or(""),
         config.get_user().unwrap_or(""),
     ];
-    pgpass_lookup(&text, &want)
+    Ok(pgpass_lookup(&text, &want))
 }
 
 /// The password file: `PGPASSFILE`, else `~/.pgpass`.

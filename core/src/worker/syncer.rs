@@ -3,12 +3,11 @@
 //!
 //! While sync is set up (`sync.key` and `sync.url` in the data dir) and `sync.enabled`
 //! (pulling only, while `sync.projects` names nothing), it holds one connection to the
-//! server that `LISTEN`s
-//! on the space's channel. Every [`TICK`] it looks at the local store
-//! (`sync::live::LocalMark`: free unless something was written) and stages and pushes
-//! what was written here, then notifies the space; a notification from another device
-//! makes it pull, and every `sync.poll_secs` it stages, pushes and pulls regardless. The server away, or the connection
-//! lost: the error is recorded for `status`, and it tries again after 1 s, 2 s, 4 s … up
+//! server that `LISTEN`s on the space's channel. Every [`TICK`] it looks at the local
+//! store (`sync::live::LocalMark`: free unless something was written) and stages and
+//! pushes what was written here, then notifies the space; a notification from another
+//! device makes it pull, and every `sync.poll_secs` it stages, pushes and pulls
+//! regardless. The server away, or the connection lost: the error is recorded for `status`, and it tries again after 1 s, 2 s, 4 s … up
 //! to a minute, catching up from the outbox and the cursors when it is back; an error
 //! only the user can fix (a refused login, a wrong key) is tried again after ten minutes
 //! or as soon as `sync.url`, `sync.key` or the password file changes, or a `cairn sync`
