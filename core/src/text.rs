@@ -1,5 +1,5 @@
-//! Cutting text to a size, and a count in words ([`plural`]). Every cap in cairn goes
-//! through here: a field capped before it
+//! Cutting text to a size, a count in words ([`plural`]), and `%XX` escapes decoded
+//! ([`percent_decode`], [`percent_decode_uri`]). Every cap in cairn goes through here: a field capped before it
 //! is stored, a prompt field, a title shortened for display, an error message clipped for
 //! the queue, an id kept distinct by a hash. Sizes are counted in bytes or in characters
 //! ([`Unit`]); what a caller keeps is the head ([`head`], [`shorten`], [`truncate`]), the
@@ -16,6 +16,37 @@ use std::borrow::Cow;
 /// `n` and the word for it: "1 record", "2 records".
 pub fn plural(n: i64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `%XX` and `+` decoded, as in a form; invalid escapes kept as they are.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
+/// `%XX` decoded, as in a URI's path or a `postgres://` URL's query, where `+` is a plus.
+pub fn percent_decode_uri(s: &str) -> String {
+    percent_decode(&s.replace('+', "%2B"))
 }
 
 /// What a size counts.

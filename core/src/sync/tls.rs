@@ -22,13 +22,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use postgres::config::SslMode;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use crate::text::percent_decode_uri;
 
 /// How much of the server's certificate is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +51,10 @@ pub enum Roots {
     File(PathBuf),
 }
 
-/// What a URL asks of TLS.
+/// What a URL asks of TLS beyond the driver's sslmode (disable, prefer or require, which
+/// the driver is told).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tls {
-    /// What the driver is told: disable, prefer or require.
-    pub mode: SslMode,
     pub check: Check,
     pub roots: Roots,
 }
@@ -72,15 +72,15 @@ pub fn take(text: &str) -> Result<(String, Tls), String> {
 /// [`take`], with libpq's default root file (`~/.postgresql/root.crt`) when it is there.
 fn take_with(text: &str, default_root: Option<PathBuf>) -> Result<(String, Tls), String> {
     let text = text.trim();
-    if url_query(text).is_none() && (text.contains("://") || !text.contains('=')) {
+    let query = url_query(text);
+    if query.is_none() && (text.contains("://") || !text.contains('=')) {
         return Err(
             "a sync URL looks like postgres://user@host:5432/dbname (or key=value pairs)".into(),
         );
     }
-    let (rest, mode, root) = if let Some(at) = url_query(text) {
-        take_from_url(text, at)
-    } else {
-        take_from_pairs(text)?
+    let (rest, mode, root) = match query {
+        Some(at) => take_from_url(text, at),
+        None => take_from_pairs(text)?,
     };
     let roots = match root.as_deref() {
         Some("system") => Roots::Mozilla,
@@ -102,13 +102,8 @@ fn take_with(text: &str, default_root: Option<PathBuf>) -> Result<(String, Tls),
             ));
         }
     };
-    let rest = with_mode(&rest, driver, url_query(text).is_some());
-    let mode = match driver {
-        "disable" => SslMode::Disable,
-        "prefer" => SslMode::Prefer,
-        _ => SslMode::Require,
-    };
-    Ok((rest, Tls { mode, check, roots }))
+    let rest = with_mode(&rest, driver, query.is_some());
+    Ok((rest, Tls { check, roots }))
 }
 
 /// Where the query of a `postgres://` URL starts (its length when it has none).
@@ -126,9 +121,9 @@ fn take_from_url(text: &str, at: usize) -> (String, Option<String>, Option<Strin
         .filter(|p| !p.is_empty())
         .filter(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            match percent_decode(k).as_str() {
-                "sslmode" => mode = Some(percent_decode(v)),
-                "sslrootcert" => root = Some(percent_decode(v)),
+            match percent_decode_uri(k).as_str() {
+                "sslmode" => mode = Some(percent_decode_uri(v)),
+                "sslrootcert" => root = Some(percent_decode_uri(v)),
                 _ => return true,
             }
             false
@@ -200,26 +195,6 @@ fn pairs(text: &str) -> Result<Vec<(String, String)>, String> {
         }
         out.push((key, value));
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = || u8::from_str_radix(s.get(i + 1..i + 3)?, 16).ok();
-        match (bytes[i], hex()) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Tls {

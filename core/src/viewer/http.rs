@@ -2,6 +2,7 @@
 //! (path, query, form) and the headers every answer carries. Pure except for reading the
 //! token's random bytes.
 
+use crate::text::{percent_decode, percent_decode_uri};
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::Ipv4Addr;
@@ -40,32 +41,6 @@ pub fn same_secret(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// `%XX` and `+` decoded; invalid escapes kept as they are.
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).map(|d| d as u8)
-}
-
 /// Encodes a value for a URL's query or path.
 pub fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -93,12 +68,7 @@ pub fn parse_form(s: &str) -> HashMap<String, String> {
 /// A request target split into its decoded path and query.
 pub fn split_url(url: &str) -> (String, HashMap<String, String>) {
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    (percent_decode_path(path), parse_form(query))
-}
-
-fn percent_decode_path(p: &str) -> String {
-    // `+` is a plus in a path.
-    percent_decode(&p.replace('+', "%2B"))
+    (percent_decode_uri(path), parse_form(query))
 }
 
 /// The value of cookie `name` in a `Cookie` header.
