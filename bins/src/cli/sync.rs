@@ -265,7 +265,10 @@ fn leave(ctx: &Ctx, args: &LeaveArgs) -> anyhow::Result<u8> {
     } else {
         say!("this machine left sync space {space}; its memories stay here");
         if dropped > 0 {
-            say!("{dropped} records or memories never reached it");
+            say!(
+                "{} never reached it",
+                plural(dropped, "record or memory", "records or memories")
+            );
         }
         say!(
             "to join a space: cairn sync join --url URL --key KEY (or cairn sync init for a new one)"

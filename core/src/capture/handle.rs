@@ -1051,6 +1051,21 @@ mod told_tests {
         .expect("remember")
     }
 
+    /// A PreToolUse of Read on `path` in project web, by `agent` (a subagent) or the main
+    /// conversation.
+    fn read_event(session: &str, path: &str, agent: Option<&str>) -> String {
+        let mut v = serde_json::json!({
+            "hook_event_name": "PreToolUse", "session_id": session, "cwd": "/nowhere/web",
+            "tool_name": "Read", "tool_use_id": "t1",
+            "tool_input": {"file_path": path},
+        });
+        if let Some(a) = agent {
+            v["agent_id"] = a.into();
+            v["agent_type"] = "Explore".into();
+        }
+        v.to_string()
+    }
+
     fn prompt(session: &str, id: &str, text: &str) -> String {
         serde_json::json!({
             "hook_event_name": "UserPromptSubmit", "session_id": session,
@@ -1270,14 +1285,7 @@ mod told_tests {
             &["src/session.rs"],
             T0,
         );
-        let read = |session: &str, path: &str| {
-            serde_json::json!({
-                "hook_event_name": "PreToolUse", "session_id": session, "cwd": "/nowhere/web",
-                "tool_name": "Read", "tool_use_id": "t1",
-                "tool_input": {"file_path": path},
-            })
-            .to_string()
-        };
+        let read = |session: &str, path: &str| read_event(session, path, None);
         let jobs = |dd: &DataDir| {
             let conn = db::open_data_dir(dd, OpenOptions::default()).expect("open");
             q(&conn, "SELECT COUNT(*) FROM pending_messages")
@@ -1352,18 +1360,7 @@ mod told_tests {
             &["src/session.rs"],
             T0,
         );
-        let read = |agent: Option<&str>| {
-            let mut v = serde_json::json!({
-                "hook_event_name": "PreToolUse", "session_id": "s1", "cwd": "/nowhere/web",
-                "tool_name": "Read", "tool_use_id": "t1",
-                "tool_input": {"file_path": "/nowhere/web/src/session.rs"},
-            });
-            if let Some(a) = agent {
-                v["agent_id"] = a.into();
-                v["agent_type"] = "Explore".into();
-            }
-            v.to_string()
-        };
+        let read = |agent| read_event("s1", "/nowhere/web/src/session.rs", agent);
         let told = |o: &Outcome| context_of(&o.answer, "PreToolUse");
         let main = run(&dd, &s, &read(None), T0);
         assert!(told(&main).is_some_and(|t| t.contains(&format!("- {fix} bugfix"))));

@@ -371,7 +371,16 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     let (spooled_outside, outside_dir) = kept_outside(dir).unzip();
     let read_only = crate::store::paths::read_only_reason(&dir.db())
         .or_else(|| crate::store::paths::read_only_reason(dir.root()));
-    let sync = crate::sync::status(dir, conn, &settings.sync);
+    let (sync, sync_unreadable) = match crate::sync::status(dir, conn, &settings.sync) {
+        Ok(s) => (s, None),
+        Err(e) => (
+            None,
+            Some(match e.fix() {
+                Some(fix) => format!("{e}: {fix}"),
+                None => e.to_string(),
+            }),
+        ),
+    };
     let mut status = Status {
         data_dir: dir.root().display().to_string(),
         now,
@@ -402,11 +411,8 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
             now - 7 * 86_400_000,
         )?,
         given_last_week: crate::memory::told::totals_since(conn, now - 7 * 86_400_000)?,
-        sync: sync.as_ref().ok().cloned().flatten(),
-        sync_unreadable: sync.err().map(|e| match e.fix() {
-            Some(fix) => format!("{e}: {fix}"),
-            None => e.to_string(),
-        }),
+        sync,
+        sync_unreadable,
         attention: Vec::new(),
     };
     status.attention = attention(&status);

@@ -147,32 +147,33 @@ pub fn is_users_prompt(prompt: &str) -> bool {
 /// requests, never on conversational questions) makes of its other words. English only.
 /// Pure.
 pub fn asks_about_the_past(prompt: &str) -> bool {
+    // Each between spaces, as the prompt's words are joined.
     const CUES: &[&str] = &[
-        "did we",
-        "did i",
-        "have we",
-        "had we",
-        "we decided",
-        "we chose",
-        "we agreed",
-        "we settled",
-        "we ended up",
-        "why was",
-        "why were",
-        "why is it that",
-        "what was the",
-        "what happened",
-        "remind me",
-        "do you remember",
-        "remember when",
-        "remember why",
-        "remember how",
-        "remember what",
-        "last time",
-        "previously",
-        "in the past",
-        "back when",
-        "used to",
+        " did we ",
+        " did i ",
+        " have we ",
+        " had we ",
+        " we decided ",
+        " we chose ",
+        " we agreed ",
+        " we settled ",
+        " we ended up ",
+        " why was ",
+        " why were ",
+        " why is it that ",
+        " what was the ",
+        " what happened ",
+        " remind me ",
+        " do you remember ",
+        " remember when ",
+        " remember why ",
+        " remember how ",
+        " remember what ",
+        " last time ",
+        " previously ",
+        " in the past ",
+        " back when ",
+        " used to ",
     ];
     let words: Vec<String> = prompt
         .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '_'))
@@ -180,7 +181,7 @@ pub fn asks_about_the_past(prompt: &str) -> bool {
         .map(str::to_lowercase)
         .collect();
     let text = format!(" {} ", words.join(" "));
-    CUES.iter().any(|c| text.contains(&format!(" {c} ")))
+    CUES.iter().any(|c| text.contains(c))
 }
 
 /// The search that finds a prompt's memories: observations and turn summaries of the
@@ -812,14 +813,8 @@ mod tests {
         only_read.content.files_read = vec!["src/session.rs".into()];
         f.add(only_read);
         let s = settings();
-        let got = at_file(
-            &f.conn,
-            "web",
-            Some(told::Listener::main("s1")),
-            "/repo/src/session.rs",
-            &s,
-        )
-        .expect("file");
+        let s1 = Some(told::Listener::main("s1"));
+        let got = at_file(&f.conn, "web", s1, "/repo/src/session.rs", &s).expect("file");
         let ids: Vec<i64> = got.given().iter().map(|g| g.id).collect();
         assert_eq!(ids, vec![changed, failed], "{got:?}");
         assert!(got.block.contains("so that tests can freeze time"));
@@ -834,14 +829,7 @@ mod tests {
             )
         })
         .expect("told");
-        let again = at_file(
-            &f.conn,
-            "web",
-            Some(told::Listener::main("s1")),
-            "/repo/src/session.rs",
-            &s,
-        )
-        .expect("file");
+        let again = at_file(&f.conn, "web", s1, "/repo/src/session.rs", &s).expect("file");
         assert_eq!(again, Recalled::default());
         let other_project = at_file(
             &f.conn,
