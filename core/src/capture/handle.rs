@@ -397,7 +397,10 @@ pub fn handle_with(
         (Event::SessionStart { source, .. }, Some(c))
             if *source != StartSource::Resume || settings.capture.context_on_resume =>
         {
-            Some(tell::session_start(c, settings, &project, &session, now))
+            let compacted = *source == StartSource::Compact;
+            Some(tell::session_start(
+                c, settings, &project, &session, compacted, now,
+            ))
         }
         (Event::UserPrompt { .. }, Some(c)) => {
             Some(tell::prompt(c, settings, &session, question, now))
@@ -1197,9 +1200,11 @@ mod told_tests {
         let given = context_of(&o.answer, "UserPromptSubmit").expect("memories");
         assert!(given.contains(&format!("- {fix} bugfix ")), "{given}");
 
-        // After a compaction the session starts again: what its first index showed and what
-        // its prompt was given are left out, the next memory takes their place.
-        let again = index(&run(&dd, &s, &start("s1", "compact"), T0 + 2));
+        // A resumed session, shown the index again, keeps its conversation: what its first
+        // index showed and what its prompt was given are left out, the next memory takes
+        // their place.
+        s.capture.context_on_resume = true;
+        let again = index(&run(&dd, &s, &start("s1", "resume"), T0 + 2));
         assert!(again.contains(&format!("#{older} ")), "{again}");
         assert!(!again.contains(&format!("#{recent} ")), "{again}");
         assert!(!again.contains(&format!("#{fix} ")), "{again}");
@@ -1217,9 +1222,87 @@ mod told_tests {
         );
     }
 
+    /// A compaction replaces the conversation with a summary of it: the index after it is
+    /// the one a new session gets, and a prompt or a file gives again what it was given
+    /// before; a subagent keeps its own context, and what was given still counts.
+    #[test]
+    fn after_a_compaction_the_session_may_be_given_again() {
+        let (_t, dd) = env();
+        let mut s = Settings::default();
+        s.context.max_observations = 1;
+        s.recall.min_relevance = 0.3;
+        let fix = remember(
+            &dd,
+            "bugfix",
+            "Login tests failed on CI because the session expiry read the wall clock",
+            &["src/session.rs"],
+            T0 - 20 * 86_400_000,
+        );
+        let recent = remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
+        let start = |source: &str| {
+            format!(
+                r#"{{"hook_event_name":"SessionStart","session_id":"s1","cwd":"/nowhere/web","source":"{source}"}}"#
+            )
+        };
+        let index = |o: &Outcome| context_of(&o.answer, "SessionStart").unwrap_or_default();
+        let ask = |id: &str| prompt("s1", id, "why do the login tests fail on CI again?");
+        let file = "/nowhere/web/src/session.rs";
+        let told = |o: &Outcome, event: &str| context_of(&o.answer, event).unwrap_or_default();
+
+        assert!(index(&run(&dd, &s, &start("startup"), T0)).contains(&format!("#{recent} ")));
+        let given = told(&run(&dd, &s, &ask("p1"), T0 + 1), "UserPromptSubmit");
+        assert!(given.contains(&format!("- {fix} bugfix ")), "{given}");
+        let read = told(
+            &run(&dd, &s, &read_event("s1", file, None), T0 + 2),
+            "PreToolUse",
+        );
+        assert!(read.is_empty(), "the prompt gave it: {read}");
+        let sub = told(
+            &run(&dd, &s, &read_event("s1", file, Some("a1")), T0 + 3),
+            "PreToolUse",
+        );
+        assert!(sub.contains(&format!("- {fix} bugfix ")), "{sub}");
+        // Before the compaction nothing is given twice.
+        let twice = told(&run(&dd, &s, &ask("p2"), T0 + 4), "UserPromptSubmit");
+        assert!(!twice.contains(&format!("{fix} ")), "{twice}");
+
+        let again = index(&run(&dd, &s, &start("compact"), T0 + 5));
+        assert!(again.contains(&format!("#{recent} ")), "{again}");
+        let given = told(&run(&dd, &s, &ask("p3"), T0 + 6), "UserPromptSubmit");
+        assert!(given.contains(&format!("- {fix} bugfix ")), "{given}");
+        // Given again at the prompt, so not once more at the file; the subagent was told.
+        let read = told(
+            &run(&dd, &s, &read_event("s1", file, None), T0 + 7),
+            "PreToolUse",
+        );
+        assert!(read.is_empty(), "{read}");
+        let sub = told(
+            &run(&dd, &s, &read_event("s1", file, Some("a1")), T0 + 8),
+            "PreToolUse",
+        );
+        assert!(sub.is_empty(), "{sub}");
+
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let given = |sql: &str| q(&conn, &format!("SELECT COUNT(*) FROM memory_given {sql}"));
+        assert_eq!(
+            given("WHERE retired_at IS NOT NULL"),
+            2,
+            "the index's and the prompt's"
+        );
+        let counted: u64 = crate::memory::told::totals_since(&conn, 0)
+            .expect("totals")
+            .iter()
+            .map(|t| t.memories)
+            .sum();
+        assert_eq!(
+            counted, 5,
+            "two indexes, two prompts and the subagent's file"
+        );
+    }
+
     /// The index's "Last turn" is given like its observations: a prompt of the session that
-    /// it answers does not give it again, nor does the index after a compaction; another
-    /// session is shown it.
+    /// it answers does not give it again, nor does the index on a resume; another session
+    /// is shown it.
     #[test]
     fn the_last_turn_in_the_index_is_given_once_per_session() {
         let (_t, dd) = env();
@@ -1257,7 +1340,8 @@ mod told_tests {
         );
         let given = context_of(&o.answer, "UserPromptSubmit").unwrap_or_default();
         assert!(!given.contains(&format!("S{summary} ")), "{given}");
-        let again = run(&dd, &s, &start("s1", "compact"), T0 + 3);
+        s.capture.context_on_resume = true;
+        let again = run(&dd, &s, &start("s1", "resume"), T0 + 3);
         let again = context_of(&again.answer, "SessionStart").unwrap_or_default();
         assert!(!again.contains("## Last turn"), "{again}");
         let other = run(&dd, &s, &start("s2", "startup"), T0 + 4);

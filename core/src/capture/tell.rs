@@ -28,14 +28,21 @@ use crate::store::paths::DataDir;
 const RECORD_WAIT: Duration = Duration::from_millis(100);
 
 /// The SessionStart answer: the project's index, without what `session` was already given
-/// (a start after a compaction or a resume), recorded as given to it.
+/// (a start on a resume), recorded as given to it. After a compaction (`compacted`) the
+/// conversation holds a summary of what it was told, not the lines themselves: what it was
+/// given is retired first, so the index, prompts and files may give it again.
 pub fn session_start(
     conn: &mut Connection,
     settings: &Settings,
     project: &str,
     session: &str,
+    compacted: bool,
     now: i64,
 ) -> Result<String> {
+    if compacted && let Err(e) = write_briefly(conn, settings, |tx| told::retire(tx, session, now))
+    {
+        log::warn!("cannot retire what the session was told before its compaction: {e}");
+    }
     let (block, shown) =
         context::session_start_shown(conn, project, Some(session), &settings.context, now)?;
     record(
@@ -160,13 +167,25 @@ fn record(
     if given.is_empty() {
         return;
     }
-    let _ = conn.busy_timeout(RECORD_WAIT);
-    if let Err(e) = db::write(conn, |tx| told::record(tx, to, moment, file, given, now)) {
+    if let Err(e) = write_briefly(conn, settings, |tx| {
+        told::record(tx, to, moment, file, given, now)
+    }) {
         log::warn!(
             "cannot record the {} memories given at {}: {e}",
             given.len(),
             moment.as_str()
         );
     }
+}
+
+/// Writes what was told, waiting at most [`RECORD_WAIT`] for the write lock.
+fn write_briefly(
+    conn: &mut Connection,
+    settings: &Settings,
+    f: impl FnOnce(&rusqlite::Transaction) -> Result<()>,
+) -> Result<()> {
+    let _ = conn.busy_timeout(RECORD_WAIT);
+    let done = db::write(conn, f);
     let _ = conn.busy_timeout(Duration::from_millis(settings.capture.lock_wait_ms));
+    done
 }

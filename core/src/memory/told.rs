@@ -1,10 +1,14 @@
 //! What each session was already told: the `memory_given` table (migrations
-//! `0011_memory_given`, `0016_memory_given_agent`), one row per memory cairn gave a
-//! session's main conversation or one of its subagents ([`Listener`]), at the moment it
-//! gave it (the SessionStart index, a prompt, a file about to be read or edited), with the
-//! line's estimated tokens. Its only writer. Read so that a memory is never given twice to
-//! one listener and a file's memories once per listener, and by `cairn status` and the viewer
-//! for how often memories were given and what that cost. Holds ids and sizes, never text.
+//! `0011_memory_given`, `0016_memory_given_agent`, `0017_memory_given_compaction`), one row
+//! per memory cairn gave a session's main conversation or one of its subagents
+//! ([`Listener`]), at the moment it gave it (the SessionStart index, a prompt, a file about
+//! to be read or edited), with the line's estimated tokens. Its only writer. Read so that a
+//! memory is never given twice to one listener and a file's memories once per listener, and
+//! by `cairn status` and the viewer for how often memories were given and what that cost.
+//! Holds ids and sizes, never text.
+//!
+//! A compaction ([`retire`]) replaces the main conversation's context with a summary: what
+//! it was told before no longer counts as given (the rows stay, for the totals).
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
@@ -112,24 +116,37 @@ pub fn forget(tx: &Transaction, kind: Kind, id: i64) -> Result<()> {
     Ok(())
 }
 
-/// Whether `to` was already given the memory, at any moment.
+/// Retires what the main conversation of `session` was told: its context was compacted
+/// at `now`, so its memories may be given again. A subagent keeps its own context.
+pub fn retire(tx: &Transaction, session: &str, now: i64) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE memory_given SET retired_at = ?2
+         WHERE session_id = ?1 AND agent_id = '' AND retired_at IS NULL",
+    )?
+    .execute(params![session, now])?;
+    Ok(())
+}
+
+/// Whether `to` was already given the memory, at any moment since its context last began.
 pub fn was_given(conn: &Connection, to: Listener, kind: Kind, id: i64) -> Result<bool> {
     Ok(conn
         .prepare_cached(
             "SELECT 1 FROM memory_given
-             WHERE session_id = ?1 AND agent_id = ?2 AND kind = ?3 AND memory_id = ?4 LIMIT 1",
+             WHERE session_id = ?1 AND agent_id = ?2 AND kind = ?3 AND memory_id = ?4
+               AND retired_at IS NULL LIMIT 1",
         )?
         .query_row(params![to.session, to.agent, kind.code(), id], |_| Ok(()))
         .optional()?
         .is_some())
 }
 
-/// Whether `to` was already given memories about `file`.
+/// Whether `to` was already given memories about `file` since its context last began.
 pub fn file_was_given(conn: &Connection, to: Listener, file: &str) -> Result<bool> {
     Ok(conn
         .prepare_cached(
             "SELECT 1 FROM memory_given
-             WHERE session_id = ?1 AND agent_id = ?2 AND moment = 'file' AND file = ?3 LIMIT 1",
+             WHERE session_id = ?1 AND agent_id = ?2 AND moment = 'file' AND file = ?3
+               AND retired_at IS NULL LIMIT 1",
         )?
         .query_row(params![to.session, to.agent, file], |_| Ok(()))
         .optional()?

@@ -15,9 +15,9 @@
 //! The index is a compact list (id, time, type, title): the detail of a memory comes with
 //! the prompt it answers or the file it is about (`recall::moment`). Asked for a session
 //! ([`session_start_shown`]), it leaves out the observations, and the last turn's summary,
-//! that session was already given (`memory_given`: at an earlier start after a compaction
-//! or a resume, a prompt, a file), and records the summary it shows as given, so that
-//! nothing is given twice in a session whichever moment came first.
+//! that session was already given (`memory_given`: at an earlier start, before a resume,
+//! a prompt, a file; not what a compaction retired), and records the summary it shows as
+//! given, so that nothing is given twice in one context whichever moment came first.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -115,7 +115,8 @@ pub fn load(
              WHERE s.id = (SELECT id FROM session_summaries WHERE project = ?1
                            ORDER BY created_at DESC, id DESC LIMIT 1)
                AND NOT EXISTS (SELECT 1 FROM memory_given g
-                    WHERE g.session_id = ?2 AND g.agent_id = '' AND g.kind = ?3 AND g.memory_id = s.id)",
+                    WHERE g.session_id = ?2 AND g.agent_id = '' AND g.kind = ?3 AND g.memory_id = s.id
+                      AND g.retired_at IS NULL)",
         )?
         .query_row(params![project, session, Kind::Summary.code()], |r| {
             Ok(LastSummary {
@@ -140,7 +141,8 @@ pub fn load(
                                   WHERE o.session_id = s.session_id)
                     ORDER BY s.updated_at DESC LIMIT ?2))
                AND NOT EXISTS (SELECT 1 FROM memory_given g
-                    WHERE g.session_id = ?4 AND g.agent_id = '' AND g.kind = ?5 AND g.memory_id = observations.id)
+                    WHERE g.session_id = ?4 AND g.agent_id = '' AND g.kind = ?5
+                      AND g.memory_id = observations.id AND g.retired_at IS NULL)
              ORDER BY created_at DESC, id DESC LIMIT ?3",
         )?
         .query_map(

@@ -83,6 +83,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0016_memory_given_agent",
         include_str!("../../../migrations/0016_memory_given_agent.sql"),
     ),
+    (
+        "0017_memory_given_compaction",
+        include_str!("../../../migrations/0017_memory_given_compaction.sql"),
+    ),
 ];
 
 /// The first schema version that keeps its number in the `schema_version` table too.
