@@ -840,6 +840,20 @@ fn a_store_restored_from_a_backup_goes_on_as_a_new_device_and_loses_nothing() {
         serde_json::from_str(&a.ok(&["sync", "status", "--json"])).expect("json");
     assert_eq!(status["device"], device, "{status}");
     assert_eq!(status["unsent"], 0, "{status}");
+    // The one other log it reads (b wrote none) is its own earlier one, named as such.
+    let devices = status["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 1, "{status}");
+    assert_eq!(devices[0]["former"], true, "{status}");
+    let shown = a.ok(&["sync", "status"]);
+    assert!(
+        shown.contains("before it went on as a new device"),
+        "{shown}"
+    );
+    let shown = a.ok(&["status"]);
+    assert!(
+        shown.contains("1 other device (this data dir's earlier log)"),
+        "{shown}"
+    );
     // What this machine wrote before reads as its own, not as another device's.
     let hit = a.ok(&["search", "before the backup", "--json", "--project", "p"]);
     assert!(!hit.contains("\"device\":\"device0\""), "{hit}");

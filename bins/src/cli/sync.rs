@@ -346,7 +346,16 @@ fn status(ctx: &Ctx, args: &StatusArgs) -> anyhow::Result<u8> {
         } else {
             &d.name
         };
-        say!("  device {name} ({}): read to #{}{of}", d.device, d.read_to);
+        let earlier = if d.former {
+            " — this data dir's log before it went on as a new device"
+        } else {
+            ""
+        };
+        say!(
+            "  device {name} ({}): read to #{}{of}{earlier}",
+            d.device,
+            d.read_to
+        );
     }
     match &server_now {
         Some(n) if n.ok => say!(

@@ -143,11 +143,10 @@ pub fn summary(s: &super::Status, now: i64) -> String {
         None => "",
     };
     format!(
-        "space {} on {} · {} other device{} · last push {} · last pull {} · {} behind · {} unsent{mode}",
+        "space {} on {} · {} · last push {} · last pull {} · {} behind · {} unsent{mode}",
         s.space.get(..8).unwrap_or(&s.space),
         s.server,
-        s.devices.len(),
-        if s.devices.len() == 1 { "" } else { "s" },
+        s.devices_in_words(),
         ago(s.last_push_at),
         ago(s.last_pull_at),
         s.behind,

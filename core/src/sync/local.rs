@@ -129,6 +129,9 @@ pub const NEXT_SEQ: &str = "next_seq";
 pub const LAST_PUSH: &str = "last_push_at";
 pub const LAST_PULL: &str = "last_pull_at";
 pub const LAST_ERROR: &str = "last_error";
+/// This data dir's earlier ids in its space, space-separated: the logs it wrote before it
+/// went on as a new device ([`become_device`]).
+pub const FORMER_DEVICES: &str = "former_devices";
 
 pub fn get(conn: &Connection, key: &str) -> Result<Option<String>> {
     Ok(conn
@@ -501,7 +504,19 @@ pub fn become_device(
         "UPDATE sync_rows SET device = ?1 WHERE device = ?2",
         [new, old.as_str()],
     )?;
+    let mut former = former_devices(tx)?;
+    former.push(old);
+    set(tx, FORMER_DEVICES, &former.join(" "))?;
     set(tx, DEVICE, new)
+}
+
+/// This data dir's earlier ids in its space (see [`FORMER_DEVICES`]).
+pub fn former_devices(conn: &Connection) -> Result<Vec<String>> {
+    Ok(get(conn, FORMER_DEVICES)?
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect())
 }
 
 pub fn queue(tx: &Transaction, seq: i64, body: &[u8], now: i64) -> Result<()> {

@@ -724,6 +724,20 @@ pub struct Status {
     pub devices: Vec<DeviceStatus>,
 }
 
+impl Status {
+    /// The other devices seen, in words: "2 other devices", and how many of them are this
+    /// data dir's own earlier logs.
+    pub fn devices_in_words(&self) -> String {
+        let all = crate::text::plural(self.devices.len() as i64, "other device", "other devices");
+        match self.devices.iter().filter(|d| d.former).count() {
+            0 => all,
+            1 if self.devices.len() == 1 => format!("{all} (this data dir's earlier log)"),
+            1 => format!("{all} (1 of them this data dir's earlier log)"),
+            n => format!("{all} ({n} of them this data dir's earlier logs)"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeviceStatus {
     pub device: String,
@@ -732,6 +746,9 @@ pub struct DeviceStatus {
     pub read_to: i64,
     /// The last record of its log on the server at the last pull.
     pub last_seq: Option<i64>,
+    /// This data dir's own earlier log: it went on as a new device after a restore or a
+    /// copy (a copy may still write the old log on another machine).
+    pub former: bool,
 }
 
 /// What the space has not received from here: records queued in the outbox, and memories
@@ -751,9 +768,11 @@ pub fn status(
         return Ok(None);
     };
     let r = live::recorded(conn)?;
+    let former = local::former_devices(conn)?;
     let mut devices: Vec<DeviceStatus> = local::devices(conn)?
         .into_iter()
         .map(|(device, name, read_to)| DeviceStatus {
+            former: former.contains(&device),
             device,
             name,
             read_to,
@@ -764,6 +783,7 @@ pub fn status(
         match devices.iter_mut().find(|d| d.device == *device) {
             Some(d) => d.last_seq = Some(*last),
             None => devices.push(DeviceStatus {
+                former: former.contains(device),
                 device: device.clone(),
                 name: String::new(),
                 read_to: 0,

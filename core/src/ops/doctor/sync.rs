@@ -53,8 +53,8 @@ pub(super) fn check_sync(
     out.push(ok(
         "sync",
         format!(
-            "{place}: {} seen, last push {}, last pull {}, {} behind, {} unsent{}",
-            crate::text::plural(s.devices.len() as i64, "other device", "other devices"),
+            "{place}: seen {}, last push {}, last pull {}, {} behind, {} unsent{}",
+            s.devices_in_words(),
             when(s.last_push_at),
             when(s.last_pull_at),
             crate::text::plural(s.behind, "record", "records"),
