@@ -18,6 +18,8 @@ struct Device {
     prompts: std::cell::Cell<bool>,
     /// Its clock's offset from the real one, as `faketime -f` takes it (`+1h`).
     clock: Option<&'static str>,
+    /// The machine's host name (`HOSTNAME`).
+    host: std::cell::Cell<&'static str>,
 }
 
 impl Device {
@@ -31,6 +33,7 @@ impl Device {
             projects,
             prompts: std::cell::Cell::new(false),
             clock: None,
+            host: std::cell::Cell::new("host-a"),
         }
     }
 
@@ -45,7 +48,8 @@ impl Device {
     fn command(&self, bin: &str) -> Command {
         let mut c = self.env.cmd(bin);
         c.env("CAIRN_SYNC__PROJECTS", self.projects)
-            .env("CAIRN_SYNC__PROMPTS", self.prompts.get().to_string());
+            .env("CAIRN_SYNC__PROMPTS", self.prompts.get().to_string())
+            .env("HOSTNAME", self.host.get());
         let Some(offset) = self.clock else {
             return c;
         };
@@ -878,6 +882,8 @@ fn a_data_dir_copied_to_another_machine_splits_into_two_devices_and_loses_nothin
         copy
     };
     let (copy, idle) = (copy_of_a(), copy_of_a());
+    // One copy is on another machine, the idle one on the same.
+    copy.host.set("host-b");
     // Each copy writes under the same device id and the same next number; whichever
     // pushes second finds the other's record there.
     a.save("p", "on the original", "written after the copy");
@@ -891,6 +897,17 @@ fn a_data_dir_copied_to_another_machine_splits_into_two_devices_and_loses_nothin
     assert!(idle.sync()["new_device"].is_string());
     let all = assert_converged(&[&a, &copy, &b, &idle]);
     assert_eq!(all, ["before the copy", "on the copy", "on the original"]);
+    // The copy on another machine no longer shows under the first machine's name.
+    let name = |d: &Device| {
+        let s: serde_json::Value =
+            serde_json::from_str(&d.ok(&["sync", "status", "--json"])).expect("json");
+        s["device_name"].as_str().expect("name").to_string()
+    };
+    assert_eq!(name(&copy), "device0 on host-b");
+    assert_eq!(name(&idle), "device0");
+    assert_eq!(name(&a), "device0");
+    let seen = b.ok(&["sync", "status"]);
+    assert!(seen.contains("device device0 on host-b ("), "{seen}");
 }
 
 /// Runs `cairn args` on `d`, failing the test (rather than hanging it) after `limit`.

@@ -125,6 +125,8 @@ const FORGET: &str = "forget";
 pub const SPACE: &str = "space";
 pub const DEVICE: &str = "device";
 pub const DEVICE_NAME: &str = "device_name";
+/// The host this device entered its space on, or last went on as a new device on.
+pub const DEVICE_HOST: &str = "device_host";
 pub const NEXT_SEQ: &str = "next_seq";
 pub const LAST_PUSH: &str = "last_push_at";
 pub const LAST_PULL: &str = "last_pull_at";
@@ -455,10 +457,11 @@ pub fn ensure_in(tx: &Transaction, space: &str) -> Result<()> {
 }
 
 /// Puts this store in `space` as `device` named `name`.
-pub fn enter(tx: &Transaction, space: &str, device: &str, name: &str) -> Result<()> {
+pub fn enter(tx: &Transaction, space: &str, device: &str, name: &str, host: &str) -> Result<()> {
     set(tx, SPACE, space)?;
     set(tx, DEVICE, device)?;
-    set(tx, DEVICE_NAME, name)
+    set(tx, DEVICE_NAME, name)?;
+    set(tx, DEVICE_HOST, host)
 }
 
 /// Forgets this device's place in its space: its state, outbox, what went into or came

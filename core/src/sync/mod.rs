@@ -306,10 +306,12 @@ impl Setup {
     }
 }
 
-/// This machine's host name (`HOSTNAME`, else `/etc/hostname`), the default device name.
+/// This machine's host name (`HOSTNAME`, else the kernel's, else `/etc/hostname`): the
+/// default device name, and the first part of a worker's id.
 pub fn host_name() -> String {
     std::env::var("HOSTNAME")
         .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
@@ -341,7 +343,7 @@ fn settle(conn: &mut Connection, space: &str, name: &str) -> Result<String, Sync
     let device = new_device_id()?;
     db::write(conn, |tx| {
         local::leave(tx)?;
-        local::enter(tx, space, &device, name)
+        local::enter(tx, space, &device, name, &host_name())
     })?;
     Ok(device)
 }
@@ -589,17 +591,60 @@ fn become_new_device(conn: &mut Connection, setup: &mut Setup) -> Result<(), Syn
     );
     let key = &setup.key;
     let old = setup.device.clone();
+    let renamed = renamed_on_another_host(conn, &setup.device_name)?;
+    let invalid = |e: &dyn std::fmt::Display| crate::Error::Invalid(e.to_string());
     db::write(conn, |tx| {
         local::become_device(tx, &new, |seq, body, new_seq| {
-            let plain = key.open(&key.record_ad(&old, seq), body).ok_or_else(|| {
+            let mut plain = key.open(&key.record_ad(&old, seq), body).ok_or_else(|| {
                 crate::Error::Invalid(format!("queued record #{seq} does not open"))
             })?;
+            // The records still to send go under the new name too.
+            if let Some((name, _)) = &renamed {
+                let mut env: local::Envelope =
+                    serde_json::from_slice(&plain).map_err(|e| invalid(&e))?;
+                env.device_name = name.clone();
+                plain = serde_json::to_vec(&env).map_err(|e| invalid(&e))?;
+            }
             key.seal(&key.record_ad(&new, new_seq), &plain)
-                .map_err(|e| crate::Error::Invalid(e.to_string()))
-        })
+                .map_err(|e| invalid(&e))
+        })?;
+        if let Some((name, host)) = &renamed {
+            local::set(tx, local::DEVICE_NAME, name)?;
+            local::set(tx, local::DEVICE_HOST, host)?;
+        }
+        Ok(())
     })?;
     setup.device = new;
+    if let Some((name, _)) = renamed {
+        log::info!(
+            "sync: this data dir was copied from {}; it is named {name} in the space",
+            setup.device_name
+        );
+        setup.device_name = name;
+    }
     Ok(())
+}
+
+/// The name and host a device going on as a new one takes when its data dir is on another
+/// host than the one it entered the space on (a copy to another machine, which would
+/// otherwise show under the first machine's name): the host name, or a name given by hand
+/// followed by it. `None` on the same host (a restore) or when the host is not known.
+fn renamed_on_another_host(
+    conn: &Connection,
+    name: &str,
+) -> Result<Option<(String, String)>, SyncError> {
+    let here = host_name();
+    Ok(match local::get(conn, local::DEVICE_HOST)? {
+        Some(there) if there != here => {
+            let name = if name == there {
+                here.clone()
+            } else {
+                format!("{name} on {here}")
+            };
+            Some((name, here))
+        }
+        _ => None,
+    })
 }
 
 /// Reads every other device's log from its cursor and applies it.

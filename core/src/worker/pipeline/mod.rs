@@ -59,15 +59,9 @@ use writer::writer_thread;
 /// How long a stop waits for the syncer (in a step with the server) before going on.
 const SYNCER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// A worker id: `<hostname or "local">:<pid>:<start ms>`.
+/// A worker id: `<host name>:<pid>:<start ms>`.
 pub fn worker_id(now: i64) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "local".into());
+    let host = crate::sync::host_name();
     format!("{host}:{}:{now}", std::process::id())
 }
 
