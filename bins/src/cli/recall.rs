@@ -591,7 +591,22 @@ fn moment_context(
             (recalled, how)
         }
         (None, Some(file)) => {
-            let recalled = moment::at_file(conn, project, session, file, &settings.recall)?;
+            // The working tree here, when the project is this directory's: a file outside
+            // it is named only by its own path.
+            let tree = match &args.project {
+                Some(_) => None,
+                None => std::env::current_dir()
+                    .ok()
+                    .map(|c| project::place(&c).tree),
+            };
+            let recalled = moment::at_file(
+                conn,
+                project,
+                session,
+                file,
+                tree.as_deref(),
+                &settings.recall,
+            )?;
             (recalled, "the file's memories".to_string())
         }
         (None, None) => unreachable!("checked by the caller"),

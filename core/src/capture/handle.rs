@@ -233,7 +233,8 @@ pub fn handle_with(
         Ok(accepted) => accepted,
         Err(rejected) => return plain(rejected.quarantine(dir, settings, input, connect(), now)),
     };
-    let project = crate::capture::project::detect(std::path::Path::new(&cwd));
+    let place = crate::capture::project::place(std::path::Path::new(&cwd));
+    let project = place.name;
     if let Some(why) = input.settings_error {
         // Whether this project is excluded, or this tool skipped, is in the file that
         // cannot be read: keep the event, cleaned by the default rules, out of the
@@ -269,8 +270,8 @@ pub fn handle_with(
         let answer = match (file, connect()) {
             (Some(file), Ok(mut c)) => {
                 let to = crate::memory::told::Listener::of(&common.session_id, agent_id.as_deref());
-                let answer =
-                    tell::file(&mut c, settings, &project, to, file, now).unwrap_or_else(|e| {
+                let answer = tell::file(&mut c, settings, &project, to, file, &place.tree, now)
+                    .unwrap_or_else(|e| {
                         log::error!("cannot tell what is known about {file}: {e}");
                         hook::PLAIN_ANSWER.to_string()
                     });

@@ -6,9 +6,31 @@ use std::path::{Path, PathBuf};
 /// The project name for `cwd`. Reads the file system (looks for `.git` upwards) but never
 /// runs git.
 pub fn detect(cwd: &Path) -> String {
-    match repo_root(cwd) {
-        Some(root) => dir_name(&root),
-        None => dir_name(cwd),
+    place(cwd).name
+}
+
+/// Where a working directory is: its project's name, and the working tree it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The project name: the main repository's directory name (a worktree maps to its
+    /// main repository), else the directory's own name.
+    pub name: String,
+    /// The working tree holding `cwd`: the directory with the `.git` above it (a
+    /// worktree's own, not its main repository's), else `cwd` itself.
+    pub tree: PathBuf,
+}
+
+/// The project and working tree of `cwd`.
+pub fn place(cwd: &Path) -> Place {
+    match find(cwd) {
+        Some((tree, main)) => Place {
+            name: dir_name(&main),
+            tree,
+        },
+        None => Place {
+            name: dir_name(cwd),
+            tree: cwd.to_path_buf(),
+        },
     }
 }
 
@@ -16,19 +38,26 @@ pub fn detect(cwd: &Path) -> String {
 pub const MAX_DOT_GIT_FILE: u64 = 8 * 1024;
 
 /// The main repository's working directory for `cwd`, if it is inside one.
+pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
+    find(cwd).map(|(_, main)| main)
+}
+
+/// The working tree holding `cwd` and its main repository's working directory (the same
+/// but for a worktree), if `cwd` is inside one.
 ///
 /// Only a `.git` directory or a small regular `.git` file counts; anything else (a FIFO, a
 /// device, a symlink to `/dev/zero`) is passed over without being opened for reading
 /// beyond a non-blocking open and a bounded read, so a hostile tree can neither block the
 /// hook nor make it read without end.
-pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
+fn find(cwd: &Path) -> Option<(PathBuf, PathBuf)> {
     for dir in cwd.ancestors() {
         let dot_git = dir.join(".git");
         let Ok(meta) = std::fs::metadata(&dot_git) else {
             continue;
         };
+        let tree = dir.to_path_buf();
         if meta.is_dir() {
-            return Some(dir.to_path_buf());
+            return Some((tree.clone(), tree));
         }
         if !meta.is_file() || meta.len() > MAX_DOT_GIT_FILE {
             continue;
@@ -38,9 +67,10 @@ pub fn repo_root(cwd: &Path) -> Option<PathBuf> {
             && let Some(gitdir) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
         {
             let gitdir = dir.join(gitdir.trim());
-            return Some(main_worktree_of(&gitdir).unwrap_or_else(|| dir.to_path_buf()));
+            let main = main_worktree_of(&gitdir).unwrap_or_else(|| tree.clone());
+            return Some((tree, main));
         }
-        return Some(dir.to_path_buf());
+        return Some((tree.clone(), tree));
     }
     None
 }

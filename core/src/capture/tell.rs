@@ -136,12 +136,13 @@ pub fn file(
     project: &str,
     to: Listener,
     file: &str,
+    tree: &std::path::Path,
     now: i64,
 ) -> Result<String> {
     if moment::turned_off_by(&settings.recall, Moment::File).is_some() {
         return Ok(hook::PLAIN_ANSWER.to_string());
     }
-    let recalled = moment::at_file(conn, project, Some(to), file, &settings.recall)?;
+    let recalled = moment::at_file(conn, project, Some(to), file, Some(tree), &settings.recall)?;
     record(
         conn,
         to,

@@ -15,6 +15,8 @@
 //! scoped to the one project asked; [`render`] is pure; nothing to give is an empty block,
 //! which the hook answers with its plain answer.
 
+use std::path::Path;
+
 use rusqlite::{Connection, params};
 
 use crate::clock;
@@ -385,12 +387,16 @@ pub fn at_prompt(
 /// The memories about `file` (an absolute path, or one relative to the project) worth
 /// knowing before working on it: observations of the project that modified it, and the
 /// failures found while reading it, newest first; none when the listener (the session's
-/// main conversation or a subagent) was already given memories about it.
+/// main conversation or a subagent) was already given memories about it. `tree` is the
+/// working tree the session works in, when known: an absolute path outside it (a
+/// dependency's source, a system file) is named only by a memory holding that same path,
+/// never by one holding a path it ends with (`src/main.rs` is not every `main.rs`).
 pub fn at_file(
     conn: &Connection,
     project: &str,
     session: Option<told::Listener>,
     file: &str,
+    tree: Option<&Path>,
     settings: &RecallSettings,
 ) -> Result<Recalled> {
     if file.trim().is_empty()
@@ -433,9 +439,14 @@ pub fn at_file(
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut offered = Vec::new();
+    let outside = tree.is_some_and(|t| file.starts_with('/') && !Path::new(file).starts_with(t));
+    let names = |list: &str| match outside {
+        true => paths_of(list).iter().any(|p| p == file),
+        false => names_file(list, file),
+    };
     for (mut o, modified, read) in rows {
-        let changed = names_file(&modified, file);
-        let failed_there = FAILURE_TYPES.contains(&o.label.as_str()) && names_file(&read, file);
+        let changed = names(&modified);
+        let failed_there = FAILURE_TYPES.contains(&o.label.as_str()) && names(&read);
         if !(changed || failed_there) {
             continue;
         }
@@ -458,7 +469,7 @@ pub fn at_file(
 /// Whether a JSON list of paths (`files_modified`, `files_read`) names `file`: the same
 /// path, or one of the two the other's tail after a `/`. Pure.
 fn names_file(list: &str, file: &str) -> bool {
-    let paths: Vec<String> = serde_json::from_str(list).unwrap_or_default();
+    let paths = paths_of(list);
     let tail_of = |long: &str, short: &str| {
         long.len() > short.len()
             && long.ends_with(short)
@@ -468,6 +479,11 @@ fn names_file(list: &str, file: &str) -> bool {
         let p = p.trim_start_matches("./");
         !p.is_empty() && (p == file || tail_of(file, p) || tail_of(p, file))
     })
+}
+
+/// The paths of a JSON list (`files_modified`, `files_read`); none when it is not one.
+fn paths_of(list: &str) -> Vec<String> {
+    serde_json::from_str(list).unwrap_or_default()
 }
 
 /// The block giving the offered memories still marked [`Verdict::Given`], best first: at
@@ -814,7 +830,7 @@ mod tests {
         f.add(only_read);
         let s = settings();
         let s1 = Some(told::Listener::main("s1"));
-        let got = at_file(&f.conn, "web", s1, "/repo/src/session.rs", &s).expect("file");
+        let got = at_file(&f.conn, "web", s1, "/repo/src/session.rs", None, &s).expect("file");
         let ids: Vec<i64> = got.given().iter().map(|g| g.id).collect();
         assert_eq!(ids, vec![changed, failed], "{got:?}");
         assert!(got.block.contains("so that tests can freeze time"));
@@ -829,16 +845,41 @@ mod tests {
             )
         })
         .expect("told");
-        let again = at_file(&f.conn, "web", s1, "/repo/src/session.rs", &s).expect("file");
+        let again = at_file(&f.conn, "web", s1, "/repo/src/session.rs", None, &s).expect("file");
         assert_eq!(again, Recalled::default());
         let other_project = at_file(
             &f.conn,
             "api",
             Some(told::Listener::main("s2")),
             "/repo/src/session.rs",
+            None,
             &s,
         )
         .expect("file");
         assert_eq!(other_project.block, "");
+
+        // In the working tree /repo, its files are named by their paths' tails; a file of
+        // the same name outside it (a dependency's, a system one) only by its own path.
+        let tree = Some(Path::new("/repo"));
+        let s3 = Some(told::Listener::main("s3"));
+        let inside = at_file(&f.conn, "web", s3, "/repo/src/session.rs", tree, &s).expect("in");
+        let ids: Vec<i64> = inside.given().iter().map(|g| g.id).collect();
+        assert_eq!(ids, vec![changed, failed], "{inside:?}");
+        for elsewhere in [
+            "/home/me/.cargo/registry/src/dep-1.0/src/session.rs",
+            "/repository/src/session.rs",
+        ] {
+            let s4 = Some(told::Listener::main("s4"));
+            let got = at_file(&f.conn, "web", s4, elsewhere, tree, &s).expect("outside");
+            assert_eq!(got.block, "", "{elsewhere}");
+        }
+        // A memory holding that very path still names it.
+        let mut vendored = obs("web", "bugfix", "Patched the vendored session", "", T0);
+        vendored.content.files_modified = vec!["/opt/vendor/src/session.rs".into()];
+        let vendored = f.add(vendored);
+        let s5 = Some(told::Listener::main("s5"));
+        let got = at_file(&f.conn, "web", s5, "/opt/vendor/src/session.rs", tree, &s).expect("x");
+        let ids: Vec<i64> = got.given().iter().map(|g| g.id).collect();
+        assert_eq!(ids, vec![vendored], "{got:?}");
     }
 }
