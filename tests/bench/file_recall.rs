@@ -194,8 +194,9 @@ fn replay(project: &str) {
                 received += 1;
             } else {
                 // Outside the session: would the file have been given something?
-                let alone = moment::at_file(&conn, project, None, &format!("{cwd}/{f}"), &settings)
-                    .expect("at_file");
+                let alone =
+                    moment::at_file(&conn, project, None, &format!("{cwd}/{f}"), None, &settings)
+                        .expect("at_file");
                 if alone.block.is_empty() {
                     not_found += 1;
                     missed.push(format!("{f} (not found)"));
