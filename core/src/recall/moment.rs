@@ -421,18 +421,11 @@ pub fn at_file(
                     created_at: r.get(1)?,
                     label: r.get(2)?,
                     title: r.get(3)?,
-                    detail: {
-                        let subtitle: String = r.get(4)?;
-                        let narrative: String = r.get(5)?;
-                        if subtitle.trim().is_empty() {
-                            narrative
-                        } else {
-                            subtitle
-                        }
-                    },
+                    detail: r.get(4)?,
                     relevance: 1.0,
                     verdict: Verdict::Given,
                 },
+                r.get::<_, String>(5)?,
                 r.get::<_, String>(6)?,
                 r.get::<_, String>(7)?,
             ))
@@ -444,7 +437,11 @@ pub fn at_file(
         true => paths_of(list).iter().any(|p| p == file),
         false => names_file(list, file),
     };
-    for (mut o, modified, read) in rows {
+    for (mut o, narrative, modified, read) in rows {
+        // The detail is the subtitle, unless it is only the path the block is about.
+        if o.detail.trim().is_empty() || paths_of(&modified).contains(&o.detail) {
+            o.detail = narrative;
+        }
         let changed = names(&modified);
         let failed_there = FAILURE_TYPES.contains(&o.label.as_str()) && names(&read);
         if !(changed || failed_there) {
@@ -874,12 +871,17 @@ mod tests {
             assert_eq!(got.block, "", "{elsewhere}");
         }
         // A memory holding that very path still names it.
-        let mut vendored = obs("web", "bugfix", "Patched the vendored session", "", T0);
+        let why = "The vendored copy read the wall clock";
+        let mut vendored = obs("web", "bugfix", "Patched the vendored session", why, T0);
         vendored.content.files_modified = vec!["/opt/vendor/src/session.rs".into()];
+        // A subtitle that only repeats the path is no detail: the narrative is.
+        vendored.content.subtitle = "/opt/vendor/src/session.rs".into();
         let vendored = f.add(vendored);
         let s5 = Some(told::Listener::main("s5"));
         let got = at_file(&f.conn, "web", s5, "/opt/vendor/src/session.rs", tree, &s).expect("x");
         let ids: Vec<i64> = got.given().iter().map(|g| g.id).collect();
         assert_eq!(ids, vec![vendored], "{got:?}");
+        assert!(got.block.contains(why), "{}", got.block);
+        assert!(!got.block.contains("— /opt"), "{}", got.block);
     }
 }

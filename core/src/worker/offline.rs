@@ -142,7 +142,7 @@ fn change(path: &str, evs: &[&ToolEvent], reads: &[String]) -> ParsedObservation
             "change".into()
         },
         content: ObservationContent {
-            title: cap(&title, 80),
+            title: text::shorten(&title, 80),
             subtitle: path.to_string(),
             facts,
             concepts,
@@ -393,7 +393,7 @@ fn failure(ev: &ToolEvent) -> ParsedObservation {
     let message = error_message(&error);
     let what = purpose
         .clone()
-        .or_else(|| command.as_deref().map(|c| cap(c, 60)))
+        .or_else(|| command.as_deref().map(|c| text::shorten(c, 60)))
         .or_else(|| input("file_path").map(|p| format!("{} {}", ev.tool_name, file_name(&p))))
         .unwrap_or_else(|| ev.tool_name.clone());
     let title = match (&test, &message) {
@@ -424,7 +424,7 @@ fn failure(ev: &ToolEvent) -> ParsedObservation {
         }
         .into(),
         content: ObservationContent {
-            title: cap(&title, 80),
+            title: text::shorten(&title, 80),
             subtitle: cap(
                 error
                     .lines()
@@ -513,7 +513,7 @@ fn error_message(output: &str) -> Option<String> {
         })
         .or_else(|| lines.iter().find(|l| !l.starts_with("Exit code")).copied())?;
     let m = pick.trim_start_matches("E ").trim();
-    Some(cap(m, 60))
+    Some(text::shorten(m, 60))
 }
 
 /// A successful `git commit -m "…"`: a change titled by its message.
@@ -539,7 +539,7 @@ fn commit(ev: &ToolEvent) -> Option<ParsedObservation> {
     Some(ParsedObservation {
         kind: "change".into(),
         content: ObservationContent {
-            title: cap(&format!("Committed: {first}"), 80),
+            title: text::shorten(&format!("Committed: {first}"), 80),
             facts: vec![cap(message.trim(), 500)],
             concepts: vec!["what-changed".into()],
             ..Default::default()
@@ -689,6 +689,22 @@ mod tests {
             &[("discovery", "echo failing >&2; exit 3 failed: failing", &[])],
         );
         assert_eq!(observations(&[failed])[0].content.subtitle, "Exit code 3");
+        // A long message is cut once, at a word, never inside an earlier cut.
+        let long = ToolEvent {
+            failed: true,
+            error: Some("test login_unicode_password ... FAILED\nthread panicked at src/auth.rs:42: byte index 3 is not a char boundary; it is inside 'é' (bytes 2..4) of `pässword`".into()),
+            ..ev("Bash", json!({"command": "cargo test"}))
+        };
+        let title = &observations(&[long])[0].content.title;
+        assert!(
+            title.starts_with("login_unicode_password failed: "),
+            "{title}"
+        );
+        assert!(
+            title.ends_with('…') && title.chars().count() <= 80,
+            "{title}"
+        );
+        assert!(!title.contains("cut]"), "{title}");
         let interrupted = ToolEvent {
             failed: true,
             is_interrupt: true,
