@@ -1432,6 +1432,43 @@ mod told_tests {
         };
         let given = asked("p1", "what did we decide about password hashing?");
         assert!(given.contains(&format!("- {hashing} decision")), "{given}");
+
+        // An earlier turn that asked about something else in the same words is not what a
+        // question is about: its topic is searched, not its framing.
+        let cors = remember(
+            &dd,
+            "decision",
+            "CORS allows only app.acme.dev, with credentials",
+            &[],
+            T0 + 3,
+        );
+        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        let framing = db::write(&mut conn, |tx| {
+            let turn = crate::memory::observations::NewSummary {
+                session_id: "old".into(),
+                project: "web".into(),
+                prompt_number: 2,
+                request: "what did we do earlier about brute force protection on login?".into(),
+                completed: "done".into(),
+                origin: "model".into(),
+                created_at: T0 + 4,
+                ..Default::default()
+            };
+            Ok(crate::memory::observations::upsert_summary(tx, &turn)?.id())
+        })
+        .expect("summary");
+        let given = asked("p2", "what did we do earlier about CORS?");
+        assert!(given.contains(&format!("- {cors} decision")), "{given}");
+        assert!(!given.contains(&format!("S{framing} ")), "{given}");
+        // Asked of the project's ways in another session, without a word of the past.
+        let o = run(
+            &dd,
+            &s,
+            &prompt("s2", "p1", "how do we handle CORS?"),
+            T0 + 11,
+        );
+        let given = context_of(&o.answer, "UserPromptSubmit").unwrap_or_default();
+        assert!(given.contains(&format!("- {cors} decision")), "{given}");
     }
 
     #[test]

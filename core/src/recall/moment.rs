@@ -143,61 +143,117 @@ pub fn is_users_prompt(prompt: &str) -> bool {
         && !p.starts_with(&format!("<{}>", crate::privacy::CONTEXT_TAG))
 }
 
-/// Whether a prompt asks in so many words about the project's past ("what did we decide
-/// about…", "why was…", "last time", "remind me"): such a prompt is a search asked on
-/// purpose, whatever the query model (trained on changelog lines against everyday
-/// requests, never on conversational questions) makes of its other words. English only.
-/// Pure.
-pub fn asks_about_the_past(prompt: &str) -> bool {
-    // Each between spaces, as the prompt's words are joined.
-    const CUES: &[&str] = &[
-        " did we ",
-        " did i ",
-        " have we ",
-        " had we ",
-        " we decided ",
-        " we chose ",
-        " we agreed ",
-        " we settled ",
-        " we ended up ",
-        " why was ",
-        " why were ",
-        " why is it that ",
-        " what was the ",
-        " what happened ",
-        " remind me ",
-        " do you remember ",
-        " remember when ",
-        " remember why ",
-        " remember how ",
-        " remember what ",
-        " last time ",
-        " previously ",
-        " in the past ",
-        " back when ",
-        " used to ",
-    ];
+/// Cues of a prompt that asks about the project's past or its settled ways, each between
+/// spaces as [`joined_words`] joins a prompt's words. Chosen so that none is in the
+/// everyday requests or the changelog lines of the benchmarks (`tests/fixtures/recall-eval`:
+/// "is used to", "previously deprecated" are not cues).
+const PAST_CUES: &[&str] = &[
+    " did we ",
+    " did i ",
+    " didn't we ",
+    " didnt we ",
+    " have we ",
+    " haven't we ",
+    " havent we ",
+    " had we ",
+    " we decided ",
+    " we chose ",
+    " we agreed ",
+    " we settled ",
+    " we ended up ",
+    " we used to ",
+    " we previously ",
+    " previously we ",
+    " used to be ",
+    " why was ",
+    " why were ",
+    " why is it that ",
+    " why do we ",
+    " is there a reason ",
+    " what was the ",
+    " what happened ",
+    " how do we ",
+    " how did we ",
+    " how does our ",
+    " how is our ",
+    " how are our ",
+    " what's our ",
+    " whats our ",
+    " what is our ",
+    " what are our ",
+    " where do we ",
+    " remind me ",
+    " do you remember ",
+    " remember when ",
+    " remember why ",
+    " remember how ",
+    " remember what ",
+    " last time ",
+    " in the past ",
+    " back when ",
+    " this before ",
+];
+
+/// Words that only place a question about the past in time, left out of its topic.
+const PAST_FRAMING: &[&str] = &[
+    " earlier ",
+    " again ",
+    " ago ",
+    " recently ",
+    " the other day ",
+];
+
+/// A prompt's words, lowercased, between spaces: ` what did we decide `.
+fn joined_words(prompt: &str) -> String {
     let words: Vec<String> = prompt
         .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '_'))
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
         .collect();
-    let text = format!(" {} ", words.join(" "));
-    CUES.iter().any(|c| text.contains(c))
+    format!(" {} ", words.join(" "))
+}
+
+/// Whether a prompt asks in so many words about the project's past or its settled ways
+/// ("what did we decide about…", "how do we…", "last time", "remind me"): such a prompt
+/// is a search asked on purpose, whatever the query model (trained on changelog lines
+/// against everyday requests, never on conversational questions) makes of its other
+/// words. English only. Pure.
+pub fn asks_about_the_past(prompt: &str) -> bool {
+    let text = joined_words(prompt);
+    PAST_CUES.iter().any(|c| text.contains(c))
+}
+
+/// What a prompt that [`asks_about_the_past`] asks about: its words without the cues and
+/// the framing ("what did we do earlier about CORS?" → "what do about cors"), so that a
+/// memory is not found for sharing the question's framing (an earlier turn that asked
+/// "what did we do earlier about…" of something else). `None` for another prompt, or when
+/// nothing is left. Pure.
+pub fn past_topic(prompt: &str) -> Option<String> {
+    let mut text = joined_words(prompt);
+    if !PAST_CUES.iter().any(|c| text.contains(c)) {
+        return None;
+    }
+    for cue in PAST_CUES.iter().chain(PAST_FRAMING) {
+        while let Some(i) = text.find(cue) {
+            text.replace_range(i..i + cue.len(), " ");
+        }
+    }
+    let topic = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    (!topic.is_empty()).then_some(topic)
 }
 
 /// The search that finds a prompt's memories: observations and turn summaries of the
 /// project (the user's earlier prompts would mostly echo the question), by relevance; a
-/// prompt that [`asks_about_the_past`] weighs its memories as a search would.
+/// prompt that [`asks_about_the_past`] searches for its topic ([`past_topic`]), weighing
+/// its memories as a search would.
 pub fn prompt_request(project: &str, prompt: &str, settings: &RecallSettings) -> SearchRequest {
-    let purpose = if asks_about_the_past(prompt) {
-        Purpose::Search
-    } else {
-        Purpose::Prompt
+    let (purpose, text) = match past_topic(prompt) {
+        Some(topic) => (Purpose::Search, topic),
+        None => (Purpose::Prompt, prompt.to_string()),
     };
     SearchRequest {
         // Prose, not the query language: `-dirty` or `NOT` in a prompt are words.
-        query: crate::recall::query::literal(prompt),
+        query: crate::recall::query::literal(&text),
         filters: Filters {
             project: Some(project.to_string()),
             ..Filters::default()
@@ -539,6 +595,9 @@ mod tests {
             "remind me how the deploy works",
             "didn't we fix this last time?",
             "We ended up using argon2, right?",
+            "how do we handle CORS?",
+            "what's our pagination approach?",
+            "database is locked again under load, didn't we fix this before?",
         ] {
             assert!(asks_about_the_past(yes), "{yes}");
             let r = prompt_request("p", yes, &RecallSettings::default());
@@ -549,11 +608,37 @@ mod tests {
             "bump the upload limit to 50 MB",
             "remember to run the tests",
             "fix the failing test in did_we_win.rs",
+            "why did CI fail?",
+            "Router::with_state is used to convert the router",
+            "Remove extractor_middleware which was previously deprecated",
         ] {
             assert!(!asks_about_the_past(no), "{no}");
             let r = prompt_request("p", no, &RecallSettings::default());
             assert_eq!(r.purpose, Purpose::Prompt, "{no}");
+            assert_eq!(r.query, crate::recall::query::literal(no));
         }
+        // The topic is searched, not the framing.
+        for (asked, topic) in [
+            (
+                "What did we do earlier about CORS?",
+                Some("what do about cors"),
+            ),
+            (
+                "remind me: which bundler do we use?",
+                Some("which bundler do we use"),
+            ),
+            ("didn't we fix this before?", Some("fix")),
+            ("remind me", None),
+            ("run the tests", None),
+        ] {
+            assert_eq!(past_topic(asked).as_deref(), topic, "{asked}");
+        }
+        let r = prompt_request(
+            "p",
+            "what did we do earlier about CORS?",
+            &Default::default(),
+        );
+        assert_eq!(r.query, crate::recall::query::literal("what do about cors"));
     }
     use super::*;
     use crate::recall::search::search;
