@@ -1078,6 +1078,29 @@ mod told_tests {
         .to_string()
     }
 
+    /// A SessionStart of `session` in project web, from `source` (startup, compact…).
+    fn start(session: &str, source: &str) -> String {
+        format!(
+            r#"{{"hook_event_name":"SessionStart","session_id":"{session}","cwd":"/nowhere/web","source":"{source}"}}"#
+        )
+    }
+
+    /// An old fix of the login tests (about src/session.rs) and a newer feature: the
+    /// memory a prompt about the tests finds, and the one the index shows first.
+    fn login_fix_and_dark_mode(dd: &DataDir) -> (i64, i64) {
+        let fix = remember(
+            dd,
+            "bugfix",
+            "Login tests failed on CI because the session expiry read the wall clock",
+            &["src/session.rs"],
+            T0 - 20 * 86_400_000,
+        );
+        (
+            fix,
+            remember(dd, "feature", "Dark mode for the settings page", &[], T0),
+        )
+    }
+
     fn context_of(answer: &str, event: &str) -> Option<String> {
         let v: serde_json::Value = serde_json::from_str(answer).expect("json");
         let out = v.get("hookSpecificOutput")?;
@@ -1095,14 +1118,7 @@ mod told_tests {
         // the real model (`tests/e2e/prompt_recall.rs`); by words alone in a store of two
         // memories the answer's relevance lies between 0.35 and 0.5.
         s.recall.min_relevance = 0.3;
-        let fix = remember(
-            &dd,
-            "bugfix",
-            "Login tests failed on CI because the session expiry read the wall clock",
-            &["src/session.rs"],
-            T0 - 20 * 86_400_000,
-        );
-        let recent = remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
+        let (fix, recent) = login_fix_and_dark_mode(&dd);
         let start = r#"{"hook_event_name":"SessionStart","session_id":"s1","cwd":"/nowhere/web","source":"startup"}"#;
         let o = run(&dd, &s, start, T0);
         let index = context_of(&o.answer, "SessionStart").expect("index");
@@ -1184,11 +1200,6 @@ mod told_tests {
             T0 - 10 * 86_400_000,
         );
         let recent = remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
-        let start = |session: &str, source: &str| {
-            format!(
-                r#"{{"hook_event_name":"SessionStart","session_id":"{session}","cwd":"/nowhere/web","source":"{source}"}}"#
-            )
-        };
         let index = |o: &Outcome| context_of(&o.answer, "SessionStart").expect("index");
         let first = index(&run(&dd, &s, &start("s1", "startup"), T0));
         assert!(first.contains(&format!("#{recent} ")), "{first}");
@@ -1232,19 +1243,8 @@ mod told_tests {
         let mut s = Settings::default();
         s.context.max_observations = 1;
         s.recall.min_relevance = 0.3;
-        let fix = remember(
-            &dd,
-            "bugfix",
-            "Login tests failed on CI because the session expiry read the wall clock",
-            &["src/session.rs"],
-            T0 - 20 * 86_400_000,
-        );
-        let recent = remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
-        let start = |source: &str| {
-            format!(
-                r#"{{"hook_event_name":"SessionStart","session_id":"s1","cwd":"/nowhere/web","source":"{source}"}}"#
-            )
-        };
+        let (fix, recent) = login_fix_and_dark_mode(&dd);
+        let start = |source: &str| start("s1", source);
         let index = |o: &Outcome| context_of(&o.answer, "SessionStart").unwrap_or_default();
         let ask = |id: &str| prompt("s1", id, "why do the login tests fail on CI again?");
         let file = "/nowhere/web/src/session.rs";
@@ -1325,11 +1325,6 @@ mod told_tests {
             Ok(crate::memory::observations::upsert_summary(tx, &turn)?.id())
         })
         .expect("summary");
-        let start = |session: &str, source: &str| {
-            format!(
-                r#"{{"hook_event_name":"SessionStart","session_id":"{session}","cwd":"/nowhere/web","source":"{source}"}}"#
-            )
-        };
         let first = run(&dd, &s, &start("s1", "startup"), T0 + 1);
         let index = context_of(&first.answer, "SessionStart").expect("index");
         assert!(index.contains("## Last turn"), "{index}");
