@@ -899,3 +899,64 @@ fn timeline_centres_on_summaries_and_prompts_as_search_lists_them() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("S3 for a summary"), "{}", stderr(&o));
 }
+
+/// A file saved by hand from a subdirectory names the file as the hooks' memories do,
+/// from the working tree's top, so a read of it finds the memory, and a read of a file of
+/// the same name elsewhere does not; a long prompt is read from stdin.
+#[test]
+fn a_file_saved_from_a_subdirectory_is_named_from_the_project_top() {
+    let env = TestEnv::new();
+    let top = env.tmp.path().join("shop");
+    std::fs::create_dir_all(top.join(".git")).expect("repo");
+    std::fs::create_dir_all(top.join("src")).expect("src");
+    let in_dir = |dir: &std::path::Path, args: &[&str], stdin: &[u8]| {
+        let mut c = env.cmd("cairn");
+        c.current_dir(dir).args(args);
+        crate::support::run_with_stdin(c, stdin)
+    };
+    let init = in_dir(&top, &["install", "--project", "--no-mcp"], b"");
+    assert_eq!(init.status.code(), Some(0), "{}", stderr(&init));
+    let saved = in_dir(
+        &top.join("src"),
+        &[
+            "save",
+            "Lock retries back off",
+            "--text",
+            "x",
+            "--file",
+            "db.rs",
+            "--file",
+            "../Cargo.toml",
+        ],
+        b"",
+    );
+    assert_eq!(saved.status.code(), Some(0), "{}", stderr(&saved));
+    let files: String = env
+        .db()
+        .query_row("SELECT files_modified FROM observations", [], |r| r.get(0))
+        .expect("saved");
+    assert_eq!(files, r#"["src/db.rs","Cargo.toml"]"#);
+
+    let told = |file: &str| {
+        let o = in_dir(&top, &["context", "--file", file, "--json"], b"");
+        let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+        v["offered"].as_array().expect("offered").len()
+    };
+    assert_eq!(told(top.join("src/db.rs").to_str().expect("utf-8")), 1);
+    assert_eq!(told("/usr/lib/rust/src/db.rs"), 0);
+
+    let paste = format!(
+        "why do the lock retries back off?\n{}",
+        "traceback line\n".repeat(20_000)
+    );
+    let o = in_dir(
+        &top,
+        &["context", "--prompt", "-", "--json"],
+        paste.as_bytes(),
+    );
+    // Read whole (an argument this long would exceed the system's limit), and searched:
+    // the memory is a candidate, whether or not it reaches the threshold.
+    assert_ne!(o.status.code(), Some(2), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["offered"].as_array().map(Vec::len), Some(1), "{v}");
+}

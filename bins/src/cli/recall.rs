@@ -136,7 +136,7 @@ pub struct ContextArgs {
     pub project: Option<String>,
     /// Show what this prompt would receive, and why: every memory found with its relevance
     /// and what became of it (given, under the threshold, already given, over the count or
-    /// the budget).
+    /// the budget). `-` reads it from stdin (a long paste).
     #[arg(long, value_name = "TEXT", conflicts_with = "file")]
     pub prompt: Option<String>,
     /// Show what a read or edit of this file would receive.
@@ -161,7 +161,8 @@ pub struct SaveArgs {
     /// decision, bugfix, feature, refactor, discovery or change.
     #[arg(long = "type", default_value = "discovery")]
     pub kind: String,
-    /// A file it is about (repeatable).
+    /// A file it is about (repeatable; a relative path is taken from the current
+    /// directory and kept relative to the project's top).
     #[arg(long = "file", value_name = "PATH")]
     pub files: Vec<String>,
     /// A concept tag (repeatable).
@@ -571,8 +572,9 @@ fn moment_context(
     }
     let (recalled, how) = match (&args.prompt, &args.file) {
         (Some(prompt), _) => {
+            let prompt = or_stdin(prompt, "the prompt")?;
             // As the hook sees it: cleaned of private spans and secrets.
-            let prompt = Privacy::from_settings(&settings.capture).text(prompt);
+            let prompt = Privacy::from_settings(&settings.capture).text(&prompt);
             if !moment::is_users_prompt(&prompt) {
                 note!(
                     "not a prompt of the user's (a command, a notification, cairn's own context): nothing is given"
@@ -678,19 +680,22 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
         OBSERVATION_TYPES.join(", ")
     );
     let text = match args.text.as_deref() {
-        Some("-") => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("failed to read the text from stdin")?;
-            s
-        }
-        Some(t) => t.to_string(),
+        Some(t) => or_stdin(t, "the text")?,
         None => String::new(),
     };
     let project = match &args.project {
         Some(p) => p.clone(),
         None => current_project()?,
+    };
+    // A path given here, in the project's working tree, is kept relative to the tree's
+    // top, as a memory names files: `db.rs` typed in src/ is src/db.rs.
+    let files = match &args.project {
+        Some(_) => args.files.clone(),
+        None => {
+            let cwd = std::env::current_dir().context("failed to read the current directory")?;
+            let tree = project::place(&cwd).tree;
+            args.files.iter().map(|f| in_tree(&tree, &cwd, f)).collect()
+        }
     };
     let mut obs = NewObservation {
         session_id: None,
@@ -701,7 +706,7 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
         content: cairn_core::memory::rows::ObservationContent {
             title,
             narrative: text.trim_end().to_string(),
-            files_modified: args.files.clone(),
+            files_modified: files,
             concepts: args.concepts.clone(),
             ..Default::default()
         },
@@ -731,6 +736,39 @@ pub fn save(ctx: &Ctx, args: &SaveArgs) -> anyhow::Result<u8> {
         ))?;
     }
     Ok(exit::OK)
+}
+
+/// `arg` itself, or stdin's text when it is `-`.
+fn or_stdin(arg: &str, what: &str) -> anyhow::Result<String> {
+    if arg != "-" {
+        return Ok(arg.to_string());
+    }
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .with_context(|| format!("failed to read {what} from stdin"))?;
+    Ok(s)
+}
+
+/// `file`, typed in `cwd`, relative to the working tree's top `tree` when it lies in it;
+/// as typed otherwise.
+fn in_tree(tree: &std::path::Path, cwd: &std::path::Path, file: &str) -> String {
+    let full = cwd.join(file);
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in full.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => parts.push(c.as_os_str()),
+        }
+    }
+    let full: std::path::PathBuf = parts.iter().collect();
+    match full.strip_prefix(tree) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
+        _ => file.to_string(),
+    }
 }
 
 pub fn mcp(ctx: &Ctx, args: &McpArgs) -> anyhow::Result<u8> {
