@@ -1162,6 +1162,48 @@ fn a_machine_leaves_its_space_and_brings_every_memory_to_the_next() {
     assert_eq!(a.titles(), ["from a", "from b"]);
 }
 
+/// A machine that leaves and joins the same space again reads its old log there as its
+/// own earlier one, not as another device's.
+#[test]
+fn a_machine_back_in_its_space_knows_its_old_log() {
+    let pg = Pg::start();
+    let (a, b) = (Device::new(), Device::new());
+    let key = space(&pg, &a, &[&b]);
+    a.save("p", "from a", "pulled by b");
+    b.save("p", "from b", "pushed before b leaves");
+    a.sync();
+    b.sync();
+    b.ok(&["sync", "leave"]);
+    let url = pg.url();
+    b.ok(&[
+        "sync", "join", "--url", &url, "--key", &key, "--name", "device1",
+    ]);
+    b.sync();
+    let status: serde_json::Value =
+        serde_json::from_str(&b.ok(&["sync", "status", "--json"])).expect("json");
+    let devices = status["devices"].as_array().expect("devices");
+    let mut seen: Vec<(String, bool)> = devices
+        .iter()
+        .map(|d| {
+            (
+                d["name"].as_str().unwrap_or("").to_string(),
+                d["former"] == true,
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("device0".to_string(), false),
+            ("device1".to_string(), true)
+        ],
+        "{status}"
+    );
+    a.sync();
+    assert_eq!(assert_converged(&[&a, &b]), ["from a", "from b"]);
+}
+
 #[test]
 fn a_store_restored_from_before_it_joined_stays_in_the_space_as_a_new_device() {
     let pg = Pg::start();

@@ -131,8 +131,8 @@ pub const NEXT_SEQ: &str = "next_seq";
 pub const LAST_PUSH: &str = "last_push_at";
 pub const LAST_PULL: &str = "last_pull_at";
 pub const LAST_ERROR: &str = "last_error";
-/// This data dir's earlier ids in its space, space-separated: the logs it wrote before it
-/// went on as a new device ([`become_device`]).
+/// This data dir's earlier ids, space-separated: the logs it wrote before it went on as a
+/// new device ([`become_device`]) or left its space ([`leave`]).
 pub const FORMER_DEVICES: &str = "former_devices";
 
 pub fn get(conn: &Connection, key: &str) -> Result<Option<String>> {
@@ -466,12 +466,20 @@ pub fn enter(tx: &Transaction, space: &str, device: &str, name: &str, host: &str
 
 /// Forgets this device's place in its space: its state, outbox, what went into or came
 /// out of logs, and the cursors. The memories stay, as this store's own, so a space joined
-/// next receives them all.
+/// next receives them all. Its id joins the data dir's earlier ones ([`FORMER_DEVICES`]):
+/// rejoined, the space holds its old log.
 pub fn leave(tx: &Transaction) -> Result<()> {
+    let mut former = former_devices(tx)?;
+    if let Some(device) = get(tx, DEVICE)?.filter(|d| !d.is_empty() && !former.contains(d)) {
+        former.push(device);
+    }
     tx.execute_batch(
         "DELETE FROM sync_state; DELETE FROM sync_outbox; DELETE FROM sync_rows;
          DELETE FROM sync_devices;",
     )?;
+    if !former.is_empty() {
+        set(tx, FORMER_DEVICES, &former.join(" "))?;
+    }
     Ok(())
 }
 
