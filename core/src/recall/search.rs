@@ -518,12 +518,12 @@ fn fill(conn: &Connection, c: Candidate, snippets: Option<SnippetPair>) -> Resul
     };
     let snippet = if let Some((best, body)) = snippets {
         let best = one_line(&best.unwrap_or_default());
-        // The title is shown anyway: a snippet that only repeats it gives way to the body,
-        // or to nothing when there is none.
+        // The title is shown anyway: a snippet that only repeats it, or a part of it, gives
+        // way to the body, or to nothing when there is none.
         let bare = best
             .replace(HIGHLIGHT_OPEN, "")
             .replace(HIGHLIGHT_CLOSE, "");
-        if bare == one_line(&title) {
+        if one_line(&title).contains(bare.trim_matches('…').trim()) {
             body.map(|b| one_line(&b)).unwrap_or_default()
         } else {
             best
@@ -619,6 +619,17 @@ mod tests {
         // BM25 scores are lower for the better match; relevance higher.
         assert!(hits[0].score.expect("score") < hits[1].score.expect("score"));
         assert!(hits[0].relevance > hits[1].relevance);
+        // A part of a long title (a turn's request) gives way to the body as well.
+        let long = f.add(obs(
+            "p",
+            "change",
+            "Heartbeat of the worker that lost its claim while the laptop slept through the whole night",
+            "the claim is renewed at wake-up",
+            T0 + 30,
+        ));
+        let hits = search(&f.conn, &req("laptop", Some("p"))).expect("search");
+        assert_eq!(hits[0].id, long);
+        assert_eq!(hits[0].snippet, "the claim is renewed at wake-up");
         // And nothing when it has no body.
         let bare = f.add(obs("p", "change", "Cleanup done", "", T0 + 20));
         let hits = search(&f.conn, &req("cleanup", Some("p"))).expect("search");
