@@ -1055,6 +1055,25 @@ mod told_tests {
         .expect("remember")
     }
 
+    /// The summary of turn `number` of an old session of project web.
+    fn summarize(dd: &DataDir, number: i64, request: &str, completed: &str, at: i64) -> i64 {
+        let mut conn = db::open_data_dir(dd, OpenOptions::default()).expect("open");
+        db::write(&mut conn, |tx| {
+            let turn = crate::memory::observations::NewSummary {
+                session_id: "old".into(),
+                project: "web".into(),
+                prompt_number: number,
+                request: request.into(),
+                completed: completed.into(),
+                origin: "model".into(),
+                created_at: at,
+                ..Default::default()
+            };
+            Ok(crate::memory::observations::upsert_summary(tx, &turn)?.id())
+        })
+        .expect("summary")
+    }
+
     /// A PreToolUse of Read on `path` in project web, by `agent` (a subagent) or the main
     /// conversation.
     fn read_event(session: &str, path: &str, agent: Option<&str>) -> String {
@@ -1310,21 +1329,13 @@ mod told_tests {
         let mut s = Settings::default();
         s.recall.min_relevance = 0.0;
         remember(&dd, "feature", "Dark mode for the settings page", &[], T0);
-        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
-        let summary = db::write(&mut conn, |tx| {
-            let turn = crate::memory::observations::NewSummary {
-                session_id: "old".into(),
-                project: "web".into(),
-                prompt_number: 1,
-                request: "Rate-limit the login endpoint".into(),
-                completed: "Login attempts are limited to 5 a minute per address".into(),
-                origin: "model".into(),
-                created_at: T0,
-                ..Default::default()
-            };
-            Ok(crate::memory::observations::upsert_summary(tx, &turn)?.id())
-        })
-        .expect("summary");
+        let summary = summarize(
+            &dd,
+            1,
+            "Rate-limit the login endpoint",
+            "Login attempts are limited to 5 a minute per address",
+            T0,
+        );
         let first = run(&dd, &s, &start("s1", "startup"), T0 + 1);
         let index = context_of(&first.answer, "SessionStart").expect("index");
         assert!(index.contains("## Last turn"), "{index}");
@@ -1437,21 +1448,13 @@ mod told_tests {
             &[],
             T0 + 3,
         );
-        let mut conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
-        let framing = db::write(&mut conn, |tx| {
-            let turn = crate::memory::observations::NewSummary {
-                session_id: "old".into(),
-                project: "web".into(),
-                prompt_number: 2,
-                request: "what did we do earlier about brute force protection on login?".into(),
-                completed: "done".into(),
-                origin: "model".into(),
-                created_at: T0 + 4,
-                ..Default::default()
-            };
-            Ok(crate::memory::observations::upsert_summary(tx, &turn)?.id())
-        })
-        .expect("summary");
+        let framing = summarize(
+            &dd,
+            2,
+            "what did we do earlier about brute force protection on login?",
+            "done",
+            T0 + 4,
+        );
         let given = asked("p2", "what did we do earlier about CORS?");
         assert!(given.contains(&format!("- {cors} decision")), "{given}");
         assert!(!given.contains(&format!("S{framing} ")), "{given}");

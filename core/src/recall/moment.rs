@@ -489,17 +489,18 @@ pub fn at_file(
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let mut offered = Vec::new();
     let outside = tree.is_some_and(|t| file.starts_with('/') && !Path::new(file).starts_with(t));
-    let names = |list: &str| match outside {
-        true => paths_of(list).iter().any(|p| p == file),
-        false => names_file(list, file),
+    let names = |paths: &[String]| match outside {
+        true => paths.iter().any(|p| p == file),
+        false => names_file(paths, file),
     };
     for (mut o, narrative, modified, read) in rows {
+        let modified = paths_of(&modified);
         // The detail is the subtitle, unless it is only the path the block is about.
-        if o.detail.trim().is_empty() || paths_of(&modified).contains(&o.detail) {
+        if o.detail.trim().is_empty() || modified.contains(&o.detail) {
             o.detail = narrative;
         }
         let changed = names(&modified);
-        let failed_there = FAILURE_TYPES.contains(&o.label.as_str()) && names(&read);
+        let failed_there = FAILURE_TYPES.contains(&o.label.as_str()) && names(&paths_of(&read));
         if !(changed || failed_there) {
             continue;
         }
@@ -519,10 +520,9 @@ pub fn at_file(
     Ok(Recalled { offered, block })
 }
 
-/// Whether a JSON list of paths (`files_modified`, `files_read`) names `file`: the same
-/// path, or one of the two the other's tail after a `/`. Pure.
-fn names_file(list: &str, file: &str) -> bool {
-    let paths = paths_of(list);
+/// Whether the paths of a list (`files_modified`, `files_read`: [`paths_of`]) name `file`:
+/// the same path, or one of the two the other's tail after a `/`. Pure.
+fn names_file(paths: &[String], file: &str) -> bool {
     let tail_of = |long: &str, short: &str| {
         long.len() > short.len()
             && long.ends_with(short)
@@ -737,13 +737,13 @@ mod tests {
 
     #[test]
     fn a_file_is_named_by_its_path_or_its_tail() {
-        let list = r#"["src/login.rs", "/abs/repo/tests/ci.rs"]"#;
+        let list = &paths_of(r#"["src/login.rs", "/abs/repo/tests/ci.rs"]"#);
         assert!(names_file(list, "/home/u/repo/src/login.rs"));
         assert!(names_file(list, "src/login.rs"));
         assert!(names_file(list, "tests/ci.rs"));
         assert!(!names_file(list, "/home/u/repo/src/xlogin.rs"));
         assert!(!names_file(list, "login.rs.bak"));
-        assert!(!names_file("not json", "src/login.rs"));
+        assert!(!names_file(&paths_of("not json"), "src/login.rs"));
     }
 
     fn offered(id: i64, relevance: f64, title: &str) -> Offered {

@@ -469,18 +469,19 @@ pub fn enter(tx: &Transaction, space: &str, device: &str, name: &str, host: &str
 /// next receives them all. Its id joins the data dir's earlier ones ([`FORMER_DEVICES`]):
 /// rejoined, the space holds its old log.
 pub fn leave(tx: &Transaction) -> Result<()> {
-    let mut former = former_devices(tx)?;
-    if let Some(device) = get(tx, DEVICE)?.filter(|d| !d.is_empty() && !former.contains(d)) {
-        former.push(device);
-    }
+    let device = get(tx, DEVICE)?;
+    let former = get(tx, FORMER_DEVICES)?;
     tx.execute_batch(
         "DELETE FROM sync_state; DELETE FROM sync_outbox; DELETE FROM sync_rows;
          DELETE FROM sync_devices;",
     )?;
-    if !former.is_empty() {
-        set(tx, FORMER_DEVICES, &former.join(" "))?;
+    if let Some(former) = former {
+        set(tx, FORMER_DEVICES, &former)?;
     }
-    Ok(())
+    match device {
+        Some(device) => add_former(tx, &device),
+        None => Ok(()),
+    }
 }
 
 /// The last sequence number this device took (0 before its first).
@@ -515,10 +516,18 @@ pub fn become_device(
         "UPDATE sync_rows SET device = ?1 WHERE device = ?2",
         [new, old.as_str()],
     )?;
-    let mut former = former_devices(tx)?;
-    former.push(old);
-    set(tx, FORMER_DEVICES, &former.join(" "))?;
+    add_former(tx, &old)?;
     set(tx, DEVICE, new)
+}
+
+/// Counts `device` among this data dir's earlier ids (see [`FORMER_DEVICES`]).
+fn add_former(tx: &Transaction, device: &str) -> Result<()> {
+    let mut former = former_devices(tx)?;
+    if device.is_empty() || former.iter().any(|d| d == device) {
+        return Ok(());
+    }
+    former.push(device.to_string());
+    set(tx, FORMER_DEVICES, &former.join(" "))
 }
 
 /// This data dir's earlier ids in its space (see [`FORMER_DEVICES`]).
