@@ -1,5 +1,7 @@
-//! Cutting text to a size, a count in words ([`plural`]), and `%XX` escapes decoded
-//! ([`percent_decode`], [`percent_decode_uri`]). Every cap in cairn goes through here: a field capped before it
+//! Cutting text to a size, a count in words ([`plural`]), `%XX` escapes decoded
+//! ([`percent_decode`], [`percent_decode_uri`]), and the words of text written as code
+//! ([`runs`], [`camel_pieces`], [`code_pieces`]), which a query and a stored memory split
+//! alike. Every cap in cairn goes through here: a field capped before it
 //! is stored, a prompt field, a title shortened for display, an error message clipped for
 //! the queue, an id kept distinct by a hash. Sizes are counted in bytes or in characters
 //! ([`Unit`]); what a caller keeps is the head ([`head`], [`shorten`], [`truncate`]), the
@@ -12,6 +14,70 @@
 //! [`cap_hashed`]) when the size asked for is smaller than that.
 
 use std::borrow::Cow;
+
+/// The runs of letters and digits of `text`: its words as a query counts them.
+pub fn runs(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|r| !r.is_empty())
+}
+
+/// `LineBuffered` → `line`, `buffered`; `HTTPServer` → `http`, `server`; `sha256` → `sha`,
+/// `256`; a run with no inner capital and no letter beside a digit gives nothing.
+pub fn camel_pieces(run: &str) -> Vec<String> {
+    let chars: Vec<char> = run.chars().collect();
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for i in 1..chars.len() {
+        let (prev, cur) = (chars[i - 1], chars[i]);
+        let next_lower = chars.get(i + 1).is_some_and(|c| c.is_lowercase());
+        let boundary = (prev.is_lowercase() && cur.is_uppercase())
+            || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
+            || (prev.is_alphabetic() != cur.is_alphabetic());
+        if boundary {
+            pieces.push(chars[start..i].iter().collect::<String>());
+            start = i;
+        }
+    }
+    if pieces.is_empty() {
+        return Vec::new();
+    }
+    pieces.push(chars[start..].iter().collect());
+    pieces.into_iter().map(|p| p.to_lowercase()).collect()
+}
+
+/// Longest run whose pieces [`code_pieces`] keeps: longer ones are blobs (keys, base64),
+/// not names.
+const PIECED_RUN_CHARS: usize = 32;
+
+/// The pieces of every word of `texts` written as code, space-separated: what a stored
+/// memory is also searched by (its `pieces_text`), so that "line buffered" finds
+/// `LineBuffered` as a query's `LineBuffered` finds "line buffered" ([`camel_pieces`]).
+/// Hex runs of seven characters or more with a digit (commit ids, hashes) and runs longer
+/// than [`PIECED_RUN_CHARS`] give nothing.
+pub fn code_pieces(texts: &[&str]) -> String {
+    let mut out = String::new();
+    for text in texts {
+        for run in runs(text) {
+            if run.chars().count() > PIECED_RUN_CHARS || is_hex_id(run) {
+                continue;
+            }
+            for piece in camel_pieces(run) {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(&piece);
+            }
+        }
+    }
+    out
+}
+
+/// A commit id or a hash: seven hex digits or more, one of them a decimal digit.
+fn is_hex_id(run: &str) -> bool {
+    run.len() >= 7
+        && run.chars().all(|c| c.is_ascii_hexdigit())
+        && run.chars().any(|c| c.is_ascii_digit())
+}
 
 /// `n` and the word for it: "1 record", "2 records".
 pub fn plural(n: i64, one: &str, many: &str) -> String {
@@ -182,6 +248,29 @@ mod tests {
 
     fn bytes_marker(cut: usize) -> String {
         format!("[{cut}]")
+    }
+
+    #[test]
+    fn code_is_split_into_the_words_it_is_made_of() {
+        assert_eq!(
+            code_pieces(&[
+                "Fix RedundantParentheses in parseHTTPHeader",
+                "sha256 and v2"
+            ]),
+            "redundant parentheses parse http header sha 256 v 2"
+        );
+        // Plain words, snake_case (the tokenizer splits it already), commit ids and
+        // blobs give nothing.
+        assert_eq!(
+            code_pieces(&[
+                "plain words, snake_case",
+                "reverts eca89acee00faf6e9ef55d84780e6eeddf225e5c and 1a2b3c4",
+                "AKIAIOSFODNN7EXAMPLEkeyMaterialThatIsLong",
+            ]),
+            ""
+        );
+        // A short hex word without a digit is a word ("deadbeef" aside, "decade").
+        assert_eq!(code_pieces(&["faceBook decade"]), "face book");
     }
 
     #[test]

@@ -215,13 +215,17 @@ fn questions(project: &str) -> Vec<Question> {
         .collect()
 }
 
-/// The words of a question OR-ed, each quoted: the baseline's expression.
+/// The words of a question OR-ed, each quoted, in the memory's own text: the baseline's
+/// expression. The index's other columns are cairn's (the pieces of code words, migration
+/// 0018, and the project's key), which plain BM25 does not have.
 fn or_words(q: &str) -> String {
-    q.split(|c: char| !c.is_alphanumeric())
+    let words = q
+        .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(|w| format!("\"{w}\""))
         .collect::<Vec<_>>()
-        .join(" OR ")
+        .join(" OR ");
+    format!("{{title subtitle narrative facts_text concepts_text}} : ({words})")
 }
 
 /// Reciprocal rank fusion of rankings: each id scores the sum of 1 / (k + rank).

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::memory::rows::{self, ObservationContent};
+use crate::text::code_pieces;
 
 /// Observation types cairn knows. A model's other words are stored as `change`, with the
 /// original word kept in `original_type`.
@@ -174,13 +175,14 @@ pub fn insert_observation(tx: &Transaction, o: &NewObservation) -> Result<Stored
     let hash = o.content_hash();
     let c = &o.content;
     let ids = serde_json::to_string(&o.source_job_ids).unwrap_or_else(|_| "[]".into());
+    let facts_text = c.facts.join("\n");
     let added = tx
         .prepare_cached(
             "INSERT INTO observations
                  (session_id, project, prompt_number, type, original_type, title, subtitle, narrative,
                   facts, concepts, files_read, files_modified, content_hash, source_job_ids, origin, created_at,
-                  facts_text, concepts_text)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+                  facts_text, concepts_text, pieces_text)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
              ON CONFLICT (session_id, content_hash) DO NOTHING
              RETURNING id",
         )?
@@ -202,8 +204,9 @@ pub fn insert_observation(tx: &Transaction, o: &NewObservation) -> Result<Stored
                 ids,
                 o.origin,
                 o.created_at,
-                c.facts.join("\n"),
-                c.concepts.join(", ")
+                facts_text,
+                c.concepts.join(", "),
+                code_pieces(&[&c.title, &c.subtitle, &c.narrative, &facts_text])
             ],
             |r| r.get::<_, i64>(0),
         )
@@ -255,15 +258,17 @@ pub fn upsert_summary(tx: &Transaction, s: &NewSummary) -> Result<Stored> {
         .prepare_cached(
             "INSERT INTO session_summaries
                  (session_id, project, prompt_number, request, investigated, learned, completed,
-                  next_steps, notes, files_read, files_edited, content_hash, source_job_ids, origin, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                  next_steps, notes, files_read, files_edited, content_hash, source_job_ids, origin, created_at,
+                  pieces_text)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
              ON CONFLICT (session_id, prompt_number) DO UPDATE SET
                  request = excluded.request, investigated = excluded.investigated,
                  learned = excluded.learned, completed = excluded.completed,
                  next_steps = excluded.next_steps, notes = excluded.notes,
                  files_read = excluded.files_read, files_edited = excluded.files_edited,
                  content_hash = excluded.content_hash, source_job_ids = excluded.source_job_ids,
-                 origin = excluded.origin, created_at = excluded.created_at
+                 origin = excluded.origin, created_at = excluded.created_at,
+                 pieces_text = excluded.pieces_text
              RETURNING id",
         )?
         .query_row(
@@ -282,7 +287,15 @@ pub fn upsert_summary(tx: &Transaction, s: &NewSummary) -> Result<Stored> {
                 hash,
                 serde_json::to_string(&s.source_job_ids).unwrap_or_else(|_| "[]".into()),
                 s.origin,
-                s.created_at
+                s.created_at,
+                code_pieces(&[
+                    &s.request,
+                    &s.investigated,
+                    &s.learned,
+                    &s.completed,
+                    &s.next_steps,
+                    &s.notes
+                ])
             ],
             |r| r.get(0),
         )?;

@@ -3,6 +3,7 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use crate::error::Result;
+use crate::text::code_pieces;
 
 /// How stale `updated_at` may get before an event refreshes it. Every hook event calls
 /// [`ensure`]; rewriting the row (and its `sessions_project_recent` entry) each time would
@@ -182,10 +183,19 @@ pub fn record_prompt(tx: &Transaction, p: &NewPrompt, now: i64) -> Result<Prompt
         )?
         .query_row([p.session_id], |r| r.get(0))?;
     tx.prepare_cached(
-        "INSERT INTO user_prompts (session_id, project, prompt_number, prompt_id, prompt_text, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO user_prompts
+             (session_id, project, prompt_number, prompt_id, prompt_text, created_at, pieces_text)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
-    .execute(params![p.session_id, p.project, number, p.prompt_id, p.text, now])?;
+    .execute(params![
+        p.session_id,
+        p.project,
+        number,
+        p.prompt_id,
+        p.text,
+        now,
+        code_pieces(&[p.text])
+    ])?;
     Ok(PromptRecorded {
         number,
         added: true,
@@ -285,8 +295,8 @@ pub fn import_prompt(tx: &Transaction, p: &PromptRecord) -> Result<bool> {
     let added = tx
         .prepare_cached(
             "INSERT INTO user_prompts
-                 (session_id, project, prompt_number, prompt_id, prompt_text, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 (session_id, project, prompt_number, prompt_id, prompt_text, created_at, pieces_text)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT DO NOTHING",
         )?
         .execute(params![
@@ -295,7 +305,8 @@ pub fn import_prompt(tx: &Transaction, p: &PromptRecord) -> Result<bool> {
             p.prompt_number,
             p.prompt_id,
             p.prompt_text,
-            p.created_at
+            p.created_at,
+            code_pieces(&[&p.prompt_text])
         ])?;
     Ok(added > 0)
 }

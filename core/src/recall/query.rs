@@ -34,6 +34,8 @@
 //!
 //! Pure: no database, no clock.
 
+use crate::text::{camel_pieces, runs};
+
 /// Most terms kept from one query; the rest are ignored.
 pub const MAX_TERMS: usize = 32;
 /// Longest term kept, in characters; longer ones are shortened.
@@ -331,36 +333,6 @@ fn word_parts(text: &str, prefix: bool) -> Vec<Term> {
         });
     }
     parts
-}
-
-/// `LineBuffered` → `line`, `buffered`; `HTTPServer` → `http`, `server`; a run with no
-/// inner capital gives nothing.
-fn camel_pieces(run: &str) -> Vec<String> {
-    let chars: Vec<char> = run.chars().collect();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for i in 1..chars.len() {
-        let (prev, cur) = (chars[i - 1], chars[i]);
-        let next_lower = chars.get(i + 1).is_some_and(|c| c.is_lowercase());
-        let boundary = (prev.is_lowercase() && cur.is_uppercase())
-            || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
-            || (prev.is_alphabetic() != cur.is_alphabetic());
-        if boundary {
-            pieces.push(chars[start..i].iter().collect::<String>());
-            start = i;
-        }
-    }
-    if pieces.is_empty() {
-        return Vec::new();
-    }
-    pieces.push(chars[start..].iter().collect());
-    pieces.into_iter().map(|p| p.to_lowercase()).collect()
-}
-
-/// The runs of letters and digits of `text`: its words as a query counts them.
-pub(crate) fn runs(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|r| !r.is_empty())
 }
 
 /// English words too common to tell memories apart (a question's `why was the … `).

@@ -901,7 +901,7 @@ fn wording(
 /// saying little but what the query says is likelier the memory asked about than one
 /// holding the same words among many others.
 fn title_precision(held: usize, title: &str) -> f64 {
-    let words = query::runs(title)
+    let words = crate::text::runs(title)
         .filter(|w| !query::is_stop_word(w))
         .count();
     if words == 0 {

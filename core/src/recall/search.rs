@@ -591,6 +591,46 @@ mod tests {
         }
     }
 
+    /// Words written as code are found by the words they are made of, and code by prose's
+    /// words; the snippet is the memory's own text, never its pieces.
+    #[test]
+    fn code_words_are_found_by_their_pieces() {
+        let mut f = fixture();
+        let cop = f.add(obs(
+            "p",
+            "bugfix",
+            "Fix a false positive in the cop",
+            "RedundantParentheses no longer flags a method call with a block",
+            T0,
+        ));
+        let other = f.add(obs("p", "change", "Parentheses in docs", "", T0 + 10));
+        let hits = search(&f.conn, &req("redundant parentheses", Some("p"))).expect("search");
+        assert_eq!(hits[0].id, cop, "{hits:?}");
+        assert_eq!(hits[1].id, other);
+        assert!(
+            hits[0].snippet.contains("RedundantParentheses"),
+            "{:?}",
+            hits[0].snippet
+        );
+        assert!(
+            !hits[0].snippet.contains("redundant"),
+            "{:?}",
+            hits[0].snippet
+        );
+        // Only the pieces match: the memory's plain text is shown.
+        let hits = search(&f.conn, &req("redundant", Some("p"))).expect("search");
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].id, cop);
+        assert_eq!(
+            hits[0].snippet,
+            "RedundantParentheses no longer flags a method call with a block"
+        );
+        // And the other way round, as before: the query's code finds the prose.
+        let prose = f.add(obs("p", "change", "Line buffered output", "", T0 + 20));
+        let hits = search(&f.conn, &req("LineBuffered", Some("p"))).expect("search");
+        assert_eq!(hits[0].id, prose);
+    }
+
     #[test]
     fn a_title_hit_beats_a_narrative_hit() {
         let mut f = fixture();

@@ -27,7 +27,8 @@ pub(super) type SnippetPair = (Option<String>, Option<String>);
 /// The best snippet and the body-column snippet of each id, in one full-text query of
 /// the kind's index, or of `copy`, a scratch table holding the rows (`rank::Copies`: the
 /// same columns, the project's key left empty, which no query's words match, so the same
-/// snippets): the rowid range of the ids bounds the walk, and `+rowid IN (…)` (not usable
+/// snippets), made from the columns a person reads (not `pieces_text`): the rowid range
+/// of the ids bounds the walk, and `+rowid IN (…)` (not usable
 /// as an index) keeps snippets from being made for rows in between.
 pub(super) fn snippets_of(
     conn: &Connection,
@@ -56,8 +57,10 @@ pub(super) fn snippets_of(
          FROM {from} WHERE {fts} MATCH ?1 AND rowid >= ?2 AND rowid <= ?3 AND +rowid IN ({})",
         marks.join(", ")
     );
+    // A row matched only by the pieces of its code words gets no snippet here (its plain
+    // text is shown instead).
     let mut args: Vec<Value> = vec![
-        Value::Text(fts_match.to_string()),
+        Value::Text(format!("{} : ({fts_match})", t.shown_columns())),
         Value::Integer(*lo),
         Value::Integer(*hi),
     ];

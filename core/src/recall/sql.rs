@@ -10,13 +10,15 @@ use rusqlite::types::Value;
 use crate::memory::kind::Kind;
 
 /// BM25 column weights of `observations_fts(title, subtitle, narrative, facts_text,
-/// concepts_text, project_key)`; the project's key is for narrowing, not for ranking.
-const OBSERVATION_WEIGHTS: &str = "10.0, 4.0, 1.0, 2.0, 4.0, 0.0";
+/// concepts_text, pieces_text, project_key)`; the pieces of the words written as code
+/// (migration 0018) weigh as the body, and the project's key is for narrowing, not for
+/// ranking.
+const OBSERVATION_WEIGHTS: &str = "10.0, 4.0, 1.0, 2.0, 4.0, 1.0, 0.0";
 /// Of `session_summaries_fts(request, investigated, learned, completed, next_steps, notes,
-/// project_key)`.
-const SUMMARY_WEIGHTS: &str = "5.0, 1.0, 2.0, 2.0, 1.0, 1.0, 0.0";
-/// Of `user_prompts_fts(prompt_text, project_key)`.
-const PROMPT_WEIGHTS: &str = "1.0, 0.0";
+/// pieces_text, project_key)`.
+const SUMMARY_WEIGHTS: &str = "5.0, 1.0, 2.0, 2.0, 1.0, 1.0, 1.0, 0.0";
+/// Of `user_prompts_fts(prompt_text, pieces_text, project_key)`.
+const PROMPT_WEIGHTS: &str = "1.0, 1.0, 0.0";
 
 /// Which rows a search or timeline may return.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,7 +42,9 @@ pub struct Filters {
 pub(super) struct Table {
     pub(super) table: &'static str,
     pub(super) fts: &'static str,
-    /// The full-text table's columns of text, in order (its last, `project_key`, is not).
+    /// The full-text table's columns of text, in order (its last, `project_key`, is not):
+    /// the row's own, then `pieces_text`, the pieces of its words written as code, which
+    /// match a query but make no snippet ([`Table::shown_columns`]).
     pub(super) columns: &'static str,
     pub(super) select: &'static str,
     weights: &'static str,
@@ -56,6 +60,13 @@ impl Table {
     /// The first of [`Table::columns`]: the title, or what stands for it.
     pub(super) fn title_column(&self) -> &'static str {
         self.columns.split(',').next().unwrap_or_default().trim()
+    }
+
+    /// The columns a snippet may come from, as an FTS5 column filter: all of
+    /// [`Table::columns`] but the last, `pieces_text`, which no one wrote as it reads.
+    pub(super) fn shown_columns(&self) -> String {
+        let columns: Vec<&str> = self.columns.split(',').map(str::trim).collect();
+        format!("{{{}}}", columns[..columns.len() - 1].join(" "))
     }
 
     /// The BM25 score of a match, by the column weights (lower is better).
@@ -100,7 +111,7 @@ pub(super) fn table(kind: Kind) -> Table {
         Kind::Observation => Table {
             table: "observations",
             fts: "observations_fts",
-            columns: "title, subtitle, narrative, facts_text, concepts_text",
+            columns: "title, subtitle, narrative, facts_text, concepts_text, pieces_text",
             select: "t.id, t.project, t.created_at, t.type, t.title",
             weights: OBSERVATION_WEIGHTS,
             plain: "CASE WHEN t.subtitle <> '' THEN t.subtitle ELSE t.narrative END",
@@ -110,7 +121,7 @@ pub(super) fn table(kind: Kind) -> Table {
         Kind::Summary => Table {
             table: "session_summaries",
             fts: "session_summaries_fts",
-            columns: "request, investigated, learned, completed, next_steps, notes",
+            columns: "request, investigated, learned, completed, next_steps, notes, pieces_text",
             select: "t.id, t.project, t.created_at, 'summary', t.request",
             weights: SUMMARY_WEIGHTS,
             plain: "CASE WHEN t.completed <> '' THEN t.completed ELSE t.learned END",
@@ -120,7 +131,7 @@ pub(super) fn table(kind: Kind) -> Table {
         Kind::Prompt => Table {
             table: "user_prompts",
             fts: "user_prompts_fts",
-            columns: "prompt_text",
+            columns: "prompt_text, pieces_text",
             select: "t.id, t.project, t.created_at, 'prompt', t.prompt_text",
             weights: PROMPT_WEIGHTS,
             plain: "''",

@@ -87,6 +87,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0017_memory_given_compaction",
         include_str!("../../../migrations/0017_memory_given_compaction.sql"),
     ),
+    (
+        "0018_code_pieces",
+        include_str!("../../../migrations/0018_code_pieces.sql"),
+    ),
 ];
 
 /// The first schema version that keeps its number in the `schema_version` table too.
@@ -191,6 +195,7 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
         migrate(&mut conn)?;
     }
     bm25::register(&conn).map_err(not_db)?;
+    register_functions(&conn)?;
     Ok(conn)
 }
 
@@ -396,6 +401,7 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
     // One transaction for every pending migration: no other connection ever sees a
     // database half-way (a version between the old and the new), which a hook would take
     // for an older one to leave alone (`OpenOptions::upgrade`).
+    register_functions(conn)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let current = schema_version(&tx)?;
     if current > SCHEMA_VERSION {
@@ -431,6 +437,38 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
         }
     }
     tx.commit()?;
+    Ok(())
+}
+
+/// Each searchable table and the text columns its `pieces_text` is made of
+/// (`text::code_pieces`), as migration 0018 filled it and as `memory` writes it.
+pub const CODE_PIECES_OF: [(&str, &str); 3] = [
+    ("observations", "title, subtitle, narrative, facts_text"),
+    (
+        "session_summaries",
+        "request, investigated, learned, completed, next_steps, notes",
+    ),
+    ("user_prompts", "prompt_text"),
+];
+
+/// The SQL functions of cairn's own, on every connection [`open`] makes and before any
+/// migration: `cairn_code_pieces(text, …)`, the pieces of the words written as code in its
+/// arguments (`text::code_pieces`; NULL is no text), with which migration 0018 fills the
+/// `pieces_text` of older rows and recovery makes it for rows salvaged from an older file.
+fn register_functions(conn: &Connection) -> Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        "cairn_code_pieces",
+        -1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            let texts = (0..ctx.len())
+                .map(|i| ctx.get::<Option<String>>(i).map(Option::unwrap_or_default))
+                .collect::<rusqlite::Result<Vec<String>>>()?;
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            Ok(crate::text::code_pieces(&texts))
+        },
+    )?;
     Ok(())
 }
 
@@ -625,6 +663,82 @@ mod tests {
         assert_eq!(tables_before, tables_after);
         assert!(integrity_problems(&conn).expect("check").is_empty());
         assert_eq!(crate::store::paths::mode_of(&dd.db()), Some(0o600));
+    }
+
+    /// Rows stored before migration 0018 get the pieces of their code words, and a
+    /// question in prose finds them; the index agrees with its rows.
+    #[test]
+    fn rows_from_before_code_pieces_are_found_by_their_pieces() {
+        let (_tmp, dd) = temp_db();
+        std::fs::create_dir_all(dd.root()).expect("dir");
+        let mut conn = Connection::open(dd.db()).expect("open");
+        for (_, sql) in &MIGRATIONS[..17] {
+            conn.execute_batch(sql).expect("migration");
+        }
+        conn.execute_batch(
+            "PRAGMA user_version = 17;
+             UPDATE schema_version SET version = 17;
+             INSERT INTO sessions (session_id, project, started_at, updated_at)
+                 VALUES ('s', 'p', 1, 1);
+             INSERT INTO observations
+                 (session_id, project, type, title, narrative, content_hash, created_at)
+                 VALUES ('s', 'p', 'change', 'Fix RedundantParentheses', 'kept', 'h', 1);
+             INSERT INTO session_summaries
+                 (session_id, project, prompt_number, request, content_hash, created_at)
+                 VALUES ('s', 'p', 1, 'why does parseHttpHeader fail?', 'h', 1);
+             INSERT INTO user_prompts (session_id, project, prompt_number, prompt_text, created_at)
+                 VALUES ('s', 'p', 1, 'look at LineBuffered', 1);",
+        )
+        .expect("v17 data");
+        migrate(&mut conn).expect("migrate");
+        assert_eq!(schema_version(&conn).expect("version"), SCHEMA_VERSION);
+        for (table, words, pieces) in [
+            (
+                "observations",
+                "redundant parentheses",
+                "redundant parentheses",
+            ),
+            ("session_summaries", "http header", "parse http header"),
+            ("user_prompts", "buffered", "line buffered"),
+        ] {
+            let stored: String = conn
+                .query_row(&format!("SELECT pieces_text FROM {table}"), [], |r| {
+                    r.get(0)
+                })
+                .expect("pieces");
+            assert_eq!(stored, pieces, "{table}");
+            let expr = words
+                .split(' ')
+                .map(|w| format!("\"{w}\""))
+                .collect::<Vec<_>>()
+                .join(" AND ");
+            let hits: i64 = conn
+                .query_row(
+                    &format!("SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?1"),
+                    [expr],
+                    |r| r.get(0),
+                )
+                .expect("search");
+            assert_eq!(hits, 1, "{table}");
+        }
+        assert!(integrity_problems(&conn).expect("check").is_empty());
+        // A row written now gets its pieces as it is stored.
+        write(&mut conn, |tx| {
+            let o = crate::recall::testing::obs("p", "change", "Cache the tokenizerConfig", "", 2);
+            crate::memory::sessions::ensure(tx, "s-p", "p", "/p", 2)?;
+            crate::memory::observations::insert_observation(tx, &o)?;
+            Ok(())
+        })
+        .expect("insert");
+        let hits: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM observations_fts WHERE observations_fts MATCH 'tokenizer'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("search");
+        assert_eq!(hits, 1);
+        assert!(integrity_problems(&conn).expect("check").is_empty());
     }
 
     #[test]

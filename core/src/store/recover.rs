@@ -662,14 +662,30 @@ fn salvage_sessions(conn: &mut Connection) -> (u64, u64) {
     (copied, failed)
 }
 
-/// The columns of `table` a row is written with: all but the generated ones (the
-/// `project_key` of migration 0008), comma-separated.
-fn stored_columns(conn: &Connection, table: &str) -> Result<String> {
-    let names = conn
-        .prepare("SELECT name FROM pragma_table_xinfo(?1, 'main') WHERE hidden = 0")?
-        .query_map([table], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(names.join(", "))
+/// The columns of `table` a row is written with (all but the generated ones, the
+/// `project_key` of migration 0008), and what each is read from in the damaged file: the
+/// same column; for the `pieces_text` that a file older than migration 0018 lacks, the
+/// pieces made from the row's text ([`db::CODE_PIECES_OF`]); a column it lacks otherwise
+/// is left to its default. Both comma-separated.
+fn copied_columns(conn: &Connection, table: &str) -> Result<(String, String)> {
+    let names = |schema: &str| -> Result<Vec<String>> {
+        Ok(conn
+            .prepare("SELECT name FROM pragma_table_xinfo(?1, ?2) WHERE hidden = 0")?
+            .query_map([table, schema], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?)
+    };
+    let damaged = names("damaged")?;
+    let (mut into, mut from) = (Vec::new(), Vec::new());
+    for name in names("main")? {
+        let source = match db::CODE_PIECES_OF.iter().find(|(t, _)| *t == table) {
+            _ if damaged.contains(&name) => name.clone(),
+            Some((_, text)) if name == "pieces_text" => format!("cairn_code_pieces({text})"),
+            _ => continue,
+        };
+        into.push(name);
+        from.push(source);
+    }
+    Ok((into.join(", "), from.join(", ")))
 }
 
 /// What salvaging one table did.
@@ -704,9 +720,9 @@ fn salvage_table(conn: &mut Connection, table: &str) -> Result<TableSalvage> {
          SELECT session_id, project, created_at, created_at FROM damaged.{table}
          WHERE id = ?1 AND session_id IS NOT NULL"
     );
-    let columns = stored_columns(conn, table)?;
+    let (into, from) = copied_columns(conn, table)?;
     let copy = format!(
-        "INSERT OR IGNORE INTO main.{table} ({columns}) SELECT {columns} FROM damaged.{table} WHERE id = ?1"
+        "INSERT OR IGNORE INTO main.{table} ({into}) SELECT {from} FROM damaged.{table} WHERE id = ?1"
     );
     let exists = format!("SELECT count(*) FROM damaged.{table} WHERE id = ?1");
     let mut out = TableSalvage {
@@ -849,6 +865,63 @@ mod tests {
             .expect("counter");
         assert_eq!(counter, 40);
         assert!(r.describe().contains("40 user_prompts"), "{}", r.describe());
+    }
+
+    /// A damaged file of an older schema (before migration 0018): its rows are salvaged
+    /// into the new one, given the pieces of their code words on the way.
+    #[test]
+    fn rows_of_an_older_damaged_file_are_salvaged_into_the_new_schema() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dd = DataDir::new(tmp.path().join("d"));
+        dd.ensure().expect("dir");
+        let conn = Connection::open(dd.db()).expect("open");
+        for (_, sql) in &db::MIGRATIONS[..17] {
+            conn.execute_batch(sql).expect("migration");
+        }
+        conn.execute_batch(
+            "PRAGMA user_version = 17;
+             UPDATE schema_version SET version = 17;
+             INSERT INTO sessions (session_id, project, started_at, updated_at)
+                 VALUES ('s', 'p', 1, 1);",
+        )
+        .expect("v17");
+        for n in 1..=60 {
+            conn.execute(
+                "INSERT INTO observations
+                     (session_id, project, type, title, narrative, content_hash, created_at)
+                 VALUES ('s', 'p', 'change', ?1, ?2, ?3, ?4)",
+                params![
+                    format!("Fix RedundantParentheses case {n}"),
+                    "x".repeat(400),
+                    format!("h{n}"),
+                    n
+                ],
+            )
+            .expect("row");
+        }
+        let root: i64 = conn
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'observations_search'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("root");
+        drop(conn);
+        smash(&dd.db(), root as u64);
+
+        let r = recover(&dd, 5_000, Duration::ZERO).expect("recover");
+        let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
+        assert!(db::integrity_problems(&conn).expect("integrity").is_empty());
+        let (rows, found): (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM observations),
+                        (SELECT count(*) FROM observations_fts
+                         WHERE observations_fts MATCH 'redundant AND parentheses')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("count");
+        assert_eq!((rows, found), (60, 60), "{}", r.describe());
     }
 
     #[test]
