@@ -655,7 +655,14 @@ fn a_device_offline_while_others_write_and_forget_converges_when_back() {
         b.sync();
     }
 
-    // c is back: two rounds and everyone agrees.
+    // c is back: it counts what it gained and lost, not what came and went while it was
+    // away ("a short-lived"); two rounds and everyone agrees.
+    let back = c.sync();
+    assert_eq!(
+        (back["added"].as_u64(), back["forgotten"].as_u64()),
+        (Some(2), Some(2)),
+        "{back}"
+    );
     for _ in 0..2 {
         for d in [&c, &a, &b] {
             d.sync();

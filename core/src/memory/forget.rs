@@ -20,7 +20,7 @@ use crate::memory::forgotten::{self, Key};
 use crate::memory::kind::Kind;
 
 /// One memory, by its row id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Memory {
     Observation(i64),
     Summary(i64),

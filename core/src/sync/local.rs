@@ -592,11 +592,11 @@ pub fn devices(conn: &Connection) -> Result<Vec<(String, String, i64)>> {
         .collect::<rusqlite::Result<_>>()?)
 }
 
-/// What applying one record changed.
+/// What applying one record changed, and to which memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Applied {
-    Added,
-    Forgot,
+    Added(Memory),
+    Forgot(Memory),
     #[default]
     Nothing,
 }
@@ -622,7 +622,7 @@ pub fn apply(
             } else {
                 sessions::ensure(tx, &p.session_id, &p.project, "", p.created_at)?;
                 if sessions::import_prompt(tx, p)? {
-                    Applied::Added
+                    Applied::Added(Memory::Prompt(tx.last_insert_rowid()))
                 } else {
                     Applied::Nothing
                 }
@@ -638,7 +638,7 @@ pub fn apply(
                 match observations::save_manual(tx, o)? {
                     observations::Stored::Added(id) => {
                         keep_vector(tx, v, Kind::Observation, id, &o.project, o.created_at)?;
-                        Applied::Added
+                        Applied::Added(Memory::Observation(id))
                     }
                     observations::Stored::Duplicate(_) => Applied::Nothing,
                 }
@@ -652,7 +652,7 @@ pub fn apply(
                 match observations::upsert_summary(tx, s)? {
                     observations::Stored::Added(id) => {
                         keep_vector(tx, v, Kind::Summary, id, &s.project, s.created_at)?;
-                        Applied::Added
+                        Applied::Added(Memory::Summary(id))
                     }
                     observations::Stored::Duplicate(_) => Applied::Nothing,
                 }
@@ -728,7 +728,7 @@ fn forget_key(tx: &Transaction, key: &Key, now: i64) -> Result<Applied> {
         }
     };
     forget::forget(tx, &[memory], now)?;
-    Ok(Applied::Forgot)
+    Ok(Applied::Forgot(memory))
 }
 
 #[cfg(test)]

@@ -647,7 +647,8 @@ fn renamed_on_another_host(
     })
 }
 
-/// Reads every other device's log from its cursor and applies it.
+/// Reads every other device's log from its cursor and applies it. A memory added and
+/// forgotten within the pull counts in neither [`Moved::added`] nor [`Moved::forgotten`].
 pub fn pull(
     conn: &mut Connection,
     client: &mut postgres::Client,
@@ -655,6 +656,7 @@ pub fn pull(
     now: i64,
 ) -> Result<Moved, SyncError> {
     let mut moved = Moved::default();
+    let mut added_here = std::collections::HashSet::new();
     for (device, last) in server::devices(client, &setup.key.space, &setup.device)? {
         loop {
             let after = local::cursor(conn, &device)?;
@@ -679,21 +681,27 @@ pub fn pull(
                     serde_json::from_slice(&plain).map_err(|_| unreadable())?;
                 envelopes.push((*seq, env));
             }
-            let counts = db::write(conn, |tx| {
+            let applied = db::write(conn, |tx| {
                 local::ensure_in(tx, &setup.key.space)?;
-                let mut c = (0, 0);
-                for (seq, env) in &envelopes {
-                    match local::apply(tx, &device, *seq, env, now)? {
-                        local::Applied::Added => c.0 += 1,
-                        local::Applied::Forgot => c.1 += 1,
-                        local::Applied::Nothing => {}
-                    }
-                }
-                Ok(c)
+                envelopes
+                    .iter()
+                    .map(|(seq, env)| local::apply(tx, &device, *seq, env, now))
+                    .collect::<crate::error::Result<Vec<_>>>()
             })?;
             moved.pulled += envelopes.len();
-            moved.added += counts.0;
-            moved.forgotten += counts.1;
+            for a in applied {
+                match a {
+                    local::Applied::Added(m) => {
+                        added_here.insert(m);
+                        moved.added += 1;
+                    }
+                    // Added and forgotten in the same pull (a fresh device reading a
+                    // log where both happened): never here, counted as neither.
+                    local::Applied::Forgot(m) if added_here.remove(&m) => moved.added -= 1,
+                    local::Applied::Forgot(_) => moved.forgotten += 1,
+                    local::Applied::Nothing => {}
+                }
+            }
         }
     }
     Ok(moved)
