@@ -195,7 +195,6 @@ pub fn open(path: &Path, opts: OpenOptions) -> Result<Connection> {
         migrate(&mut conn)?;
     }
     bm25::register(&conn).map_err(not_db)?;
-    register_functions(&conn)?;
     Ok(conn)
 }
 
@@ -451,11 +450,12 @@ pub const CODE_PIECES_OF: [(&str, &str); 3] = [
     ("user_prompts", "prompt_text"),
 ];
 
-/// The SQL functions of cairn's own, on every connection [`open`] makes and before any
-/// migration: `cairn_code_pieces(text, …)`, the pieces of the words written as code in its
-/// arguments (`text::code_pieces`; NULL is no text), with which migration 0018 fills the
+/// The SQL functions of cairn's own, registered by [`migrate`] and by recovery's salvage,
+/// the two that call them (not on every connection: a hook's has no use for them):
+/// `cairn_code_pieces(text, …)`, the pieces of the words written as code in its arguments
+/// (`text::code_pieces`; NULL is no text), with which migration 0018 fills the
 /// `pieces_text` of older rows and recovery makes it for rows salvaged from an older file.
-fn register_functions(conn: &Connection) -> Result<()> {
+pub(crate) fn register_functions(conn: &Connection) -> Result<()> {
     use rusqlite::functions::FunctionFlags;
     conn.create_scalar_function(
         "cairn_code_pieces",
@@ -692,6 +692,14 @@ mod tests {
         .expect("v17 data");
         migrate(&mut conn).expect("migrate");
         assert_eq!(schema_version(&conn).expect("version"), SCHEMA_VERSION);
+        let matching = |conn: &Connection, table: &str, expr: &str| -> i64 {
+            conn.query_row(
+                &format!("SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?1"),
+                [expr],
+                |r| r.get(0),
+            )
+            .expect("search")
+        };
         for (table, words, pieces) in [
             (
                 "observations",
@@ -712,14 +720,7 @@ mod tests {
                 .map(|w| format!("\"{w}\""))
                 .collect::<Vec<_>>()
                 .join(" AND ");
-            let hits: i64 = conn
-                .query_row(
-                    &format!("SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?1"),
-                    [expr],
-                    |r| r.get(0),
-                )
-                .expect("search");
-            assert_eq!(hits, 1, "{table}");
+            assert_eq!(matching(&conn, table, &expr), 1, "{table}");
         }
         assert!(integrity_problems(&conn).expect("check").is_empty());
         // A row written now gets its pieces as it is stored.
@@ -730,14 +731,7 @@ mod tests {
             Ok(())
         })
         .expect("insert");
-        let hits: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM observations_fts WHERE observations_fts MATCH 'tokenizer'",
-                [],
-                |r| r.get(0),
-            )
-            .expect("search");
-        assert_eq!(hits, 1);
+        assert_eq!(matching(&conn, "observations", "tokenizer"), 1);
         assert!(integrity_problems(&conn).expect("check").is_empty());
     }
 

@@ -508,6 +508,8 @@ fn salvage(conn: &mut Connection, damaged: &Path) -> Result<Salvaged> {
     // The scratch copy, which nothing else opens: read-write, so that SQLite can rebuild
     // its WAL index.
     conn.execute("ATTACH DATABASE ?1 AS damaged", [damaged.to_string_lossy()])?;
+    // For the rows of a file older than migration 0018 (`copied_columns`).
+    db::register_functions(conn)?;
     let result = (|| -> Result<Salvaged> {
         let mut out = Salvaged {
             salvaged: Vec::new(),
@@ -675,12 +677,18 @@ fn copied_columns(conn: &Connection, table: &str) -> Result<(String, String)> {
             .collect::<rusqlite::Result<Vec<_>>>()?)
     };
     let damaged = names("damaged")?;
+    let pieces_of = db::CODE_PIECES_OF
+        .iter()
+        .find(|(t, _)| *t == table)
+        .map(|(_, text)| format!("cairn_code_pieces({text})"));
     let (mut into, mut from) = (Vec::new(), Vec::new());
     for name in names("main")? {
-        let source = match db::CODE_PIECES_OF.iter().find(|(t, _)| *t == table) {
-            _ if damaged.contains(&name) => name.clone(),
-            Some((_, text)) if name == "pieces_text" => format!("cairn_code_pieces({text})"),
-            _ => continue,
+        let source = if damaged.contains(&name) {
+            name.clone()
+        } else if let Some(pieces) = pieces_of.as_ref().filter(|_| name == "pieces_text") {
+            pieces.clone()
+        } else {
+            continue;
         };
         into.push(name);
         from.push(source);
@@ -819,6 +827,19 @@ mod tests {
         f.sync_all().expect("sync");
     }
 
+    /// Closes `conn` and overwrites the root page of its index `name` with garbage.
+    fn smash_index(conn: Connection, path: &Path, name: &str) {
+        let root: i64 = conn
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .expect("root");
+        drop(conn);
+        smash(path, root as u64);
+    }
+
     #[test]
     fn a_damaged_database_is_restored_and_its_newer_rows_salvaged() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -834,15 +855,7 @@ mod tests {
         conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
             .expect("checkpoint");
         // An index of user_prompts, damaged in the live file.
-        let root: i64 = conn
-            .query_row(
-                "SELECT rootpage FROM sqlite_master WHERE name = 'user_prompts_project_time'",
-                [],
-                |r| r.get(0),
-            )
-            .expect("root");
-        drop(conn);
-        smash(&dd.db(), root as u64);
+        smash_index(conn, &dd.db(), "user_prompts_project_time");
         let check =
             db::open_data_dir(&dd, OpenOptions::default()).and_then(|c| db::integrity_problems(&c));
         assert!(check.is_err() || !check.expect("checked").is_empty());
@@ -899,15 +912,7 @@ mod tests {
             )
             .expect("row");
         }
-        let root: i64 = conn
-            .query_row(
-                "SELECT rootpage FROM sqlite_master WHERE name = 'observations_search'",
-                [],
-                |r| r.get(0),
-            )
-            .expect("root");
-        drop(conn);
-        smash(&dd.db(), root as u64);
+        smash_index(conn, &dd.db(), "observations_search");
 
         let r = recover(&dd, 5_000, Duration::ZERO).expect("recover");
         let conn = db::open_data_dir(&dd, OpenOptions::default()).expect("open");
