@@ -599,9 +599,10 @@ fn damaged_tables(conn: &Connection) -> Option<std::collections::HashSet<String>
 }
 
 /// Sessions have no integer key: scanned in key order, and past a read failure resumed
-/// after the last key read, until a read fails twice at the same place. Returns (copied,
-/// read failures). Each row is its own transaction: SQLite may roll back a whole
-/// transaction on a corrupt read, which must not cost the rows already copied.
+/// after the last key read, until a read fails twice at the same place; the columns both
+/// schemas have are copied ([`copied_columns`]). Returns (copied, read failures). Each row
+/// is its own transaction: SQLite may roll back a whole transaction on a corrupt read,
+/// which must not cost the rows already copied.
 fn salvage_sessions(conn: &mut Connection) -> (u64, u64) {
     let mut copied = 0;
     let mut failed = 0;
@@ -649,13 +650,14 @@ fn salvage_sessions(conn: &mut Connection) -> (u64, u64) {
             ids.len() - before
         );
     }
+    let Ok((into, from)) = copied_columns(conn, "sessions") else {
+        return (copied, failed + 1);
+    };
+    let copy = format!(
+        "INSERT OR IGNORE INTO main.sessions ({into}) SELECT {from} FROM damaged.sessions WHERE session_id = ?1"
+    );
     for id in ids {
-        let n = db::write(conn, |tx| {
-            Ok(tx.execute(
-                "INSERT OR IGNORE INTO main.sessions SELECT * FROM damaged.sessions WHERE session_id = ?1",
-                [&id],
-            )?)
-        });
+        let n = db::write(conn, |tx| Ok(tx.execute(&copy, [&id])?));
         match n {
             Ok(n) => copied += n as u64,
             Err(_) => failed += 1,
