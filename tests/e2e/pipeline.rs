@@ -122,11 +122,16 @@ fn a_hook_leaves_the_upgrade_of_an_older_database_to_the_worker() {
             .unwrap_or(0)
     };
     assert_eq!(spooled(), 2, "both events wait in the spool");
-    // The next cairn command upgrades it (and says what waits in the spool); the worker
-    // takes the events in.
+    // The next cairn command upgrades it, saying so before the wait (and says what waits
+    // in the spool); the worker takes the events in.
     let status = env.run("cairn", &["status"], b"");
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(text.contains("spool"), "{text}");
+    let said = String::from_utf8_lossy(&status.stderr);
+    assert!(
+        said.contains("upgrading the database from schema 7"),
+        "{said}"
+    );
     assert!(version() > 7, "cairn status upgraded the database");
     worker_once(&env);
     assert_eq!(spooled(), 0, "the worker took the events in");

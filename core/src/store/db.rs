@@ -410,6 +410,15 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
             current,
         ));
     }
+    let started = Instant::now();
+    if current > 0 && current < SCHEMA_VERSION {
+        // Said before the wait, not after it: a migration may rebuild the full-text
+        // indexes, about a minute at a million memories, and a silent command looks hung.
+        log::warn!(
+            "upgrading the database from schema {current} to {SCHEMA_VERSION}: once, and with \
+             many memories it may take a minute"
+        );
+    }
     for (index, (name, sql)) in MIGRATIONS.iter().enumerate() {
         let target = index as i64 + 1;
         if current >= target {
@@ -436,6 +445,12 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
         }
     }
     tx.commit()?;
+    if current < SCHEMA_VERSION {
+        log::info!(
+            "schema {SCHEMA_VERSION} reached in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }
 
