@@ -1,6 +1,6 @@
 //! Logging setup with fern, once per process. Hooks log to a file only (their stdout is
 //! protocol); the worker to a daily file plus stderr under a process manager; the CLI to
-//! stderr.
+//! stderr, as `cairn: warning: …` (no time or process: a person reads it at once).
 
 use std::fs::File;
 use std::io::Write;
@@ -35,6 +35,21 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
     let pid = std::process::id();
     let name_owned = name.to_string();
     dispatch = dispatch.format(move |out, message, record| {
+        if target == Target::Stderr {
+            // A command's own lines, read by a person at once: what and how bad, the
+            // module only where a developer asked for detail (-vv).
+            let level = match record.level() {
+                log::Level::Warn => "warning".to_string(),
+                other => other.as_str().to_lowercase(),
+            };
+            return match record.level() {
+                log::Level::Debug | log::Level::Trace => out.finish(format_args!(
+                    "{name_owned}: {level}: {}: {message}",
+                    record.target()
+                )),
+                _ => out.finish(format_args!("{name_owned}: {level}: {message}")),
+            };
+        }
         out.finish(format_args!(
             "{} {} {}[{}] {}: {}",
             cairn_core::clock::iso_utc(cairn_core::clock::now_ms()),

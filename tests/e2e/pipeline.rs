@@ -129,7 +129,7 @@ fn a_hook_leaves_the_upgrade_of_an_older_database_to_the_worker() {
     assert!(text.contains("spool"), "{text}");
     let said = String::from_utf8_lossy(&status.stderr);
     assert!(
-        said.contains("upgrading the database from schema 7"),
+        said.contains("cairn: warning: upgrading the database from schema 7"),
         "{said}"
     );
     assert!(version() > 7, "cairn status upgraded the database");
