@@ -148,11 +148,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("old.db");
         let old = Connection::open(&path).expect("open");
-        for (i, (_, sql)) in db::MIGRATIONS.iter().take(9).enumerate() {
-            old.execute_batch(sql).expect("old migration");
-            old.execute_batch(&format!("PRAGMA user_version = {}", i + 1))
-                .expect("version");
-        }
+        db::at_version(&old, 9);
         old.execute(
             "INSERT INTO workers (worker_id, pid, started_at, heartbeat_at) VALUES ('old', 7, 1, 2)",
             [],

@@ -18,7 +18,7 @@ use crate::store::bm25;
 use crate::store::paths::{DataDir, ensure_private_file};
 
 /// The embedded migrations, applied in order. Never edit one once shipped.
-pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
+const MIGRATIONS: &[(&str, &str)] = &[
     (
         "0001_init",
         include_str!("../../../migrations/0001_init.sql"),
@@ -454,6 +454,22 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
+/// Tests only: brings the empty database of `conn` to schema `version` as that release
+/// left it (its migrations, the header's version and, since 0013, the row), for tests of
+/// what an upgrade or a recovery does with an older file.
+#[cfg(test)]
+pub(crate) fn at_version(conn: &Connection, version: usize) {
+    for (_, sql) in &MIGRATIONS[..version] {
+        conn.execute_batch(sql).expect("migration");
+    }
+    conn.execute_batch(&format!("PRAGMA user_version = {version}"))
+        .expect("version");
+    if version as i64 >= VERSION_ROW_SINCE {
+        conn.execute("UPDATE schema_version SET version = ?1", [version as i64])
+            .expect("version row");
+    }
+}
+
 /// Each searchable table and the text columns its `pieces_text` is made of
 /// (`text::code_pieces`), as migration 0018 filled it and as `memory` writes it.
 pub const CODE_PIECES_OF: [(&str, &str); 3] = [
@@ -687,13 +703,9 @@ mod tests {
         let (_tmp, dd) = temp_db();
         std::fs::create_dir_all(dd.root()).expect("dir");
         let mut conn = Connection::open(dd.db()).expect("open");
-        for (_, sql) in &MIGRATIONS[..17] {
-            conn.execute_batch(sql).expect("migration");
-        }
+        at_version(&conn, 17);
         conn.execute_batch(
-            "PRAGMA user_version = 17;
-             UPDATE schema_version SET version = 17;
-             INSERT INTO sessions (session_id, project, started_at, updated_at)
+            "INSERT INTO sessions (session_id, project, started_at, updated_at)
                  VALUES ('s', 'p', 1, 1);
              INSERT INTO observations
                  (session_id, project, type, title, narrative, content_hash, created_at)
@@ -755,12 +767,9 @@ mod tests {
         let (_tmp, dd) = temp_db();
         std::fs::create_dir_all(dd.root()).expect("dir");
         let mut conn = Connection::open(dd.db()).expect("open");
-        for (_, sql) in &MIGRATIONS[..13] {
-            conn.execute_batch(sql).expect("migration");
-        }
+        at_version(&conn, 13);
         conn.execute_batch(
-            "PRAGMA user_version = 13;
-             INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
+            "INSERT INTO embeddings (kind, ref_id, project, created_at, model, bits, vector)
              VALUES (0, 7, 'p', 1, 'm', x'01', x'02'), (1, 8, 'p', 1, 'm', x'01', x'02'),
                     (2, 9, 'p', 1, 'm', x'01', x'02')",
         )

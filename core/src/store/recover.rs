@@ -890,16 +890,13 @@ mod tests {
         let dd = DataDir::new(tmp.path().join("d"));
         dd.ensure().expect("dir");
         let conn = Connection::open(dd.db()).expect("open");
-        for (_, sql) in &db::MIGRATIONS[..17] {
-            conn.execute_batch(sql).expect("migration");
-        }
-        conn.execute_batch(
-            "PRAGMA user_version = 17;
-             UPDATE schema_version SET version = 17;
-             INSERT INTO sessions (session_id, project, started_at, updated_at)
-                 VALUES ('s', 'p', 1, 1);",
+        db::at_version(&conn, 17);
+        conn.execute(
+            "INSERT INTO sessions (session_id, project, started_at, updated_at)
+             VALUES ('s', 'p', 1, 1)",
+            [],
         )
-        .expect("v17");
+        .expect("session");
         for n in 1..=60 {
             conn.execute(
                 "INSERT INTO observations
