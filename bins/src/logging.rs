@@ -38,16 +38,19 @@ pub fn init(name: &str, logs_dir: Option<&Path>, target: Target, level: LevelFil
         if target == Target::Stderr {
             // A command's own lines, read by a person at once: what and how bad, the
             // module only where a developer asked for detail (-vv).
-            let level = match record.level() {
-                log::Level::Warn => "warning".to_string(),
-                other => other.as_str().to_lowercase(),
+            let (level, detail) = match record.level() {
+                log::Level::Error => ("error", false),
+                log::Level::Warn => ("warning", false),
+                log::Level::Info => ("info", false),
+                log::Level::Debug => ("debug", true),
+                log::Level::Trace => ("trace", true),
             };
-            return match record.level() {
-                log::Level::Debug | log::Level::Trace => out.finish(format_args!(
+            return match detail {
+                true => out.finish(format_args!(
                     "{name_owned}: {level}: {}: {message}",
                     record.target()
                 )),
-                _ => out.finish(format_args!("{name_owned}: {level}: {message}")),
+                false => out.finish(format_args!("{name_owned}: {level}: {message}")),
             };
         }
         out.finish(format_args!(
