@@ -596,6 +596,16 @@ pub fn fts_problems(conn: &Connection) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// The rows of `table`'s full-text index that match `expr`.
+    fn matching(conn: &Connection, table: &str, expr: &str) -> i64 {
+        conn.query_row(
+            &format!("SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?1"),
+            [expr],
+            |r| r.get(0),
+        )
+        .expect("match")
+    }
+
     fn temp_db() -> (tempfile::TempDir, DataDir) {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dd = DataDir::new(tmp.path().join("data"));
@@ -637,31 +647,31 @@ mod tests {
             Ok(())
         })
         .expect("session");
-        let hits = |conn: &Connection, table: &str, word: &str| -> i64 {
-            conn.query_row(
-                &format!("SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?1"),
-                [word],
-                |r| r.get(0),
-            )
-            .expect("match")
-        };
         for (table, column, insert) in tables {
             conn.execute(insert, []).expect("insert");
-            assert_eq!(hits(&conn, table, "walrus"), 1, "{table}: inserted");
+            assert_eq!(matching(&conn, table, "walrus"), 1, "{table}: inserted");
             conn.execute(
                 &format!("UPDATE {table} SET {column} = 'narwhal' WHERE id = 1"),
                 [],
             )
             .expect("update");
-            assert_eq!(hits(&conn, table, "walrus"), 0, "{table}: old words gone");
-            assert_eq!(hits(&conn, table, "narwhal"), 1, "{table}: new words in");
+            assert_eq!(
+                matching(&conn, table, "walrus"),
+                0,
+                "{table}: old words gone"
+            );
+            assert_eq!(
+                matching(&conn, table, "narwhal"),
+                1,
+                "{table}: new words in"
+            );
             assert!(
                 integrity_problems(&conn).expect("check").is_empty(),
                 "{table}"
             );
             conn.execute(&format!("DELETE FROM {table} WHERE id = 1"), [])
                 .expect("delete");
-            assert_eq!(hits(&conn, table, "narwhal"), 0, "{table}: deleted");
+            assert_eq!(matching(&conn, table, "narwhal"), 0, "{table}: deleted");
             assert!(
                 integrity_problems(&conn).expect("check").is_empty(),
                 "{table}"
@@ -719,14 +729,6 @@ mod tests {
         .expect("v17 data");
         migrate(&mut conn).expect("migrate");
         assert_eq!(schema_version(&conn).expect("version"), SCHEMA_VERSION);
-        let matching = |conn: &Connection, table: &str, expr: &str| -> i64 {
-            conn.query_row(
-                &format!("SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?1"),
-                [expr],
-                |r| r.get(0),
-            )
-            .expect("search")
-        };
         for (table, words, pieces) in [
             (
                 "observations",
