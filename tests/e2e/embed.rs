@@ -358,6 +358,53 @@ fn questions_in_other_words_find_their_memory() {
     assert_eq!(env.count("SELECT count(*) FROM embedding_queue"), 1);
 }
 
+/// The model loads on a thread of its own while the search starts: weights that do not
+/// load leave the search to words alone, with the reason at `-v`, in the CLI and through
+/// the MCP server.
+#[test]
+fn weights_that_do_not_load_leave_search_to_words() {
+    let env = TestEnv::new();
+    import_memories(&env);
+    let installed = env.data_dir.join("models/all-MiniLM-L6-v2");
+    std::fs::create_dir_all(&installed).expect("models");
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(model_dir().join(file), installed.join(file)).expect("copy");
+    }
+    std::fs::write(installed.join("model.safetensors"), b"not weights").expect("write");
+
+    let o = unfloored(&env, &["-v", "search", "rate limiter", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        titles(&o),
+        ["Added a sliding-window rate limiter to POST /login"]
+    );
+    assert_eq!(
+        stderr(&o).matches("search by words only:").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    let o = unfloored(&env, &["timeline", "--query", "rate limiter", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    let requests = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search","arguments":{"query":"rate limiter"}}}"#,
+    ];
+    let mut c = env.cmd("cairn");
+    c.current_dir(project_dir(&env))
+        .env("CAIRN_SEARCH__MIN_RELEVANCE", "0")
+        .arg("mcp");
+    let o = crate::support::run_with_stdin(c, (requests.join("\n") + "\n").as_bytes());
+    let answer = stdout(&o);
+    assert!(
+        answer.contains("sliding-window rate limiter"),
+        "{answer}\n{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn vectors_of_another_model_are_made_again() {
     let env = TestEnv::new();

@@ -229,12 +229,8 @@ fn open(ctx: &Ctx) -> anyhow::Result<rusqlite::Connection> {
 
 /// The sentence model for a search, or full text alone (said at `-v`) when there is none.
 fn searcher(ctx: &Ctx) -> Searcher {
-    let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir)
-        .with_min_relevance(ctx.settings().search.min_relevance);
-    if let Some(why) = searcher.unavailable() {
-        log::info!("search by words only: {why}");
-    }
-    searcher
+    Searcher::open(&ctx.settings().embed, &ctx.data_dir)
+        .with_min_relevance(ctx.settings().search.min_relevance)
 }
 
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {

@@ -71,9 +71,6 @@ pub fn ui(ctx: &Ctx, args: &UiArgs) -> anyhow::Result<u8> {
     }
     let searcher = Searcher::open(&ctx.settings().embed, &ctx.data_dir)
         .with_min_relevance(ctx.settings().search.min_relevance);
-    if let Some(why) = searcher.unavailable() {
-        log::info!("search by words only: {why}");
-    }
     let viewer = Viewer::bind(
         ctx.data_dir.clone(),
         ctx.settings().clone(),

@@ -5,7 +5,8 @@
 //! while the full-text side runs; nothing in recall calls it. Without a model, searches
 //! run on full text alone and [`Searcher::unavailable`] says why.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 
@@ -22,8 +23,9 @@ use crate::settings::{EmbedSettings, SearchSettings};
 use crate::store::paths::DataDir;
 
 /// What a searching process (the CLI, the MCP server) holds to search by meaning: the
-/// loaded model and the index of stored vectors, caught up before each search. Without a
-/// model, searches run on full text alone and [`Searcher::unavailable`] says why.
+/// model, loaded on a thread of its own from the start, and the index of stored vectors,
+/// caught up before each search while the model may still be loading. Without a model,
+/// searches run on full text alone and [`Searcher::unavailable`] says why.
 #[derive(Debug)]
 pub struct Searcher {
     loaded: std::result::Result<Loaded, String>,
@@ -34,40 +36,95 @@ pub struct Searcher {
 
 #[derive(Debug)]
 struct Loaded {
-    bert: Embedder,
+    bert: Loading,
     index: VectorIndex,
     model: String,
 }
 
+/// A model being loaded on a thread of its own, or loaded: loading (the weights read and
+/// laid out, ~150 ms on a slow core) takes as long as reading the index of a database of
+/// 100,000 memories, and a fresh process needs both before it searches.
+#[derive(Debug)]
+struct Loading {
+    pending: Mutex<Option<JoinHandle<std::result::Result<Embedder, String>>>>,
+    done: OnceLock<std::result::Result<Embedder, String>>,
+}
+
+impl Loading {
+    fn start(source: ModelSource) -> Loading {
+        let load = move || {
+            source.load().map_err(|e| {
+                let why = e.to_string();
+                log::info!("search by words only: {why}");
+                why
+            })
+        };
+        Loading {
+            pending: Mutex::new(Some(std::thread::spawn(load))),
+            done: OnceLock::new(),
+        }
+    }
+
+    fn ready(bert: Embedder) -> Loading {
+        Loading {
+            pending: Mutex::new(None),
+            done: OnceLock::from(Ok(bert)),
+        }
+    }
+
+    /// Whether the load is over and failed (not waiting for it).
+    fn failed(&self) -> bool {
+        matches!(self.done.get(), Some(Err(_)))
+    }
+
+    /// The model, once loaded (waiting for it), or why it could not be.
+    fn get(&self) -> std::result::Result<&Embedder, &str> {
+        self.done
+            .get_or_init(|| {
+                let pending = self.pending.lock().map_or(None, |mut p| p.take());
+                match pending.map(JoinHandle::join) {
+                    Some(Ok(loaded)) => loaded,
+                    Some(Err(_)) => Err("loading the model panicked".to_string()),
+                    None => Err("the model's load was lost".to_string()),
+                }
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
 impl Searcher {
-    /// Finds and loads the model the settings name. A missing or broken model is not an
-    /// error here: search falls back to full text.
+    /// Finds the model the settings name and starts loading it on a thread of its own. A
+    /// missing or broken model is not an error here: search falls back to full text (and
+    /// says why at `-v`).
     pub fn open(settings: &EmbedSettings, data: &DataDir) -> Searcher {
         let loaded = match model::locate(settings, data) {
-            Ok(source) => source
-                .load()
-                .map(|bert| (source, bert))
-                .map_err(|e| e.to_string()),
-            Err(why) => Err(why.to_string()),
+            Ok(source) => Ok(Loaded {
+                index: VectorIndex::new(&source.id),
+                model: source.id.clone(),
+                bert: Loading::start(source),
+            }),
+            Err(why) => {
+                log::info!("search by words only: {why}");
+                Err(why.to_string())
+            }
         };
         Searcher::of(loaded, settings)
     }
 
     /// A searcher with the model `source` loaded as `bert`.
     pub fn with_model(source: ModelSource, bert: Embedder, settings: &EmbedSettings) -> Searcher {
-        Searcher::of(Ok((source, bert)), settings)
+        let loaded = Loaded {
+            bert: Loading::ready(bert),
+            index: VectorIndex::new(&source.id),
+            model: source.id,
+        };
+        Searcher::of(Ok(loaded), settings)
     }
 
-    fn of(
-        loaded: std::result::Result<(ModelSource, Embedder), String>,
-        settings: &EmbedSettings,
-    ) -> Searcher {
+    fn of(loaded: std::result::Result<Loaded, String>, settings: &EmbedSettings) -> Searcher {
         Searcher {
-            loaded: loaded.map(|(source, bert)| Loaded {
-                bert,
-                index: VectorIndex::new(&source.id),
-                model: source.id,
-            }),
+            loaded,
             min_similarity: settings.min_similarity as f32,
             min_relevance: SearchSettings::default().min_relevance,
         }
@@ -98,14 +155,21 @@ impl Searcher {
         self
     }
 
-    /// Why search is full-text only, or `None` when the model is loaded.
+    /// Why search is full-text only, or `None` when the model is loaded (waiting for its
+    /// load).
     pub fn unavailable(&self) -> Option<&str> {
-        self.loaded.as_ref().err().map(String::as_str)
+        match &self.loaded {
+            Ok(l) => l.bert.get().err(),
+            Err(why) => Some(why),
+        }
     }
 
     /// The model's id, when loaded.
     pub fn model(&self) -> Option<&str> {
-        self.loaded.as_ref().ok().map(|l| l.model.as_str())
+        match &self.loaded {
+            Ok(l) if l.bert.get().is_ok() => Some(&l.model),
+            _ => None,
+        }
     }
 
     /// [`search_with`], by meaning too when a model is loaded and the query has words to
@@ -147,7 +211,8 @@ impl Searcher {
         let began = std::time::Instant::now();
         l.index.refresh(conn)?;
         let refreshed = began.elapsed();
-        let vector = l.bert.embed(&[req.query.as_str()])?.swap_remove(0);
+        let bert = l.bert.get().map_err(|why| Error::Embedding(why.into()))?;
+        let vector = bert.embed(&[req.query.as_str()])?.swap_remove(0);
         let embedded = began.elapsed();
         let neighbours = nearest(conn, &l.index, &vector, req)?;
         log::debug!(
@@ -176,7 +241,8 @@ impl Searcher {
     ) -> Result<T> {
         let text = text.filter(|t| query::parse(t).fts_any().is_some());
         match (&mut self.loaded, text) {
-            (Ok(l), Some(text)) => {
+            (Ok(l), Some(text)) if !l.bert.failed() => {
+                // Caught up while the model may still be loading.
                 l.index.refresh(conn)?;
                 // The query is embedded on a thread of its own while the full-text side
                 // of the search runs; ranking waits for the vector when it needs it.
@@ -184,9 +250,13 @@ impl Searcher {
                 let meaning = OnceLock::new();
                 std::thread::scope(|scope| {
                     // An embedding that fails leaves the meaning empty, and its error is
-                    // the search's.
+                    // the search's; a model that failed to load leaves it empty too, and
+                    // the search is by words alone.
                     let embedding = scope.spawn(|| {
                         let promise = Promise(&meaning);
+                        let Ok(bert) = bert.get() else {
+                            return Ok(());
+                        };
                         let vector = bert.embed(&[text])?.swap_remove(0);
                         promise.keep(Meaning {
                             vector,

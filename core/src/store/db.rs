@@ -91,6 +91,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0018_code_pieces",
         include_str!("../../../migrations/0018_code_pieces.sql"),
     ),
+    (
+        "0019_embeddings_scan",
+        include_str!("../../../migrations/0019_embeddings_scan.sql"),
+    ),
 ];
 
 /// The first schema version that keeps its number in the `schema_version` table too.

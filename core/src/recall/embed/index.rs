@@ -48,6 +48,17 @@ struct Entry {
 /// before it takes every distance left in one (see [`VectorIndex::closest`]).
 const MAX_BANDS: usize = 8;
 
+/// What [`VectorIndex::refresh`] reads of the rows stored since it last looked: all in the
+/// index `embeddings_scan`, so the rows' 1 KB of int8 vectors are not read with their 48
+/// bytes of bits (`?1` the last `seq` seen, `?2` the model).
+const READ_BITS: &str = "SELECT seq, kind, ref_id, project, created_at, bits, NULL
+     FROM embeddings INDEXED BY embeddings_scan
+     WHERE seq > ?1 AND model = ?2 ORDER BY seq";
+
+/// [`READ_BITS`] with the int8 vectors, for an index that keeps them.
+const READ_WITH_VECTORS: &str = "SELECT seq, kind, ref_id, project, created_at, bits, vector
+     FROM embeddings WHERE seq > ?1 AND model = ?2 ORDER BY seq";
+
 /// Which rows a nearest-neighbour search may return.
 #[derive(Debug, Clone, Default)]
 pub struct Scope<'a> {
@@ -142,12 +153,12 @@ impl VectorIndex {
                 ..VectorIndex::default()
             };
         }
-        let mut stmt = conn.prepare_cached(
-            "SELECT seq, kind, ref_id, project, created_at, bits,
-                    CASE WHEN ?3 THEN vector END
-             FROM embeddings WHERE seq > ?1 AND model = ?2 ORDER BY seq",
-        )?;
-        let mut rows = stmt.query(params![self.last_seq, self.model, self.vectors.is_some()])?;
+        let mut stmt = conn.prepare_cached(if self.vectors.is_some() {
+            READ_WITH_VECTORS
+        } else {
+            READ_BITS
+        })?;
+        let mut rows = stmt.query(params![self.last_seq, self.model])?;
         while let Some(r) = rows.next()? {
             let seq: i64 = r.get(0)?;
             let kind = Kind::from_code(r.get(1)?);
@@ -547,6 +558,26 @@ mod tests {
         assert_eq!(want.len(), few.len());
         let got = index.closest(&query, 1, &scope).0;
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_bits_are_read_from_their_index_not_from_the_rows() {
+        let f = fixture();
+        let plan: String = f
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {READ_BITS}"))
+            .expect("plan")
+            .query_map(params![0, "m"], |r| r.get::<_, String>(3))
+            .expect("rows")
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .expect("plan")
+            .join("; ");
+        assert!(
+            plan.contains("USING COVERING INDEX embeddings_scan (model=? AND seq>?)"),
+            "{plan}"
+        );
+        // The order the index is read in is the order of `seq`: no sort.
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }
 
     #[test]
