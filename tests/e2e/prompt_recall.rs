@@ -469,6 +469,23 @@ fn a_model_that_does_not_load_is_taken_up_once_mended() {
 }
 
 #[test]
+fn a_pasted_traceback_gets_the_fix_its_last_line_names() {
+    let env = TestEnv::new();
+    let s = seed(&env);
+    // Forty frames of paths before the line that says what went wrong.
+    let mut text = String::from("what now?\nTraceback (most recent call last):\n");
+    for i in 0..40 {
+        text.push_str(&format!(
+            "  File \"/srv/app/venv/lib/python3.12/site-packages/pkg{i}/mod.py\", line {i}, in call{i}\n"
+        ));
+    }
+    text.push_str("AssertionError: new_session() expires_at is one second early\n");
+    let (_, given) = hook(&env, &prompt(&env, "s1", "p1", &text));
+    let given = given.expect("the fix is given");
+    assert!(given.contains(&format!("- {} bugfix", s.fix)), "{given}");
+}
+
+#[test]
 fn a_silent_worker_or_one_gone_mid_answer_leaves_the_prompt_to_words_alone() {
     let env = TestEnv::new();
     let s = seed(&env);

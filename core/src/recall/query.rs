@@ -30,13 +30,15 @@
 //!   phrase, which matches nothing);
 //! - stop words are dropped only when something else is left to search for;
 //! - at most [`MAX_TERMS`] terms of at most [`MAX_TERM_CHARS`] characters are kept, so a
-//!   10 KB query stays a small expression.
+//!   10 KB query stays a small expression; of a longer text, the words at its start and at
+//!   its end (where a pasted traceback or log says what went wrong), stop words left out
+//!   first.
 //!
 //! Pure: no database, no clock.
 
 use crate::text::{camel_pieces, runs};
 
-/// Most terms kept from one query; the rest are ignored.
+/// Most terms kept from one query: of more, the first and the last half (see [`parse`]).
 pub const MAX_TERMS: usize = 32;
 /// Longest term kept, in characters; longer ones are shortened.
 pub const MAX_TERM_CHARS: usize = 200;
@@ -223,20 +225,30 @@ enum Token {
 /// ```
 pub fn parse(input: &str) -> Query {
     let tokens = lex(input);
+    // A long text is read from both ends: the first and the last MAX_TERMS terms (a pasted
+    // traceback or log says what went wrong at its end).
+    let terms = tokens
+        .iter()
+        .filter(|t| matches!(t, Token::Term { .. }))
+        .count();
+    let middle = MAX_TERMS..terms.saturating_sub(MAX_TERMS);
     let mut q = Query::default();
     let mut pending_or = false;
     let mut pending_not = false;
-    let mut kept = 0usize;
+    let mut seen = 0usize;
     for tok in tokens {
         match tok {
             Token::Or => pending_or = !q.groups.is_empty(),
             Token::And => pending_or = false,
             Token::Not => pending_not = true,
             Token::Term { term, negated } => {
-                if kept >= MAX_TERMS {
-                    break;
+                seen += 1;
+                if middle.contains(&(seen - 1)) {
+                    // Left out, with the operators bound to it.
+                    pending_or = false;
+                    pending_not = false;
+                    continue;
                 }
-                kept += 1;
                 if negated || pending_not {
                     q.excluded.push(term);
                     pending_not = false;
@@ -261,7 +273,7 @@ pub fn parse(input: &str) -> Query {
 
 /// Replaces each group of one unquoted word by the groups of its parts (see the module
 /// comment), drops stop words when other words remain, and keeps at most [`MAX_TERMS`]
-/// groups without repeats.
+/// groups without repeats: the first and the last half of them when there are more.
 fn split_words(groups: Vec<Vec<Term>>) -> Vec<Vec<Term>> {
     let mut out: Vec<Vec<Term>> = Vec::new();
     // `Fix` and `fix` are one word to the full-text index: counted once, not twice.
@@ -274,7 +286,7 @@ fn split_words(groups: Vec<Vec<Term>>) -> Vec<Vec<Term>> {
             })
     };
     let push = |out: &mut Vec<Vec<Term>>, g: Vec<Term>| {
-        if out.len() < MAX_TERMS && !out.iter().any(|e| same(e, &g)) {
+        if !out.iter().any(|e| same(e, &g)) {
             out.push(g);
         }
     };
@@ -293,11 +305,15 @@ fn split_words(groups: Vec<Vec<Term>>) -> Vec<Vec<Term>> {
         .filter(|g| !matches!(g.as_slice(), [t] if !t.quoted && !t.prefix && is_stop_word(&t.text)))
         .cloned()
         .collect();
-    if meaningful.is_empty() {
+    let mut kept = if meaningful.is_empty() {
         out
     } else {
         meaningful
+    };
+    if kept.len() > MAX_TERMS {
+        kept.drain(MAX_TERMS / 2..kept.len() - MAX_TERMS / 2);
     }
+    kept
 }
 
 /// The searchable parts of a word as typed: the word itself when it is one run of letters
@@ -719,6 +735,10 @@ mod tests {
         let long: String = (0..5_000).map(|i| format!("word{i} ")).collect();
         let q = parse(&long);
         assert_eq!(q.groups.len(), MAX_TERMS);
+        // Read from both ends: the first words and the last.
+        assert_eq!(q.groups[0][0].text, "word0");
+        assert_eq!(q.groups[MAX_TERMS - 1][0].text, "4999");
+        assert_eq!(q.groups[MAX_TERMS - 2][0].text, "word4999");
         let huge = "x".repeat(10_000);
         let q = parse(&huge);
         assert_eq!(q.groups[0][0].text.chars().count(), MAX_TERM_CHARS);

@@ -632,6 +632,36 @@ mod tests {
     }
 
     #[test]
+    fn a_pasted_traceback_is_searched_by_its_end_too() {
+        let mut f = fixture();
+        let fix = f.add(obs(
+            "p",
+            "bugfix",
+            "KeyError for session_token when the cookie has expired",
+            "the middleware now treats a missing token as a logged-out visitor",
+            T0,
+        ));
+        f.add(obs(
+            "p",
+            "change",
+            "Dashboard charts load lazily",
+            "",
+            T0 + 10,
+        ));
+        let mut prompt = String::from("the dashboard crashes again, what is this?\n");
+        prompt.push_str("Traceback (most recent call last):\n");
+        for i in 0..40 {
+            prompt.push_str(&format!(
+                "  File \"/srv/app/venv/lib/python3.11/site-packages/frame{i}.py\", line {i}, in handler{i}\n    return handler{i}(request)\n"
+            ));
+        }
+        prompt.push_str("KeyError: 'session_token'\n");
+        let q = crate::recall::query::literal(&prompt);
+        let ids = f.ids(req(&q, Some("p")));
+        assert_eq!(ids.first(), Some(&fix.to_string()), "{ids:?}");
+    }
+
+    #[test]
     fn a_title_hit_beats_a_narrative_hit() {
         let mut f = fixture();
         let narrative = f.add(obs(
