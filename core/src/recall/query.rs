@@ -29,10 +29,10 @@
 //! - a term without a letter or digit is dropped (the tokenizer would make it an empty
 //!   phrase, which matches nothing);
 //! - stop words are dropped only when something else is left to search for;
-//! - at most [`MAX_TERMS`] terms of at most [`MAX_TERM_CHARS`] characters are kept, so a
-//!   10 KB query stays a small expression; of a longer text, the words at its start and at
-//!   its end (where a pasted traceback or log says what went wrong), stop words left out
-//!   first.
+//! - at most [`MAX_TERMS`] word groups, from at most twice as many terms as typed, of at
+//!   most [`MAX_TERM_CHARS`] characters are kept, so a 10 KB query stays a small
+//!   expression; of a longer text, the words at its start and at its end (where a pasted
+//!   traceback or log says what went wrong), stop words left out first.
 //!
 //! Pure: no database, no clock.
 
