@@ -242,8 +242,9 @@ pub fn parse(input: &str) -> Query {
             Token::And => pending_or = false,
             Token::Not => pending_not = true,
             Token::Term { term, negated } => {
+                let place = seen;
                 seen += 1;
-                if middle.contains(&(seen - 1)) {
+                if middle.contains(&place) {
                     // Left out, with the operators bound to it.
                     pending_or = false;
                     pending_not = false;

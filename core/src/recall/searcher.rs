@@ -1,8 +1,8 @@
 //! The searcher: what a searching process (the CLI, the MCP server, the viewer) holds to
 //! search by meaning as well as by words: the sentence model, loaded on a thread of its
-//! own, and the index of stored vectors, caught up before each search. The top of recall: it calls `search` and
-//! `timeline` with the query's vector (`rank::Semantic`), embedded on a thread of its own
-//! while the full-text side runs; nothing in recall calls it. Without a model, searches
+//! own, and the index of stored vectors, caught up before each search. The top of recall:
+//! it calls `search` and `timeline` with the query's vector (`rank::Semantic`), embedded
+//! on a thread of its own while the full-text side runs; nothing in recall calls it. Without a model, searches
 //! run on full text alone and [`Searcher::unavailable`] says why.
 
 use std::sync::{Mutex, OnceLock};
