@@ -2,8 +2,9 @@
 //! search by meaning as well as by words: the sentence model, loaded on a thread of its
 //! own, and the index of stored vectors, caught up before each search. The top of recall:
 //! it calls `search` and `timeline` with the query's vector (`rank::Semantic`), embedded
-//! on a thread of its own while the full-text side runs; nothing in recall calls it. Without a model, searches
-//! run on full text alone and [`Searcher::unavailable`] says why.
+//! on a thread of its own while the full-text side runs; nothing in recall calls it.
+//! Without a model, searches run on full text alone and [`Searcher::unavailable`] says
+//! why.
 
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
