@@ -427,12 +427,15 @@ fn measure(
         }
         if features.is_some() {
             let place = |list: &[String]| list.iter().position(|h| q.relevant.contains(h));
+            let (meaning, meaning_ids) = dump(&mut with_model, &conn, &req, |id| {
+                q.relevant.contains(&hash_of[&id])
+            });
             let line = serde_json::json!({
                 "project": project, "query": q.text,
                 "bm25": place(&lists[BM25]), "fusion": place(&lists[FUSION]),
                 "search": place(&lists[SEARCH]), "pooled": !pooled.is_disjoint(&q.relevant),
-                "meaning": dump(&mut with_model, &conn, &req, |id| q.relevant.contains(&hash_of[&id])),
-                "words": dump(&mut words_only, &conn, &req, |id| q.relevant.contains(&hash_of[&id])),
+                "meaning": meaning, "meaning_ids": meaning_ids,
+                "words": dump(&mut words_only, &conn, &req, |id| q.relevant.contains(&hash_of[&id])).0,
             });
             dumped.push_str(&format!("{line}\n"));
         }
@@ -458,10 +461,11 @@ fn measure(
                 limit: 10,
                 ..SearchRequest::default()
             };
+            let (meaning, meaning_ids) = dump(&mut with_model, &conn, &req, |_| false);
             let line = serde_json::json!({
                 "project": project, "query": text, "off_topic": true,
-                "meaning": dump(&mut with_model, &conn, &req, |_| false),
-                "words": dump(&mut words_only, &conn, &req, |_| false),
+                "meaning": meaning, "meaning_ids": meaning_ids,
+                "words": dump(&mut words_only, &conn, &req, |_| false).0,
             });
             dumped.push_str(&format!("{line}\n"));
         }
@@ -498,10 +502,11 @@ fn measure(
                 limit: 10,
                 ..SearchRequest::default()
             };
+            let (meaning, meaning_ids) = dump(&mut with_model, &conn, &req, |_| false);
             let line = serde_json::json!({
                 "project": project, "query": text, "negative": set, "from": from,
-                "meaning": dump(&mut with_model, &conn, &req, |_| false),
-                "words": dump(&mut words_only, &conn, &req, |_| false),
+                "meaning": meaning, "meaning_ids": meaning_ids,
+                "words": dump(&mut words_only, &conn, &req, |_| false).0,
             });
             dumped.push_str(&format!("{line}\n"));
         }
@@ -527,27 +532,28 @@ fn measure(
 }
 
 /// Every candidate the searcher weighs for `req`, from pools of [`DUMP_POOL`] (the
-/// training script narrows them to try smaller ones): `[relevant (0 or 1), signals...]`.
+/// training script narrows them to try smaller ones): `[relevant (0 or 1), signals...]`,
+/// and their ids (to compute a signal being tried from the kept database).
 fn dump(
     searcher: &mut Searcher,
     conn: &rusqlite::Connection,
     req: &SearchRequest,
     relevant: impl Fn(i64) -> bool,
-) -> Vec<Vec<f64>> {
+) -> (Vec<Vec<f64>>, Vec<i64>) {
     let req = SearchRequest {
         limit: DUMP_POOL,
         ..req.clone()
     };
-    searcher
-        .candidates(conn, &req)
-        .expect("candidates")
+    let candidates = searcher.candidates(conn, &req).expect("candidates");
+    let rows = candidates
         .iter()
         .map(|c| {
             std::iter::once(if relevant(c.id) { 1.0 } else { 0.0 })
                 .chain(c.signals.values())
                 .collect()
         })
-        .collect()
+        .collect();
+    (rows, candidates.iter().map(|c| c.id).collect())
 }
 
 fn main() {
