@@ -385,7 +385,7 @@ fn measure(
             .expect("baseline")
             .collect::<rusqlite::Result<_>>()
             .expect("rows");
-        let v = &bert.embed(&[q.text.as_str()]).expect("embed")[0];
+        let v = &bert.embed_query(&q.text).expect("embed");
         let mut exact: Vec<(i64, f32)> = vectors
             .iter()
             .map(|(id, s)| (*id, cosine_i8(v, s)))

@@ -93,6 +93,31 @@ fn a_head_and_a_body_are_pooled_from_the_pass_over_the_whole() {
     assert!(cut[0].1.is_none());
 }
 
+#[test]
+fn a_long_query_is_read_at_both_ends() {
+    let bert = Bert::load(&model_dir()).expect("load the model");
+    let short = "why do we hash passwords with argon2";
+    let alone = bert.embed(&[short]).expect("embed").swap_remove(0);
+    assert!(cosine(&bert.embed_query(short).expect("query"), &alone) >= 0.9999);
+    // A pasted trace of about 900 tokens, then the line that says what went wrong: a
+    // memory is read from its start, as the model was trained; a query at both ends.
+    let frames: String = (0..60)
+        .map(|i| format!("  at handle_frame_{i} (src/server/handler.rs:{i}:7)\n"))
+        .collect();
+    let end = "Error: the session token expired before the refresh finished";
+    let long = format!("{frames}{end}");
+    let last = bert.embed(&[end]).expect("embed").swap_remove(0);
+    let from_start = bert.embed(&[long.as_str()]).expect("embed").swap_remove(0);
+    let both_ends = bert.embed_query(&long).expect("query");
+    let (start, both) = (cosine(&from_start, &last), cosine(&both_ends, &last));
+    assert!(
+        both > start + 0.1,
+        "its end: {both} read at both ends, {start} from its start"
+    );
+    let norm: f32 = both_ends.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4);
+}
+
 /// Memories in two projects, through the real hook-less path: a cairn export imported.
 fn import_memories(env: &TestEnv) {
     let lines = [

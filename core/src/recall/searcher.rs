@@ -205,7 +205,7 @@ impl Searcher {
         l.index.refresh(conn)?;
         let refreshed = began.elapsed();
         let bert = l.bert.get().map_err(|why| Error::Embedding(why.into()))?;
-        let vector = bert.embed(&[req.query.as_str()])?.swap_remove(0);
+        let vector = bert.embed_query(&req.query)?;
         let embedded = began.elapsed();
         let neighbours = nearest(conn, &l.index, &vector, req)?;
         log::debug!(
@@ -250,7 +250,7 @@ impl Searcher {
                         let Ok(bert) = bert.get() else {
                             return Ok(());
                         };
-                        let vector = bert.embed(&[text])?.swap_remove(0);
+                        let vector = bert.embed_query(text)?;
                         promise.keep(Meaning {
                             vector,
                             model: l.model.clone(),

@@ -5,8 +5,9 @@
 //!
 //! Invariants: the output of [`Bert::embed`] matches the reference implementation of the
 //! model (sentence-transformers) to cosine ≥ 0.9999 (tested against reference vectors);
-//! inputs longer than the model's `max_seq_length` are truncated, never rejected; the empty
-//! text has a vector like any other. No I/O after [`Bert::load`].
+//! inputs longer than the model's `max_seq_length` are cut, never rejected (a memory to its
+//! first tokens, as the reference does; a query to its first and last: [`Reading`]); the
+//! empty text has a vector like any other. No I/O after [`Bert::load`].
 
 use std::path::Path;
 
@@ -14,7 +15,7 @@ use cairn_kernels::dense::Dense;
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder, embedding, layer_norm, linear};
 use serde::Deserialize;
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer};
 
 use crate::error::{Error, Result};
 
@@ -31,6 +32,30 @@ pub type Split = (Vec<f32>, Option<(Vec<f32>, Vec<f32>)>);
 /// What one step of the model makes: each text's vector, and the head's and body's of
 /// each when asked.
 type Pooled = (Vec<Vec<f32>>, Option<(Vec<Vec<f32>>, Vec<Vec<f32>>)>);
+
+/// Which tokens of a text longer than the model reads are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// The first ones, as the model was trained and its reference runs: a memory says what
+    /// it is about first.
+    Head,
+    /// The first half and the last half: a prompt pasting a log or a traceback says what
+    /// went wrong at its end (the words of a query are read at both ends too: `query`).
+    BothEnds,
+}
+
+/// The places of the tokens kept of a text of `n` tokens (its special tokens at both ends
+/// among them) for a model reading at most `max`, in order.
+fn kept(n: usize, max: usize, reading: Reading) -> Vec<usize> {
+    if n <= max {
+        return (0..n).collect();
+    }
+    match reading {
+        // The first `max - 1` and the closing special token.
+        Reading::Head => (0..max - 1).chain(std::iter::once(n - 1)).collect(),
+        Reading::BothEnds => (0..max / 2).chain(n - (max - max / 2)..n).collect(),
+    }
+}
 
 /// Which part of a text a token belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +224,8 @@ struct Layer {
 #[derive(Debug)]
 pub struct Bert {
     tokenizer: Tokenizer,
+    /// Most tokens the model reads of a text (`max_seq_length`).
+    max_tokens: usize,
     words: Embedding,
     positions: Embedding,
     token_types: Embedding,
@@ -437,13 +464,11 @@ impl Bert {
             _ => Pooling::Mean,
         };
         let tokenizer_path = dir.join("tokenizer.json");
+        // No truncation by the tokenizer: a text is cut by `kept`, at one end or both.
         let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
             .map_err(|e| model_err(&format!("cannot load {}", tokenizer_path.display()), e))?;
         tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_tokens,
-                ..Default::default()
-            }))
+            .with_truncation(None)
             .map_err(|e| model_err("tokenizer truncation", e))?;
         tokenizer.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
@@ -504,6 +529,7 @@ impl Bert {
         })?;
         Ok(Bert {
             tokenizer,
+            max_tokens,
             words,
             positions,
             token_types,
@@ -524,16 +550,22 @@ impl Bert {
     /// One unit vector per text, in order (on the calling thread alone when it asked for
     /// that: [`keep_model_work_on_this_thread`]).
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        on_this_thread(|| self.embed_here(texts))
+        on_this_thread(|| self.embed_here(texts, Reading::Head))
     }
 
-    fn embed_here(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+    fn embed_here(&self, texts: &[&str], reading: Reading) -> Result<Vec<Vec<f32>>> {
         let split: Vec<(&str, Option<usize>)> = texts.iter().map(|t| (*t, None)).collect();
         Ok(self
-            .embed_split_here(&split)?
+            .embed_split_here(&split, reading)?
             .into_iter()
             .map(|(whole, _)| whole)
             .collect())
+    }
+
+    /// The unit vector of a query: [`Bert::embed`]'s, but a query longer than the model
+    /// reads is read at both ends ([`Reading::BothEnds`]).
+    pub fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        on_this_thread(|| Ok(self.embed_here(&[text], Reading::BothEnds)?.swap_remove(0)))
     }
 
     /// One unit vector per text, and for a text given with the byte offset where its body
@@ -541,10 +573,14 @@ impl Bert {
     /// tokens' states in the same pass over the whole text (late chunking), so the parts
     /// cost no more than the whole. A text whose body the truncation cut off has no parts.
     pub fn embed_split(&self, texts: &[(&str, Option<usize>)]) -> Result<Vec<Split>> {
-        on_this_thread(|| self.embed_split_here(texts))
+        on_this_thread(|| self.embed_split_here(texts, Reading::Head))
     }
 
-    fn embed_split_here(&self, texts: &[(&str, Option<usize>)]) -> Result<Vec<Split>> {
+    fn embed_split_here(
+        &self,
+        texts: &[(&str, Option<usize>)],
+        reading: Reading,
+    ) -> Result<Vec<Split>> {
         let mut tokens = Vec::with_capacity(texts.len());
         // Per text with a body: each token's side, head or body (neither for the special
         // tokens).
@@ -554,12 +590,12 @@ impl Bert {
                 .tokenizer
                 .encode(*text, true)
                 .map_err(|e| model_err("tokenizer", e))?;
-            tokens.push(e.get_ids().to_vec());
+            let kept = kept(e.len(), self.max_tokens, reading);
+            tokens.push(kept.iter().map(|&k| e.get_ids()[k]).collect());
             sides.push(body_at.map(|at| {
-                e.get_offsets()
-                    .iter()
-                    .zip(e.get_special_tokens_mask())
-                    .map(|(&(from, _), &special)| match (special, from < at) {
+                kept.iter()
+                    .map(|&k| (e.get_offsets()[k], e.get_special_tokens_mask()[k]))
+                    .map(|((from, _), special)| match (special, from < at) {
                         (1, _) => Side::Neither,
                         (_, true) => Side::Head,
                         (_, false) => Side::Body,
@@ -692,6 +728,18 @@ impl Bert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_text_keeps_its_start_or_both_ends_within_the_models_reach() {
+        let all: Vec<usize> = (0..5).collect();
+        assert_eq!(kept(5, 8, Reading::Head), all);
+        assert_eq!(kept(5, 8, Reading::BothEnds), all);
+        assert_eq!(kept(8, 8, Reading::BothEnds), (0..8).collect::<Vec<_>>());
+        // Ten tokens, eight read: the closing special token stays either way.
+        assert_eq!(kept(10, 8, Reading::Head), [0, 1, 2, 3, 4, 5, 6, 9]);
+        assert_eq!(kept(10, 8, Reading::BothEnds), [0, 1, 2, 3, 6, 7, 8, 9]);
+        assert_eq!(kept(11, 7, Reading::BothEnds), [0, 1, 2, 7, 8, 9, 10]);
+    }
 
     #[test]
     fn the_models_parallel_work_runs_on_a_thread_that_keeps_it() {

@@ -111,6 +111,15 @@ impl Embedder {
             Embedder::Remote(r) => r.embed(texts),
         }
     }
+
+    /// The unit vector of a query: the local model reads a long one at both ends
+    /// (`Bert::embed_query`); an endpoint reads it as it reads any text.
+    pub fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        match self {
+            Embedder::Local(b) => b.embed_query(text),
+            Embedder::Remote(r) => Ok(r.embed(&[text])?.swap_remove(0)),
+        }
+    }
 }
 
 /// The model directory the settings name.
