@@ -17,8 +17,8 @@ use crate::text::plural;
 /// counted, so that `cairn status` can become healthy again without deleting evidence.
 pub const QUARANTINE_WINDOW_MS: i64 = 7 * 86_400_000;
 
-/// A ready job not taken this long after it was due needs attention (the worker runs but
-/// does not work).
+/// A ready job while the running worker has taken no job this long needs attention (the
+/// worker runs but does not work).
 pub const OVERDUE_MS: i64 = 5 * 60_000;
 
 /// Model calls looked at for failures: the latest this many of the last hour.
@@ -102,8 +102,12 @@ pub struct NextDue {
     pub job_id: i64,
     #[serde(flatten)]
     pub wait: queue::stats::Wait,
-    /// When it is (or was) due.
+    /// When it is (or was) due. A job imported from an old transcript was due when its
+    /// events happened, days before it was queued.
     pub due_at: i64,
+    /// When a worker last took, finished or retried a job (`None`: never); with a job
+    /// still claimed, now.
+    pub worker_touched_at: Option<i64>,
 }
 
 /// One quarantined hook input (its raw bytes are not shown here).
@@ -329,10 +333,15 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
     };
     let queue = queue::stats::stats(conn, now)?;
     let policy = queue::claim::Policy::from_settings(settings);
+    let worker_touched_at = match queue.count(queue::claim::JobStatus::Claimed) {
+        0 => queue::stats::last_worked_at(conn)?,
+        _ => Some(now),
+    };
     let next_due = queue::stats::next_due(conn, &policy, now)?.map(|(job, wait)| NextDue {
         job_id: job.id,
         wait,
         due_at: queue::stats::due_at(&job, &policy),
+        worker_touched_at,
     });
     let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
     let quarantined_recently: i64 = conn.query_row(
@@ -579,19 +588,32 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
         && !w.wedged()
         && s.not_logged_in.is_none()
         && s.budget_spent_until.is_none()
-        && s.now - d.due_at > OVERDUE_MS
     {
-        push(
-            &mut out,
-            Topic::Overdue,
-            format!(
-                "job #{} has been ready for {} but the worker (pid {}) has not taken it: see the worker's log in the data dir's logs/, and restart it if it stays so (`kill {}`; a hook starts a new one)",
-                d.job_id,
-                crate::clock::span(s.now - d.due_at, true),
-                w.pid.unwrap_or(0),
-                w.pid.unwrap_or(0)
-            ),
-        );
+        // Idle since the job was due, the worker started or it last worked on the queue,
+        // whichever came last: a worker busy with a backlog (an import of old sessions)
+        // is not idle however long ago its next job's events happened.
+        let idle_since = [
+            Some(d.due_at),
+            w.uptime_ms.map(|u| s.now - u),
+            d.worker_touched_at,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(d.due_at);
+        if s.now - idle_since > OVERDUE_MS {
+            push(
+                &mut out,
+                Topic::Overdue,
+                format!(
+                    "job #{} is ready but the worker (pid {}) has taken no job for {}: see the worker's log in the data dir's logs/, and restart it if it stays so (`kill {}`; a hook starts a new one)",
+                    d.job_id,
+                    w.pid.unwrap_or(0),
+                    crate::clock::span(s.now - idle_since, true),
+                    w.pid.unwrap_or(0)
+                ),
+            );
+        }
     }
     if let Some(why) = &s.search.unavailable {
         if s.search.broken {
@@ -1010,12 +1032,52 @@ mod tests {
         );
         assert_eq!(s.attention.len(), 1, "{:?}", s.attention);
         assert!(
-            s.attention[0].contains("has been ready for 6m 0s"),
+            s.attention[0].contains("has taken no job for 6m 0s"),
             "{:?}",
             s.attention
         );
         // Within five minutes of being due it is no fault.
         let s = gather(&dd, &conn, &settings, now - 90_000).expect("gather");
+        assert!(!s.needs_attention(), "{:?}", s.attention);
+
+        // A worker working through a backlog is not idle, however long ago its next job
+        // was due (an import dates its jobs when their events happened): it finished a
+        // job a minute ago, so it is idle from then on.
+        db::write(&mut conn, |tx| {
+            let job = NewJob {
+                session_id: "s",
+                project: "p",
+                kind: JobKind::Summarize,
+                prompt_number: 2,
+                payload: "{}",
+                dedupe_key: "done",
+            };
+            queue::claim::enqueue(tx, &job, 3, now - 4 * 86_400_000)?;
+            tx.execute(
+                "UPDATE pending_messages SET status = 'done', updated_at = ?1 WHERE dedupe_key = 'done'",
+                [now - 60_000],
+            )?;
+            Ok(())
+        })
+        .expect("worked");
+        let s = gather(&dd, &conn, &settings, now).expect("gather");
+        assert!(!s.needs_attention(), "{:?}", s.attention);
+        let later = now + 360_000;
+        conn.execute("UPDATE workers SET heartbeat_at = ?1", [later - 1_000])
+            .expect("beat");
+        let s = gather(&dd, &conn, &settings, later).expect("gather");
+        assert!(
+            s.attention[0].contains("has taken no job for 7m 0s"),
+            "{:?}",
+            s.attention
+        );
+        // With a batch in hand it is working (a hung one stops its heartbeat).
+        conn.execute(
+            "UPDATE pending_messages SET status = 'claimed', lease_until = ?1 WHERE dedupe_key = 'done'",
+            [later + 60_000],
+        )
+        .expect("claim");
+        let s = gather(&dd, &conn, &settings, later).expect("gather");
         assert!(!s.needs_attention(), "{:?}", s.attention);
         drop(lock);
     }

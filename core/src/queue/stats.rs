@@ -254,6 +254,24 @@ pub fn next_due(conn: &Connection, policy: &Policy, now: i64) -> Result<Option<(
     }))
 }
 
+/// When a worker last took, finished or retried a job: the latest change of a
+/// job no longer as it was queued (a queued job's times are its events', which an import
+/// dates in the past). `None` before any.
+pub fn last_worked_at(conn: &Connection) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            // Each by its own partial index (pending rows are few).
+            "SELECT max(t) FROM (
+                 SELECT max(updated_at) AS t FROM pending_messages WHERE status = 'done'
+                 UNION ALL
+                 SELECT max(updated_at) FROM pending_messages WHERE status = 'skipped'
+                 UNION ALL
+                 SELECT max(updated_at) FROM pending_messages
+                 WHERE status = 'pending' AND attempts > 0)",
+        )?
+        .query_row([], |r| r.get(0))?)
+}
+
 /// Jobs that ended `skipped` at or after `since` (what a worker run gave up on).
 pub fn skipped_since(conn: &Connection, since: i64) -> Result<i64> {
     Ok(conn
