@@ -190,9 +190,14 @@ fn titles(o: &std::process::Output) -> Vec<String> {
 
 /// `cairn` with no relevance floor: every candidate shows, however unlikely.
 fn unfloored(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    floored(env, 0.0, args)
+}
+
+/// Searches with `args` and the relevance floor `floor`.
+fn floored(env: &TestEnv, floor: f64, args: &[&str]) -> std::process::Output {
     let mut c = env.cmd("cairn");
     c.current_dir(project_dir(env))
-        .env("CAIRN_SEARCH__MIN_RELEVANCE", "0")
+        .env("CAIRN_SEARCH__MIN_RELEVANCE", floor.to_string())
         .args(args);
     crate::support::run_with_stdin(c, b"")
 }
@@ -271,6 +276,21 @@ fn questions_in_other_words_find_their_memory() {
         "{relevance:?}"
     );
     assert!(relevance.is_sorted_by(|a, b| a >= b), "{relevance:?}");
+    // The relevance shown is the one the floor weighs: a floor at the best result's
+    // relevance shows it, one just above shows nothing.
+    let best = relevance[0];
+    let o = floored(&env, best, &["search", "brute force protection", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        titles(&o)[0],
+        "Added a sliding-window rate limiter to POST /login"
+    );
+    let o = floored(
+        &env,
+        best * 1.01,
+        &["search", "brute force protection", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{:?}", titles(&o));
     // Nothing answers nonsense or words the memories never speak of, while a question in
     // the memory's words finds it with the default floor.
     for q in [
@@ -282,6 +302,15 @@ fn questions_in_other_words_find_their_memory() {
         assert_eq!(o.status.code(), Some(1), "{q}: {:?}", titles(&o));
         assert!(titles(&o).is_empty(), "{q}: {:?}", titles(&o));
     }
+    // Said in plain text, with what a floor hid and how to see it anyway.
+    let o = cairn(&env, &["search", "brute force protection"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("nothing reached search.min_relevance 0.01")
+            && stderr(&o).contains("CAIRN_SEARCH__MIN_RELEVANCE=0"),
+        "{}",
+        stderr(&o)
+    );
     let o = cairn(&env, &["search", "flaky login test", "--json"]);
     assert_eq!(titles(&o)[0], "Fixed the flaky login test");
     let o = unfloored(&env, &["search", "throttle", "--json"]);

@@ -233,6 +233,20 @@ fn searcher(ctx: &Ctx) -> Searcher {
         .with_min_relevance(ctx.settings().search.min_relevance)
 }
 
+/// For a search ranked by relevance that found nothing: that a floor may have hidden
+/// results, and how to see them.
+fn floor_hint(ctx: &Ctx, req: &search::SearchRequest) -> String {
+    let floor = req
+        .min_relevance
+        .unwrap_or(ctx.settings().search.min_relevance);
+    if req.order != search::Order::Relevance || floor <= 0.0 || req.query.trim().is_empty() {
+        return String::new();
+    }
+    format!(
+        "; nothing reached search.min_relevance {floor}, and CAIRN_SEARCH__MIN_RELEVANCE=0 shows the nearest memories however unlikely"
+    )
+}
+
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     let mut text = serde_json::to_string_pretty(value)?;
     text.push('\n');
@@ -326,11 +340,12 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
         match &project {
             Some(p) => match unknown_project(&conn, p)? {
                 Some(why) => note!("no results: {why}"),
-                None => {
-                    note!("no results in project '{p}' (--all-projects searches every project)")
-                }
+                None => note!(
+                    "no results in project '{p}' (--all-projects searches every project{})",
+                    floor_hint(ctx, &req)
+                ),
             },
-            None => note!("no results in any project"),
+            None => note!("no results in any project{}", floor_hint(ctx, &req)),
         }
     } else {
         let width = out::width();

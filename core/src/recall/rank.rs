@@ -45,7 +45,9 @@ pub const POOL: usize = 50;
 pub enum Purpose {
     /// Asked on purpose (a person at the command line or in the viewer, a model through
     /// MCP): a hit's relevance is the candidate model's estimate, how likely the memory is
-    /// the one asked about, the query being about the project's past as a search is.
+    /// the one asked about, the query being about the project's past as a search is; for
+    /// a memory sharing no word with the query, found by meaning alone, that times how
+    /// likely the query asks about the project's past at all (what tells nonsense apart).
     #[default]
     Search,
     /// A prompt searched for the memories it may need: a hit's relevance also weighs how
@@ -141,14 +143,12 @@ struct Features {
 pub(super) struct Scored {
     pub(super) candidate: Candidate,
     pub(super) signals: Signals,
-    /// What the search floor gates: for a candidate holding a word of the query, the
-    /// candidate model's estimate alone (how likely it is the memory asked about, were
-    /// the query asking about the project's past); for one found by meaning alone, its
-    /// relevance.
+    /// Its relevance to a search asked on purpose ([`Purpose::Search`]), which is what the
+    /// search floor gates: for a candidate holding a word of the query, the candidate
+    /// model's estimate alone (how likely it is the memory asked about, were the query
+    /// asking about the project's past); for one found by meaning alone, its relevance
+    /// (times the query model's estimate that the query asks about the project at all).
     pub(super) estimate: f64,
-    /// The candidate model's estimate alone, whatever found the candidate: its relevance
-    /// to a search asked on purpose ([`Purpose::Search`]).
-    pub(super) answers: f64,
 }
 
 /// Every candidate of a relevance search with words (`any` is the query's
@@ -415,7 +415,6 @@ pub(super) fn scored(
             if kind == Kind::Prompt {
                 estimate *= PROMPT_FACTOR;
             }
-            let answers = estimate;
             let relevance = estimate * asks;
             if signals.coverage == 0.0 {
                 estimate = relevance;
@@ -430,7 +429,6 @@ pub(super) fn scored(
                 },
                 signals,
                 estimate,
-                answers,
             }
         })
         .collect();
@@ -447,9 +445,11 @@ pub(super) fn scored(
 /// relevance: a search is asked on purpose, and the query model, trained on sentences,
 /// rates a lone keyword such as `lease` like an everyday request. Nonsense, which no
 /// memory holds, is gated by the relevance of what meaning found. The candidates'
-/// relevance is by `purpose`; either way the order is the same (the query model's weight
-/// is one factor for all of a query's candidates), and what lets a search show anything
-/// shows at the floor or above. `leave_out` (the question being asked) is taken out first.
+/// relevance is by `purpose`: a search's is exactly what the floor gates (so a result
+/// shown at the floor or above would have let the search show it, and a memory found by
+/// meaning alone reads as unlikely as the floor takes it), a prompt's weighs every
+/// candidate by the query model. `leave_out` (the question being asked) is taken out
+/// first.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn relevance(
     conn: &Connection,
@@ -475,7 +475,7 @@ pub(super) fn relevance(
         .into_iter()
         .map(|s| match purpose {
             Purpose::Search => Candidate {
-                relevance: s.answers,
+                relevance: s.estimate,
                 ..s.candidate
             },
             Purpose::Prompt => s.candidate,
