@@ -55,8 +55,13 @@ pub enum Purpose {
     /// prompts do not).
     Prompt,
 }
-/// A prompt's share of the relevance it would have as a memory.
-pub const PROMPT_FACTOR: f64 = 0.8;
+/// A prompt's share of the relevance it would have as a memory. An earlier question holds
+/// a search's words better than the memory that answers it ("the docker build is slow
+/// again, what did we do last time?" against "Docker image caches the cargo
+/// dependencies"), and is rarely what the search is for: a tenth puts a question matching
+/// every word (0.9 or more) below an answer of 0.1. Hand-set: the benchmarks hold no
+/// prompts.
+pub const PROMPT_FACTOR: f64 = 0.1;
 /// Matches counted for a word's IDF; a word in more rows than this counts as that common.
 /// Bounds the cost of a very common word at a million rows.
 const IDF_COUNT_CAP: i64 = 1000;

@@ -1179,10 +1179,38 @@ mod tests {
         assert!(ids.contains(&format!("P{other}")), "{ids:?}");
     }
 
+    /// A question asked earlier in the words of a search is not its answer: the memory
+    /// that answers it comes first, though it holds fewer of the words.
+    #[test]
+    fn an_earlier_question_ranks_below_its_answer() {
+        let mut f = fixture();
+        let answer = f.add(obs(
+            "p",
+            "bugfix",
+            "Docker image caches the cargo dependencies",
+            "the build fetched every crate each time; the Dockerfile now copies the manifests first",
+            T0,
+        ));
+        let asked = f.prompt(
+            "p",
+            1,
+            "the docker build is slow again, what did we do last time?",
+            T0 + 10,
+        );
+        let ids = f.ids(req("docker build slow", Some("p")));
+        assert_eq!(ids, [answer.to_string(), format!("P{asked}")], "{ids:?}");
+    }
+
     #[test]
     fn the_question_being_asked_is_left_out_before_the_floor() {
         let mut f = fixture();
-        let weak = f.add(obs("p", "change", "Zebra notes", "", T0));
+        let weak = f.add(obs(
+            "p",
+            "change",
+            "Field notes",
+            "a zebra, among the many animals of the park, was seen by the river at dawn",
+            T0,
+        ));
         let asked = f.prompt("p", 1, "zebra crossing lights timing", T0 + 10);
         let mut r = req("zebra crossing lights timing", Some("p"));
         r.min_relevance = Some(0.0);
