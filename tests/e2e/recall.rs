@@ -175,12 +175,15 @@ fn ids(o: &Output) -> Vec<String> {
         .expect("array")
         .iter()
         .map(|h| {
+            // Each hit names itself as `show` and `timeline` take it.
             let id = h["id"].as_i64().expect("id");
-            match h["kind"].as_str().expect("kind") {
+            let by_kind = match h["kind"].as_str().expect("kind") {
                 "summary" => format!("S{id}"),
                 "prompt" => format!("P{id}"),
                 _ => id.to_string(),
-            }
+            };
+            assert_eq!(h["ref"], by_kind.as_str(), "{h}");
+            by_kind
         })
         .collect()
 }

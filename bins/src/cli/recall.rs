@@ -297,6 +297,8 @@ fn table(header: &[&str], rows: &[Vec<String>], width: Option<usize>, color: boo
 /// (`[start, end)` in characters of the snippet).
 fn hit_json(h: &search::Hit) -> anyhow::Result<serde_json::Value> {
     let mut v = serde_json::to_value(h)?;
+    // What `show` and `timeline` take: an observation's and a summary's ids may be equal.
+    v["ref"] = h.kind.reference(h.id).into();
     let (plain, matches) = snippet::plain_and_matches(&h.snippet);
     v["snippet"] = plain.into();
     v["matches"] = serde_json::json!(matches.iter().map(|(s, e)| [*s, *e]).collect::<Vec<_>>());
