@@ -224,7 +224,19 @@ fn a_project_uninstall_keeps_the_mcp_server_the_user_install_registered() {
         stdout(&out)
     };
 
-    run(&["install"]);
+    let out = env.run("cairn", &["install"], b"");
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    // Installed for the user and then for a project, cairn would capture twice: said.
+    let out = env.run("cairn", &["install", "--project", dir], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "warning: cairn is also installed by hooks in {}",
+            user_settings.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
     let said = run(&["install", "--project", dir]);
     assert!(said.contains("already in"), "{said}");
     let said = run(&["uninstall", "--project", dir]);

@@ -18,8 +18,9 @@ use super::Ctx;
 
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// Change this project's `.claude/settings.local.json` (personal, git-ignored) instead
-    /// of `~/.claude/settings.json`. DIR must exist.
+    /// Change this project's `.claude/settings.local.json` (Claude Code's file for one
+    /// person's settings of a project: add it to the repository's .gitignore if git
+    /// lists it) instead of `~/.claude/settings.json`. DIR must exist.
     #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = ".")]
     pub project: Option<PathBuf>,
     /// With --project: the team-shared `.claude/settings.json` and `.mcp.json` instead,
@@ -195,6 +196,11 @@ pub fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
             path.display()
         );
     }
+    for other in other_installs(&t)? {
+        crate::cli::out::note!(
+            "warning: cairn is also installed by {other}: Claude Code would hand every event to cairn twice; keep one (`cairn uninstall` removes the hooks of ~/.claude/settings.json, `cairn uninstall --project` a project's, `claude plugin uninstall cairn@cairn` the plugin)"
+        );
+    }
     if !args.no_mcp {
         let current = read_settings(&t.mcp)?;
         let doc = current.as_ref().unwrap_or(&Value::Null);
@@ -258,6 +264,41 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     }
     plugins_left(&t)?;
     Ok(crate::exit::OK)
+}
+
+/// The other ways cairn captures where this install does: its hooks or an enabled cairn
+/// plugin in the user's settings and in the project's two settings files (the project
+/// `--project` names, else the current directory), this install's own file aside.
+fn other_installs(t: &Target) -> anyhow::Result<Vec<String>> {
+    let dir = match &t.project {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let files = [
+        claude_code()?.settings(),
+        dir.join(".claude/settings.json"),
+        dir.join(".claude/settings.local.json"),
+    ];
+    let same = |a: &Path, b: &Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    };
+    let mut out = Vec::new();
+    for file in files.iter().filter(|f| !same(f, &t.settings)) {
+        // A file that cannot be read installs nothing for Claude Code either.
+        let Some(doc) = read_settings(file).ok().flatten() else {
+            continue;
+        };
+        if !claude_settings::cairn_hooks(&doc).is_empty() {
+            out.push(format!("hooks in {}", file.display()));
+        }
+        for plugin in claude_settings::enabled_cairn_plugins(&doc) {
+            out.push(format!(
+                "the plugin {plugin} (enabled in {})",
+                file.display()
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Says which cairn plugins Claude Code enables for the user (and with `--project`, for
