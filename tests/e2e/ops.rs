@@ -874,6 +874,24 @@ fn config_set_and_unset_change_settings_json_as_loading_checks_it() {
     let mode = std::fs::metadata(&file).expect("meta").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 
+    // A list set over its default says what of the default it leaves out.
+    let o = cairn(
+        &env,
+        &["config", "set", "capture.skip_tools", "TodoWrite,Read"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let said = stdout(&o);
+    let note = said
+        .lines()
+        .find(|l| l.starts_with("note: this replaces the default list; no longer in it: "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        note.contains("\"ExitPlanMode\"") && !note.contains("TodoWrite"),
+        "{said}"
+    );
+    let o = cairn(&env, &["config", "unset", "capture.skip_tools"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
     // Refused: an unknown key, a value of the wrong type, one out of range. Nothing written.
     let before = std::fs::read(&file).expect("read");
     for (args, needle) in [
