@@ -7,7 +7,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::recall::{cairn, seed};
-use crate::support::{TestEnv, stdout};
+use crate::support::{TestEnv, stderr, stdout};
 
 /// A running `cairn ui`, killed on drop.
 pub struct Ui {
@@ -749,6 +749,16 @@ fn forget_on_the_cli_leaves_no_hit_and_no_reimport() {
             "SELECT count(*) FROM embedding_queue WHERE kind = 0 AND ref_id = {id}"
         )),
         0
+    );
+    // Forgetting again, or an id never given, names what was not there.
+    let again = cairn(&env, &["forget", &id, "S99999", "--yes"]);
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    assert!(
+        stderr(&again).contains(&format!(
+            "no memory {id}, S99999 (never saved, or forgotten already)"
+        )),
+        "{}",
+        stderr(&again)
     );
     let search = cairn(&env, &["search", "rescue", "counts", "--json"]);
     assert!(

@@ -130,25 +130,57 @@ pub fn forget(ctx: &Ctx, args: &ForgetArgs) -> anyhow::Result<u8> {
                     Kind::Prompt => Memory::Prompt(*id),
                 })
                 .collect::<Vec<_>>(),
-            args.ids
-                .iter()
-                .map(|(k, id)| k.reference(*id))
-                .collect::<Vec<_>>()
-                .join(", "),
+            // Named below, once it is known which exist.
+            String::new(),
         ),
     };
+    let memories = if args.session.is_some() {
+        memories
+    } else {
+        let found = forget::existing(&conn, &memories).map_err(super::explain)?;
+        let missing: Vec<String> = args
+            .ids
+            .iter()
+            .zip(&memories)
+            .filter(|(_, m)| !found.contains(m))
+            .map(|((k, id), _)| k.reference(*id))
+            .collect();
+        if !missing.is_empty() {
+            note!(
+                "no memory {} (never saved, or forgotten already)",
+                missing.join(", ")
+            );
+        }
+        found
+    };
     if memories.is_empty() {
-        note!("nothing to forget: {what} has no memories");
+        match &args.session {
+            Some(sid) => note!("nothing to forget: session {sid} has no memories"),
+            None => note!("nothing to forget"),
+        }
         return Ok(exit::NEGATIVE);
     }
     if !args.yes {
         if !std::io::stdin().is_terminal() {
             anyhow::bail!("forgetting cannot be undone: confirm with --yes");
         }
-        eprint!(
-            "forget {what} ({} records) for good? [y/N] ",
-            memories.len()
-        );
+        let what = match &args.session {
+            Some(_) => what,
+            None => memories
+                .iter()
+                .map(|m| match *m {
+                    Memory::Observation(id) => Kind::Observation.reference(id),
+                    Memory::Summary(id) => Kind::Summary.reference(id),
+                    Memory::Prompt(id) => Kind::Prompt.reference(id),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let records = match memories.len() {
+            1 => "1 record".to_string(),
+            n => format!("{n} records"),
+        };
+        eprint!("forget {what} ({records}) for good? [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         std::io::stdin().lock().read_line(&mut answer)?;

@@ -41,6 +41,26 @@ impl Forgotten {
     }
 }
 
+/// Those of `memories` that exist: an id never given, or forgotten already, is not.
+pub fn existing(conn: &rusqlite::Connection, memories: &[Memory]) -> Result<Vec<Memory>> {
+    let mut out = Vec::new();
+    for m in memories {
+        let (table, id) = match *m {
+            Memory::Observation(id) => ("observations", id),
+            Memory::Summary(id) => ("session_summaries", id),
+            Memory::Prompt(id) => ("user_prompts", id),
+        };
+        let found = conn
+            .prepare_cached(&format!("SELECT 1 FROM {table} WHERE id = ?1"))?
+            .query_row([id], |_| Ok(()))
+            .optional()?;
+        if found.is_some() {
+            out.push(*m);
+        }
+    }
+    Ok(out)
+}
+
 /// Deletes these memories and leaves their tombstones; ids that do not exist are skipped.
 pub fn forget(tx: &Transaction, memories: &[Memory], now: i64) -> Result<Forgotten> {
     let mut out = Forgotten::default();
