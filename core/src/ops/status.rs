@@ -51,6 +51,9 @@ pub struct WorkerStatus {
     pub failure: Option<crate::store::incidents::WorkerFailure>,
     /// `worker.autostart`: a hook starts a worker when none runs.
     pub autostart: bool,
+    /// When a worker last took, finished or retried a job (`None`: never); now while one
+    /// holds a batch.
+    pub last_worked_at: Option<i64>,
 }
 
 impl WorkerStatus {
@@ -105,9 +108,6 @@ pub struct NextDue {
     /// When it is (or was) due. A job imported from an old transcript was due when its
     /// events happened, days before it was queued.
     pub due_at: i64,
-    /// When a worker last took, finished or retried a job (`None`: never); with a job
-    /// still claimed, now.
-    pub worker_touched_at: Option<i64>,
 }
 
 /// One quarantined hook input (its raw bytes are not shown here).
@@ -316,6 +316,7 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         failure,
         not_logged_in,
     } = worker_standing(dir, conn, holder.as_ref())?;
+    let queue = queue::stats::stats(conn, now)?;
     let worker = WorkerStatus {
         running: holder.is_some(),
         pid: holder.as_ref().map(|h| h.pid),
@@ -330,18 +331,16 @@ pub fn gather(dir: &DataDir, conn: &Connection, settings: &Settings, now: i64) -
         model: latest.as_ref().and_then(|w| w.model.clone()),
         failure,
         autostart: settings.worker.autostart,
+        last_worked_at: match queue.count(queue::claim::JobStatus::Claimed) {
+            0 => queue::stats::last_worked_at(conn)?,
+            _ => Some(now),
+        },
     };
-    let queue = queue::stats::stats(conn, now)?;
     let policy = queue::claim::Policy::from_settings(settings);
-    let worker_touched_at = match queue.count(queue::claim::JobStatus::Claimed) {
-        0 => queue::stats::last_worked_at(conn)?,
-        _ => Some(now),
-    };
     let next_due = queue::stats::next_due(conn, &policy, now)?.map(|(job, wait)| NextDue {
         job_id: job.id,
         wait,
         due_at: queue::stats::due_at(&job, &policy),
-        worker_touched_at,
     });
     let quarantined = count(conn, "SELECT count(*) FROM quarantine")?;
     let quarantined_recently: i64 = conn.query_row(
@@ -592,15 +591,11 @@ pub fn attention_by_topic(s: &Status) -> Vec<(Topic, String)> {
         // Idle since the job was due, the worker started or it last worked on the queue,
         // whichever came last: a worker busy with a backlog (an import of old sessions)
         // is not idle however long ago its next job's events happened.
-        let idle_since = [
-            Some(d.due_at),
-            w.uptime_ms.map(|u| s.now - u),
-            d.worker_touched_at,
-        ]
-        .into_iter()
-        .flatten()
-        .max()
-        .unwrap_or(d.due_at);
+        let idle_since = [Some(d.due_at), w.started_at, w.last_worked_at]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(d.due_at);
         if s.now - idle_since > OVERDUE_MS {
             push(
                 &mut out,
