@@ -124,11 +124,7 @@ pub fn forget(ctx: &Ctx, args: &ForgetArgs) -> anyhow::Result<u8> {
         None => (
             args.ids
                 .iter()
-                .map(|(k, id)| match k {
-                    Kind::Observation => Memory::Observation(*id),
-                    Kind::Summary => Memory::Summary(*id),
-                    Kind::Prompt => Memory::Prompt(*id),
-                })
+                .map(|&(kind, id)| Memory::of(kind, id))
                 .collect::<Vec<_>>(),
             // Named below, once it is known which exist.
             String::new(),
@@ -138,12 +134,10 @@ pub fn forget(ctx: &Ctx, args: &ForgetArgs) -> anyhow::Result<u8> {
         memories
     } else {
         let found = forget::existing(&conn, &memories).map_err(super::explain)?;
-        let missing: Vec<String> = args
-            .ids
+        let missing: Vec<String> = memories
             .iter()
-            .zip(&memories)
-            .filter(|(_, m)| !found.contains(m))
-            .map(|((k, id), _)| k.reference(*id))
+            .filter(|m| !found.contains(m))
+            .map(|m| m.reference())
             .collect();
         if !missing.is_empty() {
             note!(
@@ -168,11 +162,7 @@ pub fn forget(ctx: &Ctx, args: &ForgetArgs) -> anyhow::Result<u8> {
             Some(_) => what,
             None => memories
                 .iter()
-                .map(|m| match *m {
-                    Memory::Observation(id) => Kind::Observation.reference(id),
-                    Memory::Summary(id) => Kind::Summary.reference(id),
-                    Memory::Prompt(id) => Kind::Prompt.reference(id),
-                })
+                .map(|m| m.reference())
                 .collect::<Vec<_>>()
                 .join(", "),
         };

@@ -27,6 +27,32 @@ pub enum Memory {
     Prompt(i64),
 }
 
+impl Memory {
+    /// The memory of this kind with this id.
+    pub fn of(kind: Kind, id: i64) -> Memory {
+        match kind {
+            Kind::Observation => Memory::Observation(id),
+            Kind::Summary => Memory::Summary(id),
+            Kind::Prompt => Memory::Prompt(id),
+        }
+    }
+
+    /// Its kind and id.
+    pub fn kind_id(self) -> (Kind, i64) {
+        match self {
+            Memory::Observation(id) => (Kind::Observation, id),
+            Memory::Summary(id) => (Kind::Summary, id),
+            Memory::Prompt(id) => (Kind::Prompt, id),
+        }
+    }
+
+    /// How a person names it (`12`, `S3`, `P7`: [`Kind::reference`]).
+    pub fn reference(self) -> String {
+        let (kind, id) = self.kind_id();
+        kind.reference(id)
+    }
+}
+
 /// What a forget deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Forgotten {
@@ -45,10 +71,11 @@ impl Forgotten {
 pub fn existing(conn: &rusqlite::Connection, memories: &[Memory]) -> Result<Vec<Memory>> {
     let mut out = Vec::new();
     for m in memories {
-        let (table, id) = match *m {
-            Memory::Observation(id) => ("observations", id),
-            Memory::Summary(id) => ("session_summaries", id),
-            Memory::Prompt(id) => ("user_prompts", id),
+        let (kind, id) = m.kind_id();
+        let table = match kind {
+            Kind::Observation => "observations",
+            Kind::Summary => "session_summaries",
+            Kind::Prompt => "user_prompts",
         };
         let found = conn
             .prepare_cached(&format!("SELECT 1 FROM {table} WHERE id = ?1"))?
@@ -65,11 +92,7 @@ pub fn existing(conn: &rusqlite::Connection, memories: &[Memory]) -> Result<Vec<
 pub fn forget(tx: &Transaction, memories: &[Memory], now: i64) -> Result<Forgotten> {
     let mut out = Forgotten::default();
     for m in memories {
-        let (kind, id) = match *m {
-            Memory::Observation(id) => (Kind::Observation, id),
-            Memory::Summary(id) => (Kind::Summary, id),
-            Memory::Prompt(id) => (Kind::Prompt, id),
-        };
+        let (kind, id) = m.kind_id();
         crate::memory::told::forget(tx, kind, id)?;
         match *m {
             Memory::Observation(id) => out.observations += forget_observation(tx, id, now)?,

@@ -859,11 +859,7 @@ fn forget_action(app: &App, req: &Req) -> Result<Answer> {
             pages::message("Bad request", "nothing to forget"),
         ));
     };
-    let memory = match kind {
-        Kind::Observation => Memory::Observation(id),
-        Kind::Summary => Memory::Summary(id),
-        Kind::Prompt => Memory::Prompt(id),
-    };
+    let memory = Memory::of(kind, id);
     let what = format!("memory {}", kind.reference(id));
     if !confirmed {
         let exists = !timeline::get_records(&conn, &[(kind, id)])?
