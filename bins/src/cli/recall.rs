@@ -235,10 +235,8 @@ fn searcher(ctx: &Ctx) -> Searcher {
 
 /// For a search ranked by relevance that found nothing: that a floor may have hidden
 /// results, and how to see them.
-fn floor_hint(ctx: &Ctx, req: &search::SearchRequest) -> String {
-    let floor = req
-        .min_relevance
-        .unwrap_or(ctx.settings().search.min_relevance);
+fn floor_hint(searcher: &Searcher, req: &search::SearchRequest) -> String {
+    let floor = searcher.floor(req);
     if req.order != search::Order::Relevance || floor <= 0.0 || req.query.trim().is_empty() {
         return String::new();
     }
@@ -330,7 +328,8 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
         | RequestError::UnknownOrder(_) => anyhow::anyhow!("--{e}"),
     })?;
     let conn = open(ctx)?;
-    let hits = searcher(ctx).search(&conn, &req)?;
+    let mut searcher = searcher(ctx);
+    let hits = searcher.search(&conn, &req)?;
     if args.json {
         print_json(
             &hits
@@ -344,10 +343,10 @@ pub fn search(ctx: &Ctx, args: &SearchArgs) -> anyhow::Result<u8> {
                 Some(why) => note!("no results: {why}"),
                 None => note!(
                     "no results in project '{p}' (--all-projects searches every project{})",
-                    floor_hint(ctx, &req)
+                    floor_hint(&searcher, &req)
                 ),
             },
-            None => note!("no results in any project{}", floor_hint(ctx, &req)),
+            None => note!("no results in any project{}", floor_hint(&searcher, &req)),
         }
     } else {
         let width = out::width();

@@ -156,6 +156,11 @@ impl Searcher {
         self
     }
 
+    /// The floor a search by relevance of `req` is held to: its own, else the searcher's.
+    pub fn floor(&self, req: &SearchRequest) -> f64 {
+        req.min_relevance.unwrap_or(self.min_relevance)
+    }
+
     /// Why search is full-text only, or `None` when the model is loaded (waiting for its
     /// load).
     pub fn unavailable(&self) -> Option<&str> {
@@ -170,7 +175,7 @@ impl Searcher {
     pub fn search(&mut self, conn: &Connection, req: &SearchRequest) -> Result<Vec<Hit>> {
         let text = (req.order == Order::Relevance).then_some(req.query.as_str());
         let req = SearchRequest {
-            min_relevance: req.min_relevance.or(Some(self.min_relevance)),
+            min_relevance: Some(self.floor(req)),
             ..req.clone()
         };
         self.with_semantic(conn, text, |semantic| search_with(conn, &req, semantic))
