@@ -635,6 +635,12 @@ fn defaults() -> Value {
     serde_json::to_value(Settings::default()).unwrap_or(Value::Null)
 }
 
+/// The built-in default of the setting `path` (`capture.skip_tools`), `None` when there is
+/// no such setting.
+pub fn default_of(path: &str) -> Option<Value> {
+    lookup(&defaults(), path).cloned()
+}
+
 /// The settings file's text, `None` when there is none.
 fn read_file(file: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(file) {

@@ -483,22 +483,19 @@ fn change(ctx: &Ctx, command: &ConfigCommand) -> anyhow::Result<u8> {
     // A list set over its default replaces it: say what the default held that is gone.
     if written.before.is_none()
         && let Some(serde_json::Value::Array(after)) = &written.after
+        && let Some(serde_json::Value::Array(default)) = cairn_core::settings::default_of(key)
     {
-        let defaults = serde_json::to_value(Settings::default())?;
-        let default = key.split('.').fold(&defaults, |v, k| &v[k]);
-        if let serde_json::Value::Array(default) = default {
-            let dropped: Vec<String> = default
-                .iter()
-                .filter(|d| !after.contains(d))
-                .map(shown)
-                .collect();
-            if !dropped.is_empty() {
-                outln!(
-                    o,
-                    "note: this replaces the default list; no longer in it: {} (list them too to keep them)",
-                    dropped.join(", ")
-                );
-            }
+        let dropped: Vec<String> = default
+            .iter()
+            .filter(|d| !after.contains(d))
+            .map(shown)
+            .collect();
+        if !dropped.is_empty() {
+            outln!(
+                o,
+                "note: this replaces the default list; no longer in it: {} (list them too to keep them)",
+                dropped.join(", ")
+            );
         }
     }
     // The environment wins over the file: say so, or the change seems not to work.
