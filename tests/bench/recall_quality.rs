@@ -427,17 +427,18 @@ fn measure(
         }
         if features.is_some() {
             let place = |list: &[String]| list.iter().position(|h| q.relevant.contains(h));
-            let (meaning, meaning_ids) = dump(&mut with_model, &conn, &req, |id| {
-                q.relevant.contains(&hash_of[&id])
-            });
             let line = serde_json::json!({
                 "project": project, "query": q.text,
                 "bm25": place(&lists[BM25]), "fusion": place(&lists[FUSION]),
                 "search": place(&lists[SEARCH]), "pooled": !pooled.is_disjoint(&q.relevant),
-                "meaning": meaning, "meaning_ids": meaning_ids,
-                "words": dump(&mut words_only, &conn, &req, |id| q.relevant.contains(&hash_of[&id])).0,
             });
-            dumped.push_str(&format!("{line}\n"));
+            dumped.push_str(&dump(
+                [&mut with_model, &mut words_only],
+                &conn,
+                &req,
+                |id| q.relevant.contains(&hash_of[&id]),
+                line,
+            ));
         }
         if keep.is_some() {
             let line = serde_json::json!({
@@ -451,23 +452,14 @@ fn measure(
     }
     if let Some(f) = features {
         for text in OFF_TOPIC {
-            let req = SearchRequest {
-                query: text.into(),
-                filters: Filters {
-                    project: Some(project.into()),
-                    ..Filters::default()
-                },
-                kinds: vec![Kind::Observation],
-                limit: 10,
-                ..SearchRequest::default()
-            };
-            let (meaning, meaning_ids) = dump(&mut with_model, &conn, &req, |_| false);
-            let line = serde_json::json!({
-                "project": project, "query": text, "off_topic": true,
-                "meaning": meaning, "meaning_ids": meaning_ids,
-                "words": dump(&mut words_only, &conn, &req, |_| false).0,
-            });
-            dumped.push_str(&format!("{line}\n"));
+            let line = serde_json::json!({"project": project, "query": text, "off_topic": true});
+            dumped.push_str(&dump(
+                [&mut with_model, &mut words_only],
+                &conn,
+                &negative(project, text),
+                |_| false,
+                line,
+            ));
         }
         let mut negatives: Vec<(String, &str, String)> = Vec::new();
         let per_project = std::env::var("CAIRN_BENCH_NEGATIVES")
@@ -492,23 +484,16 @@ fn measure(
             }
         }
         for (text, set, from) in negatives {
-            let req = SearchRequest {
-                query: text.clone(),
-                filters: Filters {
-                    project: Some(project.into()),
-                    ..Filters::default()
-                },
-                kinds: vec![Kind::Observation],
-                limit: 10,
-                ..SearchRequest::default()
-            };
-            let (meaning, meaning_ids) = dump(&mut with_model, &conn, &req, |_| false);
             let line = serde_json::json!({
                 "project": project, "query": text, "negative": set, "from": from,
-                "meaning": meaning, "meaning_ids": meaning_ids,
-                "words": dump(&mut words_only, &conn, &req, |_| false).0,
             });
-            dumped.push_str(&format!("{line}\n"));
+            dumped.push_str(&dump(
+                [&mut with_model, &mut words_only],
+                &conn,
+                &negative(project, &text),
+                |_| false,
+                line,
+            ));
         }
         std::fs::create_dir_all(f).expect("features dir");
         std::fs::write(f.join(format!("{project}.jsonl")), &dumped).expect("features");
@@ -531,29 +516,55 @@ fn measure(
     }
 }
 
-/// Every candidate the searcher weighs for `req`, from pools of [`DUMP_POOL`] (the
-/// training script narrows them to try smaller ones): `[relevant (0 or 1), signals...]`,
-/// and their ids (to compute a signal being tried from the kept database).
+/// A query no memory of `project` answers, asked of it as the bench asks its questions.
+fn negative(project: &str, text: &str) -> SearchRequest {
+    SearchRequest {
+        query: text.into(),
+        filters: Filters {
+            project: Some(project.into()),
+            ..Filters::default()
+        },
+        kinds: vec![Kind::Observation],
+        limit: 10,
+        ..SearchRequest::default()
+    }
+}
+
+/// The line of the feature dump for `req`: `line` (what the query is) with every candidate
+/// each searcher, with the model and by words, weighs for it, from pools of [`DUMP_POOL`]
+/// (the training script narrows them to try smaller ones): `meaning` and `words`, rows
+/// `[relevant (0 or 1), signals...]`, and `meaning_ids`, the ids of the first (to compute
+/// a signal being tried from the kept database).
 fn dump(
-    searcher: &mut Searcher,
+    [with_model, words_only]: [&mut Searcher; 2],
     conn: &rusqlite::Connection,
     req: &SearchRequest,
     relevant: impl Fn(i64) -> bool,
-) -> (Vec<Vec<f64>>, Vec<i64>) {
+    mut line: serde_json::Value,
+) -> String {
     let req = SearchRequest {
         limit: DUMP_POOL,
         ..req.clone()
     };
-    let candidates = searcher.candidates(conn, &req).expect("candidates");
-    let rows = candidates
-        .iter()
-        .map(|c| {
-            std::iter::once(if relevant(c.id) { 1.0 } else { 0.0 })
-                .chain(c.signals.values())
-                .collect()
-        })
-        .collect();
-    (rows, candidates.iter().map(|c| c.id).collect())
+    let weighed = |searcher: &mut Searcher| {
+        let candidates = searcher.candidates(conn, &req).expect("candidates");
+        let rows: Vec<Vec<f64>> = candidates
+            .iter()
+            .map(|c| {
+                std::iter::once(if relevant(c.id) { 1.0 } else { 0.0 })
+                    .chain(c.signals.values())
+                    .collect()
+            })
+            .collect();
+        (rows, candidates.iter().map(|c| c.id).collect::<Vec<i64>>())
+    };
+    let (meaning, meaning_ids) = weighed(with_model);
+    let (words, _) = weighed(words_only);
+    let fields = line.as_object_mut().expect("a line is an object");
+    fields.insert("meaning".into(), meaning.into());
+    fields.insert("meaning_ids".into(), meaning_ids.into());
+    fields.insert("words".into(), words.into());
+    format!("{line}\n")
 }
 
 fn main() {
