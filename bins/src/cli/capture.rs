@@ -266,6 +266,24 @@ pub fn uninstall(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<u8> {
     Ok(crate::exit::OK)
 }
 
+/// The Claude Code settings files that apply to `project` (the user's alone without one),
+/// with their documents and scopes: those that exist and read as JSON (a file that cannot
+/// be read sets nothing for Claude Code either).
+fn settings_in_force(project: Option<&Path>) -> anyhow::Result<Vec<(PathBuf, Value, Scope)>> {
+    let mut files = vec![(claude_code()?.settings(), Scope::User)];
+    if let Some(dir) = project {
+        files.push((dir.join(".claude/settings.json"), Scope::Project));
+        files.push((dir.join(".claude/settings.local.json"), Scope::Local));
+    }
+    Ok(files
+        .into_iter()
+        .filter_map(|(file, scope)| {
+            let doc = read_settings(&file).ok().flatten()?;
+            Some((file, doc, scope))
+        })
+        .collect())
+}
+
 /// The other ways cairn captures where this install does: its hooks or an enabled cairn
 /// plugin in the user's settings and in the project's two settings files (the project
 /// `--project` names, else the current directory), this install's own file aside.
@@ -274,20 +292,14 @@ fn other_installs(t: &Target) -> anyhow::Result<Vec<String>> {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let files = [
-        claude_code()?.settings(),
-        dir.join(".claude/settings.json"),
-        dir.join(".claude/settings.local.json"),
-    ];
     let same = |a: &Path, b: &Path| {
         a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
     };
     let mut out = Vec::new();
-    for file in files.iter().filter(|f| !same(f, &t.settings)) {
-        // A file that cannot be read installs nothing for Claude Code either.
-        let Some(doc) = read_settings(file).ok().flatten() else {
+    for (file, doc, _) in settings_in_force(Some(&dir))? {
+        if same(&file, &t.settings) {
             continue;
-        };
+        }
         if !claude_settings::cairn_hooks(&doc).is_empty() {
             out.push(format!("hooks in {}", file.display()));
         }
@@ -304,16 +316,7 @@ fn other_installs(t: &Target) -> anyhow::Result<Vec<String>> {
 /// Says which cairn plugins Claude Code enables for the user (and with `--project`, for
 /// the project): each captures by itself, and only Claude Code's command removes it.
 fn plugins_left(t: &Target) -> anyhow::Result<()> {
-    let mut files = vec![(claude_code()?.settings(), Scope::User)];
-    if let Some(dir) = &t.project {
-        files.push((dir.join(".claude/settings.json"), Scope::Project));
-        files.push((dir.join(".claude/settings.local.json"), Scope::Local));
-    }
-    for (file, scope) in files {
-        // A file that cannot be read enables nothing for Claude Code either.
-        let Some(doc) = read_settings(&file).ok().flatten() else {
-            continue;
-        };
+    for (file, doc, scope) in settings_in_force(t.project.as_deref())? {
         for plugin in claude_settings::enabled_cairn_plugins(&doc) {
             let run = claude_settings::plugin_uninstall_command(&plugin, scope);
             let place = match (&t.project, scope) {
